@@ -1,0 +1,275 @@
+//! Encryption at rest, API key secrets and signed cursors.
+//!
+//! Managed orgs get a random 256-bit data key (DEK), stored wrapped by the
+//! master key. Content fields are sealed with AES-256-GCM whose associated
+//! data binds org id, task id and field name, so a ciphertext moved to another
+//! row or field fails to open instead of serving the wrong value. BYOK orgs
+//! encrypt on the client; their values are stored as given.
+
+use aes_gcm::aead::{Aead, KeyInit, Payload};
+use aes_gcm::{Aes256Gcm, Nonce};
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::domain::{OrgId, TaskId};
+
+const SEALED: u8 = 1;
+const PLAIN: u8 = 0;
+const NONCE_LEN: usize = 12;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CryptoError {
+    #[error("master key must be base64 of exactly 32 bytes")]
+    BadMasterKey,
+    #[error("value fails its binding check")]
+    Binding,
+}
+
+fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut out = [0u8; N];
+    rand::thread_rng().fill_bytes(&mut out);
+    out
+}
+
+/// The operator's key-encryption key.
+#[derive(Clone)]
+pub struct MasterKey(Aes256Gcm);
+
+impl std::fmt::Debug for MasterKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MasterKey(..)")
+    }
+}
+
+impl MasterKey {
+    pub fn from_base64(text: &str) -> Result<Self, CryptoError> {
+        let bytes = STANDARD
+            .decode(text.trim())
+            .map_err(|_| CryptoError::BadMasterKey)?;
+        let key: [u8; 32] = bytes.try_into().map_err(|_| CryptoError::BadMasterKey)?;
+        Ok(Self::from_bytes(&key))
+    }
+
+    pub fn from_bytes(key: &[u8; 32]) -> Self {
+        Self(Aes256Gcm::new(key.into()))
+    }
+
+    /// A fresh random master key, base64-encoded (for the generated key file).
+    pub fn generate_base64() -> String {
+        STANDARD.encode(random_bytes::<32>())
+    }
+
+    fn dek_aad(org: OrgId) -> String {
+        format!("taskq/dek/{org}")
+    }
+
+    /// A new data key for `org`, wrapped for storage.
+    pub fn new_wrapped_dek(&self, org: OrgId) -> Vec<u8> {
+        let dek = random_bytes::<32>();
+        seal_with(&self.0, Self::dek_aad(org).as_bytes(), &dek)
+    }
+
+    pub fn unwrap_dek(&self, org: OrgId, wrapped: &[u8]) -> Result<OrgCipher, CryptoError> {
+        let dek = open_with(&self.0, Self::dek_aad(org).as_bytes(), wrapped)?;
+        let key: [u8; 32] = dek.try_into().map_err(|_| CryptoError::Binding)?;
+        Ok(OrgCipher {
+            org,
+            cipher: Some(Aes256Gcm::new((&key).into())),
+        })
+    }
+}
+
+fn seal_with(cipher: &Aes256Gcm, aad: &[u8], plaintext: &[u8]) -> Vec<u8> {
+    let nonce = random_bytes::<NONCE_LEN>();
+    let ct = cipher
+        .encrypt(
+            Nonce::from_slice(&nonce),
+            Payload {
+                msg: plaintext,
+                aad,
+            },
+        )
+        .expect("AES-GCM encryption cannot fail for in-memory buffers");
+    let mut out = Vec::with_capacity(1 + NONCE_LEN + ct.len());
+    out.push(SEALED);
+    out.extend_from_slice(&nonce);
+    out.extend_from_slice(&ct);
+    out
+}
+
+fn open_with(cipher: &Aes256Gcm, aad: &[u8], sealed: &[u8]) -> Result<Vec<u8>, CryptoError> {
+    if sealed.len() < 1 + NONCE_LEN || sealed[0] != SEALED {
+        return Err(CryptoError::Binding);
+    }
+    let (nonce, ct) = sealed[1..].split_at(NONCE_LEN);
+    cipher
+        .decrypt(Nonce::from_slice(nonce), Payload { msg: ct, aad })
+        .map_err(|_| CryptoError::Binding)
+}
+
+/// Seals and opens one org's content. `cipher` is `None` for BYOK orgs,
+/// whose values are stored as the client sent them.
+#[derive(Clone)]
+pub struct OrgCipher {
+    org: OrgId,
+    cipher: Option<Aes256Gcm>,
+}
+
+impl std::fmt::Debug for OrgCipher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrgCipher")
+            .field("org", &self.org)
+            .field("managed", &self.cipher.is_some())
+            .finish()
+    }
+}
+
+impl OrgCipher {
+    pub fn client_encrypted(org: OrgId) -> Self {
+        Self { org, cipher: None }
+    }
+
+    pub fn is_managed(&self) -> bool {
+        self.cipher.is_some()
+    }
+
+    fn aad(&self, task: TaskId, field: &str) -> String {
+        format!("taskq/v1/{}/{task}/{field}", self.org)
+    }
+
+    pub fn seal(&self, task: TaskId, field: &str, plaintext: &[u8]) -> Vec<u8> {
+        match &self.cipher {
+            Some(c) => seal_with(c, self.aad(task, field).as_bytes(), plaintext),
+            None => {
+                let mut out = Vec::with_capacity(plaintext.len() + 1);
+                out.push(PLAIN);
+                out.extend_from_slice(plaintext);
+                out
+            }
+        }
+    }
+
+    pub fn open(&self, task: TaskId, field: &str, stored: &[u8]) -> Result<Vec<u8>, CryptoError> {
+        match (&self.cipher, stored.first()) {
+            (Some(c), _) => open_with(c, self.aad(task, field).as_bytes(), stored),
+            (None, Some(&PLAIN)) => Ok(stored[1..].to_vec()),
+            (None, _) => Err(CryptoError::Binding),
+        }
+    }
+}
+
+/// A new API key secret (256 random bits), URL-safe.
+pub fn new_key_secret() -> String {
+    URL_SAFE_NO_PAD.encode(random_bytes::<32>())
+}
+
+/// What is stored for a key secret: its SHA-256 (the secret has full entropy,
+/// so a slow hash buys nothing).
+pub fn hash_secret(secret: &str) -> Vec<u8> {
+    Sha256::digest(secret.as_bytes()).to_vec()
+}
+
+pub fn secret_matches(secret: &str, stored_hash: &[u8]) -> bool {
+    hash_secret(secret).ct_eq(stored_hash).into()
+}
+
+/// Signs cursors with a key that lives only as long as the process, so a
+/// cursor minted before a restart is rejected.
+#[derive(Clone)]
+pub struct CursorSigner {
+    key: [u8; 32],
+}
+
+impl Default for CursorSigner {
+    fn default() -> Self {
+        Self {
+            key: random_bytes::<32>(),
+        }
+    }
+}
+
+impl CursorSigner {
+    fn mac(&self) -> Hmac<Sha256> {
+        <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("HMAC takes keys of any length")
+    }
+
+    /// `payload.signature`, both base64url.
+    pub fn sign(&self, payload: &[u8]) -> String {
+        let mut mac = self.mac();
+        mac.update(payload);
+        let tag = mac.finalize().into_bytes();
+        format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(payload),
+            URL_SAFE_NO_PAD.encode(tag)
+        )
+    }
+
+    pub fn verify(&self, token: &str) -> Option<Vec<u8>> {
+        let (payload, tag) = token.split_once('.')?;
+        let payload = URL_SAFE_NO_PAD.decode(payload).ok()?;
+        let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
+        let mut mac = self.mac();
+        mac.update(&payload);
+        mac.verify_slice(&tag).ok()?;
+        Some(payload)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn master() -> MasterKey {
+        MasterKey::from_base64(&MasterKey::generate_base64()).unwrap()
+    }
+
+    #[test]
+    fn sealed_values_are_bound_to_org_task_and_field() {
+        let org = OrgId::new_v7();
+        let m = master();
+        let cipher = m.unwrap_dek(org, &m.new_wrapped_dek(org)).unwrap();
+        let (a, b) = (TaskId::new_v7(), TaskId::new_v7());
+        let sealed = cipher.seal(a, "title", b"secret title");
+        assert!(!sealed.windows(6).any(|w| w == b"secret"));
+        assert_eq!(cipher.open(a, "title", &sealed).unwrap(), b"secret title");
+        assert_eq!(cipher.open(b, "title", &sealed), Err(CryptoError::Binding));
+        assert_eq!(
+            cipher.open(a, "description", &sealed),
+            Err(CryptoError::Binding)
+        );
+    }
+
+    #[test]
+    fn a_dek_opens_only_for_its_org_and_master() {
+        let (org, other) = (OrgId::new_v7(), OrgId::new_v7());
+        let m = master();
+        let wrapped = m.new_wrapped_dek(org);
+        assert!(m.unwrap_dek(other, &wrapped).is_err());
+        assert!(master().unwrap_dek(org, &wrapped).is_err());
+        assert!(MasterKey::from_base64("c2hvcnQ=").is_err());
+    }
+
+    #[test]
+    fn key_secrets_hash_and_compare() {
+        let s = new_key_secret();
+        assert!(s.len() >= 43);
+        let h = hash_secret(&s);
+        assert!(secret_matches(&s, &h));
+        assert!(!secret_matches("other", &h));
+    }
+
+    #[test]
+    fn cursors_verify_only_with_their_signer() {
+        let signer = CursorSigner::default();
+        let token = signer.sign(b"page-2");
+        assert_eq!(signer.verify(&token).unwrap(), b"page-2");
+        assert!(CursorSigner::default().verify(&token).is_none());
+        let tampered = token.replacen('.', "x.", 1);
+        assert!(signer.verify(&tampered).is_none());
+    }
+}

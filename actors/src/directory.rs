@@ -1,0 +1,90 @@
+//! The org directory: each org's record and content cipher, cached.
+//!
+//! Shared by the org actors and the read path. The record changes only
+//! through the operator API, which writes the store first and then refreshes
+//! the entry here.
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+
+use crate::crypto::{MasterKey, OrgCipher};
+use crate::domain::account::{Encryption, OrgRecord};
+use crate::domain::OrgId;
+use crate::error::EngineError;
+use crate::store::Store;
+
+#[derive(Debug)]
+pub struct OrgEntry {
+    pub record: OrgRecord,
+    pub cipher: OrgCipher,
+}
+
+pub struct OrgDirectory {
+    store: Store,
+    master: MasterKey,
+    entries: DashMap<OrgId, Arc<OrgEntry>>,
+}
+
+impl OrgDirectory {
+    pub fn new(store: Store, master: MasterKey) -> Self {
+        Self {
+            store,
+            master,
+            entries: DashMap::new(),
+        }
+    }
+
+    pub fn master(&self) -> &MasterKey {
+        &self.master
+    }
+
+    /// The org's entry, loading it on first use; `NotFound` for no such org.
+    pub async fn get(&self, org: OrgId) -> Result<Arc<OrgEntry>, EngineError> {
+        if let Some(e) = self.entries.get(&org) {
+            return Ok(e.clone());
+        }
+        let record = self
+            .store
+            .get_org(org)
+            .await?
+            .ok_or_else(|| EngineError::NotFound("organization not found".into()))?;
+        let entry = Arc::new(self.entry_for(record)?);
+        self.entries.insert(org, entry.clone());
+        Ok(entry)
+    }
+
+    pub fn entry_for(&self, record: OrgRecord) -> Result<OrgEntry, EngineError> {
+        let cipher = match (record.encryption, &record.wrapped_dek) {
+            (Encryption::Byok, _) => OrgCipher::client_encrypted(record.org_id),
+            (Encryption::Managed, Some(wrapped)) => self
+                .master
+                .unwrap_dek(record.org_id, wrapped)
+                .map_err(|_| {
+                    EngineError::Internal(format!(
+                        "the data key of org {} does not open with this master key",
+                        record.org_id
+                    ))
+                })?,
+            (Encryption::Managed, None) => {
+                return Err(EngineError::Internal(format!(
+                    "managed org {} has no data key",
+                    record.org_id
+                )))
+            }
+        };
+        Ok(OrgEntry { record, cipher })
+    }
+
+    /// The cached entry, if loaded.
+    pub fn cached(&self, org: OrgId) -> Option<Arc<OrgEntry>> {
+        self.entries.get(&org).map(|e| e.clone())
+    }
+
+    /// Replaces the cached entry after the store was updated.
+    pub fn refresh(&self, record: OrgRecord) -> Result<Arc<OrgEntry>, EngineError> {
+        let entry = Arc::new(self.entry_for(record)?);
+        self.entries.insert(entry.record.org_id, entry.clone());
+        Ok(entry)
+    }
+}

@@ -1,0 +1,86 @@
+//! Identifier newtypes. All ids are UUIDs rendered as canonical lowercase
+//! hyphenated strings; server-minted ones are UUID v7 (time ordered).
+
+use std::fmt;
+use std::str::FromStr;
+
+use uuid::Uuid;
+
+macro_rules! uuid_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub Uuid);
+
+        impl $name {
+            pub fn new_v7() -> Self {
+                Self(Uuid::now_v7())
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(&self.0.hyphenated(), f)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = ();
+            /// Accepts only the canonical hyphenated form (either case).
+            fn from_str(s: &str) -> Result<Self, ()> {
+                if s.len() != 36 {
+                    return Err(());
+                }
+                Uuid::parse_str(s).map(Self).map_err(|_| ())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+    };
+}
+
+uuid_id!(
+    /// An organization: the unit of isolation, quota and actor ownership.
+    OrgId
+);
+uuid_id!(
+    /// A task.
+    TaskId
+);
+uuid_id!(
+    /// An API key's public identifier (the secret is separate).
+    KeyId
+);
+
+impl TaskId {
+    /// A client-minted id must already be canonical: lowercase and hyphenated.
+    pub fn parse_canonical(s: &str) -> Option<Self> {
+        let id: Self = s.parse().ok()?;
+        (id.to_string() == s).then_some(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_only_hyphenated_uuids() {
+        let s = "0190a0c2-7f3e-7c1a-9b2d-3e4f5a6b7c8d";
+        assert_eq!(s.parse::<TaskId>().unwrap().to_string(), s);
+        assert!("0190a0c27f3e7c1a9b2d3e4f5a6b7c8d"
+            .parse::<TaskId>()
+            .is_err());
+        assert!("not-a-uuid".parse::<TaskId>().is_err());
+    }
+
+    #[test]
+    fn canonical_ids_must_be_lowercase() {
+        assert!(TaskId::parse_canonical("0190A0C2-7F3E-7C1A-9B2D-3E4F5A6B7C8D").is_none());
+        assert!(TaskId::parse_canonical("0190a0c2-7f3e-7c1a-9b2d-3e4f5a6b7c8d").is_some());
+    }
+}

@@ -1,0 +1,101 @@
+//! Lease arithmetic and the per-org expiry queue.
+//!
+//! A lease never shortens: renewal takes the later of the current expiry and
+//! `now + lease_seconds`. The queue orders leases by expiry so the actor arms
+//! one timer for the earliest, not one per task.
+
+use std::collections::BTreeSet;
+
+use uuid::Uuid;
+
+use super::{Lease, TaskId};
+
+pub fn grant(now_ms: i64, seconds: u32) -> Lease {
+    Lease {
+        lease_id: Uuid::new_v4(),
+        expires_at: now_ms + i64::from(seconds) * 1000,
+        seconds,
+    }
+}
+
+pub fn renew(lease: Lease, now_ms: i64) -> Lease {
+    Lease {
+        expires_at: lease
+            .expires_at
+            .max(now_ms + i64::from(lease.seconds) * 1000),
+        ..lease
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct LeaseQueue {
+    by_expiry: BTreeSet<(i64, TaskId)>,
+}
+
+impl LeaseQueue {
+    pub fn insert(&mut self, expires_at: i64, task: TaskId) {
+        self.by_expiry.insert((expires_at, task));
+    }
+
+    pub fn remove(&mut self, expires_at: i64, task: TaskId) {
+        self.by_expiry.remove(&(expires_at, task));
+    }
+
+    /// The earliest expiry, to arm the timer for.
+    pub fn next_deadline(&self) -> Option<i64> {
+        self.by_expiry.first().map(|(at, _)| *at)
+    }
+
+    /// Removes and returns every task whose lease ran out at or before `now_ms`.
+    pub fn pop_expired(&mut self, now_ms: i64) -> Vec<TaskId> {
+        let mut out = Vec::new();
+        while let Some(&(at, task)) = self.by_expiry.first() {
+            if at > now_ms {
+                break;
+            }
+            self.by_expiry.pop_first();
+            out.push(task);
+        }
+        out
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_expiry.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_expiry.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewal_never_shortens() {
+        let lease = grant(1_000, 10);
+        assert_eq!(lease.expires_at, 11_000);
+        assert_eq!(renew(lease, 5_000).expires_at, 15_000);
+        let long = Lease {
+            expires_at: 100_000,
+            ..lease
+        };
+        assert_eq!(renew(long, 5_000).expires_at, 100_000);
+        assert_eq!(renew(lease, 5_000).lease_id, lease.lease_id);
+    }
+
+    #[test]
+    fn queue_pops_in_expiry_order_up_to_now() {
+        let (a, b, c) = (TaskId::new_v7(), TaskId::new_v7(), TaskId::new_v7());
+        let mut q = LeaseQueue::default();
+        q.insert(30, c);
+        q.insert(10, a);
+        q.insert(20, b);
+        assert_eq!(q.next_deadline(), Some(10));
+        assert_eq!(q.pop_expired(20), vec![a, b]);
+        assert_eq!(q.next_deadline(), Some(30));
+        q.remove(30, c);
+        assert!(q.is_empty());
+    }
+}

@@ -1,0 +1,15 @@
+//! Pure domain types and rules: no I/O, no async, unit-tested in place.
+//!
+//! The org actor applies these rules; the HTTP layer never does.
+
+pub mod account;
+mod ids;
+pub mod lease;
+pub mod order;
+mod status;
+mod task;
+pub mod validate;
+
+pub use ids::{KeyId, OrgId, TaskId};
+pub use status::TaskStatus;
+pub use task::*;

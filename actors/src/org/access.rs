@@ -1,0 +1,158 @@
+//! Members and keys inside the org actor: who may be assigned work, whose
+//! keys are live, and the tags that decide who may claim what.
+
+use std::collections::HashSet;
+
+use super::{IssuedKey, NewMember, OrgActor, OrgState};
+use crate::crypto;
+use crate::domain::account::{KeyRecord, MemberRecord, Role, Tier};
+use crate::domain::KeyId;
+use crate::error::EngineError;
+use crate::store::{WriteBatch, WriteOp};
+use crate::writer::Commit;
+
+/// The full secret a client sends: the key's id, then its random part.
+pub fn format_api_key(key_id: KeyId, secret: &str) -> String {
+    format!("tq_{}_{secret}", key_id.0.simple())
+}
+
+/// Splits an API key into its id and secret, if it has our shape.
+pub fn parse_api_key(api_key: &str) -> Option<(KeyId, &str)> {
+    let rest = api_key.strip_prefix("tq_")?;
+    let (id, secret) = rest.split_once('_')?;
+    let id = uuid::Uuid::try_parse(id).ok()?;
+    (!secret.is_empty()).then_some((KeyId(id), secret))
+}
+
+impl OrgState {
+    /// Who may be named as an assignee: a member's email or a live key's name.
+    pub(super) fn is_assignable(&self, who: &str) -> bool {
+        self.members.contains_key(who) || self.keys.values().any(|k| k.active && k.name == who)
+    }
+
+    /// Tags a create item gets when it names none.
+    pub(super) fn default_tags(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The tags a member may claim strict work for.
+    pub(super) fn effective_tags(&self, email: &str) -> HashSet<String> {
+        self.members
+            .get(email)
+            .map(|m| m.profile_tags.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn seats_taken(&self) -> i64 {
+        self.members.values().filter(|m| m.seated).count() as i64
+    }
+}
+
+impl OrgActor {
+    fn new_key(&self, state: &OrgState, email: &str, name: String) -> IssuedKey {
+        let key_id = KeyId::new_v7();
+        let secret = crypto::new_key_secret();
+        IssuedKey {
+            record: KeyRecord {
+                key_id,
+                org_id: state.org,
+                email: email.to_owned(),
+                name,
+                secret_hash: crypto::hash_secret(&secret),
+                active: true,
+                created_at: self.deps.clock.now_ms(),
+            },
+            api_key: format_api_key(key_id, &secret),
+        }
+    }
+
+    pub(super) fn add_member(
+        &self,
+        state: &mut OrgState,
+        new: NewMember,
+    ) -> Result<(MemberRecord, IssuedKey, Commit), EngineError> {
+        if state.members.contains_key(&new.email) {
+            return Err(EngineError::Conflict(format!(
+                "{} is already a member of this org",
+                new.email
+            )));
+        }
+        let record = &state.entry.record;
+        let seat_billed = matches!(record.tier, Tier::Pro | Tier::Enterprise);
+        let member = MemberRecord {
+            org_id: state.org,
+            email: new.email.clone(),
+            role: new.role,
+            seated: new.role == Role::Owner || (seat_billed && state.seats_taken() < record.seats),
+            profile_tags: Vec::new(),
+            joined_at: self.deps.clock.now_ms(),
+        };
+        let key = self.new_key(
+            state,
+            &new.email,
+            new.key_name.unwrap_or_else(|| new.email.clone()),
+        );
+        let commit = self.deps.writers.submit(WriteBatch {
+            org: state.org,
+            ops: vec![
+                WriteOp::InsertMember(member.clone()),
+                WriteOp::InsertKey(key.record.clone()),
+            ],
+        });
+        state.members.insert(member.email.clone(), member.clone());
+        state.keys.insert(key.record.key_id, key.record.clone());
+        Ok((member, key, commit))
+    }
+
+    pub(super) fn issue_key(
+        &self,
+        state: &mut OrgState,
+        email: &str,
+        name: Option<String>,
+    ) -> Result<(IssuedKey, Commit), EngineError> {
+        if !state.members.contains_key(email) {
+            return Err(EngineError::NotFound(format!(
+                "{email} is not a member of this org"
+            )));
+        }
+        let key = self.new_key(state, email, name.unwrap_or_else(|| email.to_owned()));
+        let commit = self.deps.writers.submit(WriteBatch {
+            org: state.org,
+            ops: vec![WriteOp::InsertKey(key.record.clone())],
+        });
+        state.keys.insert(key.record.key_id, key.record.clone());
+        Ok((key, commit))
+    }
+
+    pub(super) fn revoke_key(
+        &self,
+        state: &mut OrgState,
+        email: &str,
+        key_id: KeyId,
+    ) -> Result<Commit, EngineError> {
+        let key = state
+            .keys
+            .get_mut(&key_id)
+            .filter(|k| k.email == email)
+            .ok_or_else(|| EngineError::NotFound("key not found".into()))?;
+        key.active = false;
+        Ok(self.deps.writers.submit(WriteBatch {
+            org: state.org,
+            ops: vec![WriteOp::DeactivateKey(key_id)],
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_keys_round_trip() {
+        let id = KeyId::new_v7();
+        let key = format_api_key(id, "s3cret");
+        assert_eq!(parse_api_key(&key), Some((id, "s3cret")));
+        assert_eq!(parse_api_key("nope"), None);
+        assert_eq!(parse_api_key(&format!("tq_{}_", id.0.simple())), None);
+    }
+}

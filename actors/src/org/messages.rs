@@ -1,0 +1,104 @@
+//! The org actor's messages and what it answers.
+
+use ractor::RpcReplyPort;
+use serde::Serialize;
+
+use crate::domain::account::{Caller, KeyRecord, MemberRecord, Role};
+use crate::domain::{ClaimRequest, KeyId, Lease, NewTask, TaskId, TaskStatus, TaskUpdate};
+use crate::error::EngineError;
+use crate::writer::Commit;
+
+pub type Reply<T> = RpcReplyPort<Result<T, EngineError>>;
+
+#[derive(Debug)]
+pub enum OrgMsg {
+    CreateTasks(Caller, Vec<NewTask>, Reply<(Vec<CreatedItem>, Commit)>),
+    UpdateTasks(Caller, Vec<TaskUpdate>, Reply<(UpdateOutcome, Commit)>),
+    ClaimNext(Caller, ClaimRequest, Reply<Option<(Claimed, Commit)>>),
+    AddMember(NewMember, Reply<(MemberRecord, IssuedKey, Commit)>),
+    /// Issues a key for an existing member (`POST /keys`, operator key reset).
+    IssueKey(String, Option<String>, Reply<(IssuedKey, Commit)>),
+    /// Revokes one of the member's (`email`) keys.
+    RevokeKey(String, KeyId, Reply<Commit>),
+
+    // Internal, reply-less.
+    LeaseTick,
+    IdleTick,
+    #[cfg(feature = "test-hooks")]
+    Crash,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewMember {
+    pub email: String,
+    pub role: Role,
+    pub key_name: Option<String>,
+}
+
+/// A new key: its record and the secret, shown once.
+#[derive(Debug, Clone)]
+pub struct IssuedKey {
+    pub record: KeyRecord,
+    pub api_key: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CreatedItem {
+    #[serde(rename = "ref")]
+    pub reference: Option<String>,
+    pub task_id: TaskId,
+    pub status: TaskStatus,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum UpdateResult {
+    Applied {
+        task_id: TaskId,
+        status: TaskStatus,
+        updated_at: String,
+    },
+    Failed {
+        task_id: TaskId,
+        error: &'static str,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct UpdateOutcome {
+    pub results: Vec<UpdateResult>,
+}
+
+impl UpdateOutcome {
+    pub fn applied(&self) -> usize {
+        self.results
+            .iter()
+            .filter(|r| matches!(r, UpdateResult::Applied { .. }))
+            .count()
+    }
+
+    pub fn partial(&self) -> bool {
+        self.applied() < self.results.len()
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Claimed {
+    pub task_id: TaskId,
+    pub lease: Lease,
+}
+
+impl serde::Serialize for TaskStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Per-item error strings fixed by the contract.
+pub mod item_error {
+    pub const INVALID_TRANSITION: &str = "Invalid status transition";
+    pub const ASSIGNEE_REQUIRED: &str = "assignee required";
+    pub const LEASE_LOST: &str = "lease lost";
+    pub const TASK_NOT_FOUND: &str = "task not found";
+}

@@ -1,0 +1,252 @@
+//! The org actor: single owner of one org's hot state.
+//!
+//! It holds the headers of the org's open tasks (never their content), the
+//! pending queue in claim order, the leases ordered by expiry with one timer
+//! for the earliest, the blocker-to-dependents links, and the org's members
+//! and keys. Every state change of the org passes through its mailbox, so
+//! changes are totally ordered without locks. It applies a change in memory,
+//! hands the rows to the group-commit writer and answers with a `Commit` the
+//! caller awaits; the actor itself never waits for a commit.
+//!
+//! Finished tasks leave memory; when a message needs one (an update of a
+//! completed task, a blocker's status) the actor waits for its own queued
+//! writes to commit (`Writers::barrier`) and reads the store.
+//!
+//! The state is a cache of the store: the actor can be stopped when idle and
+//! is rebuilt from the store when it starts or restarts.
+
+mod access;
+mod messages;
+mod tasks;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+pub use access::{format_api_key, parse_api_key};
+pub use messages::*;
+
+use crate::clock::Clock;
+use crate::directory::{OrgDirectory, OrgEntry};
+use crate::domain::account::{KeyRecord, MemberRecord};
+use crate::domain::lease::LeaseQueue;
+use crate::domain::order::PendingIndex;
+use crate::domain::{KeyId, OrgId, TaskHeader, TaskId, TaskStatus};
+use crate::store::Store;
+use crate::supervisor::SupervisorMsg;
+use crate::writer::Writers;
+
+/// What every org actor shares with the rest of the engine.
+#[derive(Clone)]
+pub struct OrgDeps {
+    pub store: Store,
+    pub writers: Writers,
+    pub directory: Arc<OrgDirectory>,
+    pub clock: Arc<dyn Clock>,
+    pub idle_after: Duration,
+}
+
+pub struct OrgActor {
+    pub deps: OrgDeps,
+    pub supervisor: ActorRef<SupervisorMsg>,
+}
+
+pub struct OrgState {
+    org: OrgId,
+    entry: Arc<OrgEntry>,
+    /// Open tasks (pending, paused, in_progress, feedback, blocked).
+    tasks: HashMap<TaskId, TaskHeader>,
+    pending: PendingIndex,
+    leases: LeaseQueue,
+    /// Blocker -> its `blocked` dependents.
+    dependents: HashMap<TaskId, Vec<TaskId>>,
+    members: HashMap<String, MemberRecord>,
+    keys: HashMap<KeyId, KeyRecord>,
+    /// When the armed lease timer fires, if one is armed.
+    lease_timer_at: Option<i64>,
+    /// Tags that only members carrying them may claim (from the vocabulary).
+    strict_tags: HashSet<String>,
+    last_active: Instant,
+    retiring: bool,
+    /// Memory may be ahead of the store after a failed message: restart.
+    needs_reload: bool,
+}
+
+impl OrgState {
+    fn index_insert(&mut self, h: &TaskHeader) {
+        if h.status == TaskStatus::Pending {
+            self.pending
+                .insert((h.priority, h.created_at, h.task_id), &h.tags);
+        }
+        if let Some(lease) = h.lease {
+            self.leases.insert(lease.expires_at, h.task_id);
+        }
+        if h.status == TaskStatus::Blocked {
+            for b in &h.blocked_by {
+                self.dependents.entry(*b).or_default().push(h.task_id);
+            }
+        }
+    }
+
+    fn index_remove(&mut self, h: &TaskHeader) {
+        if h.status == TaskStatus::Pending {
+            self.pending
+                .remove(&(h.priority, h.created_at, h.task_id), &h.tags);
+        }
+        if let Some(lease) = h.lease {
+            self.leases.remove(lease.expires_at, h.task_id);
+        }
+        if h.status == TaskStatus::Blocked {
+            for b in &h.blocked_by {
+                if let Some(list) = self.dependents.get_mut(b) {
+                    list.retain(|d| *d != h.task_id);
+                    if list.is_empty() {
+                        self.dependents.remove(b);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Actor for OrgActor {
+    type Msg = OrgMsg;
+    type State = OrgState;
+    type Arguments = OrgId;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<OrgMsg>,
+        org: OrgId,
+    ) -> Result<OrgState, ActorProcessingErr> {
+        // Cheap on purpose: the supervisor waits for this. The state is loaded
+        // in `post_start`, while messages queue.
+        let entry = self.deps.directory.get(org).await?;
+        Ok(OrgState {
+            org,
+            entry,
+            tasks: HashMap::new(),
+            pending: PendingIndex::default(),
+            leases: LeaseQueue::default(),
+            dependents: HashMap::new(),
+            members: HashMap::new(),
+            keys: HashMap::new(),
+            lease_timer_at: None,
+            strict_tags: HashSet::new(),
+            last_active: Instant::now(),
+            retiring: false,
+            needs_reload: false,
+        })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<OrgMsg>,
+        state: &mut OrgState,
+    ) -> Result<(), ActorProcessingErr> {
+        let deps = &self.deps;
+        let org = state.org;
+        // Every batch of a previous incarnation is committed before we read.
+        deps.writers.reopen(org).await?;
+        let headers = deps.store.open_task_headers(org).await?;
+        for h in headers {
+            state.index_insert(&h);
+            state.tasks.insert(h.task_id, h);
+        }
+        for m in deps.store.org_members(org).await? {
+            state.members.insert(m.email.clone(), m);
+        }
+        for k in deps.store.org_keys(org).await? {
+            state.keys.insert(k.key_id, k);
+        }
+        tracing::info!(org_id = %org, open_tasks = state.tasks.len(), "org actor started");
+        self.expire_leases(&myself, state);
+        let period = (deps.idle_after / 2).max(Duration::from_millis(200));
+        myself.send_interval(period, || OrgMsg::IdleTick);
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<OrgMsg>,
+        state: &mut OrgState,
+    ) -> Result<(), ActorProcessingErr> {
+        tracing::info!(org_id = %state.org, "org actor stopped");
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<OrgMsg>,
+        msg: OrgMsg,
+        state: &mut OrgState,
+    ) -> Result<(), ActorProcessingErr> {
+        if !matches!(msg, OrgMsg::IdleTick | OrgMsg::LeaseTick) {
+            state.last_active = Instant::now();
+        }
+        if let Some(entry) = self.deps.directory.cached(state.org) {
+            state.entry = entry;
+        }
+        match msg {
+            OrgMsg::CreateTasks(caller, items, reply) => {
+                let _ = reply.send(self.create_tasks(state, &caller, items).await);
+            }
+            OrgMsg::UpdateTasks(caller, items, reply) => {
+                let _ = reply.send(self.update_tasks(state, &caller, items).await);
+            }
+            OrgMsg::ClaimNext(caller, request, reply) => {
+                let _ = reply.send(Ok(self.claim_next(state, &caller, &request)));
+            }
+            OrgMsg::AddMember(member, reply) => {
+                let _ = reply.send(self.add_member(state, member));
+            }
+            OrgMsg::IssueKey(email, name, reply) => {
+                let _ = reply.send(self.issue_key(state, &email, name));
+            }
+            OrgMsg::RevokeKey(email, key_id, reply) => {
+                let _ = reply.send(self.revoke_key(state, &email, key_id));
+            }
+            OrgMsg::LeaseTick => {
+                state.lease_timer_at = None;
+                self.expire_leases(&myself, state);
+            }
+            OrgMsg::IdleTick => {
+                if !state.retiring
+                    && state.leases.is_empty()
+                    && state.last_active.elapsed() >= self.deps.idle_after
+                {
+                    state.retiring = true;
+                    tracing::info!(org_id = %state.org, "org actor idle; asking to stop");
+                    let _ = self
+                        .supervisor
+                        .cast(SupervisorMsg::Idle(state.org, myself.get_id()));
+                }
+            }
+            #[cfg(feature = "test-hooks")]
+            OrgMsg::Crash => panic!("org actor crash requested by a test hook"),
+        }
+        if state.needs_reload {
+            return Err(format!("org {} must reload its state from the store", state.org).into());
+        }
+        self.arm_lease_timer(&myself, state);
+        Ok(())
+    }
+}
+
+impl OrgActor {
+    /// Arms the single lease timer for the earliest expiry, unless one that
+    /// fires no later is already armed.
+    fn arm_lease_timer(&self, myself: &ActorRef<OrgMsg>, state: &mut OrgState) {
+        let Some(next) = state.leases.next_deadline() else {
+            return;
+        };
+        if state.lease_timer_at.is_some_and(|at| at <= next) {
+            return;
+        }
+        let wait_ms = (next - self.deps.clock.now_ms()).max(0) as u64 + 1;
+        myself.send_after(Duration::from_millis(wait_ms), || OrgMsg::LeaseTick);
+        state.lease_timer_at = Some(next);
+    }
+}

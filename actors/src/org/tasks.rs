@@ -1,0 +1,666 @@
+//! Task changes inside the org actor: create, update, claim, lease expiry
+//! and the dependency cascades. Each message builds one `Work`, applies it to
+//! memory and submits it to the writer as one batch.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Map, Value};
+
+use super::{
+    item_error, Claimed, CreatedItem, OrgActor, OrgMsg, OrgState, UpdateOutcome, UpdateResult,
+};
+use crate::clock::format_ms;
+use crate::domain::account::Caller;
+use crate::domain::lease;
+use crate::domain::{
+    BlockerRef, ClaimRequest, ContentField, NewTask, StoredEvent, StoredTask, TaskHeader, TaskId,
+    TaskStatus, TaskUpdate,
+};
+use crate::error::{EngineError, ValidationError};
+use crate::store::{WriteBatch, WriteOp};
+use crate::writer::Commit;
+
+pub const SYSTEM_AGENT: &str = "system";
+
+/// The changes of one message, before they are submitted.
+#[derive(Default)]
+struct Work {
+    /// Finished tasks read from the store, or finished by this message.
+    loaded: HashMap<TaskId, TaskHeader>,
+    inserted: Vec<StoredTask>,
+    changed: Vec<TaskId>,
+    content: Vec<WriteOp>,
+    events: Vec<StoredEvent>,
+}
+
+impl Work {
+    fn header<'a>(&'a self, state: &'a OrgState, id: TaskId) -> Option<&'a TaskHeader> {
+        state.tasks.get(&id).or_else(|| self.loaded.get(&id))
+    }
+
+    /// Whether `id` is a live blocker (not completed); `None` if unknown.
+    fn is_live(&self, state: &OrgState, id: TaskId) -> Option<bool> {
+        if state.tasks.contains_key(&id) {
+            return Some(true);
+        }
+        self.loaded
+            .get(&id)
+            .map(|h| h.status != TaskStatus::Completed)
+    }
+
+    /// Stores the new header of an existing task in memory.
+    fn put(&mut self, state: &mut OrgState, h: TaskHeader) {
+        if let Some(old) = state.tasks.remove(&h.task_id) {
+            state.index_remove(&old);
+        }
+        if !self.changed.contains(&h.task_id) {
+            self.changed.push(h.task_id);
+        }
+        if h.status.is_terminal() {
+            self.loaded.insert(h.task_id, h);
+        } else {
+            self.loaded.remove(&h.task_id);
+            state.index_insert(&h);
+            state.tasks.insert(h.task_id, h);
+        }
+    }
+
+    fn seal(&self, state: &OrgState, task: TaskId, field: ContentField, value: &Value) -> Vec<u8> {
+        let bytes = serde_json::to_vec(value).expect("JSON values serialize");
+        state.entry.cipher.seal(task, field.name(), &bytes)
+    }
+
+    fn set_content(
+        &mut self,
+        state: &OrgState,
+        task: TaskId,
+        field: ContentField,
+        value: Option<&Value>,
+    ) {
+        let value = value.map(|v| self.seal(state, task, field, v));
+        self.content.push(WriteOp::SetContent {
+            task_id: task,
+            field,
+            value,
+        });
+    }
+
+    /// Moves `h` to `to` and records the state event.
+    fn transition(
+        &mut self,
+        state: &OrgState,
+        h: &mut TaskHeader,
+        to: TaskStatus,
+        agent: &str,
+        note: Option<&str>,
+        now: i64,
+    ) {
+        let from = h.status;
+        h.status = to;
+        h.updated_at = now;
+        if to != TaskStatus::InProgress {
+            h.lease = None;
+        }
+        self.events.push(StoredEvent {
+            task_id: h.task_id,
+            from_status: Some(from),
+            to_status: to,
+            agent_id: agent.to_owned(),
+            at: now,
+            note: note.map(|n| {
+                state
+                    .entry
+                    .cipher
+                    .seal(h.task_id, ContentField::Note.name(), n.as_bytes())
+            }),
+        });
+    }
+
+    fn into_batch(self, state: &OrgState) -> WriteBatch {
+        let mut ops = Vec::with_capacity(4 + self.changed.len() + self.content.len());
+        if !self.inserted.is_empty() {
+            ops.push(WriteOp::InsertTasks(self.inserted));
+        }
+        for id in &self.changed {
+            if let Some(h) = state.tasks.get(id).or_else(|| self.loaded.get(id)) {
+                ops.push(WriteOp::UpdateHeader(h.clone()));
+            }
+        }
+        ops.extend(self.content);
+        if !self.events.is_empty() {
+            ops.push(WriteOp::InsertEvents(self.events));
+        }
+        WriteBatch {
+            org: state.org,
+            ops,
+        }
+    }
+}
+
+impl OrgActor {
+    fn now(&self) -> i64 {
+        self.deps.clock.now_ms()
+    }
+
+    /// Reads the headers of tasks not in memory, after this org's queued
+    /// writes have committed.
+    async fn load(
+        &self,
+        state: &OrgState,
+        work: &mut Work,
+        ids: impl IntoIterator<Item = TaskId>,
+    ) -> Result<(), EngineError> {
+        let mut missing: Vec<TaskId> = ids
+            .into_iter()
+            .filter(|id| !state.tasks.contains_key(id) && !work.loaded.contains_key(id))
+            .collect();
+        missing.sort();
+        missing.dedup();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        self.deps.writers.barrier(state.org).await?;
+        for h in self.deps.store.task_headers(state.org, &missing).await? {
+            work.loaded.insert(h.task_id, h);
+        }
+        Ok(())
+    }
+
+    fn submit(&self, state: &OrgState, work: Work) -> Commit {
+        self.deps.writers.submit(work.into_batch(state))
+    }
+
+    pub(super) async fn create_tasks(
+        &self,
+        state: &mut OrgState,
+        caller: &Caller,
+        items: Vec<NewTask>,
+    ) -> Result<(Vec<CreatedItem>, Commit), EngineError> {
+        let now = self.now();
+        let mut work = Work::default();
+        let ids: Vec<TaskId> = items
+            .iter()
+            .map(|i| i.task_id.unwrap_or_else(TaskId::new_v7))
+            .collect();
+        let in_call: HashSet<TaskId> = ids.iter().copied().collect();
+
+        for id in items.iter().filter_map(|i| i.task_id) {
+            if state.tasks.contains_key(&id) {
+                return Err(EngineError::TaskIdExists(id));
+            }
+        }
+        let mut lookups: Vec<TaskId> = items.iter().filter_map(|i| i.task_id).collect();
+        for item in &items {
+            lookups.extend(item.parent.filter(|p| !in_call.contains(p)));
+            lookups.extend(item.blocked_by.iter().filter_map(|b| match b {
+                BlockerRef::Task(id) if !in_call.contains(id) => Some(*id),
+                _ => None,
+            }));
+        }
+        self.load(state, &mut work, lookups).await?;
+        for id in items.iter().filter_map(|i| i.task_id) {
+            if work.loaded.contains_key(&id) {
+                return Err(EngineError::TaskIdExists(id));
+            }
+        }
+        let refs: HashMap<&str, TaskId> = items
+            .iter()
+            .zip(&ids)
+            .filter_map(|(i, id)| i.reference.as_deref().map(|r| (r, *id)))
+            .collect();
+        let mut resolved: Vec<Vec<TaskId>> = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            if let Some(p) = item.parent {
+                if !in_call.contains(&p) && work.header(state, p).is_none() {
+                    return Err(ValidationError::field(
+                        format!("tasks[{i}].parent_task_id"),
+                        format!("unknown task {p}"),
+                    )
+                    .into());
+                }
+            }
+            if let Some(a) = &item.assignee {
+                if !state.is_assignable(a) {
+                    return Err(ValidationError::field(
+                        format!("tasks[{i}].assignee"),
+                        format!("'{a}' is not an active member of this org"),
+                    )
+                    .into());
+                }
+            }
+            let mut blockers = Vec::with_capacity(item.blocked_by.len());
+            for b in &item.blocked_by {
+                let id = match b {
+                    BlockerRef::Ref(name) => refs[name.as_str()],
+                    BlockerRef::Task(id) => *id,
+                };
+                if !in_call.contains(&id) && work.header(state, id).is_none() {
+                    return Err(ValidationError::field(
+                        format!("tasks[{i}].blocked_by"),
+                        format!("unknown task {id}"),
+                    )
+                    .into());
+                }
+                if !blockers.contains(&id) {
+                    blockers.push(id);
+                }
+            }
+            resolved.push(blockers);
+        }
+
+        let mut results = Vec::with_capacity(items.len());
+        for ((item, id), blocked_by) in items.into_iter().zip(ids).zip(resolved) {
+            let live = blocked_by
+                .iter()
+                .any(|b| in_call.contains(b) || work.is_live(state, *b) == Some(true));
+            let status = if live {
+                TaskStatus::Blocked
+            } else {
+                TaskStatus::Pending
+            };
+            let header = TaskHeader {
+                task_id: id,
+                status,
+                priority: item.priority,
+                created_at: now,
+                updated_at: now,
+                assignee: item.assignee,
+                tags: item.tags.unwrap_or_else(|| state.default_tags()),
+                blocked_by,
+                parent: item.parent,
+                lease: None,
+            };
+            let stored = StoredTask {
+                title: work.seal(state, id, ContentField::Title, &item.title),
+                description: item
+                    .description
+                    .as_ref()
+                    .map(|d| work.seal(state, id, ContentField::Description, d)),
+                metadata: item
+                    .metadata
+                    .as_ref()
+                    .map(|m| work.seal(state, id, ContentField::Metadata, m)),
+                output: None,
+                header,
+            };
+            work.events.push(StoredEvent {
+                task_id: id,
+                from_status: None,
+                to_status: status,
+                agent_id: caller.key_name.clone(),
+                at: now,
+                note: None,
+            });
+            results.push(CreatedItem {
+                reference: item.reference,
+                task_id: id,
+                status,
+                created_at: format_ms(now),
+            });
+            work.inserted.push(stored);
+        }
+        for t in &work.inserted {
+            state.index_insert(&t.header);
+            state.tasks.insert(t.header.task_id, t.header.clone());
+        }
+        Ok((results, self.submit(state, work)))
+    }
+
+    /// Validation that needs the org's state; runs before anything applies.
+    fn check_updates(
+        &self,
+        state: &OrgState,
+        work: &Work,
+        items: &[TaskUpdate],
+    ) -> Result<(), ValidationError> {
+        for (i, u) in items.iter().enumerate() {
+            let id = u.task_id.expect("validated");
+            if let Some(Some(a)) = &u.assignee {
+                if !state.is_assignable(a) {
+                    return Err(ValidationError::field(
+                        format!("updates[{i}].assignee"),
+                        format!("'{a}' is not an active member of this org"),
+                    ));
+                }
+            }
+            for b in u.blocked_by.iter().flatten() {
+                let field = format!("updates[{i}].blocked_by");
+                if *b == id {
+                    return Err(ValidationError::field(field, "a task cannot block itself"));
+                }
+                if work.header(state, *b).is_none() {
+                    return Err(ValidationError::field(field, format!("unknown task {b}")));
+                }
+                if reaches(state, *b, id) {
+                    return Err(ValidationError::field(
+                        field,
+                        format!("blocking on {b} would form a cycle"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn update_tasks(
+        &self,
+        state: &mut OrgState,
+        caller: &Caller,
+        items: Vec<TaskUpdate>,
+    ) -> Result<(UpdateOutcome, Commit), EngineError> {
+        let now = self.now();
+        let mut work = Work::default();
+        let lookups: Vec<TaskId> = items
+            .iter()
+            .flat_map(|u| {
+                u.task_id
+                    .into_iter()
+                    .chain(u.blocked_by.iter().flatten().copied())
+            })
+            .collect();
+        self.load(state, &mut work, lookups).await?;
+        self.check_updates(state, &work, &items)?;
+        let mut metadata = self.current_metadata(state, &work, &items).await?;
+        // From here on memory changes; a failure must restart the actor.
+        let mut results = Vec::with_capacity(items.len());
+        for u in &items {
+            let id = u.task_id.expect("validated");
+            let (result, moved_to) =
+                self.apply_update(state, &mut work, caller, u, &mut metadata, now);
+            if let Some(to) = moved_to.filter(|s| s.is_terminal()) {
+                if let Err(e) = self.after_finish(state, &mut work, id, to, now).await {
+                    state.needs_reload = true;
+                    return Err(e);
+                }
+            }
+            results.push(result);
+        }
+        Ok((UpdateOutcome { results }, self.submit(state, work)))
+    }
+
+    /// Current metadata of the tasks whose items merge into it.
+    async fn current_metadata(
+        &self,
+        state: &OrgState,
+        work: &Work,
+        items: &[TaskUpdate],
+    ) -> Result<HashMap<TaskId, Map<String, Value>>, EngineError> {
+        let mut ids: Vec<TaskId> = items
+            .iter()
+            .filter(|u| u.metadata.is_some())
+            .filter_map(|u| u.task_id)
+            .filter(|id| work.header(state, *id).is_some())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        let mut out = HashMap::new();
+        if ids.is_empty() {
+            return Ok(out);
+        }
+        self.deps.writers.barrier(state.org).await?;
+        for t in self.deps.store.tasks(state.org, &ids).await? {
+            let id = t.header.task_id;
+            let map = match t.metadata {
+                None => Map::new(),
+                Some(sealed) => {
+                    let bytes = state
+                        .entry
+                        .cipher
+                        .open(id, ContentField::Metadata.name(), &sealed)
+                        .map_err(|_| EngineError::CiphertextBinding {
+                            task_id: id,
+                            field: "metadata",
+                        })?;
+                    match serde_json::from_slice(&bytes) {
+                        Ok(Value::Object(m)) => m,
+                        _ => Map::new(),
+                    }
+                }
+            };
+            out.insert(id, map);
+        }
+        Ok(out)
+    }
+
+    fn apply_update(
+        &self,
+        state: &mut OrgState,
+        work: &mut Work,
+        caller: &Caller,
+        u: &TaskUpdate,
+        metadata: &mut HashMap<TaskId, Map<String, Value>>,
+        now: i64,
+    ) -> (UpdateResult, Option<TaskStatus>) {
+        let id = u.task_id.expect("validated");
+        let failed = |error| (UpdateResult::Failed { task_id: id, error }, None);
+        let Some(current) = work.header(state, id).cloned() else {
+            return failed(item_error::TASK_NOT_FOUND);
+        };
+        if let Some(lease_id) = u.lease_id {
+            if current.lease.map(|l| l.lease_id) != Some(lease_id) {
+                return failed(item_error::LEASE_LOST);
+            }
+        }
+        let mut h = current.clone();
+        if let Some(p) = u.priority {
+            h.priority = p;
+        }
+        if let Some(tags) = &u.tags {
+            h.tags = tags.clone();
+        }
+        if let Some(a) = &u.assignee {
+            h.assignee = a.clone();
+        }
+        if let Some(b) = &u.blocked_by {
+            h.blocked_by = b.clone();
+        }
+        let has_live = h
+            .blocked_by
+            .iter()
+            .any(|b| work.is_live(state, *b) == Some(true));
+        let target = match u.status {
+            Some(to) if to != current.status => {
+                if !current.status.can_move_to(to, has_live) {
+                    return failed(item_error::INVALID_TRANSITION);
+                }
+                if current.status.is_holding() && h.assignee.is_none() {
+                    return failed(item_error::ASSIGNEE_REQUIRED);
+                }
+                Some(to)
+            }
+            _ if u.blocked_by.is_some() => {
+                let added_live = h.blocked_by.iter().any(|b| {
+                    !current.blocked_by.contains(b) && work.is_live(state, *b) == Some(true)
+                });
+                match current.status {
+                    TaskStatus::Pending | TaskStatus::InProgress if added_live => {
+                        Some(TaskStatus::Blocked)
+                    }
+                    TaskStatus::Blocked if !has_live => Some(TaskStatus::Pending),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+
+        if let Some(title) = &u.title {
+            work.set_content(state, id, ContentField::Title, Some(title));
+        }
+        if let Some(description) = &u.description {
+            work.set_content(state, id, ContentField::Description, description.as_ref());
+        }
+        if let Some(output) = &u.output {
+            work.set_content(state, id, ContentField::Output, Some(output));
+        }
+        if let Some(patch) = &u.metadata {
+            let merged = metadata.entry(id).or_default();
+            for (k, v) in patch {
+                merged.insert(k.clone(), v.clone());
+            }
+            let merged = Value::Object(merged.clone());
+            work.set_content(state, id, ContentField::Metadata, Some(&merged));
+        }
+        h.updated_at = now;
+        if let Some(l) = h.lease {
+            h.lease = Some(lease::renew(l, now));
+        }
+        if let Some(to) = target {
+            let agent = u.agent_id.as_deref().unwrap_or(&caller.key_name);
+            work.transition(state, &mut h, to, agent, u.note.as_deref(), now);
+        }
+        let (status, updated_at) = (h.status, h.updated_at);
+        work.put(state, h);
+        let applied = UpdateResult::Applied {
+            task_id: id,
+            status,
+            updated_at: format_ms(updated_at),
+        };
+        (applied, target)
+    }
+
+    /// Unblocks, fails or cancels the dependents of a task that just
+    /// finished, transitively, in the same batch.
+    async fn after_finish(
+        &self,
+        state: &mut OrgState,
+        work: &mut Work,
+        finished: TaskId,
+        status: TaskStatus,
+        now: i64,
+    ) -> Result<(), EngineError> {
+        let mut queue = vec![(finished, status)];
+        while let Some((blocker, status)) = queue.pop() {
+            let dependents = state.dependents.get(&blocker).cloned().unwrap_or_default();
+            if status == TaskStatus::Completed {
+                let others: Vec<TaskId> = dependents
+                    .iter()
+                    .filter_map(|d| state.tasks.get(d))
+                    .flat_map(|h| h.blocked_by.iter().copied())
+                    .collect();
+                self.load(state, work, others).await?;
+            }
+            for d in dependents {
+                let Some(mut h) = state.tasks.get(&d).cloned() else {
+                    continue;
+                };
+                if h.status != TaskStatus::Blocked {
+                    continue;
+                }
+                let (to, note) = match status {
+                    TaskStatus::Completed => {
+                        if h.blocked_by
+                            .iter()
+                            .any(|b| work.is_live(state, *b) == Some(true))
+                        {
+                            continue;
+                        }
+                        (TaskStatus::Pending, format!("blocker {blocker} completed"))
+                    }
+                    TaskStatus::Failed => (TaskStatus::Failed, format!("blocker {blocker} failed")),
+                    TaskStatus::Canceled => {
+                        (TaskStatus::Canceled, format!("blocker {blocker} canceled"))
+                    }
+                    _ => continue,
+                };
+                work.transition(state, &mut h, to, SYSTEM_AGENT, Some(&note), now);
+                work.put(state, h);
+                if to.is_terminal() {
+                    queue.push((d, to));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn claim_next(
+        &self,
+        state: &mut OrgState,
+        caller: &Caller,
+        request: &ClaimRequest,
+    ) -> Option<(Claimed, Commit)> {
+        let allowed = state.effective_tags(&caller.email);
+        let tasks = &state.tasks;
+        let strict = &state.strict_tags;
+        let key = state.pending.first_matching(&request.tags, |k| {
+            strict.is_empty()
+                || tasks.get(&k.2).is_none_or(|h| {
+                    h.tags
+                        .iter()
+                        .all(|t| !strict.contains(t) || allowed.contains(t))
+                })
+        })?;
+        let now = self.now();
+        let mut work = Work::default();
+        let mut h = state.tasks.get(&key.2)?.clone();
+        h.assignee = Some(caller.key_name.clone());
+        work.transition(
+            state,
+            &mut h,
+            TaskStatus::InProgress,
+            &caller.key_name,
+            None,
+            now,
+        );
+        let lease = lease::grant(now, request.lease_seconds);
+        h.lease = Some(lease);
+        let task_id = h.task_id;
+        work.put(state, h);
+        Some((Claimed { task_id, lease }, self.submit(state, work)))
+    }
+
+    /// Returns every task whose lease ran out to `pending`.
+    pub(super) fn expire_leases(&self, _myself: &ractor::ActorRef<OrgMsg>, state: &mut OrgState) {
+        let now = self.now();
+        let expired = state.leases.pop_expired(now);
+        if expired.is_empty() {
+            return;
+        }
+        let mut work = Work::default();
+        for id in expired {
+            let Some(mut h) = state.tasks.get(&id).cloned() else {
+                continue;
+            };
+            if h.lease.is_none_or(|l| l.expires_at > now) {
+                continue;
+            }
+            h.assignee = None;
+            work.transition(
+                state,
+                &mut h,
+                TaskStatus::Pending,
+                SYSTEM_AGENT,
+                Some("lease expired"),
+                now,
+            );
+            work.put(state, h);
+        }
+        let org = state.org;
+        let count = work.changed.len();
+        let commit = self.submit(state, work);
+        tokio::spawn(async move {
+            match commit.await {
+                Ok(Ok(())) => tracing::info!(org_id = %org, count, "leases expired"),
+                Ok(Err(e)) => tracing::warn!(org_id = %org, error = %e, "lease expiry not stored"),
+                Err(_) => tracing::warn!(org_id = %org, "lease expiry not stored: writer gone"),
+            }
+        });
+    }
+}
+
+/// Whether `to` is reachable from `from` through `blocked_by` links of open tasks.
+fn reaches(state: &OrgState, from: TaskId, to: TaskId) -> bool {
+    let mut seen = HashSet::new();
+    let mut stack = vec![from];
+    while let Some(id) = stack.pop() {
+        if id == to {
+            return true;
+        }
+        if !seen.insert(id) {
+            continue;
+        }
+        if let Some(h) = state.tasks.get(&id) {
+            stack.extend(h.blocked_by.iter().copied());
+        }
+    }
+    false
+}

@@ -1,0 +1,586 @@
+//! Storage: the one boundary between the engine and SQL.
+//!
+//! `Store` speaks the domain (`apply` a batch of writes, load an org's open
+//! tasks, read tasks by id, list a page) and hides the backend: SQLite, the
+//! embedded default, or PostgreSQL, chosen once from the URL. The SQL is
+//! shared where the dialects agree (both accept `$n` placeholders); the few
+//! dialect-specific fragments live in `Dialect`. Every query is scoped by
+//! `org_id`. Only the engine crate touches this module.
+
+mod rows;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::QueryBuilder;
+
+use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord};
+use crate::domain::order::ListKey;
+use crate::domain::{
+    ContentField, KeyId, ListQuery, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus,
+};
+use rows::{EventRow, FullRow, HeaderRow, KeyRow, MemberRow, OrgRow};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(transparent)]
+    Sql(#[from] sqlx::Error),
+    #[error(transparent)]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("stored row is malformed: {0}")]
+    Corrupt(String),
+    #[error("an earlier write of this org failed; the org is reloading")]
+    OrgReloading,
+    #[error("the writer has stopped")]
+    WriterGone,
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// One change to persist. A `WriteBatch` of these commits atomically.
+#[derive(Debug, Clone)]
+pub enum WriteOp {
+    InsertOrg(OrgRecord),
+    InsertTasks(Vec<StoredTask>),
+    /// Overwrites every header column of an existing task.
+    UpdateHeader(TaskHeader),
+    SetContent {
+        task_id: TaskId,
+        field: ContentField,
+        value: Option<Vec<u8>>,
+    },
+    InsertEvents(Vec<StoredEvent>),
+    InsertMember(MemberRecord),
+    InsertKey(KeyRecord),
+    DeactivateKey(KeyId),
+}
+
+/// The writes of one org message: committed together or not at all.
+#[derive(Debug, Clone)]
+pub struct WriteBatch {
+    pub org: OrgId,
+    pub ops: Vec<WriteOp>,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// `synchronous=FULL` (durable against machine crashes) unless false.
+    pub sqlite_full_sync: bool,
+    pub max_connections: u32,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            sqlite_full_sync: true,
+            max_connections: 8,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Store {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to whichever backend pool this store has.
+/// The body is type-checked once per backend.
+macro_rules! on_pool {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match $store {
+            Store::Sqlite($pool) => $body,
+            Store::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// A value bound into a dynamically built query.
+enum Arg {
+    Text(String),
+    Int(i64),
+}
+
+macro_rules! bind_all {
+    ($query:expr, $args:expr) => {{
+        let mut q = $query;
+        for a in $args {
+            q = match a {
+                Arg::Text(s) => q.bind(s.clone()),
+                Arg::Int(i) => q.bind(*i),
+            };
+        }
+        q
+    }};
+}
+
+const HEADER_COLUMNS: &str = "task_id, status, priority, assignee, tags, blocked_by, \
+     parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds";
+const FULL_COLUMNS: &str = "task_id, status, priority, assignee, tags, blocked_by, \
+     parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds, \
+     title, description, metadata, output";
+
+fn placeholders(start: usize, n: usize) -> String {
+    (start..start + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Store {
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
+        if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            let connect = PgConnectOptions::from_str(url)?.options([("synchronous_commit", "on")]);
+            let pool = PgPoolOptions::new()
+                .max_connections(options.max_connections.max(4) * 2)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(connect)
+                .await?;
+            sqlx::migrate!("../migrations/postgres").run(&pool).await?;
+            Ok(Store::Postgres(pool))
+        } else {
+            let connect = SqliteConnectOptions::from_str(url)?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(if options.sqlite_full_sync {
+                    SqliteSynchronous::Full
+                } else {
+                    SqliteSynchronous::Normal
+                })
+                .busy_timeout(Duration::from_secs(10));
+            if let Some(dir) = connect.get_filename().parent() {
+                if !dir.as_os_str().is_empty() {
+                    std::fs::create_dir_all(dir).map_err(sqlx::Error::Io)?;
+                }
+            }
+            let pool = SqlitePoolOptions::new()
+                .max_connections(options.max_connections)
+                .min_connections(1)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(connect)
+                .await?;
+            sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
+            Ok(Store::Sqlite(pool))
+        }
+    }
+
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Store::Sqlite(_) => "sqlite",
+            Store::Postgres(_) => "postgres",
+        }
+    }
+
+    /// How many group-commit writers this backend benefits from. SQLite has
+    /// one writer whatever we do; PostgreSQL commits in parallel.
+    pub fn writer_count(&self) -> usize {
+        match self {
+            Store::Sqlite(_) => 1,
+            Store::Postgres(_) => 4,
+        }
+    }
+
+    pub async fn close(&self) {
+        on_pool!(self, pool => pool.close().await)
+    }
+
+    /// Commits every batch in one transaction.
+    pub async fn apply(&self, batches: &[&WriteBatch]) -> Result<()> {
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            for batch in batches {
+                let org = batch.org.to_string();
+                for op in &batch.ops {
+                    match op {
+                        WriteOp::InsertOrg(record) => {
+                            let o = OrgRow::from(record);
+                            sqlx::query(
+                                "INSERT INTO orgs (org_id, name, tier, encryption, seats, suspended, \
+                                 limits, wrapped_dek, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                            )
+                            .bind(o.0).bind(o.1).bind(o.2).bind(o.3).bind(o.4).bind(o.5).bind(o.6).bind(o.7).bind(o.8)
+                            .execute(&mut *tx)
+                            .await?;
+                        }
+                        WriteOp::InsertTasks(tasks) => {
+                            let mut qb = QueryBuilder::new(
+                                "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, \
+                                 assignee, tags, blocked_by, parent_task_id, created_at, updated_at, \
+                                 lease_id, lease_expires_at, lease_seconds, title, description, \
+                                 metadata, output) ",
+                            );
+                            qb.push_values(tasks, |mut b, t| {
+                                let h = rows::HeaderColumns::from(&t.header);
+                                b.push_bind(org.clone())
+                                    .push_bind(h.task_id)
+                                    .push_bind(h.status)
+                                    .push_bind(h.status_rank)
+                                    .push_bind(h.priority)
+                                    .push_bind(h.assignee)
+                                    .push_bind(h.tags)
+                                    .push_bind(h.blocked_by)
+                                    .push_bind(h.parent)
+                                    .push_bind(h.created_at)
+                                    .push_bind(h.updated_at)
+                                    .push_bind(h.lease_id)
+                                    .push_bind(h.lease_expires_at)
+                                    .push_bind(h.lease_seconds)
+                                    .push_bind(t.title.clone())
+                                    .push_bind(t.description.clone())
+                                    .push_bind(t.metadata.clone())
+                                    .push_bind(t.output.clone());
+                            });
+                            qb.build().execute(&mut *tx).await?;
+                        }
+                        WriteOp::UpdateHeader(header) => {
+                            let h = rows::HeaderColumns::from(header);
+                            sqlx::query(
+                                "UPDATE tasks SET status = $1, status_rank = $2, priority = $3, \
+                                 assignee = $4, tags = $5, blocked_by = $6, parent_task_id = $7, \
+                                 updated_at = $8, lease_id = $9, lease_expires_at = $10, \
+                                 lease_seconds = $11 WHERE org_id = $12 AND task_id = $13",
+                            )
+                            .bind(h.status)
+                            .bind(h.status_rank)
+                            .bind(h.priority)
+                            .bind(h.assignee)
+                            .bind(h.tags)
+                            .bind(h.blocked_by)
+                            .bind(h.parent)
+                            .bind(h.updated_at)
+                            .bind(h.lease_id)
+                            .bind(h.lease_expires_at)
+                            .bind(h.lease_seconds)
+                            .bind(&org)
+                            .bind(h.task_id)
+                            .execute(&mut *tx)
+                            .await?;
+                        }
+                        WriteOp::SetContent { task_id, field, value } => {
+                            let sql = match field {
+                                ContentField::Title => "UPDATE tasks SET title = $1 WHERE org_id = $2 AND task_id = $3",
+                                ContentField::Description => "UPDATE tasks SET description = $1 WHERE org_id = $2 AND task_id = $3",
+                                ContentField::Metadata => "UPDATE tasks SET metadata = $1 WHERE org_id = $2 AND task_id = $3",
+                                ContentField::Output => "UPDATE tasks SET output = $1 WHERE org_id = $2 AND task_id = $3",
+                                ContentField::Note => continue,
+                            };
+                            sqlx::query(sql)
+                                .bind(value.clone())
+                                .bind(&org)
+                                .bind(task_id.to_string())
+                                .execute(&mut *tx)
+                                .await?;
+                        }
+                        WriteOp::InsertEvents(events) => {
+                            let mut qb = QueryBuilder::new(
+                                "INSERT INTO task_events (org_id, task_id, from_status, to_status, \
+                                 agent_id, at, note) ",
+                            );
+                            qb.push_values(events, |mut b, e| {
+                                b.push_bind(org.clone())
+                                    .push_bind(e.task_id.to_string())
+                                    .push_bind(e.from_status.map(|s| s.as_str()))
+                                    .push_bind(e.to_status.as_str())
+                                    .push_bind(e.agent_id.clone())
+                                    .push_bind(e.at)
+                                    .push_bind(e.note.clone());
+                            });
+                            qb.build().execute(&mut *tx).await?;
+                        }
+                        WriteOp::InsertMember(m) => {
+                            sqlx::query(
+                                "INSERT INTO members (org_id, email, role, seated, profile_tags, joined_at) \
+                                 VALUES ($1, $2, $3, $4, $5, $6)",
+                            )
+                            .bind(&org)
+                            .bind(&m.email)
+                            .bind(m.role.as_str())
+                            .bind(i64::from(m.seated))
+                            .bind(serde_json::to_string(&m.profile_tags).unwrap_or_default())
+                            .bind(m.joined_at)
+                            .execute(&mut *tx)
+                            .await?;
+                        }
+                        WriteOp::InsertKey(k) => {
+                            sqlx::query(
+                                "INSERT INTO api_keys (key_id, org_id, email, name, secret_hash, active, created_at) \
+                                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                            )
+                            .bind(k.key_id.to_string())
+                            .bind(&org)
+                            .bind(&k.email)
+                            .bind(&k.name)
+                            .bind(k.secret_hash.clone())
+                            .bind(i64::from(k.active))
+                            .bind(k.created_at)
+                            .execute(&mut *tx)
+                            .await?;
+                        }
+                        WriteOp::DeactivateKey(key_id) => {
+                            sqlx::query("UPDATE api_keys SET active = 0 WHERE org_id = $1 AND key_id = $2")
+                                .bind(&org)
+                                .bind(key_id.to_string())
+                                .execute(&mut *tx)
+                                .await?;
+                        }
+                    }
+                }
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    // ---- orgs, members, keys -------------------------------------------
+
+    /// Creates an org with its owner and the owner's first key, atomically.
+    pub async fn insert_org(
+        &self,
+        org: &OrgRecord,
+        owner: &MemberRecord,
+        key: &KeyRecord,
+    ) -> Result<()> {
+        let batch = WriteBatch {
+            org: org.org_id,
+            ops: vec![
+                WriteOp::InsertOrg(org.clone()),
+                WriteOp::InsertMember(owner.clone()),
+                WriteOp::InsertKey(key.clone()),
+            ],
+        };
+        self.apply(&[&batch]).await
+    }
+
+    pub async fn update_org(&self, org: &OrgRecord) -> Result<()> {
+        let o = OrgRow::from(org);
+        on_pool!(self, pool => {
+            sqlx::query(
+                "UPDATE orgs SET name = $2, tier = $3, encryption = $4, seats = $5, suspended = $6, \
+                 limits = $7, wrapped_dek = $8 WHERE org_id = $1",
+            )
+            .bind(o.0).bind(o.1).bind(o.2).bind(o.3).bind(o.4).bind(o.5).bind(o.6).bind(o.7)
+            .execute(pool)
+            .await?;
+            Ok(())
+        })
+    }
+
+    pub async fn get_org(&self, org: OrgId) -> Result<Option<OrgRecord>> {
+        let row: Option<OrgRow> = on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT org_id, name, tier, encryption, seats, suspended, limits, wrapped_dek, created_at \
+                 FROM orgs WHERE org_id = $1",
+            )
+            .bind(org.to_string())
+            .fetch_optional(pool)
+            .await?
+        });
+        row.map(OrgRecord::try_from).transpose()
+    }
+
+    pub async fn get_key(&self, key_id: KeyId) -> Result<Option<KeyRecord>> {
+        let row: Option<KeyRow> = on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT key_id, org_id, email, name, secret_hash, active, created_at FROM api_keys WHERE key_id = $1",
+            )
+            .bind(key_id.to_string())
+            .fetch_optional(pool)
+            .await?
+        });
+        row.map(KeyRecord::try_from).transpose()
+    }
+
+    pub async fn org_keys(&self, org: OrgId) -> Result<Vec<KeyRecord>> {
+        let rows: Vec<KeyRow> = on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT key_id, org_id, email, name, secret_hash, active, created_at FROM api_keys \
+                 WHERE org_id = $1 ORDER BY created_at, key_id",
+            )
+            .bind(org.to_string())
+            .fetch_all(pool)
+            .await?
+        });
+        rows.into_iter().map(KeyRecord::try_from).collect()
+    }
+
+    pub async fn org_members(&self, org: OrgId) -> Result<Vec<MemberRecord>> {
+        let rows: Vec<MemberRow> = on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT org_id, email, role, seated, profile_tags, joined_at FROM members \
+                 WHERE org_id = $1 ORDER BY joined_at, email",
+            )
+            .bind(org.to_string())
+            .fetch_all(pool)
+            .await?
+        });
+        rows.into_iter().map(MemberRecord::try_from).collect()
+    }
+
+    // ---- tasks ----------------------------------------------------------
+
+    /// Headers of every task not yet finished: what an org actor holds.
+    pub async fn open_task_headers(&self, org: OrgId) -> Result<Vec<TaskHeader>> {
+        let sql = format!(
+            "SELECT {HEADER_COLUMNS} FROM tasks WHERE org_id = $1 AND status_rank <= {}",
+            TaskStatus::Blocked.rank()
+        );
+        let rows: Vec<HeaderRow> = on_pool!(self, pool => {
+            sqlx::query_as(&sql).bind(org.to_string()).fetch_all(pool).await?
+        });
+        rows.into_iter().map(TaskHeader::try_from).collect()
+    }
+
+    pub async fn task_headers(&self, org: OrgId, ids: &[TaskId]) -> Result<Vec<TaskHeader>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT {HEADER_COLUMNS} FROM tasks WHERE org_id = $1 AND task_id IN ({})",
+            placeholders(2, ids.len())
+        );
+        let rows: Vec<HeaderRow> = on_pool!(self, pool => {
+            let mut q = sqlx::query_as(&sql).bind(org.to_string());
+            for id in ids {
+                q = q.bind(id.to_string());
+            }
+            q.fetch_all(pool).await?
+        });
+        rows.into_iter().map(TaskHeader::try_from).collect()
+    }
+
+    pub async fn tasks(&self, org: OrgId, ids: &[TaskId]) -> Result<Vec<StoredTask>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT {FULL_COLUMNS} FROM tasks WHERE org_id = $1 AND task_id IN ({})",
+            placeholders(2, ids.len())
+        );
+        let rows: Vec<FullRow> = on_pool!(self, pool => {
+            let mut q = sqlx::query_as(&sql).bind(org.to_string());
+            for id in ids {
+                q = q.bind(id.to_string());
+            }
+            q.fetch_all(pool).await?
+        });
+        rows.into_iter().map(StoredTask::try_from).collect()
+    }
+
+    pub async fn task_events(&self, org: OrgId, task: TaskId) -> Result<Vec<StoredEvent>> {
+        let rows: Vec<EventRow> = on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT task_id, from_status, to_status, agent_id, at, note FROM task_events \
+                 WHERE org_id = $1 AND task_id = $2 ORDER BY event_id",
+            )
+            .bind(org.to_string())
+            .bind(task.to_string())
+            .fetch_all(pool)
+            .await?
+        });
+        rows.into_iter().map(StoredEvent::try_from).collect()
+    }
+
+    /// One page of `GET /tasks` in list order, strictly after `after`.
+    pub async fn list_tasks(
+        &self,
+        org: OrgId,
+        query: &ListQuery,
+        after: Option<ListKey>,
+        limit: u32,
+    ) -> Result<Vec<StoredTask>> {
+        let mut args = vec![Arg::Text(org.to_string())];
+        let mut sql = format!("SELECT {FULL_COLUMNS} FROM tasks WHERE org_id = $1");
+        let mut push = |sql: &mut String, fragment: &str, a: Arg| {
+            args.push(a);
+            sql.push_str(&fragment.replace("$?", &format!("${}", args.len())));
+        };
+        if !query.statuses.is_empty() {
+            sql.push_str(" AND status IN (");
+            for (i, s) in query.statuses.iter().enumerate() {
+                push(
+                    &mut sql,
+                    if i == 0 { "$?" } else { ", $?" },
+                    Arg::Text(s.as_str().to_owned()),
+                );
+            }
+            sql.push(')');
+        }
+        if let Some(parent) = query.parent {
+            push(
+                &mut sql,
+                " AND parent_task_id = $?",
+                Arg::Text(parent.to_string()),
+            );
+        }
+        if let Some(assignee) = &query.assignee {
+            push(&mut sql, " AND assignee = $?", Arg::Text(assignee.clone()));
+        }
+        if let Some(p) = query.priority_max {
+            push(&mut sql, " AND priority <= $?", Arg::Int(i64::from(p)));
+        }
+        if !query.tags.is_empty() {
+            sql.push_str(match self {
+                Store::Sqlite(_) => " AND EXISTS (SELECT 1 FROM json_each(tasks.tags) AS t WHERE t.value IN (",
+                Store::Postgres(_) => " AND EXISTS (SELECT 1 FROM jsonb_array_elements_text(tasks.tags::jsonb) AS t(value) WHERE t.value IN (",
+            });
+            for (i, t) in query.tags.iter().enumerate() {
+                push(
+                    &mut sql,
+                    if i == 0 { "$?" } else { ", $?" },
+                    Arg::Text(t.clone()),
+                );
+            }
+            sql.push_str("))");
+        }
+        if let Some(k) = after {
+            push(
+                &mut sql,
+                " AND (status_rank, priority, created_at, task_id) > ($?",
+                Arg::Int(k.rank),
+            );
+            push(&mut sql, ", $?", Arg::Int(i64::from(k.priority)));
+            push(&mut sql, ", $?", Arg::Int(k.created_at));
+            push(&mut sql, ", $?)", Arg::Text(k.task_id.to_string()));
+        }
+        sql.push_str(" ORDER BY status_rank, priority, created_at, task_id");
+        push(&mut sql, " LIMIT $?", Arg::Int(i64::from(limit)));
+        let rows: Vec<FullRow> = on_pool!(self, pool => {
+            bind_all!(sqlx::query_as(&sql), &args).fetch_all(pool).await?
+        });
+        rows.into_iter().map(StoredTask::try_from).collect()
+    }
+
+    /// Orgs that hold a lease: their actors must run so leases can expire.
+    pub async fn orgs_with_leases(&self) -> Result<Vec<OrgId>> {
+        let rows: Vec<(String,)> = on_pool!(self, pool => {
+            sqlx::query_as("SELECT DISTINCT org_id FROM tasks WHERE lease_expires_at IS NOT NULL")
+                .fetch_all(pool)
+                .await?
+        });
+        rows.into_iter()
+            .map(|(s,)| {
+                s.parse()
+                    .map_err(|_| StoreError::Corrupt(format!("org id {s}")))
+            })
+            .collect()
+    }
+
+    /// The first org with this name, if any (used for the feedback org).
+    pub async fn org_by_name(&self, name: &str) -> Result<Option<OrgId>> {
+        let row: Option<(String,)> = on_pool!(self, pool => {
+            sqlx::query_as("SELECT org_id FROM orgs WHERE name = $1 ORDER BY created_at LIMIT 1")
+                .bind(name)
+                .fetch_optional(pool)
+                .await?
+        });
+        row.map(|(s,)| {
+            s.parse()
+                .map_err(|_| StoreError::Corrupt(format!("org id {s}")))
+        })
+        .transpose()
+    }
+}

@@ -1,0 +1,23 @@
+//! Subcommands: `serve` runs the service, `bench` loads one.
+
+pub mod bench;
+pub mod serve;
+
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "taskq",
+    version,
+    about = "A task queue for fleets of AI agents and the people beside them"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// Run the service.
+    Serve(serve::ServeArgs),
+    /// Drive a server with concurrent agents and report throughput and latency.
+    Bench(bench::BenchArgs),
+}

@@ -1,0 +1,158 @@
+//! `taskq serve`: configuration, startup, readiness line, graceful shutdown.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use taskq_actors::crypto::MasterKey;
+use taskq_actors::{Engine, EngineConfig};
+
+use crate::http::{router, AppState};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address to listen on; port 0 picks a free port.
+    #[arg(long, env = "TASKQ_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// `sqlite://PATH` (the embedded default) or `postgres://...`.
+    #[arg(
+        long,
+        env = "TASKQ_DATABASE_URL",
+        default_value = "sqlite://taskq-data/taskq.db"
+    )]
+    pub database_url: String,
+    /// Where the generated master key lives when TASKQ_MASTER_KEY is unset.
+    #[arg(long, env = "TASKQ_DATA_DIR", default_value = "taskq-data")]
+    pub data_dir: PathBuf,
+    /// PEM certificate chain; with --tls-key, serve HTTPS.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Seconds an org actor may sit idle before it is stopped.
+    #[arg(long, env = "TASKQ_ORG_IDLE_SECS", default_value_t = 60)]
+    pub org_idle_secs: u64,
+    /// SQLite `synchronous` mode: FULL survives machine crashes, NORMAL only process crashes.
+    #[arg(long, env = "TASKQ_SQLITE_SYNCHRONOUS", default_value = "FULL")]
+    pub sqlite_synchronous: String,
+}
+
+/// Base64 of 32 bytes from TASKQ_MASTER_KEY, or the key file, created with
+/// mode 0600 on first start.
+fn master_key(data_dir: &Path) -> anyhow::Result<MasterKey> {
+    if let Ok(text) = std::env::var("TASKQ_MASTER_KEY") {
+        return MasterKey::from_base64(&text).context("TASKQ_MASTER_KEY");
+    }
+    let path = data_dir.join("master.key");
+    if !path.exists() {
+        std::fs::create_dir_all(data_dir)
+            .with_context(|| format!("creating {}", data_dir.display()))?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        match options.open(&path) {
+            Ok(mut f) => {
+                f.write_all(MasterKey::generate_base64().as_bytes())?;
+                f.sync_all()?;
+                tracing::info!(path = %path.display(), "generated a new master key");
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e).with_context(|| format!("creating {}", path.display())),
+        }
+    }
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    MasterKey::from_base64(&text).with_context(|| format!("{}", path.display()))
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+    tracing::info!("shutting down: no new requests, finishing in-flight ones");
+}
+
+fn announce(scheme: &str, addr: SocketAddr) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "taskq listening on {scheme}://{addr}")?;
+    out.flush()?;
+    Ok(())
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let sqlite_full_sync = match args.sqlite_synchronous.to_ascii_uppercase().as_str() {
+        "FULL" => true,
+        "NORMAL" => false,
+        other => bail!("TASKQ_SQLITE_SYNCHRONOUS must be FULL or NORMAL, not {other}"),
+    };
+    let mut config = EngineConfig::new(args.database_url.clone(), master_key(&args.data_dir)?);
+    config.idle_after = Duration::from_secs(args.org_idle_secs.max(1));
+    config.store.sqlite_full_sync = sqlite_full_sync;
+    let engine = Engine::start(config).await.context("starting the engine")?;
+    tracing::info!(backend = engine.backend(), "engine started");
+
+    let admin_token = std::env::var("TASKQ_ADMIN_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty())
+        .map(Arc::from);
+    if admin_token.is_none() {
+        tracing::info!("TASKQ_ADMIN_TOKEN is unset: the /admin routes are disabled");
+    }
+    let app = router(AppState {
+        engine: engine.clone(),
+        admin_token,
+    });
+
+    let listener = std::net::TcpListener::bind(&args.listen)
+        .with_context(|| format!("binding {}", args.listen))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let tls = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
+                .await
+                .context("loading the TLS certificate and key")?;
+            let handle = axum_server::Handle::new();
+            let shutdown = handle.clone();
+            tokio::spawn(async move {
+                shutdown_signal().await;
+                shutdown.graceful_shutdown(Some(Duration::from_secs(30)));
+            });
+            let server = axum_server::from_tcp_rustls(listener, tls).handle(handle);
+            announce("https", addr)?;
+            server.serve(app.into_make_service()).await?;
+        }
+        _ => {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            announce("http", addr)?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown_signal())
+                .await?;
+        }
+    }
+    engine.shutdown().await;
+    tracing::info!("stopped");
+    Ok(())
+}

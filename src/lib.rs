@@ -1,0 +1,8 @@
+//! The `taskq` binary's library: the HTTP front end and the command line.
+//!
+//! The engine (actors, rules, storage) lives in the `taskq-actors` crate;
+//! this crate only speaks HTTP and parses configuration. The dependency
+//! points one way: nothing in `taskq-actors` knows about this crate.
+
+pub mod cli;
+pub mod http;

@@ -1,0 +1,356 @@
+//! Operator API, API keys, authentication statuses, routing errors and org
+//! isolation.
+
+#[macro_use]
+mod common;
+use common::*;
+use reqwest::Method;
+
+backend_tests!(admin_routes_need_the_operator_token, |srv| async move {
+    let body = json!({ "name": "acme", "owner_email": "o@acme.test" });
+
+    let (status, resp) = srv
+        .raw(Method::POST, "/admin/orgs", &[], Some(body.to_string()))
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "no token: {resp}");
+
+    let (status, resp) = srv
+        .raw(
+            Method::POST,
+            "/admin/orgs",
+            &[("authorization", "Bearer not-the-token")],
+            Some(body.to_string()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "wrong token: {resp}");
+
+    // An API key is not an operator token.
+    let org = srv.create_org("dev").await;
+    let (status, resp) = srv
+        .raw(
+            Method::GET,
+            &format!("/admin/orgs/{}", org.org_id),
+            &[("authorization", &format!("Bearer {}", org.owner_key))],
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "api key as token: {resp}");
+
+    let (status, resp) = srv
+        .admin(Method::GET, &format!("/admin/orgs/{}", org.org_id), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{resp}");
+    assert_eq!(resp["org_id"], org.org_id.as_str());
+});
+
+backend_tests!(created_org_returns_a_working_owner_key, |srv| async move {
+    let (status, org) = srv
+        .admin(
+            Method::POST,
+            "/admin/orgs",
+            Some(json!({ "name": "acme", "tier": "dev", "owner_email": "founder@acme.test" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{org}");
+    assert!(is_canonical_uuid(org["org_id"].as_str().unwrap()), "{org}");
+    assert_eq!(org["name"], "acme");
+    assert_eq!(org["tier"], "dev");
+    assert_eq!(
+        org["encryption"], "managed",
+        "managed is the default: {org}"
+    );
+    assert_eq!(org["owner"]["email"], "founder@acme.test");
+    assert_eq!(org["owner"]["role"], "owner");
+    let key = str_field(&org["owner"], "api_key");
+
+    let (status, body) = srv.get(&key, "/tasks").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["tasks"], json!([]));
+
+    let id = srv.new_task(&key, "first task").await;
+    assert_eq!(srv.get_task(&key, &id).await["title"], "first task");
+});
+
+backend_tests!(missing_or_unknown_key_is_401, |srv| async move {
+    let org = srv.create_org("dev").await;
+    srv.new_task(&org.owner_key, "secret work").await;
+
+    let (status, body) = srv.raw(Method::GET, "/tasks", &[], None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    let body: Value = serde_json::from_str(&body).expect("JSON error body");
+    assert_eq!(body["error"], "invalid api key");
+
+    for bad in ["nope", "", &format!("{}x", org.owner_key)] {
+        let (status, body) = srv.get(bad, "/tasks").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "key {bad:?}: {body}");
+        assert_eq!(body["error"], "invalid api key");
+    }
+
+    // Writes are refused too, and write nothing.
+    let (status, body) = srv
+        .post(
+            "nope",
+            "/tasks",
+            json!({ "tasks": [{ "title": "sneaky" }] }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(body["error"], "invalid api key");
+    assert_eq!(srv.list_all(&org.owner_key, "").await.len(), 1);
+});
+
+backend_tests!(
+    keys_are_shown_once_listed_and_revoked_at_once,
+    |srv| async move {
+        let org = srv.create_org("dev").await;
+
+        let (status, created) = srv
+            .post(&org.owner_key, "/keys", json!({ "name": "ci-bot" }))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+        assert_eq!(created["name"], "ci-bot");
+        let key_id = str_field(&created, "key_id");
+        let secret = str_field(&created, "api_key");
+        assert_ne!(secret, org.owner_key);
+
+        let (status, _) = srv.get(&secret, "/tasks").await;
+        assert_eq!(status, StatusCode::OK, "the new key works");
+
+        let (status, listed) = srv.get(&org.owner_key, "/keys").await;
+        assert_eq!(status, StatusCode::OK, "{listed}");
+        let keys = listed["keys"].as_array().expect("keys array");
+        let entry = keys
+            .iter()
+            .find(|k| k["key_id"] == key_id.as_str())
+            .unwrap_or_else(|| panic!("new key not listed: {listed}"));
+        assert_eq!(entry["name"], "ci-bot");
+        assert_eq!(entry["active"], true);
+        ts(entry, "created_at");
+        let text = listed.to_string();
+        assert!(!text.contains(&secret), "GET /keys leaks a secret: {text}");
+        assert!(
+            !text.contains(&org.owner_key),
+            "GET /keys leaks a secret: {text}"
+        );
+        assert!(keys.iter().all(|k| k.get("api_key").is_none()), "{listed}");
+
+        let (status, body) = srv.delete(&org.owner_key, &format!("/keys/{key_id}")).await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+
+        let (status, body) = srv.get(&secret, "/tasks").await;
+        assert_eq!(
+            status,
+            StatusCode::UNAUTHORIZED,
+            "revoked key still works: {body}"
+        );
+        assert_eq!(body["error"], "invalid api key");
+        let (status, body) = srv
+            .post(&secret, "/keys", json!({ "name": "revival" }))
+            .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+
+        // The owner key is unaffected; a revoked key no longer lists as active.
+        let (status, listed) = srv.get(&org.owner_key, "/keys").await;
+        assert_eq!(status, StatusCode::OK, "{listed}");
+        for k in listed["keys"].as_array().unwrap() {
+            if k["key_id"] == key_id.as_str() {
+                assert_eq!(k["active"], false, "{listed}");
+            }
+        }
+    }
+);
+
+backend_tests!(
+    a_member_cannot_revoke_another_members_key,
+    |srv| async move {
+        let org = srv.create_org("dev").await;
+        let alice = srv.add_member(&org, "alice@example.com", "user").await;
+        let (owner_key_id, _) = srv.new_key(&org.owner_key, "owner-second").await;
+
+        // Alice does not see the owner's keys and cannot revoke them.
+        let (status, listed) = srv.get(&alice, "/keys").await;
+        assert_eq!(status, StatusCode::OK, "{listed}");
+        assert!(
+            listed["keys"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|k| k["key_id"] != owner_key_id.as_str()),
+            "another member's key is listed: {listed}"
+        );
+        let (status, _) = srv.delete(&alice, &format!("/keys/{owner_key_id}")).await;
+        assert!(
+            status.is_client_error(),
+            "revoking someone else's key: {status}"
+        );
+        let (status, listed) = srv.get(&org.owner_key, "/keys").await;
+        assert_eq!(status, StatusCode::OK);
+        let entry = listed["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["key_id"] == owner_key_id.as_str())
+            .cloned()
+            .unwrap_or_else(|| panic!("owner key vanished: {listed}"));
+        assert_eq!(entry["active"], true, "{listed}");
+    }
+);
+
+backend_tests!(suspended_org_gets_403, |srv| async move {
+    let org = srv.create_org("dev").await;
+    let other = srv.create_org("dev").await;
+    let path = format!("/admin/orgs/{}", org.org_id);
+
+    let (status, body) = srv
+        .admin(Method::PATCH, &path, Some(json!({ "suspended": true })))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let (status, body) = srv.get(&org.owner_key, "/tasks").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"], "organization suspended");
+    let (status, body) = srv
+        .post(
+            &org.owner_key,
+            "/tasks",
+            json!({ "tasks": [{ "title": "x" }] }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"], "organization suspended");
+
+    // Other orgs are unaffected.
+    let (status, _) = srv.get(&other.owner_key, "/tasks").await;
+    assert_eq!(status, StatusCode::OK);
+
+    let (status, body) = srv
+        .admin(Method::PATCH, &path, Some(json!({ "suspended": false })))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = srv.get(&org.owner_key, "/tasks").await;
+    assert_eq!(status, StatusCode::OK, "lifting the suspension: {body}");
+    assert_eq!(
+        body["tasks"],
+        json!([]),
+        "nothing was written while suspended"
+    );
+});
+
+backend_tests!(adding_an_existing_member_is_409, |srv| async move {
+    let org = srv.create_org("dev").await;
+    let key = srv.add_member(&org, "bob@example.com", "user").await;
+    let path = format!("/admin/orgs/{}/members", org.org_id);
+
+    let (status, body) = srv
+        .admin(
+            Method::POST,
+            &path,
+            Some(json!({ "email": "bob@example.com", "role": "admin" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body["error"].is_string(), "{body}");
+
+    let (status, body) = srv
+        .admin(
+            Method::POST,
+            &path,
+            Some(json!({ "email": org.owner_email, "role": "user" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "owner re-added: {body}");
+
+    // Bob's original key still works.
+    let (status, _) = srv.get(&key, "/tasks").await;
+    assert_eq!(status, StatusCode::OK);
+});
+
+backend_tests!(operator_key_reset_issues_a_working_key, |srv| async move {
+    let org = srv.create_org("dev").await;
+    let first = srv.add_member(&org, "carol@example.com", "user").await;
+    let (status, body) = srv
+        .admin(
+            Method::POST,
+            &format!("/admin/orgs/{}/members/carol@example.com/keys", org.org_id),
+            Some(json!({ "key_name": "carol-laptop" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["key_name"], "carol-laptop");
+    let second = str_field(&body, "api_key");
+    assert_ne!(first, second);
+    let (status, _) = srv.get(&second, "/tasks").await;
+    assert_eq!(status, StatusCode::OK);
+});
+
+backend_tests!(healthz_needs_no_key, |srv| async move {
+    let (status, body) = srv.raw(Method::GET, "/healthz", &[], None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let body: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(body, json!({ "status": "ok" }));
+});
+
+backend_tests!(unknown_route_and_wrong_method, |srv| async move {
+    let org = srv.create_org("dev").await;
+
+    let (status, body) = srv.get(&org.owner_key, "/no/such/route").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(
+        body["error"].is_string(),
+        "404 must be a JSON error: {body}"
+    );
+
+    let (status, body) = srv.delete(&org.owner_key, "/tasks").await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{body}");
+    assert!(
+        body["error"].is_string(),
+        "405 must be a JSON error: {body}"
+    );
+
+    let (status, body) = srv.get(&org.owner_key, "/tasks/claim").await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{body}");
+});
+
+backend_tests!(other_orgs_ids_read_as_nonexistent, |srv| async move {
+    let a = srv.create_org("dev").await;
+    let b = srv.create_org("dev").await;
+    let id = srv
+        .create_task(
+            &a.owner_key,
+            json!({ "title": "a's secret", "assignee": a.owner_email }),
+        )
+        .await;
+
+    let (status, body) = srv
+        .post(&b.owner_key, "/tasks/get", json!({ "task_ids": [id] }))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["count"], 0, "{body}");
+    assert_eq!(body["tasks"], json!([]));
+    assert_eq!(body["not_found"], json!([id]));
+    assert!(!body.to_string().contains("a's secret"));
+
+    let error = srv
+        .update_item_error(&b.owner_key, json!({ "task_id": id, "title": "hijacked" }))
+        .await;
+    assert_eq!(error, "task not found");
+
+    assert!(srv.list_all(&b.owner_key, "").await.is_empty());
+
+    // Claims never cross orgs.
+    assert!(srv.claim(&b.owner_key, json!({})).await.is_none());
+
+    // Another org's task cannot be used as a blocker.
+    let (status, body) = srv
+        .post(
+            &b.owner_key,
+            "/tasks",
+            json!({ "tasks": [{ "title": "x", "blocked_by": [id] }] }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    let task = srv.get_task(&a.owner_key, &id).await;
+    assert_eq!(task["title"], "a's secret");
+    assert_eq!(task["status"], "pending");
+});

@@ -1,0 +1,403 @@
+//! Concurrency, crash durability, restarts and idle org actors.
+
+#[macro_use]
+mod common;
+use common::*;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+backend_tests!(concurrent_claimers_never_share_a_task, |srv| async move {
+    const TASKS: usize = 50;
+    const CLAIMERS: usize = 60;
+    let org = srv.create_org("dev").await;
+    let mut created = HashSet::new();
+    for chunk in 0..2 {
+        let items: Vec<Value> = (0..TASKS / 2)
+            .map(|i| json!({ "title": format!("job {chunk}-{i}"), "priority": 1 + i % 5 }))
+            .collect();
+        created.extend(ids(&srv.create_tasks(&org.owner_key, json!(items)).await));
+    }
+    let mut keys = Vec::new();
+    for i in 0..CLAIMERS {
+        let name = format!("claimer-{i}");
+        let (_, key) = srv.new_key(&org.owner_key, &name).await;
+        keys.push((name, key));
+    }
+
+    let srv = Arc::new(srv);
+    let barrier = Arc::new(tokio::sync::Barrier::new(CLAIMERS));
+    let mut set = tokio::task::JoinSet::new();
+    for (name, key) in keys {
+        let srv = srv.clone();
+        let barrier = barrier.clone();
+        set.spawn(async move {
+            barrier.wait().await;
+            let claimed = srv.claim(&key, json!({ "include_context": false })).await;
+            (name, claimed)
+        });
+    }
+    let mut claimed_ids = Vec::new();
+    let mut empty = 0;
+    while let Some(joined) = set.join_next().await {
+        let (name, claimed) = joined.expect("claimer panicked");
+        match claimed {
+            Some(task) => {
+                assert_eq!(task["assignee"], name.as_str(), "{task}");
+                assert_eq!(task["status"], "in_progress");
+                claimed_ids.push(str_field(&task, "task_id"));
+            }
+            None => empty += 1,
+        }
+    }
+    let unique: HashSet<String> = claimed_ids.iter().cloned().collect();
+    assert_eq!(claimed_ids.len(), TASKS, "{empty} claimers got null");
+    assert_eq!(unique.len(), TASKS, "a task was claimed twice");
+    assert_eq!(unique, created);
+    assert_eq!(empty, CLAIMERS - TASKS);
+    assert!(srv.claim(&org.owner_key, json!({})).await.is_none());
+
+    for t in srv.list_all(&org.owner_key, "").await {
+        assert_eq!(t["status"], "in_progress", "{t}");
+    }
+    // Exactly one claim event per task.
+    let sample: Vec<String> = claimed_ids.iter().take(10).cloned().collect();
+    for id in sample {
+        let task = srv.get_task(&org.owner_key, &id).await;
+        assert_eq!(history(&task).len(), 2, "{task}");
+    }
+});
+
+backend_tests!(
+    concurrent_updates_of_one_task_are_serialized,
+    |srv| async move {
+        let org = srv.create_org("dev").await;
+        let id = srv
+            .create_task(
+                &org.owner_key,
+                json!({ "title": "hot", "assignee": org.owner_email }),
+            )
+            .await;
+        let srv = Arc::new(srv);
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..20 {
+            let srv = srv.clone();
+            let key = org.owner_key.clone();
+            let id = id.clone();
+            set.spawn(async move {
+                let (status, body) = srv
+                    .update(
+                        &key,
+                        json!([{ "task_id": id, "metadata": { format!("k{i}"): i } }]),
+                    )
+                    .await;
+                assert_eq!(status, StatusCode::OK, "{body}");
+            });
+        }
+        while let Some(joined) = set.join_next().await {
+            joined.expect("updater panicked");
+        }
+        let task = srv.get_task(&org.owner_key, &id).await;
+        let metadata = task["metadata"].as_object().expect("metadata object");
+        assert_eq!(metadata.len(), 20, "a concurrent merge was lost: {task}");
+    }
+);
+
+backend_tests!(kill9_keeps_every_acknowledged_write, |mut srv| async move {
+    let org = srv.create_org("dev").await;
+    let key = org.owner_key.clone();
+    let items: Vec<Value> = (0..25)
+        .map(|i| json!({ "title": format!("bulk {i}"), "priority": 2 + i % 3, "assignee": org.owner_email }))
+        .collect();
+    let bulk = ids(&srv.create_tasks(&key, json!(items)).await);
+    let x = srv
+        .create_task(
+            &key,
+            json!({ "title": "x", "priority": 5, "assignee": org.owner_email }),
+        )
+        .await;
+    let y = srv
+        .create_task(
+            &key,
+            json!({ "title": "y", "priority": 5, "blocked_by": [x] }),
+        )
+        .await;
+    let urgent = srv
+        .create_task(&key, json!({ "title": "urgent", "priority": 1 }))
+        .await;
+
+    srv.update_ok(&key, json!({ "task_id": bulk[0], "status": "in_progress" }))
+        .await;
+    srv.update_ok(
+        &key,
+        json!({ "task_id": bulk[1], "status": "completed", "note": "ok", "output": { "n": 1 } }),
+    )
+    .await;
+    srv.update_ok(&key, json!({ "task_id": bulk[2], "metadata": { "m": 2 } }))
+        .await;
+    srv.update_ok(
+        &key,
+        json!({ "task_id": bulk[3], "title": "renamed", "tags": ["t"] }),
+    )
+    .await;
+    srv.update_ok(
+        &key,
+        json!({ "task_id": x, "status": "completed", "note": "unblock y" }),
+    )
+    .await;
+    let claimed = srv
+        .claim(
+            &key,
+            json!({ "lease_seconds": 600, "include_context": false }),
+        )
+        .await
+        .expect("urgent");
+    assert_eq!(claimed["task_id"], urgent.as_str());
+    let last = srv.new_task(&key, "the very last write").await;
+    srv.kill9().await;
+
+    srv.start_again().await;
+    assert_eq!(srv.list_all(&key, "").await.len(), 25 + 4);
+    assert_eq!(
+        srv.get_task(&key, &last).await["title"],
+        "the very last write"
+    );
+
+    let t = srv.get_task(&key, &bulk[0]).await;
+    assert_eq!(t["status"], "in_progress");
+    assert_eq!(history(&t).len(), 2);
+    let t = srv.get_task(&key, &bulk[1]).await;
+    assert_eq!(t["status"], "completed");
+    assert_eq!(t["output"], json!({ "n": 1 }));
+    assert_eq!(history(&t)[1]["note"], "ok");
+    assert_eq!(
+        srv.get_task(&key, &bulk[2]).await["metadata"],
+        json!({ "m": 2 })
+    );
+    let t = srv.get_task(&key, &bulk[3]).await;
+    assert_eq!(t["title"], "renamed");
+    assert_eq!(t["tags"], json!(["t"]));
+    for (i, id) in bulk.iter().enumerate().skip(4) {
+        let t = srv.get_task(&key, id).await;
+        assert_eq!(t["title"], format!("bulk {i}"));
+        assert_eq!(t["status"], "pending");
+    }
+
+    let t = srv.get_task(&key, &y).await;
+    assert_eq!(t["status"], "pending", "the unblocking survived: {t}");
+    assert_eq!(history(&t).last().unwrap()["agent_id"], "system");
+
+    let t = srv.get_task(&key, &urgent).await;
+    assert_eq!(t["status"], "in_progress");
+    assert_eq!(t["assignee"], org.owner_key_name.as_str());
+    assert_eq!(ts(&t, "lease_expires_at"), ts(&claimed, "lease_expires_at"));
+    // The lease itself survived: its id still fences.
+    let lease = str_field(&claimed, "lease_id");
+    srv.update_ok(
+        &key,
+        json!({ "task_id": urgent, "lease_id": lease, "output": { "after": "crash" } }),
+    )
+    .await;
+    let error = srv
+        .update_item_error(
+            &key,
+            json!({ "task_id": urgent, "lease_id": new_uuid(), "title": "x" }),
+        )
+        .await;
+    assert_eq!(error, "lease lost");
+
+    // And the queue continues where it was.
+    let next = srv.claim(&key, json!({})).await.expect("more work");
+    assert_ne!(next["task_id"], urgent.as_str());
+});
+
+backend_tests!(
+    lease_expiring_while_the_server_is_down,
+    |mut srv| async move {
+        let org = srv.create_org("dev").await;
+        let key = org.owner_key.clone();
+        let id = srv.new_task(&key, "orphaned").await;
+        let claimed = srv
+            .claim(
+                &key,
+                json!({ "lease_seconds": 2, "include_context": false }),
+            )
+            .await
+            .expect("the task");
+        let expires = ts(&claimed, "lease_expires_at");
+        srv.kill9().await;
+
+        // A real deadline: stay down until the lease has run out.
+        let remaining = (expires - chrono::Utc::now()).to_std().unwrap_or_default();
+        tokio::time::sleep(remaining + Duration::from_millis(500)).await;
+        srv.start_again().await;
+
+        let task = eventually(
+            Duration::from_secs(20),
+            "lease expiry after restart",
+            || async {
+                let task = srv.get_task(&key, &id).await;
+                (task["status"] == "pending").then_some(task)
+            },
+        )
+        .await;
+        assert!(task["assignee"].is_null(), "{task}");
+        let event = history(&task).last().cloned().unwrap();
+        assert_eq!(event["from_status"], "in_progress");
+        assert_eq!(event["to_status"], "pending");
+        assert_eq!(event["agent_id"], "system");
+        assert_eq!(event["note"], "lease expired");
+
+        let error = srv
+        .update_item_error(&key, json!({ "task_id": id, "lease_id": claimed["lease_id"], "status": "completed", "note": "late" }))
+        .await;
+        assert_eq!(error, "lease lost");
+    }
+);
+
+backend_tests!(
+    graceful_shutdown_exits_zero_and_keeps_state,
+    |mut srv| async move {
+        let org = srv.create_org("dev").await;
+        let key = org.owner_key.clone();
+        let items: Vec<Value> = (0..10)
+            .map(|i| json!({ "title": format!("t{i}") }))
+            .collect();
+        let created = ids(&srv.create_tasks(&key, json!(items)).await);
+        let claimed = srv
+            .claim(&key, json!({ "lease_seconds": 900 }))
+            .await
+            .expect("a task");
+
+        let status = srv.stop().await;
+        assert!(status.success(), "SIGTERM exit status {status:?}");
+        srv.start_again().await;
+
+        let listed: HashSet<String> = srv.list_ids(&key, "").await.into_iter().collect();
+        assert_eq!(listed, created.iter().cloned().collect());
+        let task = srv
+            .get_task(&key, claimed["task_id"].as_str().unwrap())
+            .await;
+        assert_eq!(task["status"], "in_progress");
+        assert_eq!(
+            ts(&task, "lease_expires_at"),
+            ts(&claimed, "lease_expires_at")
+        );
+
+        // Keys and orgs survive as well.
+        let (status, _) = srv.get(&key, "/keys").await;
+        assert_eq!(status, StatusCode::OK);
+        let (status, body) = srv
+            .admin(
+                reqwest::Method::GET,
+                &format!("/admin/orgs/{}", org.org_id),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+);
+
+/// True once the server logged that the org's actor stopped.
+fn actor_stopped_logged(log: &str, org_id: &str) -> bool {
+    log.lines().any(|line| {
+        let lower = line.to_lowercase();
+        line.contains(org_id)
+            && !lower.contains("spawn")
+            && ["stop", "idle", "shut", "evict", "exit", "terminat"]
+                .iter()
+                .any(|w| lower.contains(w))
+    })
+}
+
+backend_tests!(
+    idle_org_actor_resumes_with_correct_state,
+    backend
+        | backend
+        | async move {
+            let srv = TestServer::builder(backend).idle_secs(1).start().await;
+            let org = srv.create_org("dev").await;
+            let key = org.owner_key.clone();
+            let results = srv
+                .create_tasks(
+                    &key,
+                    json!([
+                        { "title": "leased", "priority": 1 },
+                        { "title": "short lease", "priority": 2 },
+                        { "title": "waiting", "priority": 3 },
+                        { "title": "done", "priority": 4, "assignee": org.owner_email },
+                    ]),
+                )
+                .await;
+            let [leased, short, waiting, done] =
+                [0, 1, 2, 3].map(|i| str_field(&results[i], "task_id"));
+            srv.update_ok(&key, json!({ "task_id": done, "status": "completed", "note": "n", "output": { "r": 1 } }))
+        .await;
+            let long_claim = srv
+                .claim(
+                    &key,
+                    json!({ "lease_seconds": 600, "include_context": false }),
+                )
+                .await
+                .expect("leased");
+            assert_eq!(long_claim["task_id"], leased.as_str());
+            let short_claim = srv
+                .claim(
+                    &key,
+                    json!({ "lease_seconds": 2, "include_context": false }),
+                )
+                .await
+                .expect("short lease");
+            assert_eq!(short_claim["task_id"], short.as_str());
+
+            let waited = Instant::now();
+            eventually(
+                Duration::from_secs(20),
+                "the idle org actor to stop (server log)",
+                || async { actor_stopped_logged(&srv.server_log(), &org.org_id).then_some(()) },
+            )
+            .await;
+            eprintln!("actor stop logged after {:?}", waited.elapsed());
+
+            let t = srv.get_task(&key, &leased).await;
+            assert_eq!(t["status"], "in_progress");
+            assert_eq!(t["assignee"], org.owner_key_name.as_str());
+            assert_eq!(
+                ts(&t, "lease_expires_at"),
+                ts(&long_claim, "lease_expires_at")
+            );
+            let t = srv.get_task(&key, &done).await;
+            assert_eq!(t["status"], "completed");
+            assert_eq!(t["output"], json!({ "r": 1 }));
+            assert_eq!(srv.status_of(&key, &waiting).await, "pending");
+
+            // The short lease still runs out although the actor was stopped.
+            let t = eventually(Duration::from_secs(20), "short lease expiry", || async {
+                let t = srv.get_task(&key, &short).await;
+                (t["status"] == "pending").then_some(t)
+            })
+            .await;
+            assert_eq!(history(&t).last().unwrap()["note"], "lease expired");
+
+            // Fencing state survived the stop.
+            let error = srv
+                .update_item_error(
+                    &key,
+                    json!({ "task_id": leased, "lease_id": new_uuid(), "title": "x" }),
+                )
+                .await;
+            assert_eq!(error, "lease lost");
+            srv.update_ok(
+        &key,
+        json!({ "task_id": leased, "lease_id": long_claim["lease_id"], "status": "completed", "note": "ok" }),
+    )
+    .await;
+
+            // The queue order is intact: "short lease" (p2) before "waiting" (p3).
+            let next = srv.claim(&key, json!({})).await.expect("next");
+            assert_eq!(next["task_id"], short.as_str());
+            let next = srv.claim(&key, json!({})).await.expect("next");
+            assert_eq!(next["task_id"], waiting.as_str());
+            assert!(srv.claim(&key, json!({})).await.is_none());
+        }
+);
