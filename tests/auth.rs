@@ -354,3 +354,53 @@ backend_tests!(other_orgs_ids_read_as_nonexistent, |srv| async move {
     assert_eq!(task["title"], "a's secret");
     assert_eq!(task["status"], "pending");
 });
+
+backend_tests!(operator_and_key_bodies_are_validated, |srv| async move {
+    let cases = [
+        (
+            json!({ "name": "x", "owner_email": "a@x.test", "tier": "platinum" }),
+            "tier",
+        ),
+        (
+            json!({ "name": "x", "owner_email": "b@x.test", "encryption": "rot13" }),
+            "encryption",
+        ),
+        (json!({ "name": "x" }), "owner_email"),
+    ];
+    for (body, field) in cases {
+        let (status, resp) = srv.admin(Method::POST, "/admin/orgs", Some(body)).await;
+        assert_bad_request(status, &resp, field);
+    }
+    let org = srv.create_org("dev").await;
+    let (status, resp) = srv
+        .admin(
+            Method::POST,
+            &format!("/admin/orgs/{}/members", org.org_id),
+            Some(json!({ "email": "z@x.test", "role": "emperor" })),
+        )
+        .await;
+    assert_bad_request(status, &resp, "role");
+    let (status, resp) = srv.post(&org.owner_key, "/keys", json!({})).await;
+    assert_bad_request(status, &resp, "name");
+    let (status, resp) = srv
+        .post(&org.owner_key, "/keys", json!({ "name": 7 }))
+        .await;
+    assert_bad_request(status, &resp, "name");
+
+    // Nothing was created by the refused calls.
+    let (status, listed) = srv.get(&org.owner_key, "/keys").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(listed["keys"].as_array().unwrap().len(), 1, "{listed}");
+    let (status, _) = srv
+        .admin(
+            Method::POST,
+            &format!("/admin/orgs/{}/members", org.org_id),
+            Some(json!({ "email": "z@x.test", "role": "user" })),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "the refused member was not added"
+    );
+});

@@ -453,3 +453,98 @@ backend_tests!(
         );
     }
 );
+
+/// Sleeps until `deadline` (wall clock) has passed.
+async fn sleep_until(deadline: chrono::DateTime<chrono::Utc>) {
+    let left = (deadline - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(left).await;
+}
+
+backend_tests!(finished_or_released_work_never_expires, |srv| async move {
+    let org = srv.create_org("dev").await;
+    let key = &org.owner_key;
+    let results = srv
+        .create_tasks(
+            key,
+            json!([{ "title": "quick", "priority": 1 }, { "title": "handed back", "priority": 2 }]),
+        )
+        .await;
+    let [done, released] = [0, 1].map(|i| str_field(&results[i], "task_id"));
+    let lease = json!({ "lease_seconds": 1, "include_context": false });
+    let first = srv.claim(key, lease.clone()).await.expect("quick");
+    let second = srv.claim(key, lease).await.expect("handed back");
+    assert_eq!(first["task_id"], done.as_str());
+    assert_eq!(second["task_id"], released.as_str());
+    srv.update_ok(
+        key,
+        json!({ "task_id": done, "lease_id": first["lease_id"], "status": "completed", "note": "fast" }),
+    )
+    .await;
+    srv.update_ok(
+        key,
+        json!({ "task_id": released, "lease_id": second["lease_id"], "status": "pending" }),
+    )
+    .await;
+    let error = srv
+        .update_item_error(
+            key,
+            json!({ "task_id": released, "lease_id": second["lease_id"], "title": "x" }),
+        )
+        .await;
+    assert_eq!(error, "lease lost", "a released lease still fences");
+
+    // Well past the old leases' end, nothing has touched either task.
+    sleep_until(ts(&second, "lease_expires_at") + chrono::Duration::milliseconds(1500)).await;
+    let task = srv.get_task(key, &done).await;
+    assert_eq!(task["status"], "completed", "{task}");
+    assert_eq!(task["assignee"], org.owner_key_name.as_str());
+    assert_eq!(history(&task).len(), 3, "create, claim, complete: {task}");
+    let task = srv.get_task(key, &released).await;
+    assert_eq!(task["status"], "pending", "{task}");
+    assert!(
+        task.get("lease_expires_at").is_none_or(Value::is_null),
+        "{task}"
+    );
+    assert_eq!(history(&task).len(), 3, "create, claim, release: {task}");
+});
+
+backend_tests!(
+    renewed_lease_outlives_its_first_deadline,
+    |srv| async move {
+        let org = srv.create_org("dev").await;
+        let id = srv.new_task(&org.owner_key, "renewed").await;
+        let claimed = srv
+            .claim(
+                &org.owner_key,
+                json!({ "lease_seconds": 6, "include_context": false }),
+            )
+            .await
+            .expect("the task");
+        let first_deadline = ts(&claimed, "lease_expires_at");
+
+        // Halfway through, an update renews the lease to about now + 6 s.
+        sleep_until(first_deadline - chrono::Duration::seconds(3)).await;
+        srv.update_ok(
+            &org.owner_key,
+            json!({ "task_id": id, "metadata": { "beat": 1 } }),
+        )
+        .await;
+        let renewed = ts(&srv.get_task(&org.owner_key, &id).await, "lease_expires_at");
+        assert!(
+            renewed >= first_deadline + chrono::Duration::seconds(2),
+            "{first_deadline} -> {renewed}"
+        );
+
+        // Past the first deadline, before the renewed one: still leased.
+        sleep_until(first_deadline + chrono::Duration::milliseconds(1500)).await;
+        assert!(
+            chrono::Utc::now() < renewed,
+            "test ran too slowly to check anything"
+        );
+        assert_eq!(srv.status_of(&org.owner_key, &id).await, "in_progress");
+
+        // And the renewed lease does run out.
+        let task = wait_until_pending(&srv, &org.owner_key, &id).await;
+        assert_eq!(history(&task).last().unwrap()["note"], "lease expired");
+    }
+);

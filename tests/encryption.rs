@@ -25,10 +25,20 @@ async fn stored_bytes(srv: &TestServer) -> Vec<u8> {
             bytes
         }
         Db::Postgres(mut conn) => {
+            let tables: Vec<(String,)> = sqlx::query_as(
+                "SELECT table_name::text FROM information_schema.tables WHERE table_schema = current_schema()",
+            )
+            .fetch_all(&mut conn)
+            .await
+            .expect("list tables");
+            assert!(
+                tables.iter().any(|(t,)| t == "tasks"),
+                "no tasks table: {tables:?}"
+            );
             let mut text = String::new();
-            for table in ["tasks", "task_events"] {
+            for (table,) in tables {
                 let row: (Option<String>,) = sqlx::query_as(&format!(
-                    "SELECT string_agg(t::text, E'\\n') FROM {table} t"
+                    "SELECT string_agg(t::text, E'\\n') FROM \"{table}\" t"
                 ))
                 .fetch_one(&mut conn)
                 .await
@@ -47,36 +57,69 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
         .any(|w| w == needle.as_bytes())
 }
 
-/// Copies task `from`'s stored title over task `to`'s (both in the tasks table).
+/// Runs one tampering statement on the server's database and returns the
+/// number of rows it changed. `sql` uses `?` placeholders; for PostgreSQL they
+/// become `$1, $2, ...` and `task_id` comparisons are made on text.
+async fn tamper(srv: &TestServer, sql: &str, binds: &[&str]) -> u64 {
+    match srv.open_db().await {
+        Db::Sqlite(mut conn) => {
+            let mut q = sqlx::query(sql);
+            for b in binds {
+                q = q.bind(*b);
+            }
+            q.execute(&mut conn)
+                .await
+                .expect("tamper with sqlite")
+                .rows_affected()
+        }
+        Db::Postgres(mut conn) => {
+            let mut pg = String::new();
+            let mut n = 0;
+            for ch in sql.replace("task_id =", "task_id::text =").chars() {
+                if ch == '?' {
+                    n += 1;
+                    pg.push_str(&format!("${n}"));
+                } else {
+                    pg.push(ch);
+                }
+            }
+            let mut q = sqlx::query(&pg);
+            for b in binds {
+                q = q.bind(*b);
+            }
+            q.execute(&mut conn)
+                .await
+                .expect("tamper with postgres")
+                .rows_affected()
+        }
+    }
+}
+
+/// Copies task `from`'s stored `column` over task `to`'s.
+async fn copy_stored(srv: &TestServer, column: &str, from: &str, to: &str) {
+    let sql = format!(
+        "UPDATE tasks SET {column} = (SELECT t2.{column} FROM tasks t2 WHERE t2.task_id = ?) WHERE task_id = ?"
+    );
+    assert_eq!(
+        tamper(srv, &sql, &[from, to]).await,
+        1,
+        "tamper UPDATE matched no row"
+    );
+}
+
 async fn copy_stored_title(srv: &TestServer, from: &str, to: &str) {
-    let affected = match srv.open_db().await {
-        Db::Sqlite(mut conn) => sqlx::query(
-            "UPDATE tasks SET title = (SELECT t2.title FROM tasks t2 WHERE t2.task_id = ?) WHERE task_id = ?",
-        )
-        .bind(from)
-        .bind(to)
-        .execute(&mut conn)
-        .await
-        .expect("tamper with sqlite")
-        .rows_affected(),
-        Db::Postgres(mut conn) => sqlx::query(
-            "UPDATE tasks SET title = (SELECT t2.title FROM tasks t2 WHERE t2.task_id::text = $1) WHERE task_id::text = $2",
-        )
-        .bind(from)
-        .bind(to)
-        .execute(&mut conn)
-        .await
-        .expect("tamper with postgres")
-        .rows_affected(),
-    };
-    assert_eq!(affected, 1, "tamper UPDATE matched no row");
+    copy_stored(srv, "title", from, to).await;
 }
 
 fn assert_binding_failure(status: StatusCode, body: &Value, task_id: &str) {
+    assert_field_binding_failure(status, body, task_id, "title");
+}
+
+fn assert_field_binding_failure(status: StatusCode, body: &Value, task_id: &str, field: &str) {
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
     assert_eq!(body["code"], "ciphertext_binding_failure", "{body}");
     assert_eq!(body["task_id"], task_id, "{body}");
-    assert_eq!(body["field"], "title", "{body}");
+    assert_eq!(body["field"], field, "{body}");
     assert!(body["error"].is_string(), "{body}");
 }
 
@@ -292,5 +335,108 @@ backend_tests!(
             srv.get_task(&org.owner_key, &id).await["title"],
             "survives restarts"
         );
+    }
+);
+
+backend_tests!(
+    every_sealed_field_is_bound_to_its_task_and_field,
+    |mut srv| async move {
+        let org = srv.create_org("dev").await;
+        let key = org.owner_key.clone();
+        let full = |n: &str| {
+            json!({
+                "title": format!("title {n}"),
+                "description": format!("description {n}"),
+                "metadata": { "who": n },
+                "assignee": org.owner_email,
+            })
+        };
+        let mut pairs = Vec::new();
+        for n in 0..4 {
+            let results = srv
+                .create_tasks(
+                    &key,
+                    json!([full(&format!("a{n}")), full(&format!("b{n}"))]),
+                )
+                .await;
+            let (a, b) = (
+                str_field(&results[0], "task_id"),
+                str_field(&results[1], "task_id"),
+            );
+            for id in [&a, &b] {
+                srv.update_ok(
+                &key,
+                json!({ "task_id": id, "status": "completed", "note": format!("note {id}"), "output": { "by": id } }),
+            )
+            .await;
+            }
+            pairs.push((a, b));
+        }
+        let same_row = srv.create_task(&key, full("same-row")).await;
+
+        // Another task's ciphertext, field by field.
+        copy_stored(&srv, "description", &pairs[0].1, &pairs[0].0).await;
+        copy_stored(&srv, "metadata", &pairs[1].1, &pairs[1].0).await;
+        copy_stored(&srv, "output", &pairs[2].1, &pairs[2].0).await;
+        let changed = tamper(
+        &srv,
+        "UPDATE task_events SET note = (SELECT e2.note FROM task_events e2 WHERE e2.task_id = ? AND e2.to_status = 'completed') \
+         WHERE task_id = ? AND to_status = 'completed'",
+        &[&pairs[3].1, &pairs[3].0],
+    )
+    .await;
+        assert_eq!(changed, 1, "tamper UPDATE matched no event");
+        // The same task's ciphertext, moved to another field.
+        let changed = tamper(
+            &srv,
+            "UPDATE tasks SET title = description WHERE task_id = ?",
+            &[&same_row],
+        )
+        .await;
+        assert_eq!(changed, 1);
+
+        srv.kill9().await;
+        srv.start_again().await;
+
+        let expectations = [
+            (&pairs[0].0, "description"),
+            (&pairs[1].0, "metadata"),
+            (&pairs[2].0, "output"),
+            (&pairs[3].0, "note"),
+            (&same_row, "title"),
+        ];
+        for (id, field) in expectations {
+            let (status, body) = srv
+                .post(&key, "/tasks/get", json!({ "task_ids": [id] }))
+                .await;
+            assert_field_binding_failure(status, &body, id, field);
+            assert!(!body.to_string().contains("description b"), "{body}");
+        }
+        // The donors are intact.
+        for (_, b) in &pairs {
+            let task = srv.get_task(&key, b).await;
+            assert_eq!(task["output"], json!({ "by": b }));
+        }
+    }
+);
+
+backend_tests!(
+    api_key_secrets_are_stored_only_as_hashes,
+    |srv| async move {
+        let org = srv.create_org("dev").await;
+        let name = unique("key-name");
+        let (_, secret) = srv.new_key(&org.owner_key, &name).await;
+        let member_key = srv.add_member(&org, "hash@example.com", "user").await;
+        let stored = stored_bytes(&srv).await;
+        assert!(
+            contains(&stored, &name),
+            "control: key names are stored in clear"
+        );
+        for key in [&org.owner_key, &secret, &member_key] {
+            assert!(
+                !contains(&stored, key),
+                "an API key secret is stored in clear"
+            );
+        }
     }
 );

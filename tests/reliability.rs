@@ -298,106 +298,212 @@ backend_tests!(
     }
 );
 
-/// True once the server logged that the org's actor stopped.
-fn actor_stopped_logged(log: &str, org_id: &str) -> bool {
-    log.lines().any(|line| {
-        let lower = line.to_lowercase();
-        line.contains(org_id)
-            && !lower.contains("spawn")
-            && ["stop", "idle", "shut", "evict", "exit", "terminat"]
-                .iter()
-                .any(|w| lower.contains(w))
-    })
+/// Number of server log lines saying that the org's actor stops or stopped.
+fn actor_stop_lines(log: &str, org_id: &str) -> usize {
+    log.lines()
+        .filter(|line| {
+            let lower = line.to_lowercase();
+            line.contains(org_id)
+                && !lower.contains("spawn")
+                && ["stop", "idle", "shut", "evict", "exit", "terminat"]
+                    .iter()
+                    .any(|w| lower.contains(w))
+        })
+        .count()
+}
+
+/// Waits until the server logs another stop of the org's actor.
+async fn wait_for_idle_stop(srv: &TestServer, org: &Org, seen_before: usize) -> usize {
+    let waited = Instant::now();
+    let seen = eventually(
+        Duration::from_secs(20),
+        "the idle org actor to stop (server log)",
+        || async {
+            let n = actor_stop_lines(&srv.server_log(), &org.org_id);
+            (n > seen_before).then_some(n)
+        },
+    )
+    .await;
+    eprintln!("actor stop logged after {:?}", waited.elapsed());
+    seen
 }
 
 backend_tests!(
     idle_org_actor_resumes_with_correct_state,
-    backend
-        | backend
-        | async move {
-            let srv = TestServer::builder(backend).idle_secs(1).start().await;
-            let org = srv.create_org("dev").await;
-            let key = org.owner_key.clone();
-            let results = srv
-                .create_tasks(
-                    &key,
-                    json!([
-                        { "title": "leased", "priority": 1 },
-                        { "title": "short lease", "priority": 2 },
-                        { "title": "waiting", "priority": 3 },
-                        { "title": "done", "priority": 4, "assignee": org.owner_email },
-                    ]),
-                )
-                .await;
-            let [leased, short, waiting, done] =
-                [0, 1, 2, 3].map(|i| str_field(&results[i], "task_id"));
-            srv.update_ok(&key, json!({ "task_id": done, "status": "completed", "note": "n", "output": { "r": 1 } }))
-        .await;
-            let long_claim = srv
-                .claim(
-                    &key,
-                    json!({ "lease_seconds": 600, "include_context": false }),
-                )
-                .await
-                .expect("leased");
-            assert_eq!(long_claim["task_id"], leased.as_str());
-            let short_claim = srv
-                .claim(
-                    &key,
-                    json!({ "lease_seconds": 2, "include_context": false }),
-                )
-                .await
-                .expect("short lease");
-            assert_eq!(short_claim["task_id"], short.as_str());
-
-            let waited = Instant::now();
-            eventually(
-                Duration::from_secs(20),
-                "the idle org actor to stop (server log)",
-                || async { actor_stopped_logged(&srv.server_log(), &org.org_id).then_some(()) },
+    |backend: Backend| async move {
+        let srv = TestServer::builder(backend).idle_secs(1).start().await;
+        let org = srv.create_org("dev").await;
+        let key = org.owner_key.clone();
+        let results = srv
+            .create_tasks(
+                &key,
+                json!([
+                    { "title": "short lease", "priority": 1 },
+                    { "title": "waiting", "priority": 2 },
+                    { "title": "done", "priority": 4, "assignee": org.owner_email },
+                ]),
             )
             .await;
-            eprintln!("actor stop logged after {:?}", waited.elapsed());
+        let [short, waiting, done] = [0, 1, 2].map(|i| str_field(&results[i], "task_id"));
+        srv.update_ok(
+            &key,
+            json!({ "task_id": done, "status": "completed", "note": "n", "output": { "r": 1 } }),
+        )
+        .await;
+        let short_claim = srv
+            .claim(
+                &key,
+                json!({ "lease_seconds": 2, "include_context": false }),
+            )
+            .await
+            .expect("short lease");
+        assert_eq!(short_claim["task_id"], short.as_str());
 
-            let t = srv.get_task(&key, &leased).await;
-            assert_eq!(t["status"], "in_progress");
-            assert_eq!(t["assignee"], org.owner_key_name.as_str());
-            assert_eq!(
-                ts(&t, "lease_expires_at"),
-                ts(&long_claim, "lease_expires_at")
-            );
-            let t = srv.get_task(&key, &done).await;
-            assert_eq!(t["status"], "completed");
-            assert_eq!(t["output"], json!({ "r": 1 }));
-            assert_eq!(srv.status_of(&key, &waiting).await, "pending");
+        // The actor may stay up while it holds a lease; once that has run out
+        // and nothing else happens, it stops.
+        let stops = wait_for_idle_stop(&srv, &org, 0).await;
 
-            // The short lease still runs out although the actor was stopped.
-            let t = eventually(Duration::from_secs(20), "short lease expiry", || async {
-                let t = srv.get_task(&key, &short).await;
-                (t["status"] == "pending").then_some(t)
-            })
+        let t = srv.get_task(&key, &short).await;
+        assert_eq!(t["status"], "pending", "{t}");
+        assert_eq!(history(&t).last().unwrap()["note"], "lease expired");
+        let t = srv.get_task(&key, &done).await;
+        assert_eq!(t["status"], "completed");
+        assert_eq!(t["output"], json!({ "r": 1 }));
+        assert_eq!(history(&t).len(), 2);
+        assert_eq!(srv.status_of(&key, &waiting).await, "pending");
+
+        // The revived actor runs the queue in order and enforces new leases.
+        let claimed = srv
+            .claim(
+                &key,
+                json!({ "lease_seconds": 600, "include_context": false }),
+            )
+            .await
+            .expect("short lease again");
+        assert_eq!(claimed["task_id"], short.as_str());
+        let error = srv
+            .update_item_error(
+                &key,
+                json!({ "task_id": short, "lease_id": short_claim["lease_id"], "title": "late" }),
+            )
             .await;
-            assert_eq!(history(&t).last().unwrap()["note"], "lease expired");
-
-            // Fencing state survived the stop.
-            let error = srv
-                .update_item_error(
-                    &key,
-                    json!({ "task_id": leased, "lease_id": new_uuid(), "title": "x" }),
-                )
-                .await;
-            assert_eq!(error, "lease lost");
-            srv.update_ok(
+        assert_eq!(error, "lease lost");
+        srv.update_ok(
         &key,
-        json!({ "task_id": leased, "lease_id": long_claim["lease_id"], "status": "completed", "note": "ok" }),
+        json!({ "task_id": short, "lease_id": claimed["lease_id"], "status": "completed", "note": "ok" }),
     )
     .await;
+        let later = srv.new_task(&key, "written between stops").await;
 
-            // The queue order is intact: "short lease" (p2) before "waiting" (p3).
-            let next = srv.claim(&key, json!({})).await.expect("next");
-            assert_eq!(next["task_id"], short.as_str());
-            let next = srv.claim(&key, json!({})).await.expect("next");
-            assert_eq!(next["task_id"], waiting.as_str());
-            assert!(srv.claim(&key, json!({})).await.is_none());
+        // A second idle stop loses nothing either.
+        wait_for_idle_stop(&srv, &org, stops).await;
+        let t = srv.get_task(&key, &short).await;
+        assert_eq!(t["status"], "completed");
+        assert_eq!(t["title"], "short lease");
+        assert_eq!(
+            srv.get_task(&key, &later).await["title"],
+            "written between stops"
+        );
+        let next = srv.claim(&key, json!({})).await.expect("next");
+        assert_eq!(next["task_id"], waiting.as_str());
+        let next = srv.claim(&key, json!({})).await.expect("next");
+        assert_eq!(next["task_id"], later.as_str());
+        assert!(srv.claim(&key, json!({})).await.is_none());
+    }
+);
+
+backend_tests!(
+    sigterm_under_load_keeps_every_acknowledged_write,
+    |srv| async move {
+        let org = srv.create_org("dev").await;
+        let srv = Arc::new(srv);
+        let acked = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let mut writers = tokio::task::JoinSet::new();
+        for w in 0..4 {
+            let srv = srv.clone();
+            let key = org.owner_key.clone();
+            let acked = acked.clone();
+            writers.spawn(async move {
+                for i in 0..5000 {
+                    let body = json!({ "tasks": [{ "title": format!("w{w}-{i}") }] });
+                    match srv.try_post(&key, "/tasks", body).await {
+                        Ok((StatusCode::CREATED, body)) => {
+                            let id = str_field(&body["results"][0], "task_id");
+                            acked.lock().unwrap().push(id);
+                        }
+                        // Refused or cut off by the shutdown: not acknowledged.
+                        _ => return,
+                    }
+                }
+                panic!("the server kept accepting writes long after SIGTERM");
+            });
         }
+        eventually(
+            Duration::from_secs(30),
+            "writes to be acknowledged",
+            || async { (acked.lock().unwrap().len() >= 20).then_some(()) },
+        )
+        .await;
+        srv.signal_term();
+        while let Some(joined) = writers.join_next().await {
+            joined.expect("writer panicked");
+        }
+        let mut srv = Arc::try_unwrap(srv).unwrap_or_else(|_| panic!("server handle still shared"));
+        let status = srv.wait_exit().await;
+        assert!(status.success(), "exit status after SIGTERM: {status:?}");
+
+        srv.start_again().await;
+        let acked = acked.lock().unwrap().clone();
+        let listed: HashSet<String> = srv.list_ids(&org.owner_key, "").await.into_iter().collect();
+        let lost: Vec<&String> = acked.iter().filter(|id| !listed.contains(*id)).collect();
+        assert!(
+            lost.is_empty(),
+            "{} of {} acknowledged tasks lost: {lost:?}",
+            lost.len(),
+            acked.len()
+        );
+    }
+);
+
+backend_tests!(
+    concurrent_creates_of_one_client_id_admit_one,
+    |srv| async move {
+        let org = srv.create_org("dev").await;
+        let id = new_uuid();
+        let srv = Arc::new(srv);
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..10 {
+            let srv = srv.clone();
+            let key = org.owner_key.clone();
+            let id = id.clone();
+            set.spawn(async move {
+                let title = format!("contender {i}");
+                let (status, body) = srv
+                    .post(
+                        &key,
+                        "/tasks",
+                        json!({ "tasks": [{ "task_id": id, "title": title }] }),
+                    )
+                    .await;
+                (status, body, title)
+            });
+        }
+        let mut winners = Vec::new();
+        while let Some(joined) = set.join_next().await {
+            let (status, body, title) = joined.expect("creator panicked");
+            match status {
+                StatusCode::CREATED => winners.push(title),
+                StatusCode::CONFLICT => {
+                    assert_eq!(body["error"], "task_id already exists");
+                    assert_eq!(body["task_id"], id.as_str());
+                }
+                other => panic!("unexpected {other}: {body}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "winners: {winners:?}");
+        let task = srv.get_task(&org.owner_key, &id).await;
+        assert_eq!(task["title"], winners[0].as_str());
+        assert_eq!(history(&task).len(), 1);
+        assert_eq!(srv.list_all(&org.owner_key, "").await.len(), 1);
+    }
 );

@@ -4,6 +4,16 @@
 mod common;
 use common::*;
 
+/// RFC 3339, UTC, millisecond precision, `Z` suffix: `2026-01-02T03:04:05.678Z`.
+fn is_millisecond_utc(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 24
+        && chrono::DateTime::parse_from_rfc3339(s).is_ok()
+        && b[19] == b'.'
+        && b[20..23].iter().all(u8::is_ascii_digit)
+        && b[23] == b'Z'
+}
+
 /// Asserts that a create call is refused with 400 and wrote nothing.
 async fn assert_create_refused(srv: &TestServer, org: &Org, body: Value, field: &str) {
     let before = srv.list_ids(&org.owner_key, "").await;
@@ -289,6 +299,19 @@ backend_tests!(invalid_items_are_refused_whole, |srv| async move {
         "assignee",
     )
     .await;
+    for bad_id in [
+        "not-a-uuid",
+        "A1A20081-F05D-755C-A35B-8E563823D57C",
+        "a1a20081f05d755ca35b8e563823d57c",
+    ] {
+        assert_create_refused(
+            &srv,
+            &org,
+            json!({ "tasks": [{ "title": "ok" }, { "title": "t", "task_id": bad_id }] }),
+            "task_id",
+        )
+        .await;
+    }
     assert!(srv.list_all(&org.owner_key, "").await.is_empty());
 });
 
@@ -321,6 +344,16 @@ backend_tests!(defaults_and_creation_event, |srv| async move {
 
     let events = history(&task);
     assert_eq!(events.len(), 1, "{task}");
+    for stamp in [
+        &task["created_at"],
+        &task["updated_at"],
+        &events[0]["timestamp"],
+    ] {
+        assert!(
+            is_millisecond_utc(stamp.as_str().unwrap()),
+            "timestamp format: {stamp}"
+        );
+    }
     assert!(events[0]["from_status"].is_null(), "{task}");
     assert_eq!(events[0]["to_status"], "pending");
     assert_eq!(events[0]["agent_id"], org.owner_key_name.as_str());

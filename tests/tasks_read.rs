@@ -265,6 +265,26 @@ backend_tests!(cursor_is_bound_to_its_query, |srv| async move {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["error"], "Invalid pagination cursor");
 
+    // Cursors are signed: any edit is detected.
+    let raw = first["next_cursor"].as_str().unwrap().to_string();
+    for pos in [0, raw.len() / 3, raw.len() / 2] {
+        let mut bytes = raw.clone().into_bytes();
+        bytes[pos] = if bytes[pos] == b'A' { b'B' } else { b'A' };
+        let forged = String::from_utf8(bytes).unwrap();
+        let (status, body) = srv
+            .get(
+                key,
+                &format!("/tasks?limit=2&cursor={}", encode_query(&forged)),
+            )
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::BAD_REQUEST,
+            "forged cursor {forged}: {body}"
+        );
+        assert_eq!(body["error"], "Invalid pagination cursor");
+    }
+
     // A cursor minted by one filter works with that filter.
     let filtered = page(&srv, key, "limit=2&tags=a").await;
     let c = encode_query(filtered["next_cursor"].as_str().unwrap());
@@ -376,3 +396,59 @@ backend_tests!(filters, |srv| async move {
     let (status, body) = srv.get(key, "/tasks?priority_max=abc").await;
     assert_bad_request(status, &body, "priority_max");
 });
+
+backend_tests!(
+    pages_stay_exact_while_other_items_change,
+    |srv| async move {
+        let org = srv.create_org("dev").await;
+        let key = &org.owner_key;
+        let items: Vec<Value> = (0..20)
+        .map(|i| json!({ "title": format!("t{i}"), "priority": 1 + (i % 5), "assignee": org.owner_email }))
+        .collect();
+        let original = ids(&srv.create_tasks(key, json!(items)).await);
+
+        let first = page(&srv, key, "limit=5").await;
+        let first_ids = ids(first["tasks"].as_array().unwrap());
+        let mut cursor = first["next_cursor"].as_str().unwrap().to_string();
+
+        // Between pages: finish an item already seen, add new urgent work, and
+        // edit (without reordering) an item not yet seen.
+        let changed_seen = first_ids[0].clone();
+        srv.update_ok(
+            key,
+            json!({ "task_id": changed_seen, "status": "completed", "note": "n" }),
+        )
+        .await;
+        srv.create_tasks(key, json!([{ "title": "new urgent", "priority": 1 }, { "title": "new late", "priority": 5 }]))
+        .await;
+        let unseen = original
+            .iter()
+            .find(|id| !first_ids.contains(id))
+            .unwrap()
+            .clone();
+        srv.update_ok(key, json!({ "task_id": unseen, "title": "edited" }))
+            .await;
+
+        let mut seen = first_ids.clone();
+        for _ in 0..20 {
+            let body = page(
+                &srv,
+                key,
+                &format!("limit=5&cursor={}", encode_query(&cursor)),
+            )
+            .await;
+            seen.extend(ids(body["tasks"].as_array().unwrap()));
+            match body["next_cursor"].as_str() {
+                Some(c) => cursor = c.to_string(),
+                None => break,
+            }
+        }
+        for id in original
+            .iter()
+            .filter(|id| **id != changed_seen && **id != unseen)
+        {
+            let n = seen.iter().filter(|s| *s == id).count();
+            assert_eq!(n, 1, "unchanged task {id} seen {n} times");
+        }
+    }
+);

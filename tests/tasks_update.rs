@@ -599,3 +599,47 @@ backend_tests!(get_shapes_history_and_dependencies, |srv| async move {
     assert_eq!(body["count"], 0);
     assert_eq!(body["tasks"], json!([]));
 });
+
+backend_tests!(later_items_see_earlier_items_effects, |srv| async move {
+    let org = srv.create_org("dev").await;
+    let blocker = assigned_task(&srv, &org, "blocker").await;
+    let dependent = srv
+        .create_task(
+            &org.owner_key,
+            json!({ "title": "dependent", "assignee": org.owner_email, "blocked_by": [blocker] }),
+        )
+        .await;
+    let twice = assigned_task(&srv, &org, "twice").await;
+
+    let (code, body) = srv
+        .update(
+            &org.owner_key,
+            json!([
+                { "task_id": blocker, "status": "completed", "note": "unblocks" },
+                { "task_id": dependent, "status": "in_progress" },
+                { "task_id": twice, "status": "in_progress" },
+                { "task_id": twice, "status": "completed", "note": "both steps" },
+            ]),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert_eq!(body["updated"], 4);
+
+    let task = srv.get_task(&org.owner_key, &dependent).await;
+    assert_eq!(task["status"], "in_progress");
+    let moves: Vec<(Value, Value)> = history(&task)
+        .iter()
+        .map(|e| (e["to_status"].clone(), e["agent_id"].clone()))
+        .collect();
+    assert_eq!(
+        moves,
+        vec![
+            (json!("blocked"), json!(org.owner_key_name)),
+            (json!("pending"), json!("system")),
+            (json!("in_progress"), json!(org.owner_key_name)),
+        ]
+    );
+    let task = srv.get_task(&org.owner_key, &twice).await;
+    assert_eq!(task["status"], "completed");
+    assert_eq!(history(&task).len(), 3);
+});

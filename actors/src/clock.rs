@@ -38,7 +38,7 @@ impl Clock for OffsetClock {
 /// RFC 3339, UTC, millisecond precision, `Z` suffix.
 pub fn format_ms(ms: i64) -> String {
     match chrono::DateTime::from_timestamp_millis(ms) {
-        Some(t) => t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        Some(t) => t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         None => String::from("1970-01-01T00:00:00.000Z"),
     }
 }

@@ -30,6 +30,9 @@ pub enum SupervisorMsg {
     Resolve(OrgId, RpcReplyPort<Result<ActorRef<OrgMsg>, EngineError>>),
     /// An org actor reports it has been idle long enough to stop.
     Idle(OrgId, ActorId),
+    /// An org actor stopped while holding leases: its org needs an actor so
+    /// they expire on time.
+    Wake(OrgId),
     /// A commit of this org failed: its actor's memory is ahead of the store.
     WriteFailed(OrgId),
     /// Drains every org actor (shutdown).
@@ -53,10 +56,20 @@ pub struct Supervisor {
     pub stats: Arc<ActorStats>,
 }
 
+type Waiter = RpcReplyPort<Result<ActorRef<OrgMsg>, EngineError>>;
+
+/// An org whose actor is draining.
+#[derive(Default)]
+struct Retiring {
+    /// Requests waiting for the successor.
+    waiters: Vec<Waiter>,
+    /// Start a successor even if nobody waits (the actor held leases).
+    respawn: bool,
+}
+
 pub struct SupervisorState {
     orgs_by_actor: HashMap<ActorId, OrgId>,
-    /// Orgs whose actor is draining, with the requests waiting for its successor.
-    retiring: HashMap<OrgId, Vec<RpcReplyPort<Result<ActorRef<OrgMsg>, EngineError>>>>,
+    retiring: HashMap<OrgId, Retiring>,
     recent_failures: HashMap<OrgId, (Instant, u32)>,
     #[cfg(feature = "test-hooks")]
     crash_waiters: HashMap<OrgId, Vec<RpcReplyPort<()>>>,
@@ -97,19 +110,20 @@ impl Supervisor {
         Some(org)
     }
 
-    /// Spawns a successor and answers whoever waited for one.
+    /// Spawns a successor if anyone needs one and answers whoever waited.
     async fn succeed(
         &self,
         myself: &ActorRef<SupervisorMsg>,
         state: &mut SupervisorState,
         org: OrgId,
+        force: bool,
     ) {
-        let waiters = state.retiring.remove(&org).unwrap_or_default();
-        if waiters.is_empty() {
+        let retiring = state.retiring.remove(&org).unwrap_or_default();
+        if state.stopping || !(force || retiring.respawn || !retiring.waiters.is_empty()) {
             return;
         }
         let result = self.spawn_org(myself, state, org).await;
-        for w in waiters {
+        for w in retiring.waiters {
             let _ = w.send(
                 result
                     .as_ref()
@@ -150,8 +164,8 @@ impl Actor for Supervisor {
             SupervisorMsg::Resolve(org, reply) => {
                 if state.stopping {
                     let _ = reply.send(Err(EngineError::ActorUnavailable));
-                } else if let Some(waiters) = state.retiring.get_mut(&org) {
-                    waiters.push(reply);
+                } else if let Some(retiring) = state.retiring.get_mut(&org) {
+                    retiring.waiters.push(reply);
                 } else {
                     let live = self.routes.get(&org).map(|r| r.clone()).filter(|r| {
                         matches!(
@@ -170,11 +184,18 @@ impl Actor for Supervisor {
                 let current = self.routes.get(&org).map(|r| r.clone());
                 if let Some(actor) = current.filter(|r| r.get_id() == actor_id) {
                     self.routes.remove(&org);
-                    state.retiring.insert(org, Vec::new());
+                    state.retiring.insert(org, Retiring::default());
                     if actor.drain().is_err() {
                         // Already gone; its termination event will follow.
                         tracing::debug!(org_id = %org, "idle org actor already stopping");
                     }
+                }
+            }
+            SupervisorMsg::Wake(org) => {
+                if let Some(retiring) = state.retiring.get_mut(&org) {
+                    retiring.respawn = true;
+                } else if !self.routes.contains_key(&org) && !state.stopping {
+                    let _ = self.spawn_org(&myself, state, org).await;
                 }
             }
             SupervisorMsg::WriteFailed(org) => {
@@ -220,7 +241,7 @@ impl Actor for Supervisor {
                 if let Some(org) = self.forget(state, &cell) {
                     self.stats.idle_stops.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(org_id = %org, reason = reason.as_deref().unwrap_or("drained"), "org actor stopped");
-                    self.succeed(&myself, state, org).await;
+                    self.succeed(&myself, state, org, false).await;
                 }
             }
             SupervisionEvent::ActorFailed(cell, error) => {
@@ -236,21 +257,9 @@ impl Actor for Supervisor {
                 }
                 entry.1 += 1;
                 let eager = entry.1 <= MAX_EAGER_RESTARTS;
-                if !state.stopping && (eager || state.retiring.contains_key(&org)) {
-                    state.retiring.entry(org).or_default();
-                    let waiters = state.retiring.remove(&org).unwrap_or_default();
-                    let result = self.spawn_org(&myself, state, org).await;
-                    if result.is_ok() {
-                        tracing::info!(org_id = %org, "org actor restarted");
-                    }
-                    for w in waiters {
-                        let _ = w.send(
-                            result
-                                .as_ref()
-                                .map(Clone::clone)
-                                .map_err(|_| EngineError::ActorUnavailable),
-                        );
-                    }
+                self.succeed(&myself, state, org, eager).await;
+                if self.routes.contains_key(&org) {
+                    tracing::info!(org_id = %org, "org actor restarted");
                 }
                 #[cfg(feature = "test-hooks")]
                 for w in state.crash_waiters.remove(&org).unwrap_or_default() {

@@ -118,10 +118,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if admin_token.is_none() {
         tracing::info!("TASKQ_ADMIN_TOKEN is unset: the /admin routes are disabled");
     }
-    let app = router(AppState {
-        engine: engine.clone(),
-        admin_token,
-    });
+    let app = router(AppState::new(engine.clone(), admin_token));
 
     let listener = std::net::TcpListener::bind(&args.listen)
         .with_context(|| format!("binding {}", args.listen))?;

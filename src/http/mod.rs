@@ -7,6 +7,7 @@ mod admin;
 mod error;
 mod extract;
 mod keys;
+mod metrics;
 mod tasks;
 
 use std::sync::Arc;
@@ -24,6 +25,17 @@ pub struct AppState {
     pub engine: Engine,
     /// The operator token; `None` disables `/admin`.
     pub admin_token: Option<Arc<str>>,
+    pub metrics: Arc<metrics::Metrics>,
+}
+
+impl AppState {
+    pub fn new(engine: Engine, admin_token: Option<Arc<str>>) -> Self {
+        Self {
+            engine,
+            admin_token,
+            metrics: Arc::default(),
+        }
+    }
 }
 
 pub fn router(state: AppState) -> Router {
@@ -52,10 +64,15 @@ pub fn router(state: AppState) -> Router {
         .route("/tasks/claim", post(tasks::claim))
         .route("/keys", post(keys::create).get(keys::list))
         .route("/keys/{key_id}", axum::routing::delete(keys::revoke))
+        .route("/metrics", get(metrics::render))
         .nest("/admin", admin)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not found") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
         .with_state(state)
 }

@@ -33,36 +33,13 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 ///
 /// - `backend_tests!(name, |srv| async move { ... })` starts a default server;
 /// - `backend_tests!(name, |mut srv| async move { ... })` when the body restarts it;
-/// - `backend_tests!(name, backend |b| async move { ... })` hands the body a
-///   `Backend` so that it can start the server itself (builder options).
+/// - `backend_tests!(name, |backend: Backend| async move { ... })` hands the
+///   body a `Backend` so that it can start the server itself (builder options).
 ///
 /// Generates `name::sqlite` and `name::postgres`; the latter returns early
 /// with a note when `TASKQ_TEST_POSTGRES_URL` is unset.
 macro_rules! backend_tests {
-    ($name:ident, |mut $srv:ident| $body:expr) => {
-        backend_tests!(
-            $name,
-            backend
-                | __backend
-                | async move {
-                    #[allow(unused_mut)]
-                    let mut $srv = crate::common::TestServer::start(__backend).await;
-                    $body.await
-                }
-        );
-    };
-    ($name:ident, |$srv:ident| $body:expr) => {
-        backend_tests!(
-            $name,
-            backend
-                | __backend
-                | async move {
-                    let $srv = crate::common::TestServer::start(__backend).await;
-                    $body.await
-                }
-        );
-    };
-    ($name:ident, backend |$backend:ident| $body:expr) => {
+    ($name:ident, |$backend:ident: Backend| $body:expr) => {
         mod $name {
             #[allow(unused_imports)]
             use super::*;
@@ -86,6 +63,19 @@ macro_rules! backend_tests {
                 $body.await
             }
         }
+    };
+    ($name:ident, |mut $srv:ident| $body:expr) => {
+        backend_tests!($name, |__backend: Backend| async move {
+            #[allow(unused_mut)]
+            let mut $srv = crate::common::TestServer::start(__backend).await;
+            $body.await
+        });
+    };
+    ($name:ident, |$srv:ident| $body:expr) => {
+        backend_tests!($name, |__backend: Backend| async move {
+            let $srv = crate::common::TestServer::start(__backend).await;
+            $body.await
+        });
     };
 }
 
@@ -327,16 +317,24 @@ impl TestServer {
         self.child = Some(child);
     }
 
-    /// SIGTERM, wait for a graceful exit, and return the exit status.
-    pub async fn stop(&mut self) -> ExitStatus {
-        let mut child = self.child.take().expect("server is not running");
-        let pid = child.id().expect("child pid");
+    /// Sends SIGTERM without waiting (the server may still be finishing requests).
+    pub fn signal_term(&self) {
+        let pid = self
+            .child
+            .as_ref()
+            .and_then(|c| c.id())
+            .expect("server is not running");
         let sent = std::process::Command::new("kill")
             .arg("-TERM")
             .arg(pid.to_string())
             .status()
             .expect("run kill");
         assert!(sent.success(), "kill -TERM {pid} failed");
+    }
+
+    /// Waits (up to 30 s) for the server process to exit.
+    pub async fn wait_exit(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("server is not running");
         match tokio::time::timeout(Duration::from_secs(30), child.wait()).await {
             Ok(status) => status.expect("wait for taskq"),
             Err(_) => {
@@ -347,6 +345,12 @@ impl TestServer {
                 );
             }
         }
+    }
+
+    /// SIGTERM, wait for a graceful exit, and return the exit status.
+    pub async fn stop(&mut self) -> ExitStatus {
+        self.signal_term();
+        self.wait_exit().await
     }
 
     /// Graceful restart (SIGTERM) on the same database, tempdir and master key.
@@ -375,6 +379,25 @@ impl TestServer {
 
     fn url(&self, path: &str) -> String {
         format!("{}{}", self.base_url, path)
+    }
+
+    /// POST with `X-Api-Key`; transport errors are returned, not panicked on.
+    pub async fn try_post(
+        &self,
+        key: &str,
+        path: &str,
+        body: Value,
+    ) -> Result<(StatusCode, Value), reqwest::Error> {
+        let resp = self
+            .http
+            .post(self.url(path))
+            .header("x-api-key", key)
+            .json(&body)
+            .send()
+            .await?;
+        let status = resp.status();
+        let text = resp.text().await?;
+        Ok((status, parse_body(&text)))
     }
 
     /// Sends a request and returns status and raw body text.

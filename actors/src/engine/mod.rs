@@ -68,6 +68,7 @@ struct Inner {
     supervisor: ActorRef<SupervisorMsg>,
     routes: Routes,
     stats: Arc<ActorStats>,
+    queue_depths: Arc<DashMap<OrgId, usize>>,
     clock: Arc<dyn Clock>,
     cursors: CursorSigner,
     /// Authenticated keys, so a request costs no store read.
@@ -96,7 +97,9 @@ impl Engine {
         let directory = Arc::new(OrgDirectory::new(store.clone(), config.master_key));
         let routes: Routes = Arc::new(DashMap::new());
         let stats = Arc::new(ActorStats::default());
+        let queue_depths = Arc::new(DashMap::new());
         let deps = OrgDeps {
+            queue_depths: queue_depths.clone(),
             store: store.clone(),
             writers: writers.clone(),
             directory: directory.clone(),
@@ -131,6 +134,7 @@ impl Engine {
                 supervisor,
                 routes,
                 stats,
+                queue_depths,
                 clock: config.clock,
                 cursors: CursorSigner::default(),
                 keys: DashMap::new(),
@@ -153,6 +157,15 @@ impl Engine {
 
     pub fn actor_stats(&self) -> &ActorStats {
         &self.inner.stats
+    }
+
+    /// Pending tasks per org, as last published by each org's actor.
+    pub fn queue_depths(&self) -> Vec<(OrgId, usize)> {
+        self.inner
+            .queue_depths
+            .iter()
+            .map(|e| (*e.key(), *e.value()))
+            .collect()
     }
 
     /// Drains every org actor, lets the writers commit what is queued, and

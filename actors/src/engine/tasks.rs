@@ -218,15 +218,25 @@ impl Engine {
         let Some((claimed, commit)) = claimed else {
             return Ok(None);
         };
-        committed(commit).await?;
         let org = caller.org_id;
-        let entry = self.inner.directory.get(org).await?;
+        let id = claimed.header.task_id;
         let store = &self.inner.store;
-        let task = store
-            .tasks(org, &[claimed.task_id])
-            .await?
-            .pop()
-            .ok_or_else(|| EngineError::Internal("claimed task vanished".into()))?;
+        // The claim changes only the header, which the actor handed back, so
+        // the content can be read while the claim commits. A task created an
+        // instant ago may not be committed yet: then read again after.
+        let ids = [id];
+        let (commit, read) = tokio::join!(committed(commit), store.tasks(org, &ids));
+        commit?;
+        let mut task = match read?.pop() {
+            Some(t) => t,
+            None => store
+                .tasks(org, &ids)
+                .await?
+                .pop()
+                .ok_or_else(|| EngineError::Internal("claimed task vanished".into()))?,
+        };
+        task.header = claimed.header.clone();
+        let entry = self.inner.directory.get(org).await?;
         let mut m = views::full_task(&entry.cipher, &task)?;
         m.insert("lease_id".into(), json!(claimed.lease.lease_id));
         m.insert(

@@ -4,7 +4,9 @@ use ractor::RpcReplyPort;
 use serde::Serialize;
 
 use crate::domain::account::{Caller, KeyRecord, MemberRecord, Role};
-use crate::domain::{ClaimRequest, KeyId, Lease, NewTask, TaskId, TaskStatus, TaskUpdate};
+use crate::domain::{
+    ClaimRequest, KeyId, Lease, NewTask, TaskHeader, TaskId, TaskStatus, TaskUpdate,
+};
 use crate::error::EngineError;
 use crate::writer::Commit;
 
@@ -83,9 +85,10 @@ impl UpdateOutcome {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Claimed {
-    pub task_id: TaskId,
+    /// The claimed task's header as the claim left it.
+    pub header: TaskHeader,
     pub lease: Lease,
 }
 

@@ -23,6 +23,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dashmap::DashMap;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 pub use access::{format_api_key, parse_api_key};
@@ -46,6 +47,8 @@ pub struct OrgDeps {
     pub directory: Arc<OrgDirectory>,
     pub clock: Arc<dyn Clock>,
     pub idle_after: Duration,
+    /// Pending tasks per org, published for `/metrics`.
+    pub queue_depths: Arc<DashMap<OrgId, usize>>,
 }
 
 pub struct OrgActor {
@@ -163,6 +166,7 @@ impl Actor for OrgActor {
         }
         tracing::info!(org_id = %org, open_tasks = state.tasks.len(), "org actor started");
         self.expire_leases(&myself, state);
+        self.publish_depth(state);
         let period = (deps.idle_after / 2).max(Duration::from_millis(200));
         myself.send_interval(period, || OrgMsg::IdleTick);
         Ok(())
@@ -173,7 +177,10 @@ impl Actor for OrgActor {
         _myself: ActorRef<OrgMsg>,
         state: &mut OrgState,
     ) -> Result<(), ActorProcessingErr> {
-        tracing::info!(org_id = %state.org, "org actor stopped");
+        if !state.leases.is_empty() {
+            // A claim reached us while we drained: someone must expire it.
+            let _ = self.supervisor.cast(SupervisorMsg::Wake(state.org));
+        }
         Ok(())
     }
 
@@ -231,11 +238,19 @@ impl Actor for OrgActor {
             return Err(format!("org {} must reload its state from the store", state.org).into());
         }
         self.arm_lease_timer(&myself, state);
+        self.publish_depth(state);
         Ok(())
     }
 }
 
 impl OrgActor {
+    fn publish_depth(&self, state: &OrgState) {
+        let depth = state.pending.len();
+        if self.deps.queue_depths.get(&state.org).map(|d| *d) != Some(depth) {
+            self.deps.queue_depths.insert(state.org, depth);
+        }
+    }
+
     /// Arms the single lease timer for the earliest expiry, unless one that
     /// fires no later is already armed.
     fn arm_lease_timer(&self, myself: &ActorRef<OrgMsg>, state: &mut OrgState) {

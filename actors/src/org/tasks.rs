@@ -603,9 +603,9 @@ impl OrgActor {
         );
         let lease = lease::grant(now, request.lease_seconds);
         h.lease = Some(lease);
-        let task_id = h.task_id;
+        let header = h.clone();
         work.put(state, h);
-        Some((Claimed { task_id, lease }, self.submit(state, work)))
+        Some((Claimed { header, lease }, self.submit(state, work)))
     }
 
     /// Returns every task whose lease ran out to `pending`.

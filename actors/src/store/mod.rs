@@ -9,6 +9,7 @@
 
 mod rows;
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -118,6 +119,66 @@ macro_rules! bind_all {
     }};
 }
 
+/// Rows per multi-row statement: well under both backends' bind limits
+/// (SQLite 32766, PostgreSQL 65535) at 18 columns.
+const ROWS_PER_STATEMENT: usize = 500;
+
+/// The changes of a group commit, coalesced. Per task, the last header and
+/// the last value of each content field win, which is what applying the
+/// batches one by one would leave; inserts run before updates and events
+/// keep their order, so the result is the same as applying them in turn.
+struct CommitPlan<'a> {
+    accounts: Vec<(OrgId, &'a WriteOp)>,
+    inserts: Vec<(OrgId, &'a StoredTask)>,
+    headers: HashMap<(OrgId, TaskId), (OrgId, &'a TaskHeader)>,
+    content: Vec<(ContentField, HashMap<(OrgId, TaskId), &'a Option<Vec<u8>>>)>,
+    events: Vec<(OrgId, &'a StoredEvent)>,
+}
+
+impl<'a> CommitPlan<'a> {
+    fn new(batches: &[&'a WriteBatch]) -> Self {
+        let mut plan = CommitPlan {
+            accounts: Vec::new(),
+            inserts: Vec::new(),
+            headers: HashMap::new(),
+            content: Vec::new(),
+            events: Vec::new(),
+        };
+        for batch in batches {
+            let org = batch.org;
+            for op in &batch.ops {
+                match op {
+                    WriteOp::InsertTasks(tasks) => {
+                        plan.inserts.extend(tasks.iter().map(|t| (org, t)));
+                    }
+                    WriteOp::UpdateHeader(h) => {
+                        plan.headers.insert((org, h.task_id), (org, h));
+                    }
+                    WriteOp::SetContent {
+                        task_id,
+                        field,
+                        value,
+                    } => {
+                        let slot = match plan.content.iter().position(|(f, _)| f == field) {
+                            Some(i) => i,
+                            None => {
+                                plan.content.push((*field, HashMap::new()));
+                                plan.content.len() - 1
+                            }
+                        };
+                        plan.content[slot].1.insert((org, *task_id), value);
+                    }
+                    WriteOp::InsertEvents(events) => {
+                        plan.events.extend(events.iter().map(|e| (org, e)));
+                    }
+                    other => plan.accounts.push((org, other)),
+                }
+            }
+        }
+        plan
+    }
+}
+
 const HEADER_COLUMNS: &str = "task_id, status, priority, assignee, tags, blocked_by, \
      parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds";
 const FULL_COLUMNS: &str = "task_id, status, priority, assignee, tags, blocked_by, \
@@ -188,147 +249,161 @@ impl Store {
         on_pool!(self, pool => pool.close().await)
     }
 
-    /// Commits every batch in one transaction.
+    /// Commits every batch in one transaction. The batches' changes are
+    /// coalesced first (see `CommitPlan`), so a group commit of many requests
+    /// costs a handful of statements, not a few per request.
     pub async fn apply(&self, batches: &[&WriteBatch]) -> Result<()> {
+        let plan = CommitPlan::new(batches);
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
-            for batch in batches {
-                let org = batch.org.to_string();
-                for op in &batch.ops {
-                    match op {
-                        WriteOp::InsertOrg(record) => {
-                            let o = OrgRow::from(record);
-                            sqlx::query(
-                                "INSERT INTO orgs (org_id, name, tier, encryption, seats, suspended, \
-                                 limits, wrapped_dek, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                            )
-                            .bind(o.0).bind(o.1).bind(o.2).bind(o.3).bind(o.4).bind(o.5).bind(o.6).bind(o.7).bind(o.8)
-                            .execute(&mut *tx)
-                            .await?;
-                        }
-                        WriteOp::InsertTasks(tasks) => {
-                            let mut qb = QueryBuilder::new(
-                                "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, \
-                                 assignee, tags, blocked_by, parent_task_id, created_at, updated_at, \
-                                 lease_id, lease_expires_at, lease_seconds, title, description, \
-                                 metadata, output) ",
-                            );
-                            qb.push_values(tasks, |mut b, t| {
-                                let h = rows::HeaderColumns::from(&t.header);
-                                b.push_bind(org.clone())
-                                    .push_bind(h.task_id)
-                                    .push_bind(h.status)
-                                    .push_bind(h.status_rank)
-                                    .push_bind(h.priority)
-                                    .push_bind(h.assignee)
-                                    .push_bind(h.tags)
-                                    .push_bind(h.blocked_by)
-                                    .push_bind(h.parent)
-                                    .push_bind(h.created_at)
-                                    .push_bind(h.updated_at)
-                                    .push_bind(h.lease_id)
-                                    .push_bind(h.lease_expires_at)
-                                    .push_bind(h.lease_seconds)
-                                    .push_bind(t.title.clone())
-                                    .push_bind(t.description.clone())
-                                    .push_bind(t.metadata.clone())
-                                    .push_bind(t.output.clone());
-                            });
-                            qb.build().execute(&mut *tx).await?;
-                        }
-                        WriteOp::UpdateHeader(header) => {
-                            let h = rows::HeaderColumns::from(header);
-                            sqlx::query(
-                                "UPDATE tasks SET status = $1, status_rank = $2, priority = $3, \
-                                 assignee = $4, tags = $5, blocked_by = $6, parent_task_id = $7, \
-                                 updated_at = $8, lease_id = $9, lease_expires_at = $10, \
-                                 lease_seconds = $11 WHERE org_id = $12 AND task_id = $13",
-                            )
-                            .bind(h.status)
-                            .bind(h.status_rank)
-                            .bind(h.priority)
-                            .bind(h.assignee)
-                            .bind(h.tags)
-                            .bind(h.blocked_by)
-                            .bind(h.parent)
-                            .bind(h.updated_at)
-                            .bind(h.lease_id)
-                            .bind(h.lease_expires_at)
-                            .bind(h.lease_seconds)
-                            .bind(&org)
-                            .bind(h.task_id)
-                            .execute(&mut *tx)
-                            .await?;
-                        }
-                        WriteOp::SetContent { task_id, field, value } => {
-                            let sql = match field {
-                                ContentField::Title => "UPDATE tasks SET title = $1 WHERE org_id = $2 AND task_id = $3",
-                                ContentField::Description => "UPDATE tasks SET description = $1 WHERE org_id = $2 AND task_id = $3",
-                                ContentField::Metadata => "UPDATE tasks SET metadata = $1 WHERE org_id = $2 AND task_id = $3",
-                                ContentField::Output => "UPDATE tasks SET output = $1 WHERE org_id = $2 AND task_id = $3",
-                                ContentField::Note => continue,
-                            };
-                            sqlx::query(sql)
-                                .bind(value.clone())
-                                .bind(&org)
-                                .bind(task_id.to_string())
-                                .execute(&mut *tx)
-                                .await?;
-                        }
-                        WriteOp::InsertEvents(events) => {
-                            let mut qb = QueryBuilder::new(
-                                "INSERT INTO task_events (org_id, task_id, from_status, to_status, \
-                                 agent_id, at, note) ",
-                            );
-                            qb.push_values(events, |mut b, e| {
-                                b.push_bind(org.clone())
-                                    .push_bind(e.task_id.to_string())
-                                    .push_bind(e.from_status.map(|s| s.as_str()))
-                                    .push_bind(e.to_status.as_str())
-                                    .push_bind(e.agent_id.clone())
-                                    .push_bind(e.at)
-                                    .push_bind(e.note.clone());
-                            });
-                            qb.build().execute(&mut *tx).await?;
-                        }
-                        WriteOp::InsertMember(m) => {
-                            sqlx::query(
-                                "INSERT INTO members (org_id, email, role, seated, profile_tags, joined_at) \
-                                 VALUES ($1, $2, $3, $4, $5, $6)",
-                            )
-                            .bind(&org)
-                            .bind(&m.email)
-                            .bind(m.role.as_str())
-                            .bind(i64::from(m.seated))
-                            .bind(serde_json::to_string(&m.profile_tags).unwrap_or_default())
-                            .bind(m.joined_at)
-                            .execute(&mut *tx)
-                            .await?;
-                        }
-                        WriteOp::InsertKey(k) => {
-                            sqlx::query(
-                                "INSERT INTO api_keys (key_id, org_id, email, name, secret_hash, active, created_at) \
-                                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                            )
-                            .bind(k.key_id.to_string())
-                            .bind(&org)
-                            .bind(&k.email)
-                            .bind(&k.name)
-                            .bind(k.secret_hash.clone())
-                            .bind(i64::from(k.active))
-                            .bind(k.created_at)
-                            .execute(&mut *tx)
-                            .await?;
-                        }
-                        WriteOp::DeactivateKey(key_id) => {
-                            sqlx::query("UPDATE api_keys SET active = 0 WHERE org_id = $1 AND key_id = $2")
-                                .bind(&org)
-                                .bind(key_id.to_string())
-                                .execute(&mut *tx)
-                                .await?;
-                        }
+            for (org, op) in &plan.accounts {
+                let org = org.to_string();
+                match op {
+                    WriteOp::InsertOrg(record) => {
+                        let o = OrgRow::from(record);
+                        sqlx::query(
+                            "INSERT INTO orgs (org_id, name, tier, encryption, seats, suspended, \
+                             limits, wrapped_dek, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                        )
+                        .bind(o.0).bind(o.1).bind(o.2).bind(o.3).bind(o.4).bind(o.5).bind(o.6).bind(o.7).bind(o.8)
+                        .execute(&mut *tx)
+                        .await?;
                     }
+                    WriteOp::InsertMember(m) => {
+                        sqlx::query(
+                            "INSERT INTO members (org_id, email, role, seated, profile_tags, joined_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6)",
+                        )
+                        .bind(&org)
+                        .bind(&m.email)
+                        .bind(m.role.as_str())
+                        .bind(i64::from(m.seated))
+                        .bind(serde_json::to_string(&m.profile_tags).unwrap_or_default())
+                        .bind(m.joined_at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    WriteOp::InsertKey(k) => {
+                        sqlx::query(
+                            "INSERT INTO api_keys (key_id, org_id, email, name, secret_hash, active, created_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                        )
+                        .bind(k.key_id.to_string())
+                        .bind(&org)
+                        .bind(&k.email)
+                        .bind(&k.name)
+                        .bind(k.secret_hash.clone())
+                        .bind(i64::from(k.active))
+                        .bind(k.created_at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    WriteOp::DeactivateKey(key_id) => {
+                        sqlx::query("UPDATE api_keys SET active = 0 WHERE org_id = $1 AND key_id = $2")
+                            .bind(&org)
+                            .bind(key_id.to_string())
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    WriteOp::InsertTasks(_)
+                    | WriteOp::UpdateHeader(_)
+                    | WriteOp::SetContent { .. }
+                    | WriteOp::InsertEvents(_) => unreachable!("task ops are planned apart"),
                 }
+            }
+            for chunk in plan.inserts.chunks(ROWS_PER_STATEMENT) {
+                let mut qb = QueryBuilder::new(
+                    "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, \
+                     assignee, tags, blocked_by, parent_task_id, created_at, updated_at, \
+                     lease_id, lease_expires_at, lease_seconds, title, description, \
+                     metadata, output) ",
+                );
+                qb.push_values(chunk, |mut b, (org, t)| {
+                    let h = rows::HeaderColumns::from(&t.header);
+                    b.push_bind(org.to_string())
+                        .push_bind(h.task_id)
+                        .push_bind(h.status)
+                        .push_bind(h.status_rank)
+                        .push_bind(h.priority)
+                        .push_bind(h.assignee)
+                        .push_bind(h.tags)
+                        .push_bind(h.blocked_by)
+                        .push_bind(h.parent)
+                        .push_bind(h.created_at)
+                        .push_bind(h.updated_at)
+                        .push_bind(h.lease_id)
+                        .push_bind(h.lease_expires_at)
+                        .push_bind(h.lease_seconds)
+                        .push_bind(t.title.clone())
+                        .push_bind(t.description.clone())
+                        .push_bind(t.metadata.clone())
+                        .push_bind(t.output.clone());
+                });
+                qb.build().execute(&mut *tx).await?;
+            }
+            let headers: Vec<_> = plan.headers.values().collect();
+            for chunk in headers.chunks(ROWS_PER_STATEMENT) {
+                let mut qb = QueryBuilder::new(
+                    "UPDATE tasks SET status = v.column3, status_rank = v.column4, \
+                     priority = v.column5, assignee = v.column6, tags = v.column7, \
+                     blocked_by = v.column8, parent_task_id = v.column9, updated_at = v.column10, \
+                     lease_id = v.column11, lease_expires_at = v.column12, \
+                     lease_seconds = v.column13 FROM (",
+                );
+                qb.push_values(chunk, |mut b, (org, header)| {
+                    let h = rows::HeaderColumns::from(*header);
+                    b.push_bind(org.to_string())
+                        .push_bind(h.task_id)
+                        .push_bind(h.status)
+                        .push_bind(h.status_rank)
+                        .push_bind(h.priority)
+                        .push_bind(h.assignee)
+                        .push_bind(h.tags)
+                        .push_bind(h.blocked_by)
+                        .push_bind(h.parent)
+                        .push_bind(h.updated_at)
+                        .push_bind(h.lease_id)
+                        .push_bind(h.lease_expires_at)
+                        .push_bind(h.lease_seconds);
+                });
+                qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
+                qb.build().execute(&mut *tx).await?;
+            }
+            for (field, values) in &plan.content {
+                let column = match field {
+                    ContentField::Title => "title",
+                    ContentField::Description => "description",
+                    ContentField::Metadata => "metadata",
+                    ContentField::Output => "output",
+                    ContentField::Note => continue,
+                };
+                let values: Vec<_> = values.iter().collect();
+                for chunk in values.chunks(ROWS_PER_STATEMENT) {
+                    let mut qb = QueryBuilder::new(format!("UPDATE tasks SET {column} = v.column3 FROM ("));
+                    qb.push_values(chunk, |mut b, ((org, task), value)| {
+                        b.push_bind(org.to_string())
+                            .push_bind(task.to_string())
+                            .push_bind((**value).clone());
+                    });
+                    qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
+                    qb.build().execute(&mut *tx).await?;
+                }
+            }
+            for chunk in plan.events.chunks(ROWS_PER_STATEMENT) {
+                let mut qb = QueryBuilder::new(
+                    "INSERT INTO task_events (org_id, task_id, from_status, to_status, \
+                     agent_id, at, note) ",
+                );
+                qb.push_values(chunk, |mut b, (org, e)| {
+                    b.push_bind(org.to_string())
+                        .push_bind(e.task_id.to_string())
+                        .push_bind(e.from_status.map(|s| s.as_str()))
+                        .push_bind(e.to_status.as_str())
+                        .push_bind(e.agent_id.clone())
+                        .push_bind(e.at)
+                        .push_bind(e.note.clone());
+                });
+                qb.build().execute(&mut *tx).await?;
             }
             tx.commit().await?;
             Ok(())

@@ -1,0 +1,126 @@
+//! `/metrics` in Prometheus text format: requests by route and status, claim
+//! latency, actors alive and restarted, queue depth by org.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use dashmap::DashMap;
+
+use super::error::ApiError;
+use super::extract::Operator;
+use super::AppState;
+
+/// Upper bounds of the claim latency buckets, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+#[derive(Default)]
+pub struct Metrics {
+    requests: DashMap<(String, String, u16), AtomicU64>,
+    claim_buckets: [AtomicU64; BUCKETS.len()],
+    claim_count: AtomicU64,
+    claim_sum_micros: AtomicU64,
+}
+
+impl Metrics {
+    fn record(&self, route: &str, method: &str, status: u16, elapsed_secs: f64) {
+        let key = (route.to_owned(), method.to_owned(), status);
+        if let Some(c) = self.requests.get(&key) {
+            c.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.requests
+                .entry(key)
+                .or_default()
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        if route == "/tasks/claim" {
+            for (i, bound) in BUCKETS.iter().enumerate() {
+                if elapsed_secs <= *bound {
+                    self.claim_buckets[i].fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            self.claim_count.fetch_add(1, Ordering::Relaxed);
+            self.claim_sum_micros
+                .fetch_add((elapsed_secs * 1e6) as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Middleware: counts every request by its route template and status.
+pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = request.method().as_str().to_owned();
+    let start = Instant::now();
+    let response = next.run(request).await;
+    state.metrics.record(
+        &route,
+        &method,
+        response.status().as_u16(),
+        start.elapsed().as_secs_f64(),
+    );
+    response
+}
+
+pub async fn render(State(state): State<AppState>, _: Operator) -> Result<Response, ApiError> {
+    let m = &state.metrics;
+    let mut out = String::new();
+    let _ = writeln!(out, "# TYPE taskq_http_requests_total counter");
+    for e in m.requests.iter() {
+        let (route, method, status) = e.key();
+        let _ = writeln!(
+            out,
+            "taskq_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {}",
+            e.value().load(Ordering::Relaxed)
+        );
+    }
+    let _ = writeln!(out, "# TYPE taskq_claim_latency_seconds histogram");
+    for (i, bound) in BUCKETS.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "taskq_claim_latency_seconds_bucket{{le=\"{bound}\"}} {}",
+            m.claim_buckets[i].load(Ordering::Relaxed)
+        );
+    }
+    let count = m.claim_count.load(Ordering::Relaxed);
+    let _ = writeln!(
+        out,
+        "taskq_claim_latency_seconds_bucket{{le=\"+Inf\"}} {count}"
+    );
+    let _ = writeln!(
+        out,
+        "taskq_claim_latency_seconds_sum {}",
+        m.claim_sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+    );
+    let _ = writeln!(out, "taskq_claim_latency_seconds_count {count}");
+    let engine = &state.engine;
+    let stats = engine.actor_stats();
+    let _ = writeln!(out, "# TYPE taskq_actors_alive gauge");
+    let _ = writeln!(out, "taskq_actors_alive {}", engine.actors_alive());
+    let _ = writeln!(out, "# TYPE taskq_actor_restarts_total counter");
+    let _ = writeln!(
+        out,
+        "taskq_actor_restarts_total {}",
+        stats.restarts.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(out, "# TYPE taskq_actor_idle_stops_total counter");
+    let _ = writeln!(
+        out,
+        "taskq_actor_idle_stops_total {}",
+        stats.idle_stops.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(out, "# TYPE taskq_queue_depth gauge");
+    for (org, depth) in engine.queue_depths() {
+        let _ = writeln!(out, "taskq_queue_depth{{org_id=\"{org}\"}} {depth}");
+    }
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+}
