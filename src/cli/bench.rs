@@ -281,6 +281,8 @@ async fn execute(
         ops: Vec::new(),
         cycles: None,
         memory: None,
+        actors_alive_end: None,
+        actors_alive_settled: None,
     };
 
     match args.scenario {
@@ -308,11 +310,19 @@ async fn execute(
             let result = idle_orgs_phase(base, token, args, &run_id).await?;
             report.add_phase(
                 result,
-                &[Op::OrgCreate, Op::OrgLimits, Op::Create, Op::Claim],
+                &[
+                    Op::OrgCreate,
+                    Op::OrgLimits,
+                    Op::Create,
+                    Op::Claim,
+                    Op::Complete,
+                ],
             );
         }
     }
 
+    let metrics = Admin::new(base, token, 1)?;
+    report.actors_alive_end = metrics.actors_alive().await;
     if let Some(pid) = pid {
         let rss_end = proc_status_kb(pid, "VmRSS").await;
         let rss_settled = if args.settle > 0 {
@@ -321,6 +331,7 @@ async fn execute(
                 args.settle
             );
             tokio::time::sleep(Duration::from_secs(args.settle)).await;
+            report.actors_alive_settled = metrics.actors_alive().await;
             proc_status_kb(pid, "VmRSS").await
         } else {
             None
@@ -808,6 +819,21 @@ impl Admin {
         Ok((org, latency))
     }
 
+    /// `taskq_actors_alive` from `GET /metrics`.
+    async fn actors_alive(&self) -> Option<u64> {
+        let response = self
+            .client
+            .get(format!("{}/metrics", self.base))
+            .header(AUTHORIZATION, format!("Bearer {}", self.token))
+            .send()
+            .await
+            .ok()?;
+        let text = response.text().await.ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("taskq_actors_alive "))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
     /// `PATCH /admin/orgs/{id}`: lifts the rate and volume limits.
     async fn lift_limits(&self, org_id: &str) -> Result<Duration, String> {
         let body = json!({
@@ -1172,18 +1198,29 @@ async fn idle_org(
             return false;
         }
     }
-    match api.claim().await {
+    let claimed = match api.claim().await {
         Ok((claimed, latency)) => {
             stats
                 .op(Op::Claim)
                 .ok(latency, u64::from(claimed.is_some()));
-            true
+            claimed
         }
         Err(e) => {
             stats.op(Op::Claim).err(e);
-            false
+            return false;
+        }
+    };
+    // Completing releases the lease, so the org's actor may go idle.
+    if let Some(task) = claimed {
+        match api.complete(&task).await {
+            Ok(latency) => stats.op(Op::Complete).ok(latency, 1),
+            Err(e) => {
+                stats.op(Op::Complete).err(e);
+                return false;
+            }
         }
     }
+    true
 }
 
 // ---------------------------------------------------------------------------
@@ -1416,6 +1453,9 @@ struct Report {
     ops: Vec<OpReport>,
     cycles: Option<CycleSummary>,
     memory: Option<Memory>,
+    /// Org actors running when the load ended, and after `--settle`.
+    actors_alive_end: Option<u64>,
+    actors_alive_settled: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -1629,6 +1669,14 @@ fn render_table(report: &Report) -> String {
         let _ = write!(out, ", peak {}", mib(memory.rss_peak_kb));
         if let Some(per_org) = memory.per_org_kb {
             let _ = write!(out, "; {per_org:.1} KiB per org");
+        }
+        let _ = writeln!(out);
+    }
+
+    if let Some(alive) = report.actors_alive_end {
+        let _ = write!(out, "org actors alive: {alive} at the end");
+        if let Some(settled) = report.actors_alive_settled {
+            let _ = write!(out, ", {settled} after settling");
         }
         let _ = writeln!(out);
     }

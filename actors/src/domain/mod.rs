@@ -5,6 +5,7 @@
 pub mod account;
 mod ids;
 pub mod lease;
+pub mod open;
 pub mod order;
 mod status;
 mod task;

@@ -32,9 +32,8 @@ pub use messages::*;
 use crate::clock::Clock;
 use crate::directory::{OrgDirectory, OrgEntry};
 use crate::domain::account::{KeyRecord, MemberRecord};
-use crate::domain::lease::LeaseQueue;
-use crate::domain::order::PendingIndex;
-use crate::domain::{KeyId, OrgId, TaskHeader, TaskId, TaskStatus};
+use crate::domain::open::OpenTasks;
+use crate::domain::{KeyId, OrgId};
 use crate::store::Store;
 use crate::supervisor::SupervisorMsg;
 use crate::writer::Writers;
@@ -59,12 +58,9 @@ pub struct OrgActor {
 pub struct OrgState {
     org: OrgId,
     entry: Arc<OrgEntry>,
-    /// Open tasks (pending, paused, in_progress, feedback, blocked).
-    tasks: HashMap<TaskId, TaskHeader>,
-    pending: PendingIndex,
-    leases: LeaseQueue,
-    /// Blocker -> its `blocked` dependents.
-    dependents: HashMap<TaskId, Vec<TaskId>>,
+    /// Open tasks (pending, paused, in_progress, feedback, blocked) and
+    /// their indexes.
+    open: OpenTasks,
     members: HashMap<String, MemberRecord>,
     keys: HashMap<KeyId, KeyRecord>,
     /// When the armed lease timer fires, if one is armed.
@@ -75,43 +71,6 @@ pub struct OrgState {
     retiring: bool,
     /// Memory may be ahead of the store after a failed message: restart.
     needs_reload: bool,
-}
-
-impl OrgState {
-    fn index_insert(&mut self, h: &TaskHeader) {
-        if h.status == TaskStatus::Pending {
-            self.pending
-                .insert((h.priority, h.created_at, h.task_id), &h.tags);
-        }
-        if let Some(lease) = h.lease {
-            self.leases.insert(lease.expires_at, h.task_id);
-        }
-        if h.status == TaskStatus::Blocked {
-            for b in &h.blocked_by {
-                self.dependents.entry(*b).or_default().push(h.task_id);
-            }
-        }
-    }
-
-    fn index_remove(&mut self, h: &TaskHeader) {
-        if h.status == TaskStatus::Pending {
-            self.pending
-                .remove(&(h.priority, h.created_at, h.task_id), &h.tags);
-        }
-        if let Some(lease) = h.lease {
-            self.leases.remove(lease.expires_at, h.task_id);
-        }
-        if h.status == TaskStatus::Blocked {
-            for b in &h.blocked_by {
-                if let Some(list) = self.dependents.get_mut(b) {
-                    list.retain(|d| *d != h.task_id);
-                    if list.is_empty() {
-                        self.dependents.remove(b);
-                    }
-                }
-            }
-        }
-    }
 }
 
 impl Actor for OrgActor {
@@ -130,10 +89,7 @@ impl Actor for OrgActor {
         Ok(OrgState {
             org,
             entry,
-            tasks: HashMap::new(),
-            pending: PendingIndex::default(),
-            leases: LeaseQueue::default(),
-            dependents: HashMap::new(),
+            open: OpenTasks::default(),
             members: HashMap::new(),
             keys: HashMap::new(),
             lease_timer_at: None,
@@ -155,8 +111,7 @@ impl Actor for OrgActor {
         deps.writers.reopen(org).await?;
         let headers = deps.store.open_task_headers(org).await?;
         for h in headers {
-            state.index_insert(&h);
-            state.tasks.insert(h.task_id, h);
+            state.open.put(h);
         }
         for m in deps.store.org_members(org).await? {
             state.members.insert(m.email.clone(), m);
@@ -164,7 +119,7 @@ impl Actor for OrgActor {
         for k in deps.store.org_keys(org).await? {
             state.keys.insert(k.key_id, k);
         }
-        tracing::info!(org_id = %org, open_tasks = state.tasks.len(), "org actor started");
+        tracing::info!(org_id = %org, open_tasks = state.open.len(), "org actor started");
         self.expire_leases(&myself, state);
         self.publish_depth(state);
         let period = (deps.idle_after / 2).max(Duration::from_millis(200));
@@ -177,7 +132,7 @@ impl Actor for OrgActor {
         _myself: ActorRef<OrgMsg>,
         state: &mut OrgState,
     ) -> Result<(), ActorProcessingErr> {
-        if !state.leases.is_empty() {
+        if state.open.has_leases() {
             // A claim reached us while we drained: someone must expire it.
             let _ = self.supervisor.cast(SupervisorMsg::Wake(state.org));
         }
@@ -221,7 +176,7 @@ impl Actor for OrgActor {
             }
             OrgMsg::IdleTick => {
                 if !state.retiring
-                    && state.leases.is_empty()
+                    && !state.open.has_leases()
                     && state.last_active.elapsed() >= self.deps.idle_after
                 {
                     state.retiring = true;
@@ -245,7 +200,7 @@ impl Actor for OrgActor {
 
 impl OrgActor {
     fn publish_depth(&self, state: &OrgState) {
-        let depth = state.pending.len();
+        let depth = state.open.pending_len();
         if self.deps.queue_depths.get(&state.org).map(|d| *d) != Some(depth) {
             self.deps.queue_depths.insert(state.org, depth);
         }
@@ -254,7 +209,7 @@ impl OrgActor {
     /// Arms the single lease timer for the earliest expiry, unless one that
     /// fires no later is already armed.
     fn arm_lease_timer(&self, myself: &ActorRef<OrgMsg>, state: &mut OrgState) {
-        let Some(next) = state.leases.next_deadline() else {
+        let Some(next) = state.open.next_lease_deadline() else {
             return;
         };
         if state.lease_timer_at.is_some_and(|at| at <= next) {

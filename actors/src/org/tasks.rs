@@ -35,12 +35,12 @@ struct Work {
 
 impl Work {
     fn header<'a>(&'a self, state: &'a OrgState, id: TaskId) -> Option<&'a TaskHeader> {
-        state.tasks.get(&id).or_else(|| self.loaded.get(&id))
+        state.open.get(id).or_else(|| self.loaded.get(&id))
     }
 
     /// Whether `id` is a live blocker (not completed); `None` if unknown.
     fn is_live(&self, state: &OrgState, id: TaskId) -> Option<bool> {
-        if state.tasks.contains_key(&id) {
+        if state.open.contains(id) {
             return Some(true);
         }
         self.loaded
@@ -50,18 +50,15 @@ impl Work {
 
     /// Stores the new header of an existing task in memory.
     fn put(&mut self, state: &mut OrgState, h: TaskHeader) {
-        if let Some(old) = state.tasks.remove(&h.task_id) {
-            state.index_remove(&old);
-        }
         if !self.changed.contains(&h.task_id) {
             self.changed.push(h.task_id);
         }
         if h.status.is_terminal() {
+            state.open.remove(h.task_id);
             self.loaded.insert(h.task_id, h);
         } else {
             self.loaded.remove(&h.task_id);
-            state.index_insert(&h);
-            state.tasks.insert(h.task_id, h);
+            state.open.put(h);
         }
     }
 
@@ -122,7 +119,7 @@ impl Work {
             ops.push(WriteOp::InsertTasks(self.inserted));
         }
         for id in &self.changed {
-            if let Some(h) = state.tasks.get(id).or_else(|| self.loaded.get(id)) {
+            if let Some(h) = state.open.get(*id).or_else(|| self.loaded.get(id)) {
                 ops.push(WriteOp::UpdateHeader(h.clone()));
             }
         }
@@ -152,7 +149,7 @@ impl OrgActor {
     ) -> Result<(), EngineError> {
         let mut missing: Vec<TaskId> = ids
             .into_iter()
-            .filter(|id| !state.tasks.contains_key(id) && !work.loaded.contains_key(id))
+            .filter(|id| !state.open.contains(*id) && !work.loaded.contains_key(id))
             .collect();
         missing.sort();
         missing.dedup();
@@ -185,7 +182,7 @@ impl OrgActor {
         let in_call: HashSet<TaskId> = ids.iter().copied().collect();
 
         for id in items.iter().filter_map(|i| i.task_id) {
-            if state.tasks.contains_key(&id) {
+            if state.open.contains(id) {
                 return Err(EngineError::TaskIdExists(id));
             }
         }
@@ -300,8 +297,7 @@ impl OrgActor {
             work.inserted.push(stored);
         }
         for t in &work.inserted {
-            state.index_insert(&t.header);
-            state.tasks.insert(t.header.task_id, t.header.clone());
+            state.open.put(t.header.clone());
         }
         Ok((results, self.submit(state, work)))
     }
@@ -530,17 +526,17 @@ impl OrgActor {
     ) -> Result<(), EngineError> {
         let mut queue = vec![(finished, status)];
         while let Some((blocker, status)) = queue.pop() {
-            let dependents = state.dependents.get(&blocker).cloned().unwrap_or_default();
+            let dependents = state.open.dependents(blocker).to_vec();
             if status == TaskStatus::Completed {
                 let others: Vec<TaskId> = dependents
                     .iter()
-                    .filter_map(|d| state.tasks.get(d))
+                    .filter_map(|d| state.open.get(*d))
                     .flat_map(|h| h.blocked_by.iter().copied())
                     .collect();
                 self.load(state, work, others).await?;
             }
             for d in dependents {
-                let Some(mut h) = state.tasks.get(&d).cloned() else {
+                let Some(mut h) = state.open.get(d).cloned() else {
                     continue;
                 };
                 if h.status != TaskStatus::Blocked {
@@ -579,19 +575,17 @@ impl OrgActor {
         request: &ClaimRequest,
     ) -> Option<(Claimed, Commit)> {
         let allowed = state.effective_tags(&caller.email);
-        let tasks = &state.tasks;
         let strict = &state.strict_tags;
-        let key = state.pending.first_matching(&request.tags, |k| {
-            strict.is_empty()
-                || tasks.get(&k.2).is_none_or(|h| {
-                    h.tags
-                        .iter()
-                        .all(|t| !strict.contains(t) || allowed.contains(t))
-                })
-        })?;
+        let mut h = state
+            .open
+            .next_claimable(&request.tags, |h| {
+                h.tags
+                    .iter()
+                    .all(|t| !strict.contains(t) || allowed.contains(t))
+            })?
+            .clone();
         let now = self.now();
         let mut work = Work::default();
-        let mut h = state.tasks.get(&key.2)?.clone();
         h.assignee = Some(caller.key_name.clone());
         work.transition(
             state,
@@ -611,16 +605,18 @@ impl OrgActor {
     /// Returns every task whose lease ran out to `pending`.
     pub(super) fn expire_leases(&self, _myself: &ractor::ActorRef<OrgMsg>, state: &mut OrgState) {
         let now = self.now();
-        let expired = state.leases.pop_expired(now);
+        let expired = state.open.pop_expired_leases(now);
         if expired.is_empty() {
             return;
         }
         let mut work = Work::default();
         for id in expired {
-            let Some(mut h) = state.tasks.get(&id).cloned() else {
+            let Some(mut h) = state.open.get(id).cloned() else {
                 continue;
             };
             if h.lease.is_none_or(|l| l.expires_at > now) {
+                // Renewed since it was queued: index it again as it is.
+                state.open.put(h);
                 continue;
             }
             h.assignee = None;
@@ -658,7 +654,7 @@ fn reaches(state: &OrgState, from: TaskId, to: TaskId) -> bool {
         if !seen.insert(id) {
             continue;
         }
-        if let Some(h) = state.tasks.get(&id) {
+        if let Some(h) = state.open.get(id) {
             stack.extend(h.blocked_by.iter().copied());
         }
     }

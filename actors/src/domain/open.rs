@@ -1,0 +1,187 @@
+//! The open tasks of one org and the indexes over them: the pending queue in
+//! claim order, leases by expiry, and each blocker's `blocked` dependents.
+//!
+//! `put` keeps every index consistent with the headers, so callers never
+//! touch an index directly. Finished tasks are not kept. This is what an org
+//! actor holds per task, and what the memory benchmark measures.
+
+use std::collections::HashMap;
+
+use super::lease::LeaseQueue;
+use super::order::PendingIndex;
+use super::{TaskHeader, TaskId, TaskStatus};
+
+#[derive(Debug, Default)]
+pub struct OpenTasks {
+    tasks: HashMap<TaskId, TaskHeader>,
+    pending: PendingIndex,
+    leases: LeaseQueue,
+    dependents: HashMap<TaskId, Vec<TaskId>>,
+}
+
+impl OpenTasks {
+    pub fn get(&self, id: TaskId) -> Option<&TaskHeader> {
+        self.tasks.get(&id)
+    }
+
+    pub fn contains(&self, id: TaskId) -> bool {
+        self.tasks.contains_key(&id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn has_leases(&self) -> bool {
+        !self.leases.is_empty()
+    }
+
+    pub fn next_lease_deadline(&self) -> Option<i64> {
+        self.leases.next_deadline()
+    }
+
+    /// Tasks whose lease ran out at or before `now_ms`, in expiry order.
+    /// Their headers still carry the lease; `put` the expired headers back.
+    pub fn pop_expired_leases(&mut self, now_ms: i64) -> Vec<TaskId> {
+        self.leases.pop_expired(now_ms)
+    }
+
+    /// The `blocked` tasks waiting on `blocker`.
+    pub fn dependents(&self, blocker: TaskId) -> &[TaskId] {
+        self.dependents.get(&blocker).map_or(&[], Vec::as_slice)
+    }
+
+    /// The first pending task in claim order carrying any of `tags` (any
+    /// task when empty) that `eligible` accepts.
+    pub fn next_claimable(
+        &self,
+        tags: &[String],
+        eligible: impl Fn(&TaskHeader) -> bool,
+    ) -> Option<&TaskHeader> {
+        let key = self
+            .pending
+            .first_matching(tags, |k| self.tasks.get(&k.2).is_some_and(&eligible))?;
+        self.tasks.get(&key.2)
+    }
+
+    /// Stores a task's new header; a finished task leaves. Returns the old one.
+    pub fn put(&mut self, header: TaskHeader) -> Option<TaskHeader> {
+        let old = self.remove(header.task_id);
+        if !header.status.is_terminal() {
+            self.index(&header);
+            self.tasks.insert(header.task_id, header);
+        }
+        old
+    }
+
+    pub fn remove(&mut self, id: TaskId) -> Option<TaskHeader> {
+        let old = self.tasks.remove(&id)?;
+        self.unindex(&old);
+        Some(old)
+    }
+
+    fn index(&mut self, h: &TaskHeader) {
+        if h.status == TaskStatus::Pending {
+            self.pending
+                .insert((h.priority, h.created_at, h.task_id), &h.tags);
+        }
+        if let Some(lease) = h.lease {
+            self.leases.insert(lease.expires_at, h.task_id);
+        }
+        if h.status == TaskStatus::Blocked {
+            for b in &h.blocked_by {
+                self.dependents.entry(*b).or_default().push(h.task_id);
+            }
+        }
+    }
+
+    fn unindex(&mut self, h: &TaskHeader) {
+        if h.status == TaskStatus::Pending {
+            self.pending
+                .remove(&(h.priority, h.created_at, h.task_id), &h.tags);
+        }
+        if let Some(lease) = h.lease {
+            self.leases.remove(lease.expires_at, h.task_id);
+        }
+        if h.status == TaskStatus::Blocked {
+            for b in &h.blocked_by {
+                if let Some(list) = self.dependents.get_mut(b) {
+                    list.retain(|d| *d != h.task_id);
+                    if list.is_empty() {
+                        self.dependents.remove(b);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::lease;
+
+    fn header(status: TaskStatus, priority: u8, created_at: i64) -> TaskHeader {
+        TaskHeader {
+            task_id: TaskId::new_v7(),
+            status,
+            priority,
+            created_at,
+            updated_at: created_at,
+            assignee: None,
+            tags: vec!["gpu".into()],
+            blocked_by: Vec::new(),
+            parent: None,
+            lease: None,
+        }
+    }
+
+    #[test]
+    fn claim_order_follows_puts() {
+        let mut open = OpenTasks::default();
+        let old = header(TaskStatus::Pending, 3, 1);
+        let urgent = header(TaskStatus::Pending, 1, 5);
+        open.put(old.clone());
+        open.put(urgent.clone());
+        assert_eq!(
+            open.next_claimable(&[], |_| true).unwrap().task_id,
+            urgent.task_id
+        );
+        let mut claimed = urgent.clone();
+        claimed.status = TaskStatus::InProgress;
+        claimed.lease = Some(lease::grant(10, 60));
+        open.put(claimed);
+        assert_eq!(
+            open.next_claimable(&[], |_| true).unwrap().task_id,
+            old.task_id
+        );
+        assert_eq!(open.pending_len(), 1);
+        assert_eq!(open.next_lease_deadline(), Some(60_010));
+        assert!(open.next_claimable(&["cpu".into()], |_| true).is_none());
+    }
+
+    #[test]
+    fn finished_tasks_leave_every_index() {
+        let mut open = OpenTasks::default();
+        let blocker = header(TaskStatus::InProgress, 3, 1);
+        let mut blocked = header(TaskStatus::Blocked, 3, 2);
+        blocked.blocked_by = vec![blocker.task_id];
+        open.put(blocker.clone());
+        open.put(blocked.clone());
+        assert_eq!(open.dependents(blocker.task_id), &[blocked.task_id]);
+        let mut failed = blocked.clone();
+        failed.status = TaskStatus::Failed;
+        open.put(failed);
+        assert!(open.dependents(blocker.task_id).is_empty());
+        assert!(!open.contains(blocked.task_id));
+        assert_eq!(open.len(), 1);
+    }
+}
