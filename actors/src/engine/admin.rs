@@ -13,7 +13,7 @@ use crate::org::{format_api_key, NewMember, OrgMsg};
 
 const MAX_NAME_CHARS: usize = 200;
 
-fn object<'a>(body: &'a Value) -> Result<&'a Map<String, Value>, ValidationError> {
+fn object(body: &Value) -> Result<&Map<String, Value>, ValidationError> {
     body.as_object()
         .ok_or_else(|| ValidationError::new("request body must be a JSON object"))
 }

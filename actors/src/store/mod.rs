@@ -127,11 +127,13 @@ const ROWS_PER_STATEMENT: usize = 500;
 /// the last value of each content field win, which is what applying the
 /// batches one by one would leave; inserts run before updates and events
 /// keep their order, so the result is the same as applying them in turn.
+type ContentValues<'a> = HashMap<(OrgId, TaskId), &'a Option<Vec<u8>>>;
+
 struct CommitPlan<'a> {
     accounts: Vec<(OrgId, &'a WriteOp)>,
     inserts: Vec<(OrgId, &'a StoredTask)>,
     headers: HashMap<(OrgId, TaskId), (OrgId, &'a TaskHeader)>,
-    content: Vec<(ContentField, HashMap<(OrgId, TaskId), &'a Option<Vec<u8>>>)>,
+    content: Vec<(ContentField, ContentValues<'a>)>,
     events: Vec<(OrgId, &'a StoredEvent)>,
 }
 
