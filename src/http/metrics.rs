@@ -1,5 +1,6 @@
 //! `/metrics` in Prometheus text format: requests by route and status, claim
-//! latency, actors alive and restarted, queue depth by org.
+//! latency, actors alive and restarted, queue depth by org. The same
+//! middleware logs each request at debug level (`RUST_LOG=taskq=debug`).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,12 +63,12 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
     let method = request.method().as_str().to_owned();
     let start = Instant::now();
     let response = next.run(request).await;
-    state.metrics.record(
-        &route,
-        &method,
-        response.status().as_u16(),
-        start.elapsed().as_secs_f64(),
-    );
+    let elapsed = start.elapsed();
+    let status = response.status().as_u16();
+    tracing::debug!(%method, %route, status, elapsed_ms = elapsed.as_secs_f64() * 1e3, "request");
+    state
+        .metrics
+        .record(&route, &method, status, elapsed.as_secs_f64());
     response
 }
 

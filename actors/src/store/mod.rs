@@ -181,6 +181,30 @@ impl<'a> CommitPlan<'a> {
     }
 }
 
+/// Binds an org id and the stored form of a task header, in the column
+/// order of `tasks` (`org_id, task_id, status, status_rank, priority,
+/// assignee, tags, blocked_by, parent_task_id, created_at, updated_at,
+/// lease_id, lease_expires_at, lease_seconds`).
+macro_rules! push_header {
+    ($b:expr, $org:expr, $header:expr) => {{
+        let h = rows::HeaderColumns::from($header);
+        $b.push_bind($org.to_string())
+            .push_bind(h.task_id)
+            .push_bind(h.status)
+            .push_bind(h.status_rank)
+            .push_bind(h.priority)
+            .push_bind(h.assignee)
+            .push_bind(h.tags)
+            .push_bind(h.blocked_by)
+            .push_bind(h.parent)
+            .push_bind(h.created_at)
+            .push_bind(h.updated_at)
+            .push_bind(h.lease_id)
+            .push_bind(h.lease_expires_at)
+            .push_bind(h.lease_seconds)
+    }};
+}
+
 const HEADER_COLUMNS: &str = "task_id, status, priority, assignee, tags, blocked_by, \
      parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds";
 const FULL_COLUMNS: &str = "task_id, status, priority, assignee, tags, blocked_by, \
@@ -321,21 +345,7 @@ impl Store {
                      metadata, output) ",
                 );
                 qb.push_values(chunk, |mut b, (org, t)| {
-                    let h = rows::HeaderColumns::from(&t.header);
-                    b.push_bind(org.to_string())
-                        .push_bind(h.task_id)
-                        .push_bind(h.status)
-                        .push_bind(h.status_rank)
-                        .push_bind(h.priority)
-                        .push_bind(h.assignee)
-                        .push_bind(h.tags)
-                        .push_bind(h.blocked_by)
-                        .push_bind(h.parent)
-                        .push_bind(h.created_at)
-                        .push_bind(h.updated_at)
-                        .push_bind(h.lease_id)
-                        .push_bind(h.lease_expires_at)
-                        .push_bind(h.lease_seconds)
+                    push_header!(b, org, &t.header)
                         .push_bind(t.title.clone())
                         .push_bind(t.description.clone())
                         .push_bind(t.metadata.clone())
@@ -348,25 +358,12 @@ impl Store {
                 let mut qb = QueryBuilder::new(
                     "UPDATE tasks SET status = v.column3, status_rank = v.column4, \
                      priority = v.column5, assignee = v.column6, tags = v.column7, \
-                     blocked_by = v.column8, parent_task_id = v.column9, updated_at = v.column10, \
-                     lease_id = v.column11, lease_expires_at = v.column12, \
-                     lease_seconds = v.column13 FROM (",
+                     blocked_by = v.column8, parent_task_id = v.column9, updated_at = v.column11, \
+                     lease_id = v.column12, lease_expires_at = v.column13, \
+                     lease_seconds = v.column14 FROM (",
                 );
                 qb.push_values(chunk, |mut b, (org, header)| {
-                    let h = rows::HeaderColumns::from(*header);
-                    b.push_bind(org.to_string())
-                        .push_bind(h.task_id)
-                        .push_bind(h.status)
-                        .push_bind(h.status_rank)
-                        .push_bind(h.priority)
-                        .push_bind(h.assignee)
-                        .push_bind(h.tags)
-                        .push_bind(h.blocked_by)
-                        .push_bind(h.parent)
-                        .push_bind(h.updated_at)
-                        .push_bind(h.lease_id)
-                        .push_bind(h.lease_expires_at)
-                        .push_bind(h.lease_seconds);
+                    push_header!(b, org, *header);
                 });
                 qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
                 qb.build().execute(&mut *tx).await?;
