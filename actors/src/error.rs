@@ -32,6 +32,16 @@ pub enum EngineError {
     Forbidden(String),
     #[error("member blocked")]
     MemberBlocked,
+    /// The plan does not include this feature (403 with `upgrade: true`).
+    #[error("{0}")]
+    UpgradeRequired(String),
+    /// A tier limit on a countable thing (tags, teams) is reached (429).
+    #[error("{limit_type} limit reached")]
+    LimitReached {
+        limit_type: &'static str,
+        limit: i64,
+        tier: &'static str,
+    },
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -56,5 +66,9 @@ pub enum EngineError {
 impl EngineError {
     pub fn validation(message: impl Into<String>) -> Self {
         Self::Validation(ValidationError::new(message))
+    }
+
+    pub fn admin_required() -> Self {
+        Self::Forbidden("admin or owner role required".into())
     }
 }

@@ -56,6 +56,24 @@ pub async fn reset_key(
     Ok((StatusCode::CREATED, Json(key)).into_response())
 }
 
+pub async fn set_idp(
+    State(state): State<AppState>,
+    _: Operator,
+    Path(org_id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(state.engine.set_idp_enrollment(&org_id, &body).await?))
+}
+
+pub async fn idp_sync(
+    State(state): State<AppState>,
+    _: Operator,
+    Path(org_id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(state.engine.idp_sync(&org_id, &body).await?))
+}
+
 /// Test hook: panics the org's actor, answers once it has restarted.
 #[cfg(feature = "test-hooks")]
 pub async fn crash(

@@ -40,9 +40,11 @@ impl From<EngineError> for ApiError {
         let status = match &e {
             EngineError::Validation(_) => StatusCode::BAD_REQUEST,
             EngineError::InvalidApiKey => StatusCode::UNAUTHORIZED,
-            EngineError::OrgSuspended | EngineError::Forbidden(_) | EngineError::MemberBlocked => {
-                StatusCode::FORBIDDEN
-            }
+            EngineError::OrgSuspended
+            | EngineError::Forbidden(_)
+            | EngineError::MemberBlocked
+            | EngineError::UpgradeRequired(_) => StatusCode::FORBIDDEN,
+            EngineError::LimitReached { .. } => StatusCode::TOO_MANY_REQUESTS,
             EngineError::NotFound(_) => StatusCode::NOT_FOUND,
             EngineError::Conflict(_) | EngineError::TaskIdExists(_) => StatusCode::CONFLICT,
             EngineError::CiphertextBinding { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -51,6 +53,17 @@ impl From<EngineError> for ApiError {
         };
         let body = match &e {
             EngineError::TaskIdExists(id) => json!({ "error": message, "task_id": id }),
+            EngineError::UpgradeRequired(_) => json!({ "error": message, "upgrade": true }),
+            EngineError::LimitReached {
+                limit_type,
+                limit,
+                tier,
+            } => json!({
+                "error": message,
+                "limit_type": limit_type,
+                "limit": limit,
+                "tier": tier,
+            }),
             EngineError::CiphertextBinding { task_id, field } => {
                 tracing::error!(%task_id, field, "stored value failed its ciphertext binding check");
                 json!({

@@ -8,12 +8,13 @@ mod error;
 mod extract;
 mod keys;
 mod metrics;
+mod org_admin;
 mod tasks;
 
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, patch, post};
 use axum::{Json, Router};
 use serde_json::json;
 use taskq_actors::Engine;
@@ -49,7 +50,9 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/orgs/{org_id}/members/{email}/keys",
             post(admin::reset_key),
-        );
+        )
+        .route("/orgs/{org_id}/idp", post(admin::set_idp))
+        .route("/orgs/{org_id}/idp/sync", post(admin::idp_sync));
     #[cfg(feature = "test-hooks")]
     let admin = admin.route("/orgs/{org_id}/crash", post(admin::crash));
 
@@ -62,8 +65,32 @@ pub fn router(state: AppState) -> Router {
         .route("/tasks/update", post(tasks::update))
         .route("/tasks/get", post(tasks::get))
         .route("/tasks/claim", post(tasks::claim))
+        .route(
+            "/tags",
+            get(org_admin::list_tags).post(org_admin::create_tags),
+        )
+        .route("/tags/update", post(org_admin::update_tags))
+        .route("/tags/delete", post(org_admin::delete_tags))
+        .route("/members", get(org_admin::list_members))
+        .route("/members/{email}", patch(org_admin::patch_member))
+        .route("/me", get(org_admin::me).patch(org_admin::patch_me))
+        .route(
+            "/teams",
+            get(org_admin::list_teams).post(org_admin::create_team),
+        )
+        .route(
+            "/teams/{name}",
+            get(org_admin::get_team)
+                .patch(org_admin::patch_team)
+                .delete(org_admin::delete_team),
+        )
+        .route("/teams/{name}/members", post(org_admin::add_team_member))
+        .route(
+            "/teams/{name}/members/{email}",
+            delete(org_admin::remove_team_member),
+        )
         .route("/keys", post(keys::create).get(keys::list))
-        .route("/keys/{key_id}", axum::routing::delete(keys::revoke))
+        .route("/keys/{key_id}", delete(keys::revoke))
         .route("/metrics", get(metrics::render))
         .nest("/admin", admin)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not found") })

@@ -28,6 +28,15 @@ impl Tier {
             .find(|t| t.as_str() == s)
     }
 
+    /// Billed per seated member.
+    pub fn is_seat_billed(self) -> bool {
+        matches!(self, Tier::Pro | Tier::Enterprise)
+    }
+
+    pub fn is_paid(self) -> bool {
+        self != Tier::Free
+    }
+
     /// The tier's numbers before operator overrides (`None`: unlimited).
     pub fn default_limits(self, seats: i64) -> Map<String, Value> {
         let seats = seats.max(1);
@@ -136,10 +145,16 @@ pub struct OrgRecord {
     /// Operator overrides only; a key present with `null` means unlimited.
     pub limit_overrides: Map<String, Value>,
     pub wrapped_dek: Option<Vec<u8>>,
+    pub idp_enrolled: bool,
     pub created_at: i64,
 }
 
 impl OrgRecord {
+    /// An effective limit: `None` when unlimited.
+    pub fn limit(&self, key: &str) -> Option<i64> {
+        self.effective_limits().get(key).and_then(Value::as_i64)
+    }
+
     /// The tier's numbers with the operator's overrides applied.
     pub fn effective_limits(&self) -> Map<String, Value> {
         let mut limits = self.tier.default_limits(self.seats);
@@ -193,6 +208,7 @@ mod tests {
             suspended: false,
             limit_overrides: Map::new(),
             wrapped_dek: None,
+            idp_enrolled: false,
             created_at: 0,
         };
         org.limit_overrides

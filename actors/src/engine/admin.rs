@@ -129,6 +129,7 @@ impl Engine {
             limit_overrides: Map::new(),
             wrapped_dek: (encryption == Encryption::Managed)
                 .then(|| self.inner.directory.master().new_wrapped_dek(org_id)),
+            idp_enrolled: false,
             created_at: now,
         };
         let owner = MemberRecord {

@@ -8,6 +8,7 @@
 //! a later read sees it, and the actors' mailboxes stay free for writes.
 
 mod admin;
+mod org_admin;
 mod tasks;
 
 use std::sync::Arc;
@@ -79,6 +80,7 @@ struct Inner {
 struct AuthEntry {
     key: KeyRecord,
     role: Role,
+    seated: bool,
 }
 
 impl Engine {
@@ -200,16 +202,19 @@ impl Engine {
                     .get_key(key_id)
                     .await?
                     .ok_or(EngineError::InvalidApiKey)?;
-                let role = self
+                let member = self
                     .inner
                     .store
                     .org_members(key.org_id)
                     .await?
                     .into_iter()
                     .find(|m| m.email == key.email)
-                    .map(|m| m.role)
                     .ok_or(EngineError::InvalidApiKey)?;
-                let entry = Arc::new(AuthEntry { key, role });
+                let entry = Arc::new(AuthEntry {
+                    key,
+                    role: member.role,
+                    seated: member.seated,
+                });
                 self.inner.keys.insert(key_id, entry.clone());
                 entry
             }
@@ -218,6 +223,10 @@ impl Engine {
             return Err(EngineError::InvalidApiKey);
         }
         let org = self.inner.directory.get(entry.key.org_id).await?;
+        // On a plan billed per seat, an unseated member's keys are inactive.
+        if org.record.tier.is_seat_billed() && !entry.seated {
+            return Err(EngineError::InvalidApiKey);
+        }
         if org.record.suspended {
             return Err(EngineError::OrgSuspended);
         }
@@ -232,6 +241,13 @@ impl Engine {
 
     fn forget_key(&self, key_id: KeyId) {
         self.inner.keys.remove(&key_id);
+    }
+
+    /// Drops the cached authentication of every key of one member.
+    fn forget_member_keys(&self, org: OrgId, email: &str) {
+        self.inner
+            .keys
+            .retain(|_, e| !(e.key.org_id == org && e.key.email == email));
     }
 
     async fn org_actor(&self, org: OrgId) -> Result<ActorRef<OrgMsg>, EngineError> {

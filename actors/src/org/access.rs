@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use super::{IssuedKey, NewMember, OrgActor, OrgState};
 use crate::crypto;
-use crate::domain::account::{KeyRecord, MemberRecord, Role, Tier};
+use crate::domain::account::{KeyRecord, MemberRecord, Role};
 use crate::domain::KeyId;
 use crate::error::EngineError;
 use crate::store::{WriteBatch, WriteOp};
@@ -32,15 +32,20 @@ impl OrgState {
 
     /// Tags a create item gets when it names none.
     pub(super) fn default_tags(&self) -> Vec<String> {
-        Vec::new()
+        self.tags
+            .values()
+            .filter(|t| t.is_default)
+            .map(|t| t.name.clone())
+            .collect()
     }
 
-    /// The tags a member may claim strict work for.
+    /// The tags a member may claim strict work for: profile plus team tags.
     pub(super) fn effective_tags(&self, email: &str) -> HashSet<String> {
-        self.members
-            .get(email)
-            .map(|m| m.profile_tags.iter().cloned().collect())
-            .unwrap_or_default()
+        let mut tags: HashSet<String> = self.team_tags(email).into_iter().collect();
+        if let Some(m) = self.members.get(email) {
+            tags.extend(m.profile_tags.iter().cloned());
+        }
+        tags
     }
 
     fn seats_taken(&self) -> i64 {
@@ -77,13 +82,13 @@ impl OrgActor {
                 new.email
             )));
         }
-        let record = &state.entry.record;
-        let seat_billed = matches!(record.tier, Tier::Pro | Tier::Enterprise);
+        // New members take a free seat; on plans billed per seat, a member
+        // without one has inactive keys until an admin grants a seat.
         let member = MemberRecord {
             org_id: state.org,
             email: new.email.clone(),
             role: new.role,
-            seated: new.role == Role::Owner || (seat_billed && state.seats_taken() < record.seats),
+            seated: new.role == Role::Owner || state.seats_taken() < state.entry.record.seats,
             profile_tags: Vec::new(),
             joined_at: self.deps.clock.now_ms(),
         };

@@ -4,6 +4,9 @@ use ractor::RpcReplyPort;
 use serde::Serialize;
 
 use crate::domain::account::{Caller, KeyRecord, MemberRecord, Role};
+use crate::domain::admin::{
+    MemberPatch, MemberView, Membership, NewTag, NewTeam, Tag, TagPatch, Team, TeamPatch,
+};
 use crate::domain::{
     ClaimRequest, KeyId, Lease, NewTask, TaskHeader, TaskId, TaskStatus, TaskUpdate,
 };
@@ -11,6 +14,9 @@ use crate::error::EngineError;
 use crate::writer::Commit;
 
 pub type Reply<T> = RpcReplyPort<Result<T, EngineError>>;
+
+/// Team name -> member emails, as the identity provider sees them.
+pub type IdpView = std::collections::BTreeMap<String, std::collections::BTreeSet<String>>;
 
 #[derive(Debug)]
 pub enum OrgMsg {
@@ -22,6 +28,28 @@ pub enum OrgMsg {
     IssueKey(String, Option<String>, Reply<(IssuedKey, Commit)>),
     /// Revokes one of the member's (`email`) keys.
     RevokeKey(String, KeyId, Reply<Commit>),
+
+    ListTags(Reply<Vec<Tag>>),
+    CreateTags(Caller, Vec<NewTag>, Reply<(Vec<Tag>, Commit)>),
+    UpdateTags(Caller, Vec<TagPatch>, Reply<(Vec<Tag>, Commit)>),
+    DeleteTags(Caller, Vec<String>, Reply<(Vec<String>, Commit)>),
+    ListMembers(Reply<Vec<MemberView>>),
+    GetMember(String, Reply<MemberView>),
+    /// Changes the member `email` (`PATCH /members/{email}`).
+    PatchMember(Caller, String, MemberPatch, Reply<(MemberView, Commit)>),
+    /// Sets the caller's own profile tags (`PATCH /me`).
+    PatchMe(Caller, Vec<String>, Reply<(MemberView, Commit)>),
+    ListTeams(Caller, Reply<Vec<Team>>),
+    GetTeam(Caller, String, Reply<(Team, Vec<Membership>)>),
+    CreateTeam(Caller, NewTeam, Reply<(Team, Commit)>),
+    PatchTeam(Caller, String, TeamPatch, Reply<(Team, Commit)>),
+    DeleteTeam(Caller, String, Reply<Commit>),
+    /// Adds the member `email` to a team by hand.
+    AddTeamMember(Caller, String, String, Reply<(Membership, Commit)>),
+    RemoveTeamMember(Caller, String, String, Reply<Commit>),
+    /// The identity provider's whole view of team membership; answers how
+    /// many `idp` sources were added and removed.
+    IdpSync(IdpView, Reply<((usize, usize), Commit)>),
 
     // Internal, reply-less.
     LeaseTick,

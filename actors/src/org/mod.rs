@@ -16,10 +16,11 @@
 //! is rebuilt from the store when it starts or restarts.
 
 mod access;
+mod admin;
 mod messages;
 mod tasks;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,7 @@ pub use messages::*;
 use crate::clock::Clock;
 use crate::directory::{OrgDirectory, OrgEntry};
 use crate::domain::account::{KeyRecord, MemberRecord};
+use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::open::OpenTasks;
 use crate::domain::{KeyId, OrgId};
 use crate::store::Store;
@@ -63,10 +65,13 @@ pub struct OrgState {
     open: OpenTasks,
     members: HashMap<String, MemberRecord>,
     keys: HashMap<KeyId, KeyRecord>,
+    /// The tag vocabulary, by name.
+    tags: BTreeMap<String, Tag>,
+    teams: BTreeMap<String, Team>,
+    /// (team, email) -> membership.
+    memberships: BTreeMap<(String, String), Membership>,
     /// When the armed lease timer fires, if one is armed.
     lease_timer_at: Option<i64>,
-    /// Tags that only members carrying them may claim (from the vocabulary).
-    strict_tags: HashSet<String>,
     last_active: Instant,
     retiring: bool,
     /// Memory may be ahead of the store after a failed message: restart.
@@ -93,7 +98,9 @@ impl Actor for OrgActor {
             members: HashMap::new(),
             keys: HashMap::new(),
             lease_timer_at: None,
-            strict_tags: HashSet::new(),
+            tags: BTreeMap::new(),
+            teams: BTreeMap::new(),
+            memberships: BTreeMap::new(),
             last_active: Instant::now(),
             retiring: false,
             needs_reload: false,
@@ -118,6 +125,17 @@ impl Actor for OrgActor {
         }
         for k in deps.store.org_keys(org).await? {
             state.keys.insert(k.key_id, k);
+        }
+        for t in deps.store.org_tags(org).await? {
+            state.tags.insert(t.name.clone(), t);
+        }
+        for t in deps.store.org_teams(org).await? {
+            state.teams.insert(t.name.clone(), t);
+        }
+        for m in deps.store.org_memberships(org).await? {
+            state
+                .memberships
+                .insert((m.team.clone(), m.email.clone()), m);
         }
         tracing::info!(org_id = %org, open_tasks = state.open.len(), "org actor started");
         self.expire_leases(&myself, state);
@@ -169,6 +187,54 @@ impl Actor for OrgActor {
             }
             OrgMsg::RevokeKey(email, key_id, reply) => {
                 let _ = reply.send(self.revoke_key(state, &email, key_id));
+            }
+            OrgMsg::ListTags(reply) => {
+                let _ = reply.send(Ok(self.list_tags(state)));
+            }
+            OrgMsg::CreateTags(caller, items, reply) => {
+                let _ = reply.send(self.create_tags(state, &caller, items));
+            }
+            OrgMsg::UpdateTags(caller, items, reply) => {
+                let _ = reply.send(self.update_tags(state, &caller, items));
+            }
+            OrgMsg::DeleteTags(caller, names, reply) => {
+                let _ = reply.send(self.delete_tags(state, &caller, names));
+            }
+            OrgMsg::ListMembers(reply) => {
+                let _ = reply.send(Ok(self.list_members(state)));
+            }
+            OrgMsg::GetMember(email, reply) => {
+                let _ = reply.send(self.get_member(state, &email));
+            }
+            OrgMsg::PatchMember(caller, email, patch, reply) => {
+                let _ = reply.send(self.patch_member(state, &caller, &email, patch));
+            }
+            OrgMsg::PatchMe(caller, tags, reply) => {
+                let _ = reply.send(self.patch_me(state, &caller, tags));
+            }
+            OrgMsg::ListTeams(_caller, reply) => {
+                let _ = reply.send(self.list_teams(state));
+            }
+            OrgMsg::GetTeam(_caller, name, reply) => {
+                let _ = reply.send(self.get_team(state, &name));
+            }
+            OrgMsg::CreateTeam(caller, team, reply) => {
+                let _ = reply.send(self.create_team(state, &caller, team));
+            }
+            OrgMsg::PatchTeam(caller, name, patch, reply) => {
+                let _ = reply.send(self.patch_team(state, &caller, &name, patch));
+            }
+            OrgMsg::DeleteTeam(caller, name, reply) => {
+                let _ = reply.send(self.delete_team(state, &caller, &name));
+            }
+            OrgMsg::AddTeamMember(caller, name, email, reply) => {
+                let _ = reply.send(self.add_team_member(state, &caller, &name, &email));
+            }
+            OrgMsg::RemoveTeamMember(caller, name, email, reply) => {
+                let _ = reply.send(self.remove_team_member(state, &caller, &name, &email));
+            }
+            OrgMsg::IdpSync(view, reply) => {
+                let _ = reply.send(self.idp_sync(state, view));
             }
             OrgMsg::LeaseTick => {
                 state.lease_timer_at = None;

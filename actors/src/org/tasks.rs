@@ -207,6 +207,9 @@ impl OrgActor {
             .collect();
         let mut resolved: Vec<Vec<TaskId>> = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
+            if let Some(tags) = &item.tags {
+                state.check_vocabulary(&format!("tasks[{i}].tags"), tags)?;
+            }
             if let Some(p) = item.parent {
                 if !in_call.contains(&p) && work.header(state, p).is_none() {
                     return Err(ValidationError::field(
@@ -311,6 +314,9 @@ impl OrgActor {
     ) -> Result<(), ValidationError> {
         for (i, u) in items.iter().enumerate() {
             let id = u.task_id.expect("validated");
+            if let Some(tags) = &u.tags {
+                state.check_vocabulary(&format!("updates[{i}].tags"), tags)?;
+            }
             if let Some(Some(a)) = &u.assignee {
                 if !state.is_assignable(a) {
                     return Err(ValidationError::field(
@@ -575,13 +581,12 @@ impl OrgActor {
         request: &ClaimRequest,
     ) -> Option<(Claimed, Commit)> {
         let allowed = state.effective_tags(&caller.email);
-        let strict = &state.strict_tags;
         let mut h = state
             .open
             .next_claimable(&request.tags, |h| {
                 h.tags
                     .iter()
-                    .all(|t| !strict.contains(t) || allowed.contains(t))
+                    .all(|t| allowed.contains(t) || !state.is_strict(t))
             })?
             .clone();
         let now = self.now();

@@ -20,11 +20,14 @@ use sqlx::sqlite::{
 use sqlx::QueryBuilder;
 
 use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord};
+use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::order::ListKey;
 use crate::domain::{
     ContentField, KeyId, ListQuery, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus,
 };
-use rows::{EventRow, FullRow, HeaderRow, KeyRow, MemberRow, OrgRow};
+use rows::{
+    EventRow, FullRow, HeaderRow, KeyRow, MemberRow, MembershipRow, OrgRow, TagRow, TeamRow,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -56,8 +59,20 @@ pub enum WriteOp {
     },
     InsertEvents(Vec<StoredEvent>),
     InsertMember(MemberRecord),
+    /// Overwrites a member's role, seat and profile tags.
+    UpdateMember(MemberRecord),
     InsertKey(KeyRecord),
     DeactivateKey(KeyId),
+    UpsertTag(Tag),
+    DeleteTag(String),
+    UpsertTeam(Team),
+    /// Deletes a team and its memberships.
+    DeleteTeam(String),
+    UpsertMembership(Membership),
+    DeleteMembership {
+        team: String,
+        email: String,
+    },
 }
 
 /// The writes of one org message: committed together or not at all.
@@ -289,9 +304,10 @@ impl Store {
                         let o = OrgRow::from(record);
                         sqlx::query(
                             "INSERT INTO orgs (org_id, name, tier, encryption, seats, suspended, \
-                             limits, wrapped_dek, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                             limits, wrapped_dek, created_at, idp_enrolled) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                         )
-                        .bind(o.0).bind(o.1).bind(o.2).bind(o.3).bind(o.4).bind(o.5).bind(o.6).bind(o.7).bind(o.8)
+                        .bind(o.0).bind(o.1).bind(o.2).bind(o.3).bind(o.4).bind(o.5).bind(o.6).bind(o.7).bind(o.8).bind(o.9)
                         .execute(&mut *tx)
                         .await?;
                     }
@@ -328,6 +344,96 @@ impl Store {
                         sqlx::query("UPDATE api_keys SET active = 0 WHERE org_id = $1 AND key_id = $2")
                             .bind(&org)
                             .bind(key_id.to_string())
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    WriteOp::UpdateMember(m) => {
+                        sqlx::query(
+                            "UPDATE members SET role = $3, seated = $4, profile_tags = $5 \
+                             WHERE org_id = $1 AND email = $2",
+                        )
+                        .bind(&org)
+                        .bind(&m.email)
+                        .bind(m.role.as_str())
+                        .bind(i64::from(m.seated))
+                        .bind(serde_json::to_string(&m.profile_tags).unwrap_or_default())
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    WriteOp::UpsertTag(t) => {
+                        sqlx::query(
+                            "INSERT INTO tags (org_id, name, strict, is_default, description, created_by, created_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (org_id, name) DO UPDATE SET \
+                             strict = excluded.strict, is_default = excluded.is_default, \
+                             description = excluded.description",
+                        )
+                        .bind(&org)
+                        .bind(&t.name)
+                        .bind(i64::from(t.strict))
+                        .bind(i64::from(t.is_default))
+                        .bind(t.description.clone())
+                        .bind(&t.created_by)
+                        .bind(t.created_at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    WriteOp::DeleteTag(name) => {
+                        sqlx::query("DELETE FROM tags WHERE org_id = $1 AND name = $2")
+                            .bind(&org)
+                            .bind(name)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    WriteOp::UpsertTeam(t) => {
+                        sqlx::query(
+                            "INSERT INTO teams (org_id, name, tags, description, idp_only, created_by, created_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (org_id, name) DO UPDATE SET \
+                             tags = excluded.tags, description = excluded.description, \
+                             idp_only = excluded.idp_only",
+                        )
+                        .bind(&org)
+                        .bind(&t.name)
+                        .bind(serde_json::to_string(&t.tags).unwrap_or_default())
+                        .bind(t.description.clone())
+                        .bind(i64::from(t.idp_only))
+                        .bind(&t.created_by)
+                        .bind(t.created_at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    WriteOp::DeleteTeam(name) => {
+                        sqlx::query("DELETE FROM team_members WHERE org_id = $1 AND team = $2")
+                            .bind(&org)
+                            .bind(name)
+                            .execute(&mut *tx)
+                            .await?;
+                        sqlx::query("DELETE FROM teams WHERE org_id = $1 AND name = $2")
+                            .bind(&org)
+                            .bind(name)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    WriteOp::UpsertMembership(m) => {
+                        sqlx::query(
+                            "INSERT INTO team_members (org_id, team, email, manual, idp, added_by, added_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (org_id, team, email) DO UPDATE SET \
+                             manual = excluded.manual, idp = excluded.idp",
+                        )
+                        .bind(&org)
+                        .bind(&m.team)
+                        .bind(&m.email)
+                        .bind(i64::from(m.manual))
+                        .bind(i64::from(m.idp))
+                        .bind(&m.added_by)
+                        .bind(m.added_at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    WriteOp::DeleteMembership { team, email } => {
+                        sqlx::query("DELETE FROM team_members WHERE org_id = $1 AND team = $2 AND email = $3")
+                            .bind(&org)
+                            .bind(team)
+                            .bind(email)
                             .execute(&mut *tx)
                             .await?;
                     }
@@ -434,9 +540,9 @@ impl Store {
         on_pool!(self, pool => {
             sqlx::query(
                 "UPDATE orgs SET name = $2, tier = $3, encryption = $4, seats = $5, suspended = $6, \
-                 limits = $7, wrapped_dek = $8 WHERE org_id = $1",
+                 limits = $7, wrapped_dek = $8, idp_enrolled = $9 WHERE org_id = $1",
             )
-            .bind(o.0).bind(o.1).bind(o.2).bind(o.3).bind(o.4).bind(o.5).bind(o.6).bind(o.7)
+            .bind(o.0).bind(o.1).bind(o.2).bind(o.3).bind(o.4).bind(o.5).bind(o.6).bind(o.7).bind(o.9)
             .execute(pool)
             .await?;
             Ok(())
@@ -446,8 +552,8 @@ impl Store {
     pub async fn get_org(&self, org: OrgId) -> Result<Option<OrgRecord>> {
         let row: Option<OrgRow> = on_pool!(self, pool => {
             sqlx::query_as(
-                "SELECT org_id, name, tier, encryption, seats, suspended, limits, wrapped_dek, created_at \
-                 FROM orgs WHERE org_id = $1",
+                "SELECT org_id, name, tier, encryption, seats, suspended, limits, wrapped_dek, \
+                 created_at, idp_enrolled FROM orgs WHERE org_id = $1",
             )
             .bind(org.to_string())
             .fetch_optional(pool)
@@ -492,6 +598,45 @@ impl Store {
             .await?
         });
         rows.into_iter().map(MemberRecord::try_from).collect()
+    }
+
+    pub async fn org_tags(&self, org: OrgId) -> Result<Vec<Tag>> {
+        let rows: Vec<TagRow> = on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT name, strict, is_default, description, created_by, created_at FROM tags \
+                 WHERE org_id = $1",
+            )
+            .bind(org.to_string())
+            .fetch_all(pool)
+            .await?
+        });
+        Ok(rows.into_iter().map(Tag::from).collect())
+    }
+
+    pub async fn org_teams(&self, org: OrgId) -> Result<Vec<Team>> {
+        let rows: Vec<TeamRow> = on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT name, tags, description, idp_only, created_by, created_at FROM teams \
+                 WHERE org_id = $1",
+            )
+            .bind(org.to_string())
+            .fetch_all(pool)
+            .await?
+        });
+        rows.into_iter().map(Team::try_from).collect()
+    }
+
+    pub async fn org_memberships(&self, org: OrgId) -> Result<Vec<Membership>> {
+        let rows: Vec<MembershipRow> = on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT team, email, manual, idp, added_by, added_at FROM team_members \
+                 WHERE org_id = $1",
+            )
+            .bind(org.to_string())
+            .fetch_all(pool)
+            .await?
+        });
+        Ok(rows.into_iter().map(Membership::from).collect())
     }
 
     // ---- tasks ----------------------------------------------------------

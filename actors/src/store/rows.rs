@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use super::StoreError;
 use crate::domain::account::{Encryption, KeyRecord, MemberRecord, OrgRecord, Role, Tier};
+use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::{Lease, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus};
 
 pub type HeaderRow = (
@@ -53,7 +54,11 @@ pub type OrgRow = (
     String,
     Option<Vec<u8>>,
     i64,
+    i64,
 );
+pub type TagRow = (String, i64, i64, Option<String>, String, i64);
+pub type TeamRow = (String, String, Option<String>, i64, String, i64);
+pub type MembershipRow = (String, String, i64, i64, String, i64);
 pub type MemberRow = (String, String, String, i64, String, i64);
 pub type KeyRow = (String, String, String, String, Vec<u8>, i64, i64);
 
@@ -196,6 +201,7 @@ impl From<&OrgRecord> for OrgRow {
             Value::Object(o.limit_overrides.clone()).to_string(),
             o.wrapped_dek.clone(),
             o.created_at,
+            i64::from(o.idp_enrolled),
         )
     }
 }
@@ -203,7 +209,7 @@ impl From<&OrgRecord> for OrgRow {
 impl TryFrom<OrgRow> for OrgRecord {
     type Error = StoreError;
     fn try_from(
-        (id, name, tier, encryption, seats, suspended, limits, wrapped_dek, created_at): OrgRow,
+        (id, name, tier, encryption, seats, suspended, limits, wrapped_dek, created_at, idp): OrgRow,
     ) -> Result<Self, StoreError> {
         let limit_overrides: Map<String, Value> =
             serde_json::from_str(&limits).map_err(|_| corrupt("org limits"))?;
@@ -216,6 +222,7 @@ impl TryFrom<OrgRow> for OrgRecord {
             suspended: suspended != 0,
             limit_overrides,
             wrapped_dek,
+            idp_enrolled: idp != 0,
             created_at,
         })
     }
@@ -252,5 +259,47 @@ impl TryFrom<KeyRow> for KeyRecord {
             active: active != 0,
             created_at,
         })
+    }
+}
+
+impl From<TagRow> for Tag {
+    fn from((name, strict, is_default, description, created_by, created_at): TagRow) -> Self {
+        Tag {
+            name,
+            strict: strict != 0,
+            is_default: is_default != 0,
+            description,
+            created_by,
+            created_at,
+        }
+    }
+}
+
+impl TryFrom<TeamRow> for Team {
+    type Error = StoreError;
+    fn try_from(
+        (name, tags, description, idp_only, created_by, created_at): TeamRow,
+    ) -> Result<Self, StoreError> {
+        Ok(Team {
+            name,
+            tags: serde_json::from_str(&tags).map_err(|_| corrupt("team tags"))?,
+            description,
+            idp_only: idp_only != 0,
+            created_by,
+            created_at,
+        })
+    }
+}
+
+impl From<MembershipRow> for Membership {
+    fn from((team, email, manual, idp, added_by, added_at): MembershipRow) -> Self {
+        Membership {
+            team,
+            email,
+            manual: manual != 0,
+            idp: idp != 0,
+            added_by,
+            added_at,
+        }
     }
 }

@@ -1,0 +1,238 @@
+//! Tags, members, self, teams, and the identity provider's sync.
+
+use serde_json::{json, Value};
+
+use super::{committed, Engine};
+use crate::domain::account::Caller;
+use crate::domain::admin::{self, MemberView, Tag, Team};
+use crate::domain::OrgId;
+use crate::error::EngineError;
+use crate::org::OrgMsg;
+
+impl Engine {
+    pub async fn list_tags(&self, caller: &Caller) -> Result<Vec<Tag>, EngineError> {
+        self.ask(caller.org_id, OrgMsg::ListTags).await
+    }
+
+    pub async fn create_tags(&self, caller: &Caller, body: &Value) -> Result<Value, EngineError> {
+        let items = admin::new_tags(body)?;
+        let (tags, commit) = self
+            .ask(caller.org_id, |r| {
+                OrgMsg::CreateTags(caller.clone(), items.clone(), r)
+            })
+            .await?;
+        committed(commit).await?;
+        Ok(json!({ "created": tags.len(), "tags": tags }))
+    }
+
+    pub async fn update_tags(&self, caller: &Caller, body: &Value) -> Result<Value, EngineError> {
+        let patches = admin::tag_patches(body)?;
+        let (tags, commit) = self
+            .ask(caller.org_id, |r| {
+                OrgMsg::UpdateTags(caller.clone(), patches.clone(), r)
+            })
+            .await?;
+        committed(commit).await?;
+        Ok(json!({ "updated": tags.len(), "tags": tags }))
+    }
+
+    pub async fn delete_tags(&self, caller: &Caller, body: &Value) -> Result<Value, EngineError> {
+        let names = admin::tag_deletions(body)?;
+        let (deleted, commit) = self
+            .ask(caller.org_id, |r| {
+                OrgMsg::DeleteTags(caller.clone(), names.clone(), r)
+            })
+            .await?;
+        committed(commit).await?;
+        Ok(json!({ "count": deleted.len(), "deleted": deleted }))
+    }
+
+    pub async fn list_members(&self, caller: &Caller) -> Result<Vec<MemberView>, EngineError> {
+        self.ask(caller.org_id, OrgMsg::ListMembers).await
+    }
+
+    pub async fn patch_member(
+        &self,
+        caller: &Caller,
+        email: &str,
+        body: &Value,
+    ) -> Result<MemberView, EngineError> {
+        let patch = admin::member_patch(body)?;
+        let email = email.to_lowercase();
+        let (member, commit) = self
+            .ask(caller.org_id, |r| {
+                OrgMsg::PatchMember(caller.clone(), email.clone(), patch.clone(), r)
+            })
+            .await?;
+        committed(commit).await?;
+        // Role and seat are part of every cached authentication of this member.
+        self.forget_member_keys(caller.org_id, &email);
+        Ok(member)
+    }
+
+    /// `GET /me`: email, role and profile tags.
+    pub async fn me(&self, caller: &Caller) -> Result<Value, EngineError> {
+        let email = caller.email.clone();
+        let m = self
+            .ask(caller.org_id, |r| OrgMsg::GetMember(email.clone(), r))
+            .await?;
+        Ok(json!({ "email": m.email, "role": m.role, "profile_tags": m.profile_tags }))
+    }
+
+    pub async fn patch_me(&self, caller: &Caller, body: &Value) -> Result<MemberView, EngineError> {
+        let tags = admin::me_patch(body)?;
+        let (member, commit) = self
+            .ask(caller.org_id, |r| {
+                OrgMsg::PatchMe(caller.clone(), tags.clone(), r)
+            })
+            .await?;
+        committed(commit).await?;
+        Ok(member)
+    }
+
+    /// The plan gate of team routes, checked before any complaint about a
+    /// body, so a free org always hears that teams need an upgrade.
+    async fn require_team_plan(&self, caller: &Caller) -> Result<(), EngineError> {
+        self.list_teams(caller).await.map(drop)
+    }
+
+    pub async fn list_teams(&self, caller: &Caller) -> Result<Vec<Team>, EngineError> {
+        self.ask(caller.org_id, |r| OrgMsg::ListTeams(caller.clone(), r))
+            .await
+    }
+
+    pub async fn get_team(&self, caller: &Caller, name: &str) -> Result<Value, EngineError> {
+        let (team, members) = self
+            .ask(caller.org_id, |r| {
+                OrgMsg::GetTeam(caller.clone(), name.to_owned(), r)
+            })
+            .await?;
+        let mut out = json!(team);
+        out["members"] = json!(members);
+        Ok(out)
+    }
+
+    pub async fn create_team(&self, caller: &Caller, body: &Value) -> Result<Team, EngineError> {
+        let new = match admin::new_team(body) {
+            Ok(new) => new,
+            Err(e) => {
+                self.require_team_plan(caller).await?;
+                return Err(e.into());
+            }
+        };
+        let (team, commit) = self
+            .ask(caller.org_id, |r| {
+                OrgMsg::CreateTeam(caller.clone(), new.clone(), r)
+            })
+            .await?;
+        committed(commit).await?;
+        Ok(team)
+    }
+
+    pub async fn patch_team(
+        &self,
+        caller: &Caller,
+        name: &str,
+        body: &Value,
+    ) -> Result<Team, EngineError> {
+        let patch = match admin::team_patch(body) {
+            Ok(p) => p,
+            Err(e) => {
+                self.require_team_plan(caller).await?;
+                return Err(e.into());
+            }
+        };
+        let (team, commit) = self
+            .ask(caller.org_id, |r| {
+                OrgMsg::PatchTeam(caller.clone(), name.to_owned(), patch.clone(), r)
+            })
+            .await?;
+        committed(commit).await?;
+        Ok(team)
+    }
+
+    pub async fn delete_team(&self, caller: &Caller, name: &str) -> Result<(), EngineError> {
+        let commit = self
+            .ask(caller.org_id, |r| {
+                OrgMsg::DeleteTeam(caller.clone(), name.to_owned(), r)
+            })
+            .await?;
+        committed(commit).await
+    }
+
+    pub async fn add_team_member(
+        &self,
+        caller: &Caller,
+        name: &str,
+        body: &Value,
+    ) -> Result<Value, EngineError> {
+        let email = match admin::team_member(body) {
+            Ok(e) => e,
+            Err(e) => {
+                self.require_team_plan(caller).await?;
+                return Err(e.into());
+            }
+        };
+        let (membership, commit) = self
+            .ask(caller.org_id, |r| {
+                OrgMsg::AddTeamMember(caller.clone(), name.to_owned(), email.clone(), r)
+            })
+            .await?;
+        committed(commit).await?;
+        Ok(json!(membership))
+    }
+
+    pub async fn remove_team_member(
+        &self,
+        caller: &Caller,
+        name: &str,
+        email: &str,
+    ) -> Result<(), EngineError> {
+        let email = email.to_lowercase();
+        let commit = self
+            .ask(caller.org_id, |r| {
+                OrgMsg::RemoveTeamMember(caller.clone(), name.to_owned(), email.clone(), r)
+            })
+            .await?;
+        committed(commit).await
+    }
+
+    /// `POST /admin/orgs/{id}/idp`: turns the enrollment on or off.
+    pub async fn set_idp_enrollment(
+        &self,
+        org_id: &str,
+        body: &Value,
+    ) -> Result<Value, EngineError> {
+        let org: OrgId = org_id
+            .parse()
+            .map_err(|_| EngineError::NotFound("organization not found".into()))?;
+        let enrolled = body
+            .as_object()
+            .and_then(|o| o.get("enrolled"))
+            .and_then(Value::as_bool)
+            .ok_or_else(|| EngineError::validation("enrolled: must be a boolean"))?;
+        let mut record = self
+            .inner
+            .store
+            .get_org(org)
+            .await?
+            .ok_or_else(|| EngineError::NotFound("organization not found".into()))?;
+        record.idp_enrolled = enrolled;
+        self.inner.store.update_org(&record).await?;
+        self.inner.directory.refresh(record)?;
+        Ok(json!({ "enrolled": enrolled }))
+    }
+
+    /// `POST /admin/orgs/{id}/idp/sync`.
+    pub async fn idp_sync(&self, org_id: &str, body: &Value) -> Result<Value, EngineError> {
+        let org: OrgId = org_id
+            .parse()
+            .map_err(|_| EngineError::NotFound("organization not found".into()))?;
+        let view = admin::idp_sync(body)?;
+        self.inner.directory.get(org).await?;
+        let ((added, removed), commit) =
+            self.ask(org, |r| OrgMsg::IdpSync(view.clone(), r)).await?;
+        committed(commit).await?;
+        Ok(json!({ "added": added, "removed": removed }))
+    }
+}

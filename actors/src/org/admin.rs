@@ -1,0 +1,587 @@
+//! Org administration inside the org actor: the tag vocabulary, members'
+//! roles, seats and profile tags, teams and their memberships, and the
+//! identity provider's view of them. Role and plan checks use the actor's
+//! own member records, which are authoritative.
+
+use std::collections::BTreeSet;
+
+use super::{IdpView, OrgActor, OrgState};
+use crate::domain::account::{Caller, Role};
+use crate::domain::admin::{
+    self, MemberPatch, MemberView, Membership, NewTag, NewTeam, Tag, TagPatch, Team, TeamPatch,
+};
+use crate::error::{EngineError, ValidationError};
+use crate::store::{WriteBatch, WriteOp};
+use crate::writer::Commit;
+
+impl OrgState {
+    /// The caller's current role, from the member records.
+    fn role_of(&self, caller: &Caller) -> Result<Role, EngineError> {
+        self.members
+            .get(&caller.email)
+            .map(|m| m.role)
+            .ok_or(EngineError::InvalidApiKey)
+    }
+
+    fn require_admin(&self, caller: &Caller) -> Result<Role, EngineError> {
+        let role = self.role_of(caller)?;
+        if role < Role::Admin {
+            return Err(EngineError::admin_required());
+        }
+        Ok(role)
+    }
+
+    fn require_paid_plan(&self) -> Result<(), EngineError> {
+        if self.entry.record.tier.is_paid() {
+            Ok(())
+        } else {
+            Err(EngineError::UpgradeRequired(
+                "teams need a paid plan (dev, pro or enterprise)".into(),
+            ))
+        }
+    }
+
+    fn check_limit(&self, limit_type: &'static str, wanted: usize) -> Result<(), EngineError> {
+        let record = &self.entry.record;
+        match record.limit(limit_type) {
+            Some(limit) if wanted as i64 > limit => Err(EngineError::LimitReached {
+                limit_type,
+                limit,
+                tier: record.tier.as_str(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    pub(super) fn is_strict(&self, tag: &str) -> bool {
+        self.tags.get(tag).is_some_and(|t| t.strict)
+    }
+
+    /// Every tag of `tags` is in the vocabulary (any tag passes while it is empty).
+    pub(super) fn check_vocabulary(
+        &self,
+        field: &str,
+        tags: &[String],
+    ) -> Result<(), ValidationError> {
+        if self.tags.is_empty() {
+            return Ok(());
+        }
+        match tags.iter().find(|t| !self.tags.contains_key(*t)) {
+            Some(t) => Err(ValidationError::field(
+                field,
+                format!("unknown tag '{t}': not in the org's tag vocabulary"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Tags inherited from the member's teams, sorted.
+    pub(super) fn team_tags(&self, email: &str) -> Vec<String> {
+        let tags: BTreeSet<&String> = self
+            .memberships
+            .values()
+            .filter(|m| m.email == email)
+            .filter_map(|m| self.teams.get(&m.team))
+            .flat_map(|t| t.tags.iter())
+            .collect();
+        tags.into_iter().cloned().collect()
+    }
+
+    fn member_view(&self, email: &str) -> Result<MemberView, EngineError> {
+        let m = self
+            .members
+            .get(email)
+            .ok_or_else(|| EngineError::NotFound(format!("{email} is not a member of this org")))?;
+        Ok(MemberView {
+            email: m.email.clone(),
+            role: m.role.as_str(),
+            profile_tags: m.profile_tags.clone(),
+            team_tags: self.team_tags(&m.email),
+            seated: m.seated,
+            joined_at: m.joined_at,
+        })
+    }
+
+    fn team(&self, name: &str) -> Result<&Team, EngineError> {
+        self.teams
+            .get(&name.to_lowercase())
+            .ok_or_else(|| EngineError::NotFound(format!("team '{name}' not found")))
+    }
+}
+
+impl OrgActor {
+    fn commit(&self, state: &OrgState, ops: Vec<WriteOp>) -> Commit {
+        self.deps.writers.submit(WriteBatch {
+            org: state.org,
+            ops,
+        })
+    }
+
+    pub(super) fn list_tags(&self, state: &OrgState) -> Vec<Tag> {
+        state.tags.values().cloned().collect()
+    }
+
+    pub(super) fn create_tags(
+        &self,
+        state: &mut OrgState,
+        caller: &Caller,
+        items: Vec<NewTag>,
+    ) -> Result<(Vec<Tag>, Commit), EngineError> {
+        state.require_admin(caller)?;
+        if let Some(t) = items.iter().find(|t| state.tags.contains_key(&t.name)) {
+            return Err(EngineError::Conflict(format!(
+                "tag '{}' already exists",
+                t.name
+            )));
+        }
+        state.check_limit("tags", state.tags.len() + items.len())?;
+        let now = self.deps.clock.now_ms();
+        let tags: Vec<Tag> = items
+            .into_iter()
+            .map(|t| Tag {
+                name: t.name,
+                strict: t.strict,
+                is_default: t.is_default,
+                description: t.description,
+                created_by: caller.email.clone(),
+                created_at: now,
+            })
+            .collect();
+        let ops = tags.iter().cloned().map(WriteOp::UpsertTag).collect();
+        for t in &tags {
+            state.tags.insert(t.name.clone(), t.clone());
+        }
+        Ok((tags, self.commit(state, ops)))
+    }
+
+    pub(super) fn update_tags(
+        &self,
+        state: &mut OrgState,
+        caller: &Caller,
+        patches: Vec<TagPatch>,
+    ) -> Result<(Vec<Tag>, Commit), EngineError> {
+        state.require_admin(caller)?;
+        let mut updated = Vec::with_capacity(patches.len());
+        for (i, p) in patches.iter().enumerate() {
+            let mut tag = state
+                .tags
+                .get(&p.name)
+                .cloned()
+                .ok_or_else(|| EngineError::NotFound(format!("tag '{}' not found", p.name)))?;
+            if let Some(strict) = p.strict {
+                tag.strict = strict;
+            }
+            if let Some(d) = p.is_default {
+                tag.is_default = d;
+            }
+            if let Some(desc) = &p.description {
+                tag.description = desc.clone();
+            }
+            if tag.strict && tag.description.is_none() {
+                return Err(ValidationError::field(
+                    format!("tags[{i}].description"),
+                    "a strict tag needs a description (set both in the same item)",
+                )
+                .into());
+            }
+            updated.push(tag);
+        }
+        let ops = updated.iter().cloned().map(WriteOp::UpsertTag).collect();
+        for t in &updated {
+            state.tags.insert(t.name.clone(), t.clone());
+        }
+        Ok((updated, self.commit(state, ops)))
+    }
+
+    pub(super) fn delete_tags(
+        &self,
+        state: &mut OrgState,
+        caller: &Caller,
+        names: Vec<String>,
+    ) -> Result<(Vec<String>, Commit), EngineError> {
+        state.require_admin(caller)?;
+        if let Some(n) = names.iter().find(|n| !state.tags.contains_key(*n)) {
+            return Err(EngineError::NotFound(format!("tag '{n}' not found")));
+        }
+        for n in &names {
+            state.tags.remove(n);
+        }
+        let ops = names.iter().cloned().map(WriteOp::DeleteTag).collect();
+        Ok((names, self.commit(state, ops)))
+    }
+
+    pub(super) fn list_members(&self, state: &OrgState) -> Vec<MemberView> {
+        let mut members: Vec<MemberView> = state
+            .members
+            .keys()
+            .filter_map(|e| state.member_view(e).ok())
+            .collect();
+        members.sort_by(|a, b| a.joined_at.cmp(&b.joined_at).then(a.email.cmp(&b.email)));
+        members
+    }
+
+    pub(super) fn get_member(
+        &self,
+        state: &OrgState,
+        email: &str,
+    ) -> Result<MemberView, EngineError> {
+        state.member_view(email)
+    }
+
+    pub(super) fn patch_member(
+        &self,
+        state: &mut OrgState,
+        caller: &Caller,
+        email: &str,
+        patch: MemberPatch,
+    ) -> Result<(MemberView, Commit), EngineError> {
+        let caller_role = state.role_of(caller)?;
+        if caller_role < Role::Admin {
+            return Err(EngineError::admin_required());
+        }
+        let target =
+            state.members.get(email).cloned().ok_or_else(|| {
+                EngineError::NotFound(format!("{email} is not a member of this org"))
+            })?;
+        let owners = state
+            .members
+            .values()
+            .filter(|m| m.role == Role::Owner)
+            .count();
+        admin::check_member_change(caller_role, &target, &patch, owners)?;
+        let mut member = target.clone();
+        if let Some(tags) = patch.profile_tags {
+            state.check_vocabulary("profile_tags", &tags)?;
+            member.profile_tags = tags;
+        }
+        if let Some(seated) = patch.seated {
+            let record = &state.entry.record;
+            if !record.tier.is_seat_billed() {
+                return Err(ValidationError::field(
+                    "seated",
+                    format!("the {} plan is not billed per seat", record.tier.as_str()),
+                )
+                .into());
+            }
+            let taken = state.members.values().filter(|m| m.seated).count() as i64;
+            if seated && !target.seated && taken >= record.seats {
+                return Err(ValidationError::field(
+                    "seated",
+                    format!("no free seat: all {} seats are taken", record.seats),
+                )
+                .into());
+            }
+            member.seated = seated;
+        }
+        if let Some(role) = patch.role {
+            member.role = role;
+        }
+        state.members.insert(member.email.clone(), member.clone());
+        let view = state.member_view(email)?;
+        Ok((
+            view,
+            self.commit(state, vec![WriteOp::UpdateMember(member)]),
+        ))
+    }
+
+    pub(super) fn patch_me(
+        &self,
+        state: &mut OrgState,
+        caller: &Caller,
+        requested: Vec<String>,
+    ) -> Result<(MemberView, Commit), EngineError> {
+        let role = state.role_of(caller)?;
+        state.check_vocabulary("profile_tags", &requested)?;
+        let mut member = state
+            .members
+            .get(&caller.email)
+            .cloned()
+            .ok_or(EngineError::InvalidApiKey)?;
+        member.profile_tags =
+            admin::self_profile_tags(role, requested, &member.profile_tags, |t| {
+                state.is_strict(t)
+            });
+        state.members.insert(member.email.clone(), member.clone());
+        let view = state.member_view(&caller.email)?;
+        Ok((
+            view,
+            self.commit(state, vec![WriteOp::UpdateMember(member)]),
+        ))
+    }
+
+    pub(super) fn list_teams(&self, state: &OrgState) -> Result<Vec<Team>, EngineError> {
+        state.require_paid_plan()?;
+        Ok(state.teams.values().cloned().collect())
+    }
+
+    pub(super) fn get_team(
+        &self,
+        state: &OrgState,
+        name: &str,
+    ) -> Result<(Team, Vec<Membership>), EngineError> {
+        state.require_paid_plan()?;
+        let team = state.team(name)?.clone();
+        let members = state
+            .memberships
+            .values()
+            .filter(|m| m.team == team.name)
+            .cloned()
+            .collect();
+        Ok((team, members))
+    }
+
+    /// Owner role and an active enrollment, needed to set or change idp_only.
+    fn check_idp_only_change(&self, state: &OrgState, role: Role) -> Result<(), EngineError> {
+        if role != Role::Owner {
+            return Err(EngineError::Forbidden(
+                "only an owner can change idp_only".into(),
+            ));
+        }
+        if !state.entry.record.idp_enrolled {
+            return Err(EngineError::Forbidden(
+                "idp_only needs an active identity-provider enrollment".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(super) fn create_team(
+        &self,
+        state: &mut OrgState,
+        caller: &Caller,
+        new: NewTeam,
+    ) -> Result<(Team, Commit), EngineError> {
+        state.require_paid_plan()?;
+        let role = state.require_admin(caller)?;
+        state.check_vocabulary("tags", &new.tags)?;
+        if new.idp_only {
+            self.check_idp_only_change(state, role)?;
+        }
+        if state.teams.contains_key(&new.name) {
+            return Err(EngineError::Conflict(format!(
+                "team '{}' already exists",
+                new.name
+            )));
+        }
+        state.check_limit("teams", state.teams.len() + 1)?;
+        let team = Team {
+            name: new.name,
+            tags: new.tags,
+            description: new.description,
+            idp_only: new.idp_only,
+            created_by: caller.email.clone(),
+            created_at: self.deps.clock.now_ms(),
+        };
+        state.teams.insert(team.name.clone(), team.clone());
+        let commit = self.commit(state, vec![WriteOp::UpsertTeam(team.clone())]);
+        Ok((team, commit))
+    }
+
+    pub(super) fn patch_team(
+        &self,
+        state: &mut OrgState,
+        caller: &Caller,
+        name: &str,
+        patch: TeamPatch,
+    ) -> Result<(Team, Commit), EngineError> {
+        state.require_paid_plan()?;
+        let role = state.require_admin(caller)?;
+        let mut team = state.team(name)?.clone();
+        if let Some(tags) = patch.tags {
+            state.check_vocabulary("tags", &tags)?;
+            team.tags = tags;
+        }
+        if let Some(description) = patch.description {
+            team.description = description;
+        }
+        if let Some(idp_only) = patch.idp_only.filter(|v| *v != team.idp_only) {
+            self.check_idp_only_change(state, role)?;
+            team.idp_only = idp_only;
+        }
+        state.teams.insert(team.name.clone(), team.clone());
+        let commit = self.commit(state, vec![WriteOp::UpsertTeam(team.clone())]);
+        Ok((team, commit))
+    }
+
+    pub(super) fn delete_team(
+        &self,
+        state: &mut OrgState,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<Commit, EngineError> {
+        state.require_paid_plan()?;
+        state.require_admin(caller)?;
+        let team = state.team(name)?.name.clone();
+        state.teams.remove(&team);
+        state.memberships.retain(|(t, _), _| *t != team);
+        Ok(self.commit(state, vec![WriteOp::DeleteTeam(team)]))
+    }
+
+    pub(super) fn add_team_member(
+        &self,
+        state: &mut OrgState,
+        caller: &Caller,
+        name: &str,
+        email: &str,
+    ) -> Result<(Membership, Commit), EngineError> {
+        state.require_paid_plan()?;
+        state.require_admin(caller)?;
+        let team = state.team(name)?.clone();
+        if team.idp_only {
+            return Err(ValidationError::new(format!(
+                "team '{}' is managed by the identity provider only",
+                team.name
+            ))
+            .into());
+        }
+        if !state.members.contains_key(email) {
+            return Err(EngineError::NotFound(format!(
+                "{email} is not a member of this org"
+            )));
+        }
+        let key = (team.name.clone(), email.to_owned());
+        let membership = match state.memberships.get(&key) {
+            Some(m) if m.manual => {
+                return Err(EngineError::Conflict(format!(
+                    "{email} is already a member of team '{}'",
+                    team.name
+                )))
+            }
+            Some(m) => Membership {
+                manual: true,
+                ..m.clone()
+            },
+            None => Membership {
+                team: team.name.clone(),
+                email: email.to_owned(),
+                manual: true,
+                idp: false,
+                added_by: caller.email.clone(),
+                added_at: self.deps.clock.now_ms(),
+            },
+        };
+        state.memberships.insert(key, membership.clone());
+        let commit = self.commit(state, vec![WriteOp::UpsertMembership(membership.clone())]);
+        Ok((membership, commit))
+    }
+
+    pub(super) fn remove_team_member(
+        &self,
+        state: &mut OrgState,
+        caller: &Caller,
+        name: &str,
+        email: &str,
+    ) -> Result<Commit, EngineError> {
+        state.require_paid_plan()?;
+        state.require_admin(caller)?;
+        let team = state.team(name)?.clone();
+        if team.idp_only {
+            return Err(ValidationError::new(format!(
+                "team '{}' is managed by the identity provider only",
+                team.name
+            ))
+            .into());
+        }
+        let key = (team.name.clone(), email.to_owned());
+        let membership = state.memberships.get(&key).cloned().ok_or_else(|| {
+            EngineError::NotFound(format!("{email} is not a member of team '{}'", team.name))
+        })?;
+        if !membership.manual {
+            return Err(ValidationError::new(format!(
+                "{email} is in team '{}' through the identity provider only",
+                team.name
+            ))
+            .into());
+        }
+        let op = if membership.idp {
+            let kept = Membership {
+                manual: false,
+                ..membership
+            };
+            state.memberships.insert(key, kept.clone());
+            WriteOp::UpsertMembership(kept)
+        } else {
+            state.memberships.remove(&key);
+            WriteOp::DeleteMembership {
+                team: team.name,
+                email: email.to_owned(),
+            }
+        };
+        Ok(self.commit(state, vec![op]))
+    }
+
+    pub(super) fn idp_sync(
+        &self,
+        state: &mut OrgState,
+        view: IdpView,
+    ) -> Result<((usize, usize), Commit), EngineError> {
+        if !state.entry.record.idp_enrolled {
+            return Err(EngineError::Conflict(
+                "the identity-provider enrollment is not active".into(),
+            ));
+        }
+        for (team, emails) in &view {
+            if !state.teams.contains_key(team) {
+                return Err(ValidationError::field(format!("teams.{team}"), "no such team").into());
+            }
+            if let Some(e) = emails.iter().find(|e| !state.members.contains_key(*e)) {
+                return Err(ValidationError::field(
+                    format!("teams.{team}"),
+                    format!("{e} is not a member of this org"),
+                )
+                .into());
+            }
+        }
+        let now = self.deps.clock.now_ms();
+        let (mut added, mut removed) = (0, 0);
+        let mut ops = Vec::new();
+        let keys: Vec<(String, String)> = state.memberships.keys().cloned().collect();
+        for key in keys {
+            let listed = view
+                .get(&key.0)
+                .is_some_and(|emails| emails.contains(&key.1));
+            let m = &state.memberships[&key];
+            if m.idp && !listed {
+                removed += 1;
+                if m.manual {
+                    let kept = Membership {
+                        idp: false,
+                        ..m.clone()
+                    };
+                    ops.push(WriteOp::UpsertMembership(kept.clone()));
+                    state.memberships.insert(key, kept);
+                } else {
+                    ops.push(WriteOp::DeleteMembership {
+                        team: key.0.clone(),
+                        email: key.1.clone(),
+                    });
+                    state.memberships.remove(&key);
+                }
+            }
+        }
+        for (team, emails) in view {
+            for email in emails {
+                let key = (team.clone(), email.clone());
+                let membership = match state.memberships.get(&key) {
+                    Some(m) if m.idp => continue,
+                    Some(m) => Membership {
+                        idp: true,
+                        ..m.clone()
+                    },
+                    None => Membership {
+                        team: team.clone(),
+                        email,
+                        manual: false,
+                        idp: true,
+                        added_by: "idp".into(),
+                        added_at: now,
+                    },
+                };
+                added += 1;
+                ops.push(WriteOp::UpsertMembership(membership.clone()));
+                state.memberships.insert(key, membership);
+            }
+        }
+        Ok(((added, removed), self.commit(state, ops)))
+    }
+}
