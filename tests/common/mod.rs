@@ -676,6 +676,142 @@ impl TestServer {
         }
     }
 
+    // -------------------------------------------------- org administration
+
+    /// Creates a managed org of `tier` with `seats` seats, limits lifted as
+    /// in `create_org`.
+    pub async fn create_org_seats(&self, tier: &str, seats: i64) -> Org {
+        self.create_org_with(json!({ "tier": tier, "encryption": "managed", "seats": seats }))
+            .await
+    }
+
+    /// `PATCH /admin/orgs/{id}` `{"limits": limits}`, expecting 200.
+    pub async fn set_limits(&self, org: &Org, limits: Value) {
+        let (status, body) = self
+            .admin(
+                Method::PATCH,
+                &format!("/admin/orgs/{}", org.org_id),
+                Some(json!({ "limits": limits })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "PATCH limits: {body}");
+    }
+
+    /// Any method with `X-Api-Key` and a raw (possibly malformed) JSON body.
+    pub async fn send_raw(
+        &self,
+        method: Method,
+        key: &str,
+        path: &str,
+        body: &str,
+    ) -> (StatusCode, String) {
+        self.raw(method, path, &[("x-api-key", key)], Some(body.to_string()))
+            .await
+    }
+
+    /// POST /tags expecting 201; returns the created tag objects.
+    pub async fn create_tags(&self, key: &str, items: Value) -> Vec<Value> {
+        let n = items.as_array().map(|a| a.len()).unwrap_or(0);
+        let (status, body) = self.post(key, "/tags", json!({ "tags": items })).await;
+        assert_eq!(status, StatusCode::CREATED, "POST /tags: {body}");
+        assert_eq!(body["created"], n, "{body}");
+        body["tags"].as_array().expect("tags array").clone()
+    }
+
+    /// GET /tags expecting 200; returns the tag objects.
+    pub async fn list_tags(&self, key: &str) -> Vec<Value> {
+        let (status, body) = self.get(key, "/tags").await;
+        assert_eq!(status, StatusCode::OK, "GET /tags: {body}");
+        body.as_array()
+            .unwrap_or_else(|| panic!("GET /tags is not an array: {body}"))
+            .clone()
+    }
+
+    /// GET /members expecting 200; returns the member objects.
+    pub async fn list_members(&self, key: &str) -> Vec<Value> {
+        let (status, body) = self.get(key, "/members").await;
+        assert_eq!(status, StatusCode::OK, "GET /members: {body}");
+        body.as_array()
+            .unwrap_or_else(|| panic!("GET /members is not an array: {body}"))
+            .clone()
+    }
+
+    /// One member's object from GET /members.
+    pub async fn member(&self, key: &str, email: &str) -> Value {
+        self.list_members(key)
+            .await
+            .into_iter()
+            .find(|m| m["email"] == email)
+            .unwrap_or_else(|| panic!("{email} is not listed by GET /members"))
+    }
+
+    /// PATCH /members/{email} expecting 200; returns the member object.
+    pub async fn patch_member(&self, key: &str, email: &str, body: Value) -> Value {
+        let (status, resp) = self
+            .patch(key, &format!("/members/{email}"), body.clone())
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "PATCH /members/{email} {body}: {resp}"
+        );
+        resp
+    }
+
+    /// POST /teams expecting 201; returns the team object.
+    pub async fn create_team(&self, key: &str, body: Value) -> Value {
+        let (status, resp) = self.post(key, "/teams", body.clone()).await;
+        assert_eq!(status, StatusCode::CREATED, "POST /teams {body}: {resp}");
+        resp
+    }
+
+    /// GET /teams/{name} expecting 200; returns the team with its members.
+    pub async fn get_team(&self, key: &str, name: &str) -> Value {
+        let (status, body) = self.get(key, &format!("/teams/{name}")).await;
+        assert_eq!(status, StatusCode::OK, "GET /teams/{name}: {body}");
+        body
+    }
+
+    /// POST /teams/{team}/members expecting 201; returns the membership.
+    pub async fn add_to_team(&self, key: &str, team: &str, email: &str) -> Value {
+        let (status, body) = self
+            .post(
+                key,
+                &format!("/teams/{team}/members"),
+                json!({ "email": email }),
+            )
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::CREATED,
+            "POST /teams/{team}/members {email}: {body}"
+        );
+        body
+    }
+
+    /// `POST /admin/orgs/{id}/idp` expecting 200 `{enrolled}`.
+    pub async fn idp_enroll(&self, org: &Org, enrolled: bool) {
+        let (status, body) = self
+            .admin(
+                Method::POST,
+                &format!("/admin/orgs/{}/idp", org.org_id),
+                Some(json!({ "enrolled": enrolled })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "idp enrolled={enrolled}: {body}");
+        assert_eq!(body, json!({ "enrolled": enrolled }));
+    }
+
+    /// `POST /admin/orgs/{id}/idp/sync` `{teams}`.
+    pub async fn idp_sync(&self, org: &Org, teams: Value) -> (StatusCode, Value) {
+        self.admin(
+            Method::POST,
+            &format!("/admin/orgs/{}/idp/sync", org.org_id),
+            Some(json!({ "teams": teams })),
+        )
+        .await
+    }
+
     // ------------------------------------------------------------ database
 
     /// Opens the server's database directly (SQLite in WAL mode allows this
@@ -775,6 +911,36 @@ pub fn assert_bad_request(status: StatusCode, body: &Value, field: &str) {
         "expected 400 naming `{field}`: {body}"
     );
     assert_error_mentions(body, field);
+}
+
+/// Asserts the status and that the body is a JSON error with a non-empty
+/// `error` string.
+pub fn assert_error(status: StatusCode, body: &Value, expected: StatusCode) {
+    assert_eq!(status, expected, "expected {expected}: {body}");
+    let error = body["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("expected an `error` string in {body}"));
+    assert!(!error.trim().is_empty(), "empty `error` in {body}");
+}
+
+/// The strings of a JSON array, sorted; a missing or null value reads as
+/// empty.
+pub fn sorted_strings(v: &Value) -> Vec<String> {
+    if v.is_null() {
+        return Vec::new();
+    }
+    let mut out: Vec<String> = v
+        .as_array()
+        .unwrap_or_else(|| panic!("expected an array of strings, got {v}"))
+        .iter()
+        .map(|s| {
+            s.as_str()
+                .unwrap_or_else(|| panic!("expected a string in {v}"))
+                .to_string()
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// Parses an RFC 3339 timestamp field.
