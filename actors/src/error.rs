@@ -35,6 +35,26 @@ pub enum EngineError {
     /// The plan does not include this feature (403 with `upgrade: true`).
     #[error("{0}")]
     UpgradeRequired(String),
+    /// A per-minute bucket is empty (429 with Retry-After).
+    #[error("rate limit exceeded")]
+    RateLimited {
+        kind: &'static str,
+        limit: i64,
+        tier: &'static str,
+        retry_after_secs: u64,
+    },
+    #[error("monthly request allowance reached")]
+    MonthlyRequests {
+        limit: i64,
+        tier: &'static str,
+        resets: String,
+    },
+    #[error("monthly task limit reached")]
+    MonthlyTasks {
+        limit: i64,
+        tier: &'static str,
+        resets: String,
+    },
     /// A tier limit on a countable thing (tags, teams) is reached (429).
     #[error("{limit_type} limit reached")]
     LimitReached {

@@ -108,6 +108,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut config = EngineConfig::new(args.database_url.clone(), master_key(&args.data_dir)?);
     config.idle_after = Duration::from_secs(args.org_idle_secs.max(1));
     config.store.sqlite_full_sync = sqlite_full_sync;
+    #[cfg(feature = "test-hooks")]
+    let test_clock = {
+        let clock = Arc::new(taskq_actors::clock::OffsetClock::default());
+        config.clock = clock.clone();
+        clock
+    };
     let engine = Engine::start(config).await.context("starting the engine")?;
     tracing::info!(backend = engine.backend(), "engine started");
 
@@ -118,7 +124,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if admin_token.is_none() {
         tracing::info!("TASKQ_ADMIN_TOKEN is unset: the /admin routes are disabled");
     }
-    let app = router(AppState::new(engine.clone(), admin_token));
+    #[allow(unused_mut)]
+    let mut state = AppState::new(engine.clone(), admin_token);
+    #[cfg(feature = "test-hooks")]
+    {
+        state.test_clock = Some(test_clock);
+    }
+    let app = router(state);
 
     let listener = std::net::TcpListener::bind(&args.listen)
         .with_context(|| format!("binding {}", args.listen))?;

@@ -88,3 +88,26 @@ pub async fn crash(
     )
         .into_response())
 }
+
+/// Test hook: moves the engine's clock forward.
+#[cfg(feature = "test-hooks")]
+pub async fn advance_clock(
+    State(state): State<AppState>,
+    _: Operator,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    use taskq_actors::clock::Clock as _;
+    let clock = state
+        .test_clock
+        .as_ref()
+        .ok_or_else(|| ApiError::bad_request("the server's clock is not movable"))?;
+    let secs = body
+        .get("advance_seconds")
+        .and_then(Value::as_i64)
+        .filter(|s| *s >= 0)
+        .ok_or_else(|| ApiError::bad_request("advance_seconds: must be a non-negative integer"))?;
+    clock.advance(secs * 1000);
+    Ok(Json(serde_json::json!({
+        "now": taskq_actors::clock::format_ms(clock.now_ms())
+    })))
+}

@@ -44,7 +44,10 @@ impl From<EngineError> for ApiError {
             | EngineError::Forbidden(_)
             | EngineError::MemberBlocked
             | EngineError::UpgradeRequired(_) => StatusCode::FORBIDDEN,
-            EngineError::LimitReached { .. } => StatusCode::TOO_MANY_REQUESTS,
+            EngineError::LimitReached { .. }
+            | EngineError::RateLimited { .. }
+            | EngineError::MonthlyRequests { .. }
+            | EngineError::MonthlyTasks { .. } => StatusCode::TOO_MANY_REQUESTS,
             EngineError::NotFound(_) => StatusCode::NOT_FOUND,
             EngineError::Conflict(_) | EngineError::TaskIdExists(_) => StatusCode::CONFLICT,
             EngineError::CiphertextBinding { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -54,6 +57,31 @@ impl From<EngineError> for ApiError {
         let body = match &e {
             EngineError::TaskIdExists(id) => json!({ "error": message, "task_id": id }),
             EngineError::UpgradeRequired(_) => json!({ "error": message, "upgrade": true }),
+            EngineError::RateLimited {
+                kind, limit, tier, ..
+            } => json!({
+                "error": message,
+                "limit_type": kind,
+                "limit": limit,
+                "window_seconds": 60,
+                "tier": tier,
+            }),
+            EngineError::MonthlyRequests {
+                limit,
+                tier,
+                resets,
+            } => json!({
+                "error": message,
+                "limit_type": "monthly",
+                "limit": limit,
+                "tier": tier,
+                "resets": resets,
+            }),
+            EngineError::MonthlyTasks {
+                limit,
+                tier,
+                resets,
+            } => json!({ "error": message, "limit": limit, "tier": tier, "resets": resets }),
             EngineError::LimitReached {
                 limit_type,
                 limit,
@@ -79,8 +107,13 @@ impl From<EngineError> for ApiError {
             }
             _ => json!({ "error": message }),
         };
-        let retry_after =
-            matches!(e, EngineError::ActorUnavailable | EngineError::Timeout).then_some(1);
+        let retry_after = match &e {
+            EngineError::ActorUnavailable | EngineError::Timeout => Some(1),
+            EngineError::RateLimited {
+                retry_after_secs, ..
+            } => Some(*retry_after_secs),
+            _ => None,
+        };
         Self {
             status,
             body,

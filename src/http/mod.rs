@@ -27,6 +27,9 @@ pub struct AppState {
     /// The operator token; `None` disables `/admin`.
     pub admin_token: Option<Arc<str>>,
     pub metrics: Arc<metrics::Metrics>,
+    /// The engine's clock, movable by the test hook.
+    #[cfg(feature = "test-hooks")]
+    pub test_clock: Option<Arc<taskq_actors::clock::OffsetClock>>,
 }
 
 impl AppState {
@@ -35,6 +38,8 @@ impl AppState {
             engine,
             admin_token,
             metrics: Arc::default(),
+            #[cfg(feature = "test-hooks")]
+            test_clock: None,
         }
     }
 }
@@ -54,7 +59,9 @@ pub fn router(state: AppState) -> Router {
         .route("/orgs/{org_id}/idp", post(admin::set_idp))
         .route("/orgs/{org_id}/idp/sync", post(admin::idp_sync));
     #[cfg(feature = "test-hooks")]
-    let admin = admin.route("/orgs/{org_id}/crash", post(admin::crash));
+    let admin = admin
+        .route("/orgs/{org_id}/crash", post(admin::crash))
+        .route("/test/clock", post(admin::advance_clock));
 
     Router::new()
         .route(
@@ -65,6 +72,7 @@ pub fn router(state: AppState) -> Router {
         .route("/tasks/update", post(tasks::update))
         .route("/tasks/get", post(tasks::get))
         .route("/tasks/claim", post(tasks::claim))
+        .route("/quota", get(org_admin::quota))
         .route(
             "/tags",
             get(org_admin::list_tags).post(org_admin::create_tags),

@@ -6,10 +6,18 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::Value;
 use taskq_actors::domain::admin::{MemberView, Tag, Team};
+use taskq_actors::org::QuotaView;
 
 use super::error::ApiError;
 use super::extract::{Auth, JsonBody};
 use super::AppState;
+
+pub async fn quota(
+    State(state): State<AppState>,
+    Auth(caller): Auth,
+) -> Result<Json<QuotaView>, ApiError> {
+    Ok(Json(state.engine.quota(&caller).await?))
+}
 
 pub async fn list_tags(
     State(state): State<AppState>,

@@ -10,6 +10,7 @@ pub mod open;
 pub mod order;
 mod status;
 mod task;
+pub mod usage;
 pub mod validate;
 
 pub use ids::{KeyId, OrgId, TaskId};

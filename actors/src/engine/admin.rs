@@ -7,6 +7,7 @@ use crate::clock::format_ms;
 use crate::domain::account::{
     Caller, Encryption, KeyRecord, MemberRecord, OrgRecord, Role, Tier, LIMIT_KEYS,
 };
+use crate::domain::usage::RequestKind;
 use crate::domain::{KeyId, OrgId};
 use crate::error::{EngineError, ValidationError};
 use crate::org::{format_api_key, NewMember, OrgMsg};
@@ -275,6 +276,7 @@ impl Engine {
 
     /// `POST /keys`: a new key for the caller's own member.
     pub async fn create_key(&self, caller: &Caller, body: &Value) -> Result<Value, EngineError> {
+        self.admit(caller, RequestKind::Write, 1, 0).await?;
         let obj = object(body)?;
         reject_unknown(obj, &["name"])?;
         let name = name_field(obj, "name", true)?;
@@ -293,6 +295,7 @@ impl Engine {
 
     /// `GET /keys`: the caller's member's keys, never their secrets.
     pub async fn list_keys(&self, caller: &Caller) -> Result<Value, EngineError> {
+        self.admit(caller, RequestKind::Read, 1, 0).await?;
         let keys: Vec<Value> = self
             .inner
             .store
@@ -314,6 +317,7 @@ impl Engine {
 
     /// `DELETE /keys/{key_id}`: the key stops working at once.
     pub async fn revoke_key(&self, caller: &Caller, key_id: &str) -> Result<(), EngineError> {
+        self.admit(caller, RequestKind::Write, 1, 0).await?;
         let key_id: KeyId = key_id
             .parse()
             .map_err(|_| EngineError::NotFound("key not found".into()))?;

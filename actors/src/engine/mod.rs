@@ -25,9 +25,10 @@ use crate::clock::{Clock, SystemClock};
 use crate::crypto::{CursorSigner, MasterKey};
 use crate::directory::OrgDirectory;
 use crate::domain::account::{Caller, KeyRecord, Role};
+use crate::domain::usage::RequestKind;
 use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
-use crate::org::{parse_api_key, OrgDeps, OrgMsg, Reply};
+use crate::org::{parse_api_key, OrgDeps, OrgMsg, QuotaView, Reply};
 use crate::store::{Store, StoreError, StoreOptions};
 use crate::supervisor::{ActorStats, Routes, Supervisor, SupervisorMsg};
 use crate::writer::{Commit, Writers};
@@ -296,6 +297,36 @@ impl Engine {
 
     fn now(&self) -> i64 {
         self.inner.clock.now_ms()
+    }
+
+    /// Counts one request against the org's per-minute bucket of its kind
+    /// and the monthly allowance (`requests` of it; a batch create counts
+    /// its items), refusing it with the 429 that applies. `tasks` is how
+    /// many tasks it will create, checked against the monthly task quota.
+    /// An org without any of these limits skips the round trip.
+    async fn admit(
+        &self,
+        caller: &Caller,
+        kind: RequestKind,
+        requests: i64,
+        tasks: i64,
+    ) -> Result<(), EngineError> {
+        let entry = self.inner.directory.get(caller.org_id).await?;
+        let limited = |key| entry.record.limit(key).is_some();
+        if !(limited(kind.limit_key())
+            || limited("requests_per_month")
+            || (tasks > 0 && limited("tasks_per_month")))
+        {
+            return Ok(());
+        }
+        self.ask(caller.org_id, |r| OrgMsg::Admit(kind, requests, tasks, r))
+            .await
+    }
+
+    /// `GET /quota`: the monthly task quota.
+    pub async fn quota(&self, caller: &Caller) -> Result<QuotaView, EngineError> {
+        self.admit(caller, RequestKind::Read, 1, 0).await?;
+        self.ask(caller.org_id, OrgMsg::GetQuota).await
     }
 }
 

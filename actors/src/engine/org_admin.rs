@@ -5,16 +5,19 @@ use serde_json::{json, Value};
 use super::{committed, Engine};
 use crate::domain::account::Caller;
 use crate::domain::admin::{self, MemberView, Tag, Team};
+use crate::domain::usage::RequestKind;
 use crate::domain::OrgId;
 use crate::error::EngineError;
 use crate::org::OrgMsg;
 
 impl Engine {
     pub async fn list_tags(&self, caller: &Caller) -> Result<Vec<Tag>, EngineError> {
+        self.admit(caller, RequestKind::Read, 1, 0).await?;
         self.ask(caller.org_id, OrgMsg::ListTags).await
     }
 
     pub async fn create_tags(&self, caller: &Caller, body: &Value) -> Result<Value, EngineError> {
+        self.admit(caller, RequestKind::Write, 1, 0).await?;
         let items = admin::new_tags(body)?;
         let (tags, commit) = self
             .ask(caller.org_id, |r| {
@@ -26,6 +29,7 @@ impl Engine {
     }
 
     pub async fn update_tags(&self, caller: &Caller, body: &Value) -> Result<Value, EngineError> {
+        self.admit(caller, RequestKind::Write, 1, 0).await?;
         let patches = admin::tag_patches(body)?;
         let (tags, commit) = self
             .ask(caller.org_id, |r| {
@@ -37,6 +41,7 @@ impl Engine {
     }
 
     pub async fn delete_tags(&self, caller: &Caller, body: &Value) -> Result<Value, EngineError> {
+        self.admit(caller, RequestKind::Write, 1, 0).await?;
         let names = admin::tag_deletions(body)?;
         let (deleted, commit) = self
             .ask(caller.org_id, |r| {
@@ -48,6 +53,7 @@ impl Engine {
     }
 
     pub async fn list_members(&self, caller: &Caller) -> Result<Vec<MemberView>, EngineError> {
+        self.admit(caller, RequestKind::Read, 1, 0).await?;
         self.ask(caller.org_id, OrgMsg::ListMembers).await
     }
 
@@ -57,6 +63,7 @@ impl Engine {
         email: &str,
         body: &Value,
     ) -> Result<MemberView, EngineError> {
+        self.admit(caller, RequestKind::Write, 1, 0).await?;
         let patch = admin::member_patch(body)?;
         let email = email.to_lowercase();
         let (member, commit) = self
@@ -72,6 +79,7 @@ impl Engine {
 
     /// `GET /me`: email, role and profile tags.
     pub async fn me(&self, caller: &Caller) -> Result<Value, EngineError> {
+        self.admit(caller, RequestKind::Read, 1, 0).await?;
         let email = caller.email.clone();
         let m = self
             .ask(caller.org_id, |r| OrgMsg::GetMember(email.clone(), r))
@@ -80,6 +88,7 @@ impl Engine {
     }
 
     pub async fn patch_me(&self, caller: &Caller, body: &Value) -> Result<MemberView, EngineError> {
+        self.admit(caller, RequestKind::Write, 1, 0).await?;
         let tags = admin::me_patch(body)?;
         let (member, commit) = self
             .ask(caller.org_id, |r| {
@@ -93,15 +102,21 @@ impl Engine {
     /// The plan gate of team routes, checked before any complaint about a
     /// body, so a free org always hears that teams need an upgrade.
     async fn require_team_plan(&self, caller: &Caller) -> Result<(), EngineError> {
-        self.list_teams(caller).await.map(drop)
+        self.teams(caller).await.map(drop)
     }
 
-    pub async fn list_teams(&self, caller: &Caller) -> Result<Vec<Team>, EngineError> {
+    async fn teams(&self, caller: &Caller) -> Result<Vec<Team>, EngineError> {
         self.ask(caller.org_id, |r| OrgMsg::ListTeams(caller.clone(), r))
             .await
     }
 
+    pub async fn list_teams(&self, caller: &Caller) -> Result<Vec<Team>, EngineError> {
+        self.admit(caller, RequestKind::Read, 1, 0).await?;
+        self.teams(caller).await
+    }
+
     pub async fn get_team(&self, caller: &Caller, name: &str) -> Result<Value, EngineError> {
+        self.admit(caller, RequestKind::Read, 1, 0).await?;
         let (team, members) = self
             .ask(caller.org_id, |r| {
                 OrgMsg::GetTeam(caller.clone(), name.to_owned(), r)
@@ -113,6 +128,7 @@ impl Engine {
     }
 
     pub async fn create_team(&self, caller: &Caller, body: &Value) -> Result<Team, EngineError> {
+        self.admit(caller, RequestKind::Write, 1, 0).await?;
         let new = match admin::new_team(body) {
             Ok(new) => new,
             Err(e) => {
@@ -135,6 +151,7 @@ impl Engine {
         name: &str,
         body: &Value,
     ) -> Result<Team, EngineError> {
+        self.admit(caller, RequestKind::Write, 1, 0).await?;
         let patch = match admin::team_patch(body) {
             Ok(p) => p,
             Err(e) => {
@@ -152,6 +169,7 @@ impl Engine {
     }
 
     pub async fn delete_team(&self, caller: &Caller, name: &str) -> Result<(), EngineError> {
+        self.admit(caller, RequestKind::Write, 1, 0).await?;
         let commit = self
             .ask(caller.org_id, |r| {
                 OrgMsg::DeleteTeam(caller.clone(), name.to_owned(), r)
@@ -166,6 +184,7 @@ impl Engine {
         name: &str,
         body: &Value,
     ) -> Result<Value, EngineError> {
+        self.admit(caller, RequestKind::Write, 1, 0).await?;
         let email = match admin::team_member(body) {
             Ok(e) => e,
             Err(e) => {
@@ -188,6 +207,7 @@ impl Engine {
         name: &str,
         email: &str,
     ) -> Result<(), EngineError> {
+        self.admit(caller, RequestKind::Write, 1, 0).await?;
         let email = email.to_lowercase();
         let commit = self
             .ask(caller.org_id, |r| {

@@ -6,6 +6,7 @@ use serde_json::{json, Map, Value};
 use super::{committed, Engine};
 use crate::domain::account::{Caller, Encryption};
 use crate::domain::order::ListKey;
+use crate::domain::usage::RequestKind;
 use crate::domain::validate::{self, ContentPolicy};
 use crate::domain::{ListQuery, TaskId};
 use crate::error::EngineError;
@@ -64,6 +65,8 @@ impl Engine {
         body: &Value,
     ) -> Result<CreateResponse, EngineError> {
         let items = validate::create_tasks(body, self.content_policy(caller).await?)?;
+        let count = items.len() as i64;
+        self.admit(caller, RequestKind::Write, count, count).await?;
         let (results, commit) = self
             .ask(caller.org_id, |r| {
                 OrgMsg::CreateTasks(caller.clone(), items.clone(), r)
@@ -81,6 +84,7 @@ impl Engine {
         caller: &Caller,
         body: &Value,
     ) -> Result<UpdateResponse, EngineError> {
+        self.admit(caller, RequestKind::Write, 1, 0).await?;
         let items = validate::update_tasks(body, self.content_policy(caller).await?)?;
         let (outcome, commit) = self
             .ask(caller.org_id, |r| {
@@ -96,6 +100,7 @@ impl Engine {
     }
 
     pub async fn get_tasks(&self, caller: &Caller, body: &Value) -> Result<Value, EngineError> {
+        self.admit(caller, RequestKind::Read, 1, 0).await?;
         let ids = validate::get_tasks(body)?;
         let org = caller.org_id;
         let entry = self.inner.directory.get(org).await?;
@@ -147,6 +152,7 @@ impl Engine {
         caller: &Caller,
         params: &[(String, String)],
     ) -> Result<Value, EngineError> {
+        self.admit(caller, RequestKind::Read, 1, 0).await?;
         let query = validate::list_query(params)?;
         let fingerprint = query_fingerprint(&query);
         let after = match &query.cursor {
@@ -209,6 +215,7 @@ impl Engine {
 
     /// Claims the next pending task; `None` when nothing matches.
     pub async fn claim(&self, caller: &Caller, body: &Value) -> Result<Option<Value>, EngineError> {
+        self.admit(caller, RequestKind::Write, 1, 0).await?;
         let request = validate::claim(body)?;
         let claimed = self
             .ask(caller.org_id, |r| {

@@ -3,10 +3,12 @@
 use ractor::RpcReplyPort;
 use serde::Serialize;
 
+pub use super::limits::QuotaView;
 use crate::domain::account::{Caller, KeyRecord, MemberRecord, Role};
 use crate::domain::admin::{
     MemberPatch, MemberView, Membership, NewTag, NewTeam, Tag, TagPatch, Team, TeamPatch,
 };
+use crate::domain::usage::RequestKind;
 use crate::domain::{
     ClaimRequest, KeyId, Lease, NewTask, TaskHeader, TaskId, TaskStatus, TaskUpdate,
 };
@@ -51,8 +53,13 @@ pub enum OrgMsg {
     /// many `idp` sources were added and removed.
     IdpSync(IdpView, Reply<((usize, usize), Commit)>),
 
+    /// Admits a request (kind, monthly requests, tasks it will create).
+    Admit(RequestKind, i64, i64, Reply<()>),
+    GetQuota(Reply<QuotaView>),
+
     // Internal, reply-less.
     LeaseTick,
+    FlushUsage,
     IdleTick,
     #[cfg(feature = "test-hooks")]
     Crash,

@@ -17,6 +17,7 @@
 
 mod access;
 mod admin;
+mod limits;
 mod messages;
 mod tasks;
 
@@ -35,6 +36,7 @@ use crate::directory::{OrgDirectory, OrgEntry};
 use crate::domain::account::{KeyRecord, MemberRecord};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::open::OpenTasks;
+use crate::domain::usage::Usage;
 use crate::domain::{KeyId, OrgId};
 use crate::store::Store;
 use crate::supervisor::SupervisorMsg;
@@ -70,6 +72,11 @@ pub struct OrgState {
     teams: BTreeMap<String, Team>,
     /// (team, email) -> membership.
     memberships: BTreeMap<(String, String), Membership>,
+    /// This month's counters; `usage_dirty` when memory is ahead of the store.
+    usage: Usage,
+    usage_dirty: bool,
+    usage_flush_armed: bool,
+    buckets: limits::Buckets,
     /// When the armed lease timer fires, if one is armed.
     lease_timer_at: Option<i64>,
     last_active: Instant,
@@ -101,6 +108,10 @@ impl Actor for OrgActor {
             tags: BTreeMap::new(),
             teams: BTreeMap::new(),
             memberships: BTreeMap::new(),
+            usage: Usage::default(),
+            usage_dirty: false,
+            usage_flush_armed: false,
+            buckets: limits::Buckets::default(),
             last_active: Instant::now(),
             retiring: false,
             needs_reload: false,
@@ -137,6 +148,9 @@ impl Actor for OrgActor {
                 .memberships
                 .insert((m.team.clone(), m.email.clone()), m);
         }
+        if let Some(usage) = deps.store.org_usage(org).await? {
+            state.usage = usage;
+        }
         tracing::info!(org_id = %org, open_tasks = state.open.len(), "org actor started");
         self.expire_leases(&myself, state);
         self.publish_depth(state);
@@ -150,6 +164,7 @@ impl Actor for OrgActor {
         _myself: ActorRef<OrgMsg>,
         state: &mut OrgState,
     ) -> Result<(), ActorProcessingErr> {
+        self.flush_usage(state);
         if state.open.has_leases() {
             // A claim reached us while we drained: someone must expire it.
             let _ = self.supervisor.cast(SupervisorMsg::Wake(state.org));
@@ -163,7 +178,10 @@ impl Actor for OrgActor {
         msg: OrgMsg,
         state: &mut OrgState,
     ) -> Result<(), ActorProcessingErr> {
-        if !matches!(msg, OrgMsg::IdleTick | OrgMsg::LeaseTick) {
+        if !matches!(
+            msg,
+            OrgMsg::IdleTick | OrgMsg::LeaseTick | OrgMsg::FlushUsage
+        ) {
             state.last_active = Instant::now();
         }
         if let Some(entry) = self.deps.directory.cached(state.org) {
@@ -236,6 +254,14 @@ impl Actor for OrgActor {
             OrgMsg::IdpSync(view, reply) => {
                 let _ = reply.send(self.idp_sync(state, view));
             }
+            OrgMsg::Admit(kind, requests, tasks, reply) => {
+                let now = self.deps.clock.now_ms();
+                let _ = reply.send(state.admit(kind, requests, tasks, now, &self.deps.clock));
+            }
+            OrgMsg::GetQuota(reply) => {
+                let _ = reply.send(Ok(self.quota(state)));
+            }
+            OrgMsg::FlushUsage => self.flush_usage(state),
             OrgMsg::LeaseTick => {
                 state.lease_timer_at = None;
                 self.expire_leases(&myself, state);
@@ -259,6 +285,7 @@ impl Actor for OrgActor {
             return Err(format!("org {} must reload its state from the store", state.org).into());
         }
         self.arm_lease_timer(&myself, state);
+        self.schedule_usage_flush(&myself, state);
         self.publish_depth(state);
         Ok(())
     }

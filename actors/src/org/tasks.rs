@@ -31,6 +31,8 @@ struct Work {
     changed: Vec<TaskId>,
     content: Vec<WriteOp>,
     events: Vec<StoredEvent>,
+    /// Usage to store in the same commit (task creation counts exactly).
+    usage: Option<crate::domain::usage::Usage>,
 }
 
 impl Work {
@@ -126,6 +128,9 @@ impl Work {
         ops.extend(self.content);
         if !self.events.is_empty() {
             ops.push(WriteOp::InsertEvents(self.events));
+        }
+        if let Some(usage) = self.usage {
+            ops.push(WriteOp::SaveUsage(usage));
         }
         WriteBatch {
             org: state.org,
@@ -248,6 +253,10 @@ impl OrgActor {
             resolved.push(blockers);
         }
 
+        let count = items.len() as i64;
+        state.check_task_quota(count, now)?;
+        state.usage.tasks += count;
+        work.usage = Some(state.usage_snapshot());
         let mut results = Vec::with_capacity(items.len());
         for ((item, id), blocked_by) in items.into_iter().zip(ids).zip(resolved) {
             let live = blocked_by

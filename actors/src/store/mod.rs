@@ -22,6 +22,7 @@ use sqlx::QueryBuilder;
 use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::order::ListKey;
+use crate::domain::usage::Usage;
 use crate::domain::{
     ContentField, KeyId, ListQuery, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus,
 };
@@ -73,6 +74,8 @@ pub enum WriteOp {
         team: String,
         email: String,
     },
+    /// This month's counters and the rate buckets' state.
+    SaveUsage(Usage),
 }
 
 /// The writes of one org message: committed together or not at all.
@@ -437,6 +440,23 @@ impl Store {
                             .execute(&mut *tx)
                             .await?;
                     }
+                    WriteOp::SaveUsage(u) => {
+                        sqlx::query(
+                            "INSERT INTO org_usage (org_id, month, requests, tasks, plans, read_tat, write_tat) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (org_id) DO UPDATE SET \
+                             month = excluded.month, requests = excluded.requests, tasks = excluded.tasks, \
+                             plans = excluded.plans, read_tat = excluded.read_tat, write_tat = excluded.write_tat",
+                        )
+                        .bind(&org)
+                        .bind(&u.month)
+                        .bind(u.requests)
+                        .bind(u.tasks)
+                        .bind(u.plans)
+                        .bind(i64::try_from(u.read_tat).unwrap_or(i64::MAX))
+                        .bind(i64::try_from(u.write_tat).unwrap_or(i64::MAX))
+                        .execute(&mut *tx)
+                        .await?;
+                    }
                     WriteOp::InsertTasks(_)
                     | WriteOp::UpdateHeader(_)
                     | WriteOp::SetContent { .. }
@@ -637,6 +657,27 @@ impl Store {
             .await?
         });
         Ok(rows.into_iter().map(Membership::from).collect())
+    }
+
+    pub async fn org_usage(&self, org: OrgId) -> Result<Option<Usage>> {
+        let row: Option<(String, i64, i64, i64, i64, i64)> = on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT month, requests, tasks, plans, read_tat, write_tat FROM org_usage WHERE org_id = $1",
+            )
+            .bind(org.to_string())
+            .fetch_optional(pool)
+            .await?
+        });
+        Ok(row.map(
+            |(month, requests, tasks, plans, read_tat, write_tat)| Usage {
+                month,
+                requests,
+                tasks,
+                plans,
+                read_tat: read_tat.max(0) as u64,
+                write_tat: write_tat.max(0) as u64,
+            },
+        ))
     }
 
     // ---- tasks ----------------------------------------------------------
