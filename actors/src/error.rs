@@ -73,6 +73,8 @@ pub enum EngineError {
         task_id: TaskId,
         field: &'static str,
     },
+    #[error("the feedback content filter is unavailable; retry later")]
+    FilterUnavailable,
     #[error("the org is restarting; retry the request")]
     ActorUnavailable,
     #[error("the engine did not answer in time")]

@@ -13,6 +13,7 @@ pub mod directory;
 pub mod domain;
 pub mod engine;
 pub mod error;
+pub mod filter;
 pub mod org;
 pub mod store;
 pub mod supervisor;

@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use taskq_actors::crypto::MasterKey;
+use taskq_actors::filter::{ContentFilter, NoFilter, TermFilter};
 use taskq_actors::{Engine, EngineConfig};
 
 use crate::http::{router, AppState};
+use crate::moderation::ModerationEndpoint;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
@@ -39,6 +41,39 @@ pub struct ServeArgs {
     /// SQLite `synchronous` mode: FULL survives machine crashes, NORMAL only process crashes.
     #[arg(long, env = "TASKQ_SQLITE_SYNCHRONOUS", default_value = "FULL")]
     pub sqlite_synchronous: String,
+    /// Feedback content filter: `builtin`, `off`, or a moderation endpoint's base URL.
+    #[arg(long, env = "TASKQ_FEEDBACK_FILTER", default_value = "builtin")]
+    pub feedback_filter: String,
+    /// Extra terms for the builtin filter, one per line.
+    #[arg(long, env = "TASKQ_FEEDBACK_BLOCKLIST")]
+    pub feedback_blocklist: Option<PathBuf>,
+    /// The org that receives feedback as tasks (default: the `taskq-feedback` org).
+    #[arg(long, env = "TASKQ_FEEDBACK_ORG")]
+    pub feedback_org: Option<String>,
+}
+
+fn feedback_filter(args: &ServeArgs) -> anyhow::Result<Arc<dyn ContentFilter>> {
+    Ok(match args.feedback_filter.as_str() {
+        "off" => Arc::new(NoFilter),
+        "builtin" => {
+            let extra = match &args.feedback_blocklist {
+                Some(path) => std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?,
+                None => String::new(),
+            };
+            Arc::new(TermFilter::builtin(
+                extra.lines().map(str::trim).filter(|l| !l.is_empty()),
+            ))
+        }
+        url if url.starts_with("http://") || url.starts_with("https://") => {
+            Arc::new(ModerationEndpoint::new(
+                url,
+                std::env::var("TASKQ_FEEDBACK_FILTER_MODEL").ok(),
+                std::env::var("TASKQ_FEEDBACK_FILTER_API_KEY").ok(),
+            )?)
+        }
+        other => bail!("TASKQ_FEEDBACK_FILTER must be builtin, off or an http(s) URL, not {other}"),
+    })
 }
 
 /// Base64 of 32 bytes from TASKQ_MASTER_KEY, or the key file, created with
@@ -108,6 +143,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut config = EngineConfig::new(args.database_url.clone(), master_key(&args.data_dir)?);
     config.idle_after = Duration::from_secs(args.org_idle_secs.max(1));
     config.store.sqlite_full_sync = sqlite_full_sync;
+    config.feedback_filter = feedback_filter(&args)?;
+    config.feedback_org = match &args.feedback_org {
+        Some(id) => Some(
+            id.parse()
+                .map_err(|_| anyhow::anyhow!("TASKQ_FEEDBACK_ORG must be an org id, not {id}"))?,
+        ),
+        None => None,
+    };
     #[cfg(feature = "test-hooks")]
     let test_clock = {
         let clock = Arc::new(taskq_actors::clock::OffsetClock::default());

@@ -74,6 +74,18 @@ pub async fn idp_sync(
     Ok(Json(state.engine.idp_sync(&org_id, &body).await?))
 }
 
+pub async fn unblock_member(
+    State(state): State<AppState>,
+    _: Operator,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(state.engine.unblock_member(&body).await?))
+}
+
+pub async fn feedback_org(State(state): State<AppState>, _: Operator) -> Json<Value> {
+    Json(state.engine.feedback_org())
+}
+
 /// Test hook: panics the org's actor, answers once it has restarted.
 #[cfg(feature = "test-hooks")]
 pub async fn crash(

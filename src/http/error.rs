@@ -51,7 +51,9 @@ impl From<EngineError> for ApiError {
             EngineError::NotFound(_) => StatusCode::NOT_FOUND,
             EngineError::Conflict(_) | EngineError::TaskIdExists(_) => StatusCode::CONFLICT,
             EngineError::CiphertextBinding { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-            EngineError::ActorUnavailable | EngineError::Timeout => StatusCode::SERVICE_UNAVAILABLE,
+            EngineError::ActorUnavailable
+            | EngineError::Timeout
+            | EngineError::FilterUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             EngineError::Store(_) | EngineError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let body = match &e {

@@ -56,6 +56,8 @@ pub fn router(state: AppState) -> Router {
             "/orgs/{org_id}/members/{email}/keys",
             post(admin::reset_key),
         )
+        .route("/members/unblock", post(admin::unblock_member))
+        .route("/feedback", get(admin::feedback_org))
         .route("/orgs/{org_id}/idp", post(admin::set_idp))
         .route("/orgs/{org_id}/idp/sync", post(admin::idp_sync));
     #[cfg(feature = "test-hooks")]
@@ -73,6 +75,7 @@ pub fn router(state: AppState) -> Router {
         .route("/tasks/get", post(tasks::get))
         .route("/tasks/claim", post(tasks::claim))
         .route("/quota", get(org_admin::quota))
+        .route("/feedback", post(org_admin::send_feedback))
         .route(
             "/tags",
             get(org_admin::list_tags).post(org_admin::create_tags),

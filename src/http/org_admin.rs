@@ -19,6 +19,15 @@ pub async fn quota(
     Ok(Json(state.engine.quota(&caller).await?))
 }
 
+pub async fn send_feedback(
+    State(state): State<AppState>,
+    Auth(caller): Auth,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let created = state.engine.send_feedback(&caller, &body).await?;
+    Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
 pub async fn list_tags(
     State(state): State<AppState>,
     Auth(caller): Auth,

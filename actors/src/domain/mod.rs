@@ -4,6 +4,7 @@
 
 pub mod account;
 pub mod admin;
+pub mod feedback;
 mod ids;
 pub mod lease;
 pub mod open;

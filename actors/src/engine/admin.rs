@@ -118,6 +118,7 @@ impl Engine {
             Some(v) => parse_seats(v)?,
         };
         let owner_email = email_field(obj, "owner_email")?;
+        self.refuse_if_blocked(&owner_email).await?;
         let now = self.now();
         let org_id = OrgId::new_v7();
         let record = OrgRecord {
@@ -164,7 +165,7 @@ impl Engine {
         Ok(out)
     }
 
-    async fn org_record(&self, org: OrgId) -> Result<OrgRecord, EngineError> {
+    pub(super) async fn org_record(&self, org: OrgId) -> Result<OrgRecord, EngineError> {
         self.inner
             .store
             .get_org(org)
@@ -233,6 +234,7 @@ impl Engine {
         };
         let key_name = name_field(obj, "key_name", false)?;
         self.org_record(org).await?;
+        self.refuse_if_blocked(&email).await?;
         let new = NewMember {
             email,
             role,
@@ -265,6 +267,7 @@ impl Engine {
         let key_name = name_field(obj, "key_name", false)?;
         self.org_record(org).await?;
         let email = email.to_lowercase();
+        self.refuse_if_blocked(&email).await?;
         let (key, commit) = self
             .ask(org, |r| {
                 OrgMsg::IssueKey(email.clone(), key_name.clone(), r)

@@ -8,6 +8,7 @@
 //! a later read sees it, and the actors' mailboxes stay free for writes.
 
 mod admin;
+mod feedback;
 mod org_admin;
 mod tasks;
 
@@ -19,6 +20,7 @@ use ractor::rpc::CallResult;
 use ractor::{Actor, ActorRef};
 
 pub use admin::*;
+pub use feedback::{FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT, ORG_STRIKE_LIMIT};
 pub use tasks::*;
 
 use crate::clock::{Clock, SystemClock};
@@ -28,6 +30,7 @@ use crate::domain::account::{Caller, KeyRecord, Role};
 use crate::domain::usage::RequestKind;
 use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
+use crate::filter::{ContentFilter, TermFilter};
 use crate::org::{parse_api_key, OrgDeps, OrgMsg, QuotaView, Reply};
 use crate::store::{Store, StoreError, StoreOptions};
 use crate::supervisor::{ActorStats, Routes, Supervisor, SupervisorMsg};
@@ -42,6 +45,10 @@ pub struct EngineConfig {
     pub clock: Arc<dyn Clock>,
     /// How long a request waits for its org actor.
     pub call_timeout: Duration,
+    /// Judges feedback messages.
+    pub feedback_filter: Arc<dyn ContentFilter>,
+    /// The org receiving feedback; `None`: the `taskq-feedback` org.
+    pub feedback_org: Option<OrgId>,
 }
 
 impl EngineConfig {
@@ -53,6 +60,8 @@ impl EngineConfig {
             store: StoreOptions::default(),
             clock: Arc::new(SystemClock),
             call_timeout: Duration::from_secs(30),
+            feedback_filter: Arc::new(TermFilter::builtin([])),
+            feedback_org: None,
         }
     }
 }
@@ -76,6 +85,9 @@ struct Inner {
     /// Authenticated keys, so a request costs no store read.
     keys: DashMap<KeyId, Arc<AuthEntry>>,
     call_timeout: Duration,
+    feedback_filter: Arc<dyn ContentFilter>,
+    /// The feedback org and the system caller that files feedback there.
+    feedback: (OrgId, Caller),
 }
 
 struct AuthEntry {
@@ -128,7 +140,7 @@ impl Engine {
                 }
             });
         }
-        let engine = Engine {
+        let mut engine = Engine {
             inner: Arc::new(Inner {
                 store,
                 writers,
@@ -142,8 +154,14 @@ impl Engine {
                 cursors: CursorSigner::default(),
                 keys: DashMap::new(),
                 call_timeout: config.call_timeout,
+                feedback_filter: config.feedback_filter,
+                feedback: (OrgId(uuid::Uuid::nil()), placeholder_caller()),
             }),
         };
+        let feedback = engine.prepare_feedback_org(config.feedback_org).await?;
+        Arc::get_mut(&mut engine.inner)
+            .expect("no other handle exists yet")
+            .feedback = feedback;
         for org in engine.inner.store.orgs_with_leases().await? {
             engine.org_actor(org).await?;
         }
@@ -327,6 +345,16 @@ impl Engine {
     pub async fn quota(&self, caller: &Caller) -> Result<QuotaView, EngineError> {
         self.admit(caller, RequestKind::Read, 1, 0).await?;
         self.ask(caller.org_id, OrgMsg::GetQuota).await
+    }
+}
+
+fn placeholder_caller() -> Caller {
+    Caller {
+        org_id: OrgId(uuid::Uuid::nil()),
+        key_id: KeyId(uuid::Uuid::nil()),
+        key_name: String::new(),
+        email: String::new(),
+        role: Role::User,
     }
 }
 

@@ -148,6 +148,34 @@ impl OrgActor {
     }
 }
 
+impl OrgActor {
+    pub(super) fn revoke_member_keys(
+        &self,
+        state: &mut OrgState,
+        email: &str,
+    ) -> (Vec<KeyId>, Commit) {
+        let mut revoked = Vec::new();
+        for key in state
+            .keys
+            .values_mut()
+            .filter(|k| k.email == email && k.active)
+        {
+            key.active = false;
+            revoked.push(key.key_id);
+        }
+        let ops = revoked
+            .iter()
+            .copied()
+            .map(WriteOp::DeactivateKey)
+            .collect();
+        let commit = self.deps.writers.submit(WriteBatch {
+            org: state.org,
+            ops,
+        });
+        (revoked, commit)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -260,9 +260,10 @@ impl OrgActor {
             return;
         }
         state.usage_dirty = false;
-        let _ = self.deps.writers.submit(WriteBatch {
+        // Nobody waits for this commit: usage is never acknowledged.
+        drop(self.deps.writers.submit(WriteBatch {
             org: state.org,
             ops: vec![WriteOp::SaveUsage(state.usage_snapshot())],
-        });
+        }));
     }
 }

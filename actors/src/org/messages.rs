@@ -30,6 +30,8 @@ pub enum OrgMsg {
     IssueKey(String, Option<String>, Reply<(IssuedKey, Commit)>),
     /// Revokes one of the member's (`email`) keys.
     RevokeKey(String, KeyId, Reply<Commit>),
+    /// Revokes every key of the member (a strike block); answers their ids.
+    RevokeMemberKeys(String, Reply<(Vec<KeyId>, Commit)>),
 
     ListTags(Reply<Vec<Tag>>),
     CreateTags(Caller, Vec<NewTag>, Reply<(Vec<Tag>, Commit)>),

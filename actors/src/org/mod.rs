@@ -206,6 +206,9 @@ impl Actor for OrgActor {
             OrgMsg::RevokeKey(email, key_id, reply) => {
                 let _ = reply.send(self.revoke_key(state, &email, key_id));
             }
+            OrgMsg::RevokeMemberKeys(email, reply) => {
+                let _ = reply.send(Ok(self.revoke_member_keys(state, &email)));
+            }
             OrgMsg::ListTags(reply) => {
                 let _ = reply.send(Ok(self.list_tags(state)));
             }

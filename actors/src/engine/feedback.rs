@@ -1,0 +1,216 @@
+//! Feedback and abuse: feedback becomes a task in the operator's feedback
+//! org; a message the content filter rejects earns its sender a strike.
+//! Strikes follow a member's email across orgs: enough of them block the
+//! member (every key revoked, no new key issued anywhere until an operator
+//! lifts it), and enough across one org suspend the org.
+
+use serde_json::{json, Value};
+
+use super::{committed, Engine};
+use crate::domain::account::{Caller, Role};
+use crate::domain::feedback;
+use crate::domain::usage::RequestKind;
+use crate::domain::{KeyId, NewTask, OrgId};
+use crate::error::EngineError;
+use crate::filter::Verdict;
+use crate::org::OrgMsg;
+
+/// Strikes that block a member.
+pub const MEMBER_STRIKE_LIMIT: i64 = 3;
+/// Strikes across one org's members that suspend the org.
+pub const ORG_STRIKE_LIMIT: i64 = 10;
+/// Name of the feedback org created at first start.
+pub const FEEDBACK_ORG_NAME: &str = "taskq-feedback";
+const FEEDBACK_OWNER: &str = "feedback@taskq.invalid";
+
+impl Engine {
+    /// The org that receives feedback: the configured one, the one created
+    /// at an earlier start, or a new one. Makes sure its vocabulary has the
+    /// feedback types.
+    pub(super) async fn prepare_feedback_org(
+        &self,
+        configured: Option<OrgId>,
+    ) -> Result<(OrgId, Caller), EngineError> {
+        let store = &self.inner.store;
+        let org = match configured {
+            Some(org) => {
+                self.inner.directory.get(org).await.map_err(|_| {
+                    EngineError::Internal(format!("TASKQ_FEEDBACK_ORG names no org: {org}"))
+                })?;
+                org
+            }
+            None => match store.org_by_name(FEEDBACK_ORG_NAME).await? {
+                Some(org) => org,
+                None => {
+                    let created = self
+                        .create_org(&json!({
+                            "name": FEEDBACK_ORG_NAME,
+                            "tier": "enterprise",
+                            "owner_email": FEEDBACK_OWNER,
+                        }))
+                        .await?;
+                    let org_id = created["org_id"].as_str().unwrap_or_default().to_owned();
+                    let unlimited: serde_json::Map<String, Value> =
+                        crate::domain::account::LIMIT_KEYS
+                            .iter()
+                            .map(|k| ((*k).to_owned(), Value::Null))
+                            .collect();
+                    self.patch_org(&org_id, &json!({ "limits": unlimited }))
+                        .await?;
+                    tracing::info!(org_id, "created the feedback org");
+                    org_id
+                        .parse()
+                        .map_err(|_| EngineError::Internal("feedback org id".into()))?
+                }
+            },
+        };
+        let owner = store
+            .org_members(org)
+            .await?
+            .into_iter()
+            .find(|m| m.role == Role::Owner)
+            .ok_or_else(|| EngineError::Internal("the feedback org has no owner".into()))?;
+        let caller = Caller {
+            org_id: org,
+            key_id: KeyId(uuid::Uuid::nil()),
+            key_name: "feedback".into(),
+            email: owner.email,
+            role: Role::Owner,
+        };
+        let existing = self.ask(org, OrgMsg::ListTags).await?;
+        let missing: Vec<_> = feedback::FEEDBACK_TYPES
+            .iter()
+            .filter(|t| !existing.iter().any(|e| e.name == **t))
+            .map(|t| crate::domain::admin::NewTag {
+                name: (*t).to_owned(),
+                strict: false,
+                is_default: false,
+                description: Some(format!("{t} feedback")),
+            })
+            .collect();
+        if !missing.is_empty() {
+            let (_, commit) = self
+                .ask(org, |r| {
+                    OrgMsg::CreateTags(caller.clone(), missing.clone(), r)
+                })
+                .await?;
+            committed(commit).await?;
+        }
+        Ok((org, caller))
+    }
+
+    /// `GET /admin/feedback`.
+    pub fn feedback_org(&self) -> Value {
+        json!({ "org_id": self.inner.feedback.0 })
+    }
+
+    /// `POST /feedback`.
+    pub async fn send_feedback(&self, caller: &Caller, body: &Value) -> Result<Value, EngineError> {
+        self.admit(caller, RequestKind::Write, 1, 0).await?;
+        let fb = feedback::feedback(body)?;
+        let verdict = self
+            .inner
+            .feedback_filter
+            .check(&fb.message)
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "feedback content filter unavailable");
+                EngineError::FilterUnavailable
+            })?;
+        if verdict == Verdict::Abusive {
+            self.strike(caller).await?;
+            return Err(EngineError::validation(
+                "feedback rejected by the content filter",
+            ));
+        }
+        let (org, system) = &self.inner.feedback;
+        let item = NewTask {
+            task_id: None,
+            reference: None,
+            title: Value::String(fb.title()),
+            description: Some(Value::String(fb.message.clone())),
+            parent: None,
+            assignee: None,
+            priority: crate::domain::validate::DEFAULT_PRIORITY,
+            tags: Some(vec![fb.kind.to_owned()]),
+            metadata: Some(json!({
+                "from_org": caller.org_id,
+                "from_email": caller.email,
+                "type": fb.kind,
+            })),
+            blocked_by: Vec::new(),
+        };
+        let (mut created, commit) = self
+            .ask(*org, |r| {
+                OrgMsg::CreateTasks(system.clone(), vec![item.clone()], r)
+            })
+            .await?;
+        committed(commit).await?;
+        let created = created
+            .pop()
+            .ok_or_else(|| EngineError::Internal("feedback task not created".into()))?;
+        Ok(json!({ "task_id": created.task_id, "created_at": created.created_at }))
+    }
+
+    async fn strike(&self, caller: &Caller) -> Result<(), EngineError> {
+        let store = &self.inner.store;
+        let (member, org_total) = store
+            .record_strike(&caller.email, caller.org_id, self.now())
+            .await?;
+        tracing::warn!(org_id = %caller.org_id, email = %caller.email, strikes = member, "feedback rejected by the content filter: strike recorded");
+        if member >= MEMBER_STRIKE_LIMIT {
+            self.block_member(&caller.email).await?;
+        }
+        if org_total >= ORG_STRIKE_LIMIT {
+            let mut record = self.org_record(caller.org_id).await?;
+            if !record.suspended {
+                record.suspended = true;
+                store.update_org(&record).await?;
+                self.inner.directory.refresh(record)?;
+                tracing::warn!(org_id = %caller.org_id, strikes = org_total, "organization suspended after repeated strikes");
+            }
+        }
+        Ok(())
+    }
+
+    /// Blocks a member: every key of theirs in every org stops working.
+    async fn block_member(&self, email: &str) -> Result<(), EngineError> {
+        self.inner.store.block_member(email, self.now()).await?;
+        for org in self.inner.store.member_orgs(email).await? {
+            let (revoked, commit) = self
+                .ask(org, |r| OrgMsg::RevokeMemberKeys(email.to_owned(), r))
+                .await?;
+            committed(commit).await?;
+            for key in revoked {
+                self.forget_key(key);
+            }
+        }
+        tracing::warn!(email, "member blocked after repeated strikes");
+        Ok(())
+    }
+
+    /// Refuses issuing a key to a blocked member.
+    pub(super) async fn refuse_if_blocked(&self, email: &str) -> Result<(), EngineError> {
+        if self.inner.store.is_blocked(email).await? {
+            return Err(EngineError::MemberBlocked);
+        }
+        Ok(())
+    }
+
+    /// `POST /admin/members/unblock`.
+    pub async fn unblock_member(&self, body: &Value) -> Result<Value, EngineError> {
+        let email = body
+            .as_object()
+            .and_then(|o| o.get("email"))
+            .and_then(Value::as_str)
+            .filter(|e| e.contains('@'))
+            .ok_or_else(|| EngineError::validation("email: must be an email address"))?
+            .trim()
+            .to_lowercase();
+        if !self.inner.store.unblock_member(&email).await? {
+            return Err(EngineError::NotFound(format!("{email} is not blocked")));
+        }
+        tracing::info!(email, "member unblocked by the operator");
+        Ok(json!({ "email": email, "unblocked": true }))
+    }
+}
