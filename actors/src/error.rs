@@ -55,6 +55,12 @@ pub enum EngineError {
         tier: &'static str,
         resets: String,
     },
+    #[error("monthly plan allowance reached")]
+    MonthlyPlans {
+        limit: i64,
+        tier: &'static str,
+        resets: String,
+    },
     /// A tier limit on a countable thing (tags, teams) is reached (429).
     #[error("{limit_type} limit reached")]
     LimitReached {

@@ -47,7 +47,8 @@ impl From<EngineError> for ApiError {
             EngineError::LimitReached { .. }
             | EngineError::RateLimited { .. }
             | EngineError::MonthlyRequests { .. }
-            | EngineError::MonthlyTasks { .. } => StatusCode::TOO_MANY_REQUESTS,
+            | EngineError::MonthlyTasks { .. }
+            | EngineError::MonthlyPlans { .. } => StatusCode::TOO_MANY_REQUESTS,
             EngineError::NotFound(_) => StatusCode::NOT_FOUND,
             EngineError::Conflict(_) | EngineError::TaskIdExists(_) => StatusCode::CONFLICT,
             EngineError::CiphertextBinding { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -75,6 +76,17 @@ impl From<EngineError> for ApiError {
             } => json!({
                 "error": message,
                 "limit_type": "monthly",
+                "limit": limit,
+                "tier": tier,
+                "resets": resets,
+            }),
+            EngineError::MonthlyPlans {
+                limit,
+                tier,
+                resets,
+            } => json!({
+                "error": message,
+                "limit_type": "plan",
                 "limit": limit,
                 "tier": tier,
                 "resets": resets,

@@ -341,6 +341,12 @@ impl Engine {
             .await
     }
 
+    /// Charges one call against the org's monthly plan allowance, for the
+    /// planner; answers the plans left this month (`None`: unlimited).
+    pub async fn charge_plan_allowance(&self, caller: &Caller) -> Result<Option<i64>, EngineError> {
+        self.ask(caller.org_id, OrgMsg::ChargePlan).await
+    }
+
     /// `GET /quota`: the monthly task quota.
     pub async fn quota(&self, caller: &Caller) -> Result<QuotaView, EngineError> {
         self.admit(caller, RequestKind::Read, 1, 0).await?;

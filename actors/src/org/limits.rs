@@ -215,6 +215,29 @@ impl OrgState {
     }
 }
 
+impl OrgState {
+    /// Charges one planning call against the monthly plan allowance (it is
+    /// charged before the model runs, so a failed plan still counts) and
+    /// answers how many remain (`None`: unlimited).
+    pub(super) fn charge_plan(&mut self, now: i64) -> Result<Option<i64>, EngineError> {
+        self.usage.roll(now);
+        let record = &self.entry.record;
+        let limit = record.limit("plans_per_month");
+        if let Some(limit) = limit {
+            if self.usage.plans >= limit {
+                return Err(EngineError::MonthlyPlans {
+                    limit,
+                    tier: record.tier.as_str(),
+                    resets: format_ms(next_month_start(now)),
+                });
+            }
+        }
+        self.usage.plans += 1;
+        self.usage_dirty = true;
+        Ok(limit.map(|l| l - self.usage.plans))
+    }
+}
+
 /// `GET /quota`: the monthly task quota.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct QuotaView {

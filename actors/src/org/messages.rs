@@ -58,6 +58,8 @@ pub enum OrgMsg {
     /// Admits a request (kind, monthly requests, tasks it will create).
     Admit(RequestKind, i64, i64, Reply<()>),
     GetQuota(Reply<QuotaView>),
+    /// Charges one planning call; answers the plans left this month.
+    ChargePlan(Reply<Option<i64>>),
 
     // Internal, reply-less.
     LeaseTick,

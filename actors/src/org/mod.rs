@@ -261,6 +261,9 @@ impl Actor for OrgActor {
                 let now = self.deps.clock.now_ms();
                 let _ = reply.send(state.admit(kind, requests, tasks, now, &self.deps.clock));
             }
+            OrgMsg::ChargePlan(reply) => {
+                let _ = reply.send(state.charge_plan(self.deps.clock.now_ms()));
+            }
             OrgMsg::GetQuota(reply) => {
                 let _ = reply.send(Ok(self.quota(state)));
             }
