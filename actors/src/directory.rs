@@ -18,6 +18,15 @@ use crate::store::Store;
 pub struct OrgEntry {
     pub record: OrgRecord,
     pub cipher: OrgCipher,
+    /// The effective limits, worked out once per change of the record.
+    limits: serde_json::Map<String, serde_json::Value>,
+}
+
+impl OrgEntry {
+    /// An effective limit; `None` when unlimited.
+    pub fn limit(&self, key: &str) -> Option<i64> {
+        self.limits.get(key).and_then(serde_json::Value::as_i64)
+    }
 }
 
 pub struct OrgDirectory {
@@ -73,7 +82,11 @@ impl OrgDirectory {
                 )))
             }
         };
-        Ok(OrgEntry { record, cipher })
+        Ok(OrgEntry {
+            limits: record.effective_limits(),
+            record,
+            cipher,
+        })
     }
 
     /// The cached entry, if loaded.

@@ -150,10 +150,6 @@ pub struct OrgRecord {
 }
 
 impl OrgRecord {
-    /// An effective limit: `None` when unlimited.
-    pub fn limit(&self, key: &str) -> Option<i64> {
-        self.effective_limits().get(key).and_then(Value::as_i64)
-    }
 
     /// The tier's numbers with the operator's overrides applied.
     pub fn effective_limits(&self) -> Map<String, Value> {

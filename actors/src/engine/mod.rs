@@ -330,7 +330,7 @@ impl Engine {
         tasks: i64,
     ) -> Result<(), EngineError> {
         let entry = self.inner.directory.get(caller.org_id).await?;
-        let limited = |key| entry.record.limit(key).is_some();
+        let limited = |key| entry.limit(key).is_some();
         if !(limited(kind.limit_key())
             || limited("requests_per_month")
             || (tasks > 0 && limited("tasks_per_month")))

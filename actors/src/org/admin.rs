@@ -42,12 +42,11 @@ impl OrgState {
     }
 
     fn check_limit(&self, limit_type: &'static str, wanted: usize) -> Result<(), EngineError> {
-        let record = &self.entry.record;
-        match record.limit(limit_type) {
+        match self.entry.limit(limit_type) {
             Some(limit) if wanted as i64 > limit => Err(EngineError::LimitReached {
                 limit_type,
                 limit,
-                tier: record.tier.as_str(),
+                tier: self.entry.record.tier.as_str(),
             }),
             _ => Ok(()),
         }

@@ -155,13 +155,13 @@ impl OrgState {
         clock: &Arc<dyn Clock>,
     ) -> Result<(), EngineError> {
         self.usage.roll(now);
-        let record = self.entry.record.clone();
-        let tier = record.tier.as_str();
+        let entry = self.entry.clone();
+        let tier = entry.record.tier.as_str();
         let resets = || format_ms(next_month_start(now));
         if tasks > 0 {
             self.check_task_quota(tasks, now)?;
         }
-        if let Some(limit) = record.limit("requests_per_month") {
+        if let Some(limit) = entry.limit("requests_per_month") {
             if self.usage.requests + requests > limit {
                 return Err(EngineError::MonthlyRequests {
                     limit,
@@ -170,7 +170,7 @@ impl OrgState {
                 });
             }
         }
-        let limit = record.limit(kind.limit_key());
+        let limit = entry.limit(kind.limit_key());
         let stored_tat = match kind {
             RequestKind::Read => self.usage.read_tat,
             RequestKind::Write => self.usage.write_tat,
@@ -203,11 +203,10 @@ impl OrgState {
     /// Refuses creating `tasks` more tasks this month beyond the quota.
     pub(super) fn check_task_quota(&mut self, tasks: i64, now: i64) -> Result<(), EngineError> {
         self.usage.roll(now);
-        let record = &self.entry.record;
-        match record.limit("tasks_per_month") {
+        match self.entry.limit("tasks_per_month") {
             Some(limit) if self.usage.tasks + tasks > limit => Err(EngineError::MonthlyTasks {
                 limit,
-                tier: record.tier.as_str(),
+                tier: self.entry.record.tier.as_str(),
                 resets: format_ms(next_month_start(now)),
             }),
             _ => Ok(()),
@@ -221,13 +220,12 @@ impl OrgState {
     /// answers how many remain (`None`: unlimited).
     pub(super) fn charge_plan(&mut self, now: i64) -> Result<Option<i64>, EngineError> {
         self.usage.roll(now);
-        let record = &self.entry.record;
-        let limit = record.limit("plans_per_month");
+        let limit = self.entry.limit("plans_per_month");
         if let Some(limit) = limit {
             if self.usage.plans >= limit {
                 return Err(EngineError::MonthlyPlans {
                     limit,
-                    tier: record.tier.as_str(),
+                    tier: self.entry.record.tier.as_str(),
                     resets: format_ms(next_month_start(now)),
                 });
             }
@@ -252,10 +250,9 @@ impl OrgActor {
     pub(super) fn quota(&self, state: &mut OrgState) -> QuotaView {
         let now = self.deps.clock.now_ms();
         state.usage.roll(now);
-        let record = &state.entry.record;
-        let limit = record.limit("tasks_per_month");
+        let limit = state.entry.limit("tasks_per_month");
         QuotaView {
-            tier: record.tier.as_str(),
+            tier: state.entry.record.tier.as_str(),
             limit,
             used: state.usage.tasks,
             remaining: limit.map(|l| (l - state.usage.tasks).max(0)),
