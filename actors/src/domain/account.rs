@@ -150,7 +150,6 @@ pub struct OrgRecord {
 }
 
 impl OrgRecord {
-
     /// The tier's numbers with the operator's overrides applied.
     pub fn effective_limits(&self) -> Map<String, Value> {
         let mut limits = self.tier.default_limits(self.seats);

@@ -64,9 +64,13 @@ impl Engine {
         caller: &Caller,
         body: &Value,
     ) -> Result<CreateResponse, EngineError> {
-        let items = validate::create_tasks(body, self.content_policy(caller).await?)?;
-        let count = items.len() as i64;
+        // Admission comes first, as on every route; a batch counts its items.
+        let count = body["tasks"]
+            .as_array()
+            .map_or(1, |items| items.len().clamp(1, validate::MAX_BATCH))
+            as i64;
         self.admit(caller, RequestKind::Write, count, count).await?;
+        let items = validate::create_tasks(body, self.content_policy(caller).await?)?;
         let (results, commit) = self
             .ask(caller.org_id, |r| {
                 OrgMsg::CreateTasks(caller.clone(), items.clone(), r)

@@ -17,14 +17,11 @@ use governor::nanos::Nanos;
 use governor::state::{NotKeyed, StateStore};
 use governor::{Quota, RateLimiter};
 
-use super::{OrgActor, OrgMsg, OrgState};
+use super::{OrgActor, OrgState};
 use crate::clock::{format_ms, Clock};
 use crate::domain::usage::{next_month_start, RequestKind, Usage};
 use crate::error::EngineError;
 use crate::store::{WriteBatch, WriteOp};
-
-/// How long admitted usage may stay only in memory before it is stored.
-const USAGE_FLUSH_AFTER: Duration = Duration::from_secs(1);
 
 /// governor's clock, read from the engine's clock as time since the epoch.
 #[derive(Clone)]
@@ -196,7 +193,6 @@ impl OrgState {
             }
         }
         self.usage.requests += requests;
-        self.usage_dirty = true;
         Ok(())
     }
 
@@ -231,7 +227,6 @@ impl OrgState {
             }
         }
         self.usage.plans += 1;
-        self.usage_dirty = true;
         Ok(limit.map(|l| l - self.usage.plans))
     }
 }
@@ -260,27 +255,11 @@ impl OrgActor {
         }
     }
 
-    /// Arms the usage flush if admitted usage is not stored yet.
-    pub(super) fn schedule_usage_flush(
-        &self,
-        myself: &ractor::ActorRef<OrgMsg>,
-        state: &mut OrgState,
-    ) {
-        if state.usage_dirty && !state.usage_flush_armed {
-            state.usage_flush_armed = true;
-            myself.send_after(USAGE_FLUSH_AFTER, || OrgMsg::FlushUsage);
-        }
-    }
-
-    /// Stores the usage counters and bucket state (fire and forget: usage
-    /// is never acknowledged to anyone).
-    pub(super) fn flush_usage(&self, state: &mut OrgState) {
-        state.usage_flush_armed = false;
-        if !state.usage_dirty {
-            return;
-        }
-        state.usage_dirty = false;
-        // Nobody waits for this commit: usage is never acknowledged.
+    /// Stores the usage counters and bucket state. Nobody waits for this
+    /// commit, but the org's later batches queue behind it on the same
+    /// writer lane, so a write acknowledged after this request has its
+    /// usage stored too.
+    pub(super) fn save_usage(&self, state: &OrgState) {
         drop(self.deps.writers.submit(WriteBatch {
             org: state.org,
             ops: vec![WriteOp::SaveUsage(state.usage_snapshot())],

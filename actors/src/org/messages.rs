@@ -63,7 +63,6 @@ pub enum OrgMsg {
 
     // Internal, reply-less.
     LeaseTick,
-    FlushUsage,
     IdleTick,
     #[cfg(feature = "test-hooks")]
     Crash,

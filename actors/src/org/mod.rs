@@ -72,10 +72,8 @@ pub struct OrgState {
     teams: BTreeMap<String, Team>,
     /// (team, email) -> membership.
     memberships: BTreeMap<(String, String), Membership>,
-    /// This month's counters; `usage_dirty` when memory is ahead of the store.
+    /// This month's counters.
     usage: Usage,
-    usage_dirty: bool,
-    usage_flush_armed: bool,
     buckets: limits::Buckets,
     /// When the armed lease timer fires, if one is armed.
     lease_timer_at: Option<i64>,
@@ -109,8 +107,6 @@ impl Actor for OrgActor {
             teams: BTreeMap::new(),
             memberships: BTreeMap::new(),
             usage: Usage::default(),
-            usage_dirty: false,
-            usage_flush_armed: false,
             buckets: limits::Buckets::default(),
             last_active: Instant::now(),
             retiring: false,
@@ -164,7 +160,6 @@ impl Actor for OrgActor {
         _myself: ActorRef<OrgMsg>,
         state: &mut OrgState,
     ) -> Result<(), ActorProcessingErr> {
-        self.flush_usage(state);
         if state.open.has_leases() {
             // A claim reached us while we drained: someone must expire it.
             let _ = self.supervisor.cast(SupervisorMsg::Wake(state.org));
@@ -178,10 +173,7 @@ impl Actor for OrgActor {
         msg: OrgMsg,
         state: &mut OrgState,
     ) -> Result<(), ActorProcessingErr> {
-        if !matches!(
-            msg,
-            OrgMsg::IdleTick | OrgMsg::LeaseTick | OrgMsg::FlushUsage
-        ) {
+        if !matches!(msg, OrgMsg::IdleTick | OrgMsg::LeaseTick) {
             state.last_active = Instant::now();
         }
         if let Some(entry) = self.deps.directory.cached(state.org) {
@@ -259,15 +251,22 @@ impl Actor for OrgActor {
             }
             OrgMsg::Admit(kind, requests, tasks, reply) => {
                 let now = self.deps.clock.now_ms();
-                let _ = reply.send(state.admit(kind, requests, tasks, now, &self.deps.clock));
+                let admitted = state.admit(kind, requests, tasks, now, &self.deps.clock);
+                if admitted.is_ok() {
+                    self.save_usage(state);
+                }
+                let _ = reply.send(admitted);
             }
             OrgMsg::ChargePlan(reply) => {
-                let _ = reply.send(state.charge_plan(self.deps.clock.now_ms()));
+                let charged = state.charge_plan(self.deps.clock.now_ms());
+                if charged.is_ok() {
+                    self.save_usage(state);
+                }
+                let _ = reply.send(charged);
             }
             OrgMsg::GetQuota(reply) => {
                 let _ = reply.send(Ok(self.quota(state)));
             }
-            OrgMsg::FlushUsage => self.flush_usage(state),
             OrgMsg::LeaseTick => {
                 state.lease_timer_at = None;
                 self.expire_leases(&myself, state);
@@ -291,7 +290,6 @@ impl Actor for OrgActor {
             return Err(format!("org {} must reload its state from the store", state.org).into());
         }
         self.arm_lease_timer(&myself, state);
-        self.schedule_usage_flush(&myself, state);
         self.publish_depth(state);
         Ok(())
     }

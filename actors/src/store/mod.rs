@@ -191,6 +191,12 @@ impl<'a> CommitPlan<'a> {
                     WriteOp::InsertEvents(events) => {
                         plan.events.extend(events.iter().map(|e| (org, e)));
                     }
+                    WriteOp::SaveUsage(_) => {
+                        // Only the latest counters of an org matter.
+                        plan.accounts
+                            .retain(|(o, op)| !(*o == org && matches!(op, WriteOp::SaveUsage(_))));
+                        plan.accounts.push((org, op));
+                    }
                     other => plan.accounts.push((org, other)),
                 }
             }
