@@ -337,8 +337,12 @@ impl Engine {
         {
             return Ok(());
         }
-        self.ask(caller.org_id, |r| OrgMsg::Admit(kind, requests, tasks, r))
-            .await
+        let commit = self
+            .ask(caller.org_id, |r| OrgMsg::Admit(kind, requests, tasks, r))
+            .await?;
+        // Stored before the request proceeds, so a crash right after the
+        // answer cannot hand the usage back.
+        committed(commit).await
     }
 
     /// Charges one call against the org's monthly plan allowance, for the

@@ -255,14 +255,11 @@ impl OrgActor {
         }
     }
 
-    /// Stores the usage counters and bucket state. Nobody waits for this
-    /// commit, but the org's later batches queue behind it on the same
-    /// writer lane, so a write acknowledged after this request has its
-    /// usage stored too.
-    pub(super) fn save_usage(&self, state: &OrgState) {
-        drop(self.deps.writers.submit(WriteBatch {
+    /// Queues the usage counters and bucket state for commit.
+    pub(super) fn save_usage(&self, state: &OrgState) -> crate::writer::Commit {
+        self.deps.writers.submit(WriteBatch {
             org: state.org,
             ops: vec![WriteOp::SaveUsage(state.usage_snapshot())],
-        }));
+        })
     }
 }

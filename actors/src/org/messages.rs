@@ -55,8 +55,9 @@ pub enum OrgMsg {
     /// many `idp` sources were added and removed.
     IdpSync(IdpView, Reply<((usize, usize), Commit)>),
 
-    /// Admits a request (kind, monthly requests, tasks it will create).
-    Admit(RequestKind, i64, i64, Reply<()>),
+    /// Admits a request (kind, monthly requests, tasks it will create);
+    /// the commit stores the usage it added.
+    Admit(RequestKind, i64, i64, Reply<Commit>),
     GetQuota(Reply<QuotaView>),
     /// Charges one planning call; answers the plans left this month.
     ChargePlan(Reply<Option<i64>>),

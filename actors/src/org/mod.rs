@@ -251,16 +251,16 @@ impl Actor for OrgActor {
             }
             OrgMsg::Admit(kind, requests, tasks, reply) => {
                 let now = self.deps.clock.now_ms();
-                let admitted = state.admit(kind, requests, tasks, now, &self.deps.clock);
-                if admitted.is_ok() {
-                    self.save_usage(state);
-                }
+                let admitted = state
+                    .admit(kind, requests, tasks, now, &self.deps.clock)
+                    .map(|()| self.save_usage(state));
                 let _ = reply.send(admitted);
             }
             OrgMsg::ChargePlan(reply) => {
                 let charged = state.charge_plan(self.deps.clock.now_ms());
                 if charged.is_ok() {
-                    self.save_usage(state);
+                    // Charged before the model runs; nobody waits for this.
+                    drop(self.save_usage(state));
                 }
                 let _ = reply.send(charged);
             }
