@@ -15,6 +15,7 @@ pub mod engine;
 pub mod error;
 pub mod filter;
 pub mod org;
+mod reader;
 pub mod store;
 pub mod supervisor;
 mod views;

@@ -32,6 +32,7 @@ use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
 use crate::filter::{ContentFilter, TermFilter};
 use crate::org::{parse_api_key, OrgDeps, OrgMsg, QuotaView, Reply};
+use crate::reader::TaskReader;
 use crate::store::{Store, StoreError, StoreOptions};
 use crate::supervisor::{ActorStats, Routes, Supervisor, SupervisorMsg};
 use crate::writer::{Commit, Writers};
@@ -86,6 +87,8 @@ struct Inner {
     keys: DashMap<KeyId, Arc<AuthEntry>>,
     call_timeout: Duration,
     feedback_filter: Arc<dyn ContentFilter>,
+    /// Grouped reads of claimed tasks.
+    reader: TaskReader,
     /// The feedback org and the system caller that files feedback there.
     feedback: (OrgId, Caller),
 }
@@ -102,6 +105,7 @@ impl Engine {
     /// expire on time.
     pub async fn start(config: EngineConfig) -> Result<Self, EngineError> {
         let store = Store::connect(&config.database_url, &config.store).await?;
+        let store_for_reader = store.clone();
         let (supervisor_tx, mut supervisor_rx) = tokio::sync::mpsc::unbounded_channel::<OrgId>();
         let (writers, writer_tasks) = Writers::start(
             store.clone(),
@@ -155,6 +159,7 @@ impl Engine {
                 keys: DashMap::new(),
                 call_timeout: config.call_timeout,
                 feedback_filter: config.feedback_filter,
+                reader: TaskReader::start(store_for_reader),
                 feedback: (OrgId(uuid::Uuid::nil()), placeholder_caller()),
             }),
         };

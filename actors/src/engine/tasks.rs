@@ -235,15 +235,14 @@ impl Engine {
         // The claim changes only the header, which the actor handed back, so
         // the content can be read while the claim commits. A task created an
         // instant ago may not be committed yet: then read again after.
-        let ids = [id];
-        let (commit, read) = tokio::join!(committed(commit), store.tasks(org, &ids));
+        let reader = &self.inner.reader;
+        let (commit, read) = tokio::join!(committed(commit), reader.get(org, id));
         commit?;
-        let mut task = match read?.pop() {
+        let mut task = match read? {
             Some(t) => t,
-            None => store
-                .tasks(org, &ids)
+            None => reader
+                .get(org, id)
                 .await?
-                .pop()
                 .ok_or_else(|| EngineError::Internal("claimed task vanished".into()))?,
         };
         task.header = claimed.header.clone();

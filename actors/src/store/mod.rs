@@ -42,6 +42,8 @@ pub enum StoreError {
     OrgReloading,
     #[error("the writer has stopped")]
     WriterGone,
+    #[error("grouped read failed: {0}")]
+    ReadFailed(String),
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -262,7 +264,8 @@ impl Store {
                 } else {
                     SqliteSynchronous::Normal
                 })
-                .busy_timeout(Duration::from_secs(10));
+                .busy_timeout(Duration::from_secs(10))
+                .pragma("cache_size", "-32768");
             if let Some(dir) = connect.get_filename().parent() {
                 if !dir.as_os_str().is_empty() {
                     std::fs::create_dir_all(dir).map_err(sqlx::Error::Io)?;
@@ -816,6 +819,60 @@ impl Store {
             q.fetch_all(pool).await?
         });
         rows.into_iter().map(StoredTask::try_from).collect()
+    }
+
+    /// Tasks of several orgs in one query, for grouped reads.
+    pub async fn tasks_by_keys(
+        &self,
+        keys: &[(OrgId, TaskId)],
+    ) -> Result<Vec<(OrgId, StoredTask)>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pairs: Vec<String> = (0..keys.len())
+            .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
+            .collect();
+        // A join with the key list, not `(org_id, task_id) IN (...)`, which
+        // SQLite answers with a scan of the whole table.
+        let sql = format!(
+            "SELECT t.org_id, {} FROM (VALUES {}) AS v \
+             JOIN tasks AS t ON t.org_id = v.column1 AND t.task_id = v.column2",
+            FULL_COLUMNS
+                .split(", ")
+                .map(|c| format!("t.{}", c.trim()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            pairs.join(", ")
+        );
+        let rows: Vec<(String, FullRow)> = on_pool!(self, pool => {
+            use sqlx::Row as _;
+            let mut q = sqlx::query(&sql);
+            for (org, task) in keys {
+                q = q.bind(org.to_string()).bind(task.to_string());
+            }
+            let rows = q.fetch_all(pool).await?;
+            rows.iter()
+                .map(|r| {
+                    Ok((
+                        r.try_get(0)?,
+                        (
+                            r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?,
+                            r.try_get(5)?, r.try_get(6)?, r.try_get(7)?, r.try_get(8)?,
+                            r.try_get(9)?, r.try_get(10)?, r.try_get(11)?, r.try_get(12)?,
+                            r.try_get(13)?, r.try_get(14)?, r.try_get(15)?, r.try_get(16)?,
+                        ),
+                    ))
+                })
+                .collect::<std::result::Result<Vec<_>, sqlx::Error>>()?
+        });
+        rows.into_iter()
+            .map(|(org, row)| {
+                let org = org
+                    .parse()
+                    .map_err(|_| StoreError::Corrupt(format!("org id {org}")))?;
+                Ok((org, StoredTask::try_from(row)?))
+            })
+            .collect()
     }
 
     pub async fn task_events(&self, org: OrgId, task: TaskId) -> Result<Vec<StoredEvent>> {

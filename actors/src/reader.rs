@@ -1,0 +1,67 @@
+//! Grouped point reads, the read-side twin of group commit.
+//!
+//! Every claim answers with its task's content, read from the store. Under
+//! load many claims read at once; the reader takes every request queued,
+//! serves them with one query, and answers each. At one request nothing
+//! waits for company.
+
+use std::collections::HashMap;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::domain::{OrgId, StoredTask, TaskId};
+use crate::store::{Store, StoreError};
+
+type Reply = oneshot::Sender<Result<Option<StoredTask>, StoreError>>;
+
+/// Reads per query at most (two binds each, well under any bind limit).
+const MAX_READS_PER_QUERY: usize = 256;
+
+#[derive(Clone)]
+pub struct TaskReader {
+    tx: mpsc::UnboundedSender<(OrgId, TaskId, Reply)>,
+}
+
+impl TaskReader {
+    pub fn start(store: Store) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(store, rx));
+        Self { tx }
+    }
+
+    /// One task, or `None` if the org has no such task.
+    pub async fn get(&self, org: OrgId, task: TaskId) -> Result<Option<StoredTask>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send((org, task, reply))
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+}
+
+async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<(OrgId, TaskId, Reply)>) {
+    let mut queued = Vec::with_capacity(64);
+    while rx.recv_many(&mut queued, MAX_READS_PER_QUERY).await > 0 {
+        let mut keys: Vec<(OrgId, TaskId)> = queued.iter().map(|(o, t, _)| (*o, *t)).collect();
+        keys.sort();
+        keys.dedup();
+        match store.tasks_by_keys(&keys).await {
+            Ok(found) => {
+                let by_key: HashMap<(OrgId, TaskId), StoredTask> = found
+                    .into_iter()
+                    .map(|(org, t)| ((org, t.header.task_id), t))
+                    .collect();
+                for (org, task, reply) in queued.drain(..) {
+                    let _ = reply.send(Ok(by_key.get(&(org, task)).cloned()));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "grouped read failed");
+                let message = e.to_string();
+                for (_, _, reply) in queued.drain(..) {
+                    let _ = reply.send(Err(StoreError::ReadFailed(message.clone())));
+                }
+            }
+        }
+    }
+}
