@@ -32,6 +32,14 @@ async fn fixture() -> Fixture {
         )
         .await
         .expect("org");
+    let unlimited = json!({"limits": {
+        "writes_per_minute": null, "reads_per_minute": null,
+        "requests_per_month": null, "tasks_per_month": null
+    }});
+    engine
+        .patch_org(org["org_id"].as_str().expect("org id"), &unlimited)
+        .await
+        .expect("limits lifted");
     let key = org["owner"]["api_key"].as_str().expect("key").to_owned();
     let caller = engine.authenticate(Some(&key)).await.expect("auth");
     Fixture {
