@@ -116,6 +116,17 @@ impl OrgActor {
         })
     }
 
+    /// Puts tags into the vocabulary and queues them for storage.
+    fn save_tags(&self, state: &mut OrgState, tags: &[Tag]) -> Commit {
+        for t in tags {
+            state.tags.insert(t.name.clone(), t.clone());
+        }
+        self.commit(
+            state,
+            tags.iter().cloned().map(WriteOp::UpsertTag).collect(),
+        )
+    }
+
     pub(super) fn list_tags(&self, state: &OrgState) -> Vec<Tag> {
         state.tags.values().cloned().collect()
     }
@@ -146,11 +157,8 @@ impl OrgActor {
                 created_at: now,
             })
             .collect();
-        let ops = tags.iter().cloned().map(WriteOp::UpsertTag).collect();
-        for t in &tags {
-            state.tags.insert(t.name.clone(), t.clone());
-        }
-        Ok((tags, self.commit(state, ops)))
+        let commit = self.save_tags(state, &tags);
+        Ok((tags, commit))
     }
 
     pub(super) fn update_tags(
@@ -185,11 +193,8 @@ impl OrgActor {
             }
             updated.push(tag);
         }
-        let ops = updated.iter().cloned().map(WriteOp::UpsertTag).collect();
-        for t in &updated {
-            state.tags.insert(t.name.clone(), t.clone());
-        }
-        Ok((updated, self.commit(state, ops)))
+        let commit = self.save_tags(state, &updated);
+        Ok((updated, commit))
     }
 
     pub(super) fn delete_tags(

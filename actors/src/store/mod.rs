@@ -603,68 +603,71 @@ impl Store {
         row.map(KeyRecord::try_from).transpose()
     }
 
+    /// Every row a query keyed by one org returns, on either backend.
+    async fn org_rows<R>(&self, sql: &str, org: OrgId) -> Result<Vec<R>>
+    where
+        R: Send
+            + Unpin
+            + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>
+            + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+    {
+        Ok(on_pool!(self, pool => {
+            sqlx::query_as(sql).bind(org.to_string()).fetch_all(pool).await?
+        }))
+    }
+
     pub async fn org_keys(&self, org: OrgId) -> Result<Vec<KeyRecord>> {
-        let rows: Vec<KeyRow> = on_pool!(self, pool => {
-            sqlx::query_as(
+        let rows: Vec<KeyRow> = self
+            .org_rows(
                 "SELECT key_id, org_id, email, name, secret_hash, active, created_at FROM api_keys \
                  WHERE org_id = $1 ORDER BY created_at, key_id",
+                org,
             )
-            .bind(org.to_string())
-            .fetch_all(pool)
-            .await?
-        });
+            .await?;
         rows.into_iter().map(KeyRecord::try_from).collect()
     }
 
     pub async fn org_members(&self, org: OrgId) -> Result<Vec<MemberRecord>> {
-        let rows: Vec<MemberRow> = on_pool!(self, pool => {
-            sqlx::query_as(
+        let rows: Vec<MemberRow> = self
+            .org_rows(
                 "SELECT org_id, email, role, seated, profile_tags, joined_at FROM members \
                  WHERE org_id = $1 ORDER BY joined_at, email",
+                org,
             )
-            .bind(org.to_string())
-            .fetch_all(pool)
-            .await?
-        });
+            .await?;
         rows.into_iter().map(MemberRecord::try_from).collect()
     }
 
     pub async fn org_tags(&self, org: OrgId) -> Result<Vec<Tag>> {
-        let rows: Vec<TagRow> = on_pool!(self, pool => {
-            sqlx::query_as(
+        let rows: Vec<TagRow> = self
+            .org_rows(
                 "SELECT name, strict, is_default, description, created_by, created_at FROM tags \
                  WHERE org_id = $1",
+                org,
             )
-            .bind(org.to_string())
-            .fetch_all(pool)
-            .await?
-        });
+            .await?;
         Ok(rows.into_iter().map(Tag::from).collect())
     }
 
     pub async fn org_teams(&self, org: OrgId) -> Result<Vec<Team>> {
-        let rows: Vec<TeamRow> = on_pool!(self, pool => {
-            sqlx::query_as(
+        let rows: Vec<TeamRow> = self
+            .org_rows(
                 "SELECT name, tags, description, idp_only, created_by, created_at FROM teams \
                  WHERE org_id = $1",
+                org,
             )
-            .bind(org.to_string())
-            .fetch_all(pool)
-            .await?
-        });
+            .await?;
         rows.into_iter().map(Team::try_from).collect()
     }
 
     pub async fn org_memberships(&self, org: OrgId) -> Result<Vec<Membership>> {
-        let rows: Vec<MembershipRow> = on_pool!(self, pool => {
-            sqlx::query_as(
+        let rows: Vec<MembershipRow> = self
+            .org_rows(
                 "SELECT team, email, manual, idp, added_by, added_at FROM team_members \
                  WHERE org_id = $1",
+                org,
             )
-            .bind(org.to_string())
-            .fetch_all(pool)
-            .await?
-        });
+            .await?;
         Ok(rows.into_iter().map(Membership::from).collect())
     }
 
@@ -779,9 +782,7 @@ impl Store {
             "SELECT {HEADER_COLUMNS} FROM tasks WHERE org_id = $1 AND status_rank <= {}",
             TaskStatus::Blocked.rank()
         );
-        let rows: Vec<HeaderRow> = on_pool!(self, pool => {
-            sqlx::query_as(&sql).bind(org.to_string()).fetch_all(pool).await?
-        });
+        let rows: Vec<HeaderRow> = self.org_rows(&sql, org).await?;
         rows.into_iter().map(TaskHeader::try_from).collect()
     }
 
