@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::account::{MemberRecord, Role};
-use super::validate::MAX_BATCH;
+use super::validate::{batch, reject_unknown};
 use crate::clock::format_ms;
 use crate::error::{EngineError, ValidationError};
 
@@ -136,30 +136,6 @@ fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>> {
         .ok_or_else(|| ValidationError::new(format!("{what} must be a JSON object")))
 }
 
-fn reject_unknown(obj: &Map<String, Value>, path: &str, known: &[&str]) -> Result<()> {
-    match obj.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(k) => Err(ValidationError::new(format!("{path}{k}: unknown field"))),
-        None => Ok(()),
-    }
-}
-
-fn items<'a>(body: &'a Value, key: &str) -> Result<&'a Vec<Value>> {
-    let obj = object(body, "request body")?;
-    reject_unknown(obj, "", &[key])?;
-    let list = match obj.get(key) {
-        Some(Value::Array(list)) => list,
-        Some(_) => return Err(err(key, "must be an array")),
-        None => return Err(err(key, "is required")),
-    };
-    if list.is_empty() || list.len() > MAX_BATCH {
-        return Err(err(
-            key,
-            format!("must hold 1 to {MAX_BATCH} items, got {}", list.len()),
-        ));
-    }
-    Ok(list)
-}
-
 fn boolean(v: &Value, field: &str) -> Result<bool> {
     v.as_bool().ok_or_else(|| err(field, "must be a boolean"))
 }
@@ -224,7 +200,7 @@ fn check_duplicates<'a>(names: impl Iterator<Item = &'a String>, key: &str) -> R
 /// `POST /tags`.
 pub fn new_tags(body: &Value) -> Result<Vec<NewTag>> {
     let mut out = Vec::new();
-    for (i, item) in items(body, "tags")?.iter().enumerate() {
+    for (i, item) in batch(body, "tags")?.iter().enumerate() {
         let p = format!("tags[{i}]");
         let obj = object(item, &p)?;
         reject_unknown(
@@ -260,7 +236,7 @@ pub fn new_tags(body: &Value) -> Result<Vec<NewTag>> {
 /// `POST /tags/update`.
 pub fn tag_patches(body: &Value) -> Result<Vec<TagPatch>> {
     let mut out = Vec::new();
-    for (i, item) in items(body, "tags")?.iter().enumerate() {
+    for (i, item) in batch(body, "tags")?.iter().enumerate() {
         let p = format!("tags[{i}]");
         let obj = object(item, &p)?;
         reject_unknown(
@@ -291,7 +267,7 @@ pub fn tag_patches(body: &Value) -> Result<Vec<TagPatch>> {
 
 /// `POST /tags/delete`.
 pub fn tag_deletions(body: &Value) -> Result<Vec<String>> {
-    let list = items(body, "names")?;
+    let list = batch(body, "names")?;
     let mut out: Vec<String> = Vec::with_capacity(list.len());
     for (i, v) in list.iter().enumerate() {
         let name = tag_name(v, &format!("names[{i}]"))?;

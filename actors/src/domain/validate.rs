@@ -38,14 +38,16 @@ fn body_object<'a>(body: &'a Value, what: &str) -> Result<&'a Map<String, Value>
     })
 }
 
-fn reject_unknown(obj: &Map<String, Value>, path: &str, known: &[&str]) -> Result<()> {
+/// Refuses keys outside `known`, naming the first with its `path` prefix.
+pub(crate) fn reject_unknown(obj: &Map<String, Value>, path: &str, known: &[&str]) -> Result<()> {
     match obj.keys().find(|k| !known.contains(&k.as_str())) {
         Some(k) => Err(ValidationError::new(format!("{path}{k}: unknown field"))),
         None => Ok(()),
     }
 }
 
-fn batch<'a>(body: &'a Value, key: &str) -> Result<&'a Vec<Value>> {
+/// The `key` array of a batch body: present, an array, 1 to 25 items.
+pub(crate) fn batch<'a>(body: &'a Value, key: &str) -> Result<&'a Vec<Value>> {
     let obj = body_object(body, &format!("a `{key}` array"))?;
     reject_unknown(obj, "", &[key])?;
     let items = match obj.get(key) {
