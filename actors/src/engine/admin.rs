@@ -242,11 +242,13 @@ impl Engine {
         };
         let (member, key, commit) = self.ask(org, |r| OrgMsg::AddMember(new.clone(), r)).await?;
         committed(commit).await?;
+        // `seated` tells, on plans billed per seat, whether the key works yet.
         Ok(json!({
             "email": member.email,
             "role": member.role.as_str(),
             "key_name": key.record.name,
             "api_key": key.api_key,
+            "seated": member.seated,
         }))
     }
 
