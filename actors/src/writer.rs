@@ -85,32 +85,32 @@ impl Writers {
     /// Waits until every batch this org queued so far is committed, so a
     /// read from the store sees them.
     pub async fn barrier(&self, org: OrgId) -> Result<(), StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.lane(org)
-            .send(WriterMsg::Barrier(tx))
-            .map_err(|_| StoreError::WriterGone)?;
-        rx.await.map_err(|_| StoreError::WriterGone)
+        wait_behind(self.lane(org), WriterMsg::Barrier).await
     }
 
     /// Like `barrier`, and lifts a failure mark on the org.
     pub async fn reopen(&self, org: OrgId) -> Result<(), StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.lane(org)
-            .send(WriterMsg::Reopen(org, tx))
-            .map_err(|_| StoreError::WriterGone)?;
-        rx.await.map_err(|_| StoreError::WriterGone)
+        wait_behind(self.lane(org), |done| WriterMsg::Reopen(org, done)).await
     }
 
     /// Waits until everything queued on every lane is committed.
     pub async fn flush_all(&self) -> Result<(), StoreError> {
         for lane in self.lanes.iter() {
-            let (tx, rx) = oneshot::channel();
-            lane.send(WriterMsg::Barrier(tx))
-                .map_err(|_| StoreError::WriterGone)?;
-            rx.await.map_err(|_| StoreError::WriterGone)?;
+            wait_behind(lane, WriterMsg::Barrier).await?;
         }
         Ok(())
     }
+}
+
+/// Queues a marker on a lane and waits until the writer reaches it.
+async fn wait_behind(
+    lane: &mpsc::UnboundedSender<WriterMsg>,
+    marker: impl FnOnce(oneshot::Sender<()>) -> WriterMsg,
+) -> Result<(), StoreError> {
+    let (done, reached) = oneshot::channel();
+    lane.send(marker(done))
+        .map_err(|_| StoreError::WriterGone)?;
+    reached.await.map_err(|_| StoreError::WriterGone)
 }
 
 async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<WriterMsg>, on_failure: FailureHook) {

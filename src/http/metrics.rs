@@ -107,6 +107,12 @@ pub async fn render(State(state): State<AppState>, _: Operator) -> Result<Respon
     let stats = engine.actor_stats();
     let _ = writeln!(out, "# TYPE taskq_actors_alive gauge");
     let _ = writeln!(out, "taskq_actors_alive {}", engine.actors_alive());
+    let _ = writeln!(out, "# TYPE taskq_actors_spawned_total counter");
+    let _ = writeln!(
+        out,
+        "taskq_actors_spawned_total {}",
+        stats.spawned.load(Ordering::Relaxed)
+    );
     let _ = writeln!(out, "# TYPE taskq_actor_restarts_total counter");
     let _ = writeln!(
         out,

@@ -150,6 +150,17 @@ pub struct OrgRecord {
 }
 
 impl OrgRecord {
+    /// Teams (and later reports) need a paid plan; free orgs hear how to get one.
+    pub fn require_paid_plan(&self, feature: &str) -> Result<(), crate::error::EngineError> {
+        if self.tier.is_paid() {
+            Ok(())
+        } else {
+            Err(crate::error::EngineError::UpgradeRequired(format!(
+                "{feature} need a paid plan (dev, pro or enterprise)"
+            )))
+        }
+    }
+
     /// The tier's numbers with the operator's overrides applied.
     pub fn effective_limits(&self) -> Map<String, Value> {
         let mut limits = self.tier.default_limits(self.seats);

@@ -99,9 +99,16 @@ impl Engine {
         Ok((org, caller))
     }
 
+    fn feedback(&self) -> &(OrgId, Caller) {
+        self.inner
+            .feedback
+            .get()
+            .expect("the feedback org is settled before the engine is handed out")
+    }
+
     /// `GET /admin/feedback`.
     pub fn feedback_org(&self) -> Value {
-        json!({ "org_id": self.inner.feedback.0 })
+        json!({ "org_id": self.feedback().0 })
     }
 
     /// `POST /feedback`.
@@ -123,7 +130,7 @@ impl Engine {
                 "feedback rejected by the content filter",
             ));
         }
-        let (org, system) = &self.inner.feedback;
+        let (org, system) = self.feedback();
         let item = NewTask {
             task_id: None,
             reference: None,

@@ -89,8 +89,9 @@ struct Inner {
     feedback_filter: Arc<dyn ContentFilter>,
     /// Grouped reads of claimed tasks.
     reader: TaskReader,
-    /// The feedback org and the system caller that files feedback there.
-    feedback: (OrgId, Caller),
+    /// The feedback org and the system caller that files feedback there,
+    /// settled once at start.
+    feedback: std::sync::OnceLock<(OrgId, Caller)>,
 }
 
 struct AuthEntry {
@@ -144,7 +145,7 @@ impl Engine {
                 }
             });
         }
-        let mut engine = Engine {
+        let engine = Engine {
             inner: Arc::new(Inner {
                 store,
                 writers,
@@ -160,13 +161,11 @@ impl Engine {
                 call_timeout: config.call_timeout,
                 feedback_filter: config.feedback_filter,
                 reader: TaskReader::start(store_for_reader),
-                feedback: (OrgId(uuid::Uuid::nil()), placeholder_caller()),
+                feedback: std::sync::OnceLock::new(),
             }),
         };
         let feedback = engine.prepare_feedback_org(config.feedback_org).await?;
-        Arc::get_mut(&mut engine.inner)
-            .expect("no other handle exists yet")
-            .feedback = feedback;
+        let _ = engine.inner.feedback.set(feedback);
         for org in engine.inner.store.orgs_with_leases().await? {
             engine.org_actor(org).await?;
         }
@@ -360,16 +359,6 @@ impl Engine {
     pub async fn quota(&self, caller: &Caller) -> Result<QuotaView, EngineError> {
         self.admit(caller, RequestKind::Read, 1, 0).await?;
         self.ask(caller.org_id, OrgMsg::GetQuota).await
-    }
-}
-
-fn placeholder_caller() -> Caller {
-    Caller {
-        org_id: OrgId(uuid::Uuid::nil()),
-        key_id: KeyId(uuid::Uuid::nil()),
-        key_name: String::new(),
-        email: String::new(),
-        role: Role::User,
     }
 }
 

@@ -99,28 +99,24 @@ impl Engine {
         Ok(member)
     }
 
-    /// The plan gate of team routes, checked before any complaint about a
-    /// body, so a free org always hears that teams need an upgrade.
+    /// The plan gate of every team route, checked before anything else (a
+    /// free org hears that teams need an upgrade, not what its body lacks).
     async fn require_team_plan(&self, caller: &Caller) -> Result<(), EngineError> {
-        self.teams(caller).await.map(drop)
-    }
-
-    async fn teams(&self, caller: &Caller) -> Result<Vec<Team>, EngineError> {
-        self.ask(caller.org_id, |r| OrgMsg::ListTeams(caller.clone(), r))
-            .await
+        let entry = self.inner.directory.get(caller.org_id).await?;
+        entry.record.require_paid_plan("teams")
     }
 
     pub async fn list_teams(&self, caller: &Caller) -> Result<Vec<Team>, EngineError> {
+        self.require_team_plan(caller).await?;
         self.admit(caller, RequestKind::Read, 1, 0).await?;
-        self.teams(caller).await
+        self.ask(caller.org_id, OrgMsg::ListTeams).await
     }
 
     pub async fn get_team(&self, caller: &Caller, name: &str) -> Result<Value, EngineError> {
+        self.require_team_plan(caller).await?;
         self.admit(caller, RequestKind::Read, 1, 0).await?;
         let (team, members) = self
-            .ask(caller.org_id, |r| {
-                OrgMsg::GetTeam(caller.clone(), name.to_owned(), r)
-            })
+            .ask(caller.org_id, |r| OrgMsg::GetTeam(name.to_owned(), r))
             .await?;
         let mut out = json!(team);
         out["members"] = json!(members);
@@ -128,14 +124,9 @@ impl Engine {
     }
 
     pub async fn create_team(&self, caller: &Caller, body: &Value) -> Result<Team, EngineError> {
+        self.require_team_plan(caller).await?;
         self.admit(caller, RequestKind::Write, 1, 0).await?;
-        let new = match admin::new_team(body) {
-            Ok(new) => new,
-            Err(e) => {
-                self.require_team_plan(caller).await?;
-                return Err(e.into());
-            }
-        };
+        let new = admin::new_team(body)?;
         let (team, commit) = self
             .ask(caller.org_id, |r| {
                 OrgMsg::CreateTeam(caller.clone(), new.clone(), r)
@@ -151,14 +142,9 @@ impl Engine {
         name: &str,
         body: &Value,
     ) -> Result<Team, EngineError> {
+        self.require_team_plan(caller).await?;
         self.admit(caller, RequestKind::Write, 1, 0).await?;
-        let patch = match admin::team_patch(body) {
-            Ok(p) => p,
-            Err(e) => {
-                self.require_team_plan(caller).await?;
-                return Err(e.into());
-            }
-        };
+        let patch = admin::team_patch(body)?;
         let (team, commit) = self
             .ask(caller.org_id, |r| {
                 OrgMsg::PatchTeam(caller.clone(), name.to_owned(), patch.clone(), r)
@@ -169,6 +155,7 @@ impl Engine {
     }
 
     pub async fn delete_team(&self, caller: &Caller, name: &str) -> Result<(), EngineError> {
+        self.require_team_plan(caller).await?;
         self.admit(caller, RequestKind::Write, 1, 0).await?;
         let commit = self
             .ask(caller.org_id, |r| {
@@ -184,14 +171,9 @@ impl Engine {
         name: &str,
         body: &Value,
     ) -> Result<Value, EngineError> {
+        self.require_team_plan(caller).await?;
         self.admit(caller, RequestKind::Write, 1, 0).await?;
-        let email = match admin::team_member(body) {
-            Ok(e) => e,
-            Err(e) => {
-                self.require_team_plan(caller).await?;
-                return Err(e.into());
-            }
-        };
+        let email = admin::team_member(body)?;
         let (membership, commit) = self
             .ask(caller.org_id, |r| {
                 OrgMsg::AddTeamMember(caller.clone(), name.to_owned(), email.clone(), r)
@@ -207,6 +189,7 @@ impl Engine {
         name: &str,
         email: &str,
     ) -> Result<(), EngineError> {
+        self.require_team_plan(caller).await?;
         self.admit(caller, RequestKind::Write, 1, 0).await?;
         let email = email.to_lowercase();
         let commit = self

@@ -1,7 +1,8 @@
 //! Org administration inside the org actor: the tag vocabulary, members'
 //! roles, seats and profile tags, teams and their memberships, and the
-//! identity provider's view of them. Role and plan checks use the actor's
-//! own member records, which are authoritative.
+//! identity provider's view of them. Role checks use the actor's own member
+//! records, which are authoritative. The plan gate of team routes runs in the
+//! engine before anything else, from the org record.
 
 use std::collections::BTreeSet;
 
@@ -29,16 +30,6 @@ impl OrgState {
             return Err(EngineError::admin_required());
         }
         Ok(role)
-    }
-
-    fn require_paid_plan(&self) -> Result<(), EngineError> {
-        if self.entry.record.tier.is_paid() {
-            Ok(())
-        } else {
-            Err(EngineError::UpgradeRequired(
-                "teams need a paid plan (dev, pro or enterprise)".into(),
-            ))
-        }
     }
 
     fn check_limit(&self, limit_type: &'static str, wanted: usize) -> Result<(), EngineError> {
@@ -313,9 +304,8 @@ impl OrgActor {
         ))
     }
 
-    pub(super) fn list_teams(&self, state: &OrgState) -> Result<Vec<Team>, EngineError> {
-        state.require_paid_plan()?;
-        Ok(state.teams.values().cloned().collect())
+    pub(super) fn list_teams(&self, state: &OrgState) -> Vec<Team> {
+        state.teams.values().cloned().collect()
     }
 
     pub(super) fn get_team(
@@ -323,7 +313,6 @@ impl OrgActor {
         state: &OrgState,
         name: &str,
     ) -> Result<(Team, Vec<Membership>), EngineError> {
-        state.require_paid_plan()?;
         let team = state.team(name)?.clone();
         let members = state
             .memberships
@@ -355,7 +344,6 @@ impl OrgActor {
         caller: &Caller,
         new: NewTeam,
     ) -> Result<(Team, Commit), EngineError> {
-        state.require_paid_plan()?;
         let role = state.require_admin(caller)?;
         state.check_vocabulary("tags", &new.tags)?;
         if new.idp_only {
@@ -388,7 +376,6 @@ impl OrgActor {
         name: &str,
         patch: TeamPatch,
     ) -> Result<(Team, Commit), EngineError> {
-        state.require_paid_plan()?;
         let role = state.require_admin(caller)?;
         let mut team = state.team(name)?.clone();
         if let Some(tags) = patch.tags {
@@ -413,7 +400,6 @@ impl OrgActor {
         caller: &Caller,
         name: &str,
     ) -> Result<Commit, EngineError> {
-        state.require_paid_plan()?;
         state.require_admin(caller)?;
         let team = state.team(name)?.name.clone();
         state.teams.remove(&team);
@@ -428,7 +414,6 @@ impl OrgActor {
         name: &str,
         email: &str,
     ) -> Result<(Membership, Commit), EngineError> {
-        state.require_paid_plan()?;
         state.require_admin(caller)?;
         let team = state.team(name)?.clone();
         if team.idp_only {
@@ -476,7 +461,6 @@ impl OrgActor {
         name: &str,
         email: &str,
     ) -> Result<Commit, EngineError> {
-        state.require_paid_plan()?;
         state.require_admin(caller)?;
         let team = state.team(name)?.clone();
         if team.idp_only {

@@ -43,8 +43,8 @@ pub enum OrgMsg {
     PatchMember(Caller, String, MemberPatch, Reply<(MemberView, Commit)>),
     /// Sets the caller's own profile tags (`PATCH /me`).
     PatchMe(Caller, Vec<String>, Reply<(MemberView, Commit)>),
-    ListTeams(Caller, Reply<Vec<Team>>),
-    GetTeam(Caller, String, Reply<(Team, Vec<Membership>)>),
+    ListTeams(Reply<Vec<Team>>),
+    GetTeam(String, Reply<(Team, Vec<Membership>)>),
     CreateTeam(Caller, NewTeam, Reply<(Team, Commit)>),
     PatchTeam(Caller, String, TeamPatch, Reply<(Team, Commit)>),
     DeleteTeam(Caller, String, Reply<Commit>),

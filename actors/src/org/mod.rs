@@ -148,7 +148,7 @@ impl Actor for OrgActor {
             state.usage = usage;
         }
         tracing::info!(org_id = %org, open_tasks = state.open.len(), "org actor started");
-        self.expire_leases(&myself, state);
+        self.expire_leases(state);
         self.publish_depth(state);
         let period = (deps.idle_after / 2).max(Duration::from_millis(200));
         myself.send_interval(period, || OrgMsg::IdleTick);
@@ -225,10 +225,10 @@ impl Actor for OrgActor {
             OrgMsg::PatchMe(caller, tags, reply) => {
                 let _ = reply.send(self.patch_me(state, &caller, tags));
             }
-            OrgMsg::ListTeams(_caller, reply) => {
-                let _ = reply.send(self.list_teams(state));
+            OrgMsg::ListTeams(reply) => {
+                let _ = reply.send(Ok(self.list_teams(state)));
             }
-            OrgMsg::GetTeam(_caller, name, reply) => {
+            OrgMsg::GetTeam(name, reply) => {
                 let _ = reply.send(self.get_team(state, &name));
             }
             OrgMsg::CreateTeam(caller, team, reply) => {
@@ -269,7 +269,7 @@ impl Actor for OrgActor {
             }
             OrgMsg::LeaseTick => {
                 state.lease_timer_at = None;
-                self.expire_leases(&myself, state);
+                self.expire_leases(state);
             }
             OrgMsg::IdleTick => {
                 if !state.retiring

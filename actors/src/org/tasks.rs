@@ -6,9 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use super::{
-    item_error, Claimed, CreatedItem, OrgActor, OrgMsg, OrgState, UpdateOutcome, UpdateResult,
-};
+use super::{item_error, Claimed, CreatedItem, OrgActor, OrgState, UpdateOutcome, UpdateResult};
 use crate::clock::format_ms;
 use crate::domain::account::Caller;
 use crate::domain::lease;
@@ -617,7 +615,7 @@ impl OrgActor {
     }
 
     /// Returns every task whose lease ran out to `pending`.
-    pub(super) fn expire_leases(&self, _myself: &ractor::ActorRef<OrgMsg>, state: &mut OrgState) {
+    pub(super) fn expire_leases(&self, state: &mut OrgState) {
         let now = self.now();
         let expired = state.open.pop_expired_leases(now);
         if expired.is_empty() {
