@@ -7,10 +7,13 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use serde_json::{json, Value};
+use serde_json::json;
+use taskq_actors::api::{
+    ClaimRequest, CreateOrg, CreateTasks, Decode, NewTask, PatchOrg, TaskUpdate, UpdateTasks,
+};
 use taskq_actors::crypto::MasterKey;
-use taskq_actors::domain::account::Caller;
-use taskq_actors::{Engine, EngineConfig};
+use taskq_actors::domain::TaskStatus;
+use taskq_actors::{Caller, Engine, EngineConfig};
 
 struct Fixture {
     engine: Engine,
@@ -28,20 +31,26 @@ async fn fixture() -> Fixture {
         .expect("engine starts");
     let org = engine
         .create_org(
-            &json!({"name": "bench", "owner_email": "owner@bench.local", "tier": "enterprise"}),
+            CreateOrg::decode(
+                &json!({"name": "bench", "owner_email": "owner@bench.local", "tier": "enterprise"}),
+            )
+            .expect("valid"),
         )
         .await
         .expect("org");
-    let unlimited = json!({"limits": {
+    let unlimited = PatchOrg::decode(&json!({"limits": {
         "writes_per_minute": null, "reads_per_minute": null,
         "requests_per_month": null, "tasks_per_month": null
-    }});
+    }}))
+    .expect("valid");
     engine
-        .patch_org(org["org_id"].as_str().expect("org id"), &unlimited)
+        .patch_org(org.org.org_id, unlimited)
         .await
         .expect("limits lifted");
-    let key = org["owner"]["api_key"].as_str().expect("key").to_owned();
-    let caller = engine.authenticate(Some(&key)).await.expect("auth");
+    let caller = engine
+        .authenticate(Some(&org.owner.api_key))
+        .await
+        .expect("auth");
     Fixture {
         engine,
         caller,
@@ -53,11 +62,11 @@ async fn fill(f: &Fixture, n: u64) {
     let mut left = n;
     while left > 0 {
         let batch = left.min(25);
-        let tasks: Vec<Value> = (0..batch)
-            .map(|i| json!({"title": format!("task {i}")}))
+        let tasks = (0..batch)
+            .map(|i| NewTask::titled(format!("task {i}")))
             .collect();
         f.engine
-            .create_tasks(&f.caller, &json!({ "tasks": tasks }))
+            .create_tasks(&f.caller, CreateTasks { tasks })
             .await
             .expect("create");
         left -= batch;
@@ -70,7 +79,11 @@ fn claim_path(c: &mut Criterion) {
         .build()
         .expect("runtime");
     let f = rt.block_on(fixture());
-    let claim = json!({"include_context": false, "lease_seconds": 300});
+    let claim = ClaimRequest {
+        include_context: false,
+        lease_seconds: 300,
+        ..ClaimRequest::default()
+    };
 
     let mut group = c.benchmark_group("engine");
     group.measurement_time(Duration::from_secs(5));
@@ -84,20 +97,23 @@ fn claim_path(c: &mut Criterion) {
                     for _ in 0..iters {
                         let task = f
                             .engine
-                            .claim(&f.caller, claim)
+                            .claim(&f.caller, claim.clone())
                             .await
                             .expect("claim")
                             .expect("a pending task");
                         if complete {
-                            let update = json!({"updates": [{
-                                "task_id": task["task_id"],
-                                "lease_id": task["lease_id"],
-                                "status": "completed",
-                                "note": "done",
-                                "output": {"ok": true}
-                            }]});
+                            let mut done = TaskUpdate::new(task.task.task_id);
+                            done.lease_id = Some(task.lease_id);
+                            done.status = Some(TaskStatus::Completed);
+                            done.note = Some("done".into());
+                            done.output = json!({"ok": true}).as_object().cloned();
                             f.engine
-                                .update_tasks(&f.caller, &update)
+                                .update_tasks(
+                                    &f.caller,
+                                    UpdateTasks {
+                                        updates: vec![done],
+                                    },
+                                )
                                 .await
                                 .expect("complete");
                         }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use dashmap::DashMap;
 
 use crate::crypto::{MasterKey, OrgCipher};
-use crate::domain::account::{Encryption, OrgRecord};
+use crate::domain::account::{Encryption, LimitKey, Limits, OrgRecord};
 use crate::domain::OrgId;
 use crate::error::EngineError;
 use crate::store::Store;
@@ -19,13 +19,13 @@ pub struct OrgEntry {
     pub record: OrgRecord,
     pub cipher: OrgCipher,
     /// The effective limits, worked out once per change of the record.
-    limits: serde_json::Map<String, serde_json::Value>,
+    limits: Limits,
 }
 
 impl OrgEntry {
     /// An effective limit; `None` when unlimited.
-    pub fn limit(&self, key: &str) -> Option<i64> {
-        self.limits.get(key).and_then(serde_json::Value::as_i64)
+    pub fn limit(&self, key: LimitKey) -> Option<i64> {
+        self.limits.get(key)
     }
 }
 

@@ -1,29 +1,114 @@
-//! The engine's one error type. The HTTP layer maps each variant to a status
-//! and body in exactly one place; nothing else decides statuses.
+//! The engine's one error type, and what a front end needs to report it.
+//!
+//! An error says what went wrong in protocol-neutral terms: an [`ErrorCode`]
+//! (what kind of failure, which each front end maps to its own status once),
+//! a message, and the contract's extra fields ([`ErrorBody`]). HTTP maps the
+//! code to a status; MCP reports the same message as a tool error.
 
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::api::Timestamp;
+use crate::domain::account::Tier;
+use crate::domain::error::RuleError;
 use crate::domain::TaskId;
 use crate::store::StoreError;
 
-/// A request that fails validation: the whole call is refused, nothing is written.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ValidationError(pub String);
+pub use crate::domain::error::ValidationError;
 
-impl ValidationError {
-    pub fn new(message: impl Into<String>) -> Self {
-        Self(message.into())
+/// What kind of failure an error is; each front end maps every code once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// The request is malformed or breaks a rule of its fields.
+    Invalid,
+    /// No valid key.
+    Unauthenticated,
+    /// The caller may not do this (role, suspended org, blocked member).
+    Forbidden,
+    /// The org's plan does not include this.
+    UpgradeRequired,
+    /// A rate, volume or tier limit refused the request.
+    LimitExceeded,
+    NotFound,
+    Conflict,
+    /// Stored content failed its integrity check and is not served.
+    Corrupt,
+    /// A dependency (the org's actor, the content filter) cannot answer now.
+    Unavailable,
+    /// Too much is queued; retry later.
+    Overloaded,
+    Internal,
+}
+
+/// Which limit refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    /// A per-minute token bucket of writes.
+    Writes,
+    /// A per-minute token bucket of reads.
+    Reads,
+    /// The monthly request allowance.
+    MonthlyRequests,
+    /// The monthly task quota.
+    MonthlyTasks,
+    /// The monthly planning allowance.
+    MonthlyPlans,
+    /// The size of the tag vocabulary.
+    Tags,
+    /// The number of teams.
+    Teams,
+}
+
+/// A refusal by one of the org's limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitExceeded {
+    pub kind: LimitKind,
+    /// The effective limit (after the operator's overrides).
+    pub limit: i64,
+    pub tier: Tier,
+    /// When a monthly limit starts over.
+    pub resets: Option<Timestamp>,
+    /// Whole seconds until a per-minute bucket has a token again.
+    pub retry_after: Option<u64>,
+}
+
+impl LimitExceeded {
+    fn message(&self) -> &'static str {
+        match self.kind {
+            LimitKind::Writes | LimitKind::Reads => "rate limit exceeded",
+            LimitKind::MonthlyRequests => "monthly request allowance reached",
+            LimitKind::MonthlyTasks => "monthly task limit reached",
+            LimitKind::MonthlyPlans => "monthly plan allowance reached",
+            LimitKind::Tags => "tags limit reached",
+            LimitKind::Teams => "teams limit reached",
+        }
     }
 
-    /// An error about `field`, phrased `field: message`.
-    pub fn field(field: impl AsRef<str>, message: impl AsRef<str>) -> Self {
-        Self(format!("{}: {}", field.as_ref(), message.as_ref()))
+    fn detail(&self) -> LimitDetail {
+        let limit_type = match self.kind {
+            LimitKind::Writes => Some("write"),
+            LimitKind::Reads => Some("read"),
+            LimitKind::MonthlyRequests => Some("monthly"),
+            LimitKind::MonthlyTasks => None,
+            LimitKind::MonthlyPlans => Some("plan"),
+            LimitKind::Tags => Some("tags"),
+            LimitKind::Teams => Some("teams"),
+        };
+        let per_minute = matches!(self.kind, LimitKind::Writes | LimitKind::Reads);
+        LimitDetail {
+            limit_type,
+            limit: self.limit,
+            window_seconds: per_minute.then_some(60),
+            tier: self.tier,
+            resets: self.resets,
+        }
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error(transparent)]
-    Validation(#[from] ValidationError),
+    Invalid(#[from] ValidationError),
     #[error("invalid api key")]
     InvalidApiKey,
     #[error("organization suspended")]
@@ -32,42 +117,10 @@ pub enum EngineError {
     Forbidden(String),
     #[error("member blocked")]
     MemberBlocked,
-    /// The plan does not include this feature (403 with `upgrade: true`).
     #[error("{0}")]
     UpgradeRequired(String),
-    /// A per-minute bucket is empty (429 with Retry-After).
-    #[error("rate limit exceeded")]
-    RateLimited {
-        kind: &'static str,
-        limit: i64,
-        tier: &'static str,
-        retry_after_secs: u64,
-    },
-    #[error("monthly request allowance reached")]
-    MonthlyRequests {
-        limit: i64,
-        tier: &'static str,
-        resets: String,
-    },
-    #[error("monthly task limit reached")]
-    MonthlyTasks {
-        limit: i64,
-        tier: &'static str,
-        resets: String,
-    },
-    #[error("monthly plan allowance reached")]
-    MonthlyPlans {
-        limit: i64,
-        tier: &'static str,
-        resets: String,
-    },
-    /// A tier limit on a countable thing (tags, teams) is reached (429).
-    #[error("{limit_type} limit reached")]
-    LimitReached {
-        limit_type: &'static str,
-        limit: i64,
-        tier: &'static str,
-    },
+    #[error("{}", .0.message())]
+    Limit(LimitExceeded),
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -81,6 +134,9 @@ pub enum EngineError {
     },
     #[error("the feedback content filter is unavailable; retry later")]
     FilterUnavailable,
+    /// An org's in-flight requests or a writer's queue are at their bound.
+    #[error("overloaded")]
+    Overloaded,
     #[error("the org is restarting; retry the request")]
     ActorUnavailable,
     #[error("the engine did not answer in time")]
@@ -91,12 +147,189 @@ pub enum EngineError {
     Internal(String),
 }
 
+impl From<RuleError> for EngineError {
+    fn from(e: RuleError) -> Self {
+        match e {
+            RuleError::Invalid(e) => EngineError::Invalid(e),
+            RuleError::Forbidden(m) => EngineError::Forbidden(m),
+            RuleError::Conflict(m) => EngineError::Conflict(m),
+            RuleError::UpgradeRequired(m) => EngineError::UpgradeRequired(m),
+        }
+    }
+}
+
+impl From<LimitExceeded> for EngineError {
+    fn from(e: LimitExceeded) -> Self {
+        EngineError::Limit(e)
+    }
+}
+
 impl EngineError {
-    pub fn validation(message: impl Into<String>) -> Self {
-        Self::Validation(ValidationError::new(message))
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::Invalid(ValidationError::new(message))
     }
 
-    pub fn admin_required() -> Self {
-        Self::Forbidden("admin or owner role required".into())
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            EngineError::Invalid(_) => ErrorCode::Invalid,
+            EngineError::InvalidApiKey => ErrorCode::Unauthenticated,
+            EngineError::OrgSuspended | EngineError::Forbidden(_) | EngineError::MemberBlocked => {
+                ErrorCode::Forbidden
+            }
+            EngineError::UpgradeRequired(_) => ErrorCode::UpgradeRequired,
+            EngineError::Limit(_) => ErrorCode::LimitExceeded,
+            EngineError::NotFound(_) => ErrorCode::NotFound,
+            EngineError::Conflict(_) | EngineError::TaskIdExists(_) => ErrorCode::Conflict,
+            EngineError::CiphertextBinding { .. } => ErrorCode::Corrupt,
+            EngineError::FilterUnavailable
+            | EngineError::ActorUnavailable
+            | EngineError::Timeout => ErrorCode::Unavailable,
+            EngineError::Overloaded => ErrorCode::Overloaded,
+            EngineError::Store(_) | EngineError::Internal(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// Whole seconds a client should wait before retrying, when it should.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            EngineError::Limit(l) => l.retry_after,
+            EngineError::ActorUnavailable | EngineError::Timeout | EngineError::Overloaded => {
+                Some(1)
+            }
+            _ => None,
+        }
+    }
+
+    /// The answer a client sees. Internal causes are not in it: the caller
+    /// logs them (see [`EngineError::is_internal`]).
+    pub fn body(&self) -> ErrorBody {
+        let detail = match self {
+            EngineError::TaskIdExists(task_id) => {
+                Some(ErrorDetail::TaskIdExists { task_id: *task_id })
+            }
+            EngineError::UpgradeRequired(_) => Some(ErrorDetail::Upgrade { upgrade: true }),
+            EngineError::Limit(l) => Some(ErrorDetail::Limit(l.detail())),
+            EngineError::CiphertextBinding { task_id, field } => Some(ErrorDetail::Binding {
+                code: "ciphertext_binding_failure",
+                task_id: *task_id,
+                field,
+            }),
+            _ => None,
+        };
+        let error = if self.is_internal() {
+            "internal error".to_owned()
+        } else {
+            self.to_string()
+        };
+        ErrorBody { error, detail }
+    }
+
+    /// A failure inside the service whose cause must be logged, not sent.
+    pub fn is_internal(&self) -> bool {
+        self.code() == ErrorCode::Internal
+    }
+}
+
+/// Every error answer: an `error` message, plus the fields the contract
+/// names for some errors.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ErrorBody {
+    pub error: String,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<ErrorDetail>,
+}
+
+impl ErrorBody {
+    pub fn new(error: impl Into<String>) -> Self {
+        Self {
+            error: error.into(),
+            detail: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ErrorDetail {
+    /// A client-minted task id is taken.
+    TaskIdExists {
+        task_id: TaskId,
+    },
+    /// The plan does not include the feature.
+    Upgrade {
+        upgrade: bool,
+    },
+    Limit(LimitDetail),
+    /// A stored value failed its integrity check.
+    Binding {
+        code: &'static str,
+        task_id: TaskId,
+        field: &'static str,
+    },
+}
+
+/// Which limit refused a request, and its numbers.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct LimitDetail {
+    /// `write`, `read`, `monthly`, `plan`, `tags` or `teams`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_type: Option<&'static str>,
+    pub limit: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_seconds: Option<u32>,
+    pub tier: Tier,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resets: Option<Timestamp>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn body(e: EngineError) -> serde_json::Value {
+        serde_json::to_value(e.body()).unwrap()
+    }
+
+    #[test]
+    fn limit_bodies_follow_the_contract() {
+        let minute = LimitExceeded {
+            kind: LimitKind::Writes,
+            limit: 30,
+            tier: Tier::Dev,
+            resets: None,
+            retry_after: Some(2),
+        };
+        assert_eq!(
+            body(minute.clone().into()),
+            json!({"error": "rate limit exceeded", "limit_type": "write", "limit": 30,
+                   "window_seconds": 60, "tier": "dev"})
+        );
+        assert_eq!(EngineError::from(minute).retry_after(), Some(2));
+        let tasks = LimitExceeded {
+            kind: LimitKind::MonthlyTasks,
+            limit: 5,
+            tier: Tier::Free,
+            resets: Some(Timestamp(0)),
+            retry_after: None,
+        };
+        assert_eq!(
+            body(tasks.into()),
+            json!({"error": "monthly task limit reached", "limit": 5, "tier": "free",
+                   "resets": "1970-01-01T00:00:00.000Z"})
+        );
+    }
+
+    #[test]
+    fn internal_causes_are_not_sent() {
+        let e = EngineError::Internal("disk on fire".into());
+        assert_eq!(body(e), json!({"error": "internal error"}));
+        assert_eq!(
+            body(EngineError::UpgradeRequired(
+                "teams need a paid plan".into()
+            )),
+            json!({"error": "teams need a paid plan", "upgrade": true})
+        );
     }
 }

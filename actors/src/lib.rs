@@ -1,26 +1,35 @@
 //! The taskq engine.
 //!
-//! Everything that decides what happens to an org's data lives here: the pure
-//! domain rules (`domain`), the per-org actors that own the hot state and order
-//! every change (`org`), the supervisor that spawns, idles out and restarts
-//! them (`supervisor`), the group-commit writer (`writer`), storage (`store`)
-//! and encryption at rest (`crypto`). The HTTP and MCP front ends talk only to
-//! [`Engine`]; nothing here knows about HTTP.
+//! Everything that decides what happens to an org's data lives here: the
+//! typed requests and answers every front end speaks (`api`), the pure
+//! domain rules (`domain`), the per-org actors that own the hot state and
+//! order every change (`org`), the supervisor that spawns, idles out and
+//! restarts them (`supervisor`), the group-commit writer (`writer`), the
+//! grouped reader (`reader`), storage (`store`) and encryption at rest
+//! (`crypto`). Front ends talk only to [`Engine`] in `api` types; nothing
+//! here knows about HTTP or MCP, and the actors, writer and store are
+//! private to the crate.
 
+pub mod api;
 pub mod clock;
 pub mod crypto;
-pub mod directory;
+mod directory;
 pub mod domain;
-pub mod engine;
+mod engine;
 pub mod error;
 pub mod filter;
-pub mod org;
+mod org;
 mod reader;
-pub mod store;
-pub mod supervisor;
+mod store;
+mod supervisor;
 mod views;
-pub mod writer;
+mod writer;
 
 pub use clock::{Clock, SystemClock};
-pub use engine::{Engine, EngineConfig};
-pub use error::{EngineError, ValidationError};
+pub use domain::account::Caller;
+pub use engine::{
+    parse_org_id, Engine, EngineConfig, StoreOptions, FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT,
+    ORG_STRIKE_LIMIT,
+};
+pub use error::{EngineError, ErrorBody, ErrorCode, LimitExceeded, LimitKind, ValidationError};
+pub use supervisor::ActorStats;

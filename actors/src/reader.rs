@@ -3,7 +3,9 @@
 //! Every claim answers with its task's content, read from the store. Under
 //! load many claims read at once; the reader takes every request queued,
 //! serves them with one query, and answers each. At one request nothing
-//! waits for company.
+//! waits for company. Its queue is bounded: when it is full a read waits
+//! for room (the claims it serves are already committed, so they are not
+//! refused), which also slows whoever sends them.
 
 use std::collections::HashMap;
 
@@ -19,12 +21,12 @@ const MAX_READS_PER_QUERY: usize = 256;
 
 #[derive(Clone)]
 pub struct TaskReader {
-    tx: mpsc::UnboundedSender<(OrgId, TaskId, Reply)>,
+    tx: mpsc::Sender<(OrgId, TaskId, Reply)>,
 }
 
 impl TaskReader {
-    pub fn start(store: Store) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
+    pub fn start(store: Store, queue_bound: usize) -> Self {
+        let (tx, rx) = mpsc::channel(queue_bound.max(1));
         tokio::spawn(run(store, rx));
         Self { tx }
     }
@@ -34,12 +36,13 @@ impl TaskReader {
         let (reply, answer) = oneshot::channel();
         self.tx
             .send((org, task, reply))
+            .await
             .map_err(|_| StoreError::WriterGone)?;
         answer.await.map_err(|_| StoreError::WriterGone)?
     }
 }
 
-async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<(OrgId, TaskId, Reply)>) {
+async fn run(store: Store, mut rx: mpsc::Receiver<(OrgId, TaskId, Reply)>) {
     let mut queued = Vec::with_capacity(64);
     while rx.recv_many(&mut queued, MAX_READS_PER_QUERY).await > 0 {
         let mut keys: Vec<(OrgId, TaskId)> = queued.iter().map(|(o, t, _)| (*o, *t)).collect();

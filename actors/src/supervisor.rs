@@ -1,15 +1,16 @@
 //! The supervisor: spawns an org actor on the first request for its org,
 //! retires it after it has been idle, and restarts it when it fails.
 //!
-//! It keeps its own routing table (shared read-only with the engine as the
-//! fast path) rather than ractor's process-global registry. An idle actor is
-//! drained, not killed: messages already in its mailbox are served, later
-//! sends are refused and the engine asks here again; requests for an org
-//! whose actor is draining wait until it has stopped, so two actors never
-//! own one org at the same time.
+//! It keeps its own routing table rather than ractor's process-global
+//! registry, and it is the only writer of that table; the engine reads it
+//! as the fast path and asks here (`Resolve`) when a route is missing or
+//! stale. An idle actor is drained, not killed: messages already in its
+//! mailbox are served, later sends are refused; requests for an org whose
+//! actor is draining or dying wait here until it has stopped, so two actors
+//! never own one org at the same time.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,19 +21,29 @@ use ractor::{
 
 use crate::domain::OrgId;
 use crate::error::EngineError;
-use crate::org::{OrgActor, OrgDeps, OrgMsg};
+use crate::org::{OrgActor, OrgDeps, OrgEvent, OrgMsg};
 
-pub type Routes = Arc<DashMap<OrgId, ActorRef<OrgMsg>>>;
+/// The live actor of an org and the requests in flight to it.
+#[derive(Clone)]
+pub struct Route {
+    pub actor: ActorRef<OrgMsg>,
+    /// Requests sent to this actor and not yet answered and committed.
+    pub in_flight: Arc<AtomicUsize>,
+}
 
-#[derive(Debug)]
+pub type Routes = Arc<DashMap<OrgId, Route>>;
+
 pub enum SupervisorMsg {
-    /// The org's live actor, spawning it if needed.
-    Resolve(OrgId, RpcReplyPort<Result<ActorRef<OrgMsg>, EngineError>>),
-    /// An org actor reports it has been idle long enough to stop.
-    Idle(OrgId, ActorId),
-    /// An org actor stopped while holding leases: its org needs an actor so
-    /// they expire on time.
-    Wake(OrgId),
+    /// The org's live actor, spawning it if needed. `stale` names an actor
+    /// that refused a message: it is stopping, and the answer must be its
+    /// successor.
+    Resolve {
+        org: OrgId,
+        stale: Option<ActorId>,
+        reply: RpcReplyPort<Result<Route, EngineError>>,
+    },
+    /// What an org actor reports about itself.
+    Org(OrgEvent),
     /// A commit of this org failed: its actor's memory is ahead of the store.
     WriteFailed(OrgId),
     /// Drains every org actor (shutdown).
@@ -56,9 +67,9 @@ pub struct Supervisor {
     pub stats: Arc<ActorStats>,
 }
 
-type Waiter = RpcReplyPort<Result<ActorRef<OrgMsg>, EngineError>>;
+type Waiter = RpcReplyPort<Result<Route, EngineError>>;
 
-/// An org whose actor is draining.
+/// An org whose actor is stopping.
 #[derive(Default)]
 struct Retiring {
     /// Requests waiting for the successor.
@@ -85,10 +96,13 @@ impl Supervisor {
         myself: &ActorRef<SupervisorMsg>,
         state: &mut SupervisorState,
         org: OrgId,
-    ) -> Result<ActorRef<OrgMsg>, EngineError> {
+    ) -> Result<Route, EngineError> {
+        let supervisor = myself.clone();
         let actor = OrgActor {
             deps: self.deps.clone(),
-            supervisor: myself.clone(),
+            events: Arc::new(move |event| {
+                let _ = supervisor.cast(SupervisorMsg::Org(event));
+            }),
         };
         let (actor_ref, _) = Actor::spawn_linked(None, actor, org, myself.get_cell())
             .await
@@ -99,14 +113,18 @@ impl Supervisor {
         self.stats.spawned.fetch_add(1, Ordering::Relaxed);
         tracing::info!(org_id = %org, "org actor spawned");
         state.orgs_by_actor.insert(actor_ref.get_id(), org);
-        self.routes.insert(org, actor_ref.clone());
-        Ok(actor_ref)
+        let route = Route {
+            actor: actor_ref,
+            in_flight: Arc::default(),
+        };
+        self.routes.insert(org, route.clone());
+        Ok(route)
     }
 
     fn forget(&self, state: &mut SupervisorState, cell: &ActorCell) -> Option<OrgId> {
         let org = state.orgs_by_actor.remove(&cell.get_id())?;
         self.routes
-            .remove_if(&org, |_, r| r.get_id() == cell.get_id());
+            .remove_if(&org, |_, r| r.actor.get_id() == cell.get_id());
         Some(org)
     }
 
@@ -130,6 +148,37 @@ impl Supervisor {
                     .map(Clone::clone)
                     .map_err(|_| EngineError::ActorUnavailable),
             );
+        }
+    }
+
+    async fn resolve(
+        &self,
+        myself: &ActorRef<SupervisorMsg>,
+        state: &mut SupervisorState,
+        org: OrgId,
+        stale: Option<ActorId>,
+        reply: Waiter,
+    ) {
+        if state.stopping {
+            let _ = reply.send(Err(EngineError::ActorUnavailable));
+            return;
+        }
+        if let Some(retiring) = state.retiring.get_mut(&org) {
+            retiring.waiters.push(reply);
+            return;
+        }
+        match self.routes.get(&org).map(|r| r.clone()) {
+            // The routed actor refused a message: it is stopping, and its
+            // termination will start the successor this request waits for.
+            Some(route) if stale == Some(route.actor.get_id()) => {
+                state.retiring.entry(org).or_default().waiters.push(reply);
+            }
+            Some(route) => {
+                let _ = reply.send(Ok(route));
+            }
+            None => {
+                let _ = reply.send(self.spawn_org(myself, state, org).await);
+            }
         }
     }
 }
@@ -161,28 +210,12 @@ impl Actor for Supervisor {
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            SupervisorMsg::Resolve(org, reply) => {
-                if state.stopping {
-                    let _ = reply.send(Err(EngineError::ActorUnavailable));
-                } else if let Some(retiring) = state.retiring.get_mut(&org) {
-                    retiring.waiters.push(reply);
-                } else {
-                    let live = self.routes.get(&org).map(|r| r.clone()).filter(|r| {
-                        matches!(
-                            r.get_status(),
-                            ractor::ActorStatus::Running | ractor::ActorStatus::Starting
-                        )
-                    });
-                    let result = match live {
-                        Some(r) => Ok(r),
-                        None => self.spawn_org(&myself, state, org).await,
-                    };
-                    let _ = reply.send(result);
-                }
+            SupervisorMsg::Resolve { org, stale, reply } => {
+                self.resolve(&myself, state, org, stale, reply).await;
             }
-            SupervisorMsg::Idle(org, actor_id) => {
-                let current = self.routes.get(&org).map(|r| r.clone());
-                if let Some(actor) = current.filter(|r| r.get_id() == actor_id) {
+            SupervisorMsg::Org(OrgEvent::Idle { org, actor }) => {
+                let current = self.routes.get(&org).map(|r| r.actor.clone());
+                if let Some(actor) = current.filter(|r| r.get_id() == actor) {
                     self.routes.remove(&org);
                     state.retiring.insert(org, Retiring::default());
                     if actor.drain().is_err() {
@@ -191,7 +224,7 @@ impl Actor for Supervisor {
                     }
                 }
             }
-            SupervisorMsg::Wake(org) => {
+            SupervisorMsg::Org(OrgEvent::StoppedHoldingLeases { org }) => {
                 if let Some(retiring) = state.retiring.get_mut(&org) {
                     retiring.respawn = true;
                 } else if !self.routes.contains_key(&org) && !state.stopping {
@@ -199,14 +232,15 @@ impl Actor for Supervisor {
                 }
             }
             SupervisorMsg::WriteFailed(org) => {
-                if let Some(actor) = self.routes.get(&org).map(|r| r.clone()) {
+                if let Some(route) = self.routes.get(&org).map(|r| r.clone()) {
                     tracing::warn!(org_id = %org, "killing org actor after a failed commit");
-                    actor.kill();
+                    route.actor.kill();
                 }
             }
             SupervisorMsg::StopAll(reply) => {
                 state.stopping = true;
-                let actors: Vec<ActorRef<OrgMsg>> = self.routes.iter().map(|r| r.clone()).collect();
+                let actors: Vec<ActorRef<OrgMsg>> =
+                    self.routes.iter().map(|r| r.actor.clone()).collect();
                 self.routes.clear();
                 for a in &actors {
                     let _ = a.drain();
@@ -218,9 +252,9 @@ impl Actor for Supervisor {
             }
             #[cfg(feature = "test-hooks")]
             SupervisorMsg::Crash(org, reply) => match self.routes.get(&org).map(|r| r.clone()) {
-                Some(actor) => {
+                Some(route) => {
                     state.crash_waiters.entry(org).or_default().push(reply);
-                    let _ = actor.cast(OrgMsg::Crash);
+                    let _ = route.actor.cast(OrgMsg::Crash);
                 }
                 None => {
                     let _ = reply.send(());

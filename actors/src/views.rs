@@ -1,129 +1,120 @@
-//! Tasks as clients see them: content opened and decoded, timestamps
-//! formatted, lean or full. A value that fails its binding check is never
-//! served; the whole answer becomes `CiphertextBinding`.
+//! Tasks as clients see them: content opened and decoded into the answer
+//! types. A value that fails its binding check is never served; the whole
+//! answer becomes `CiphertextBinding`.
 
-use serde_json::{json, Map, Value};
+use serde::de::DeserializeOwned;
 
-use crate::clock::format_ms;
+use crate::api::{LeaseTerms, Object, TaskEvent, TaskSummary, TaskView, Text, Timestamp};
 use crate::crypto::OrgCipher;
 use crate::domain::{ContentField, StoredEvent, StoredTask, TaskId};
 use crate::error::EngineError;
 
-pub fn open_value(
+fn binding(task_id: TaskId, field: ContentField) -> EngineError {
+    EngineError::CiphertextBinding {
+        task_id,
+        field: field.name(),
+    }
+}
+
+/// Opens a sealed JSON value.
+fn open<T: DeserializeOwned>(
     cipher: &OrgCipher,
     task: TaskId,
     field: ContentField,
     sealed: &[u8],
-) -> Result<Value, EngineError> {
-    let binding = || EngineError::CiphertextBinding {
-        task_id: task,
-        field: field.name(),
-    };
+) -> Result<T, EngineError> {
     let bytes = cipher
         .open(task, field.name(), sealed)
-        .map_err(|_| binding())?;
-    serde_json::from_slice(&bytes).map_err(|_| binding())
+        .map_err(|_| binding(task, field))?;
+    serde_json::from_slice(&bytes).map_err(|_| binding(task, field))
 }
 
-fn open_optional(
+fn open_optional<T: DeserializeOwned>(
     cipher: &OrgCipher,
     task: TaskId,
     field: ContentField,
     sealed: &Option<Vec<u8>>,
-) -> Result<Value, EngineError> {
-    match sealed {
-        Some(s) => open_value(cipher, task, field, s),
-        None => Ok(Value::Null),
-    }
+) -> Result<Option<T>, EngineError> {
+    sealed
+        .as_deref()
+        .map(|s| open(cipher, task, field, s))
+        .transpose()
 }
 
-/// The lean list item: always task_id, title, status, priority, updated_at;
-/// assignee, tags, blocked_by, parent_task_id only when set.
-pub fn lean_task(cipher: &OrgCipher, t: &StoredTask) -> Result<Value, EngineError> {
+pub fn title(cipher: &OrgCipher, t: &StoredTask) -> Result<Text, EngineError> {
+    open(cipher, t.header.task_id, ContentField::Title, &t.title)
+}
+
+pub fn description(cipher: &OrgCipher, t: &StoredTask) -> Result<Option<Text>, EngineError> {
+    open_optional(
+        cipher,
+        t.header.task_id,
+        ContentField::Description,
+        &t.description,
+    )
+}
+
+pub fn output(cipher: &OrgCipher, t: &StoredTask) -> Result<Option<Object>, EngineError> {
+    open_optional(cipher, t.header.task_id, ContentField::Output, &t.output)
+}
+
+/// The lean list item.
+pub fn task_summary(cipher: &OrgCipher, t: &StoredTask) -> Result<TaskSummary, EngineError> {
     let h = &t.header;
-    let mut m = Map::new();
-    m.insert("task_id".into(), json!(h.task_id));
-    m.insert(
-        "title".into(),
-        open_value(cipher, h.task_id, ContentField::Title, &t.title)?,
-    );
-    m.insert("status".into(), json!(h.status));
-    m.insert("priority".into(), json!(h.priority));
-    m.insert("updated_at".into(), json!(format_ms(h.updated_at)));
-    if let Some(a) = &h.assignee {
-        m.insert("assignee".into(), json!(a));
-    }
-    if !h.tags.is_empty() {
-        m.insert("tags".into(), json!(h.tags));
-    }
-    if !h.blocked_by.is_empty() {
-        m.insert("blocked_by".into(), json!(h.blocked_by));
-    }
-    if let Some(p) = h.parent {
-        m.insert("parent_task_id".into(), json!(p));
-    }
-    Ok(Value::Object(m))
+    Ok(TaskSummary {
+        task_id: h.task_id,
+        title: title(cipher, t)?,
+        status: h.status,
+        priority: h.priority,
+        updated_at: Timestamp(h.updated_at),
+        assignee: h.assignee.clone(),
+        tags: h.tags.clone(),
+        blocked_by: h.blocked_by.clone(),
+        parent_task_id: h.parent,
+    })
 }
 
 /// The complete task.
-pub fn full_task(cipher: &OrgCipher, t: &StoredTask) -> Result<Map<String, Value>, EngineError> {
+pub fn task_view(cipher: &OrgCipher, t: &StoredTask) -> Result<TaskView, EngineError> {
     let h = &t.header;
-    let id = h.task_id;
-    let metadata = match open_optional(cipher, id, ContentField::Metadata, &t.metadata)? {
-        Value::Null => json!({}),
-        v => v,
-    };
-    let mut m = Map::new();
-    m.insert("task_id".into(), json!(id));
-    m.insert(
-        "title".into(),
-        open_value(cipher, id, ContentField::Title, &t.title)?,
-    );
-    m.insert(
-        "description".into(),
-        open_optional(cipher, id, ContentField::Description, &t.description)?,
-    );
-    m.insert("status".into(), json!(h.status));
-    m.insert("priority".into(), json!(h.priority));
-    m.insert("assignee".into(), json!(h.assignee));
-    m.insert("tags".into(), json!(h.tags));
-    m.insert("metadata".into(), metadata);
-    m.insert(
-        "output".into(),
-        open_optional(cipher, id, ContentField::Output, &t.output)?,
-    );
-    m.insert("blocked_by".into(), json!(h.blocked_by));
-    m.insert("parent_task_id".into(), json!(h.parent));
-    m.insert("created_at".into(), json!(format_ms(h.created_at)));
-    m.insert("updated_at".into(), json!(format_ms(h.updated_at)));
-    if let Some(lease) = h.lease {
-        m.insert(
-            "lease_expires_at".into(),
-            json!(format_ms(lease.expires_at)),
-        );
-        m.insert("lease_seconds".into(), json!(lease.seconds));
-    }
-    Ok(m)
+    let metadata = open_optional(cipher, h.task_id, ContentField::Metadata, &t.metadata)?;
+    Ok(TaskView {
+        task_id: h.task_id,
+        title: title(cipher, t)?,
+        description: description(cipher, t)?,
+        status: h.status,
+        priority: h.priority,
+        assignee: h.assignee.clone(),
+        tags: h.tags.clone(),
+        metadata: metadata.unwrap_or_default(),
+        output: output(cipher, t)?,
+        blocked_by: h.blocked_by.clone(),
+        parent_task_id: h.parent,
+        created_at: Timestamp(h.created_at),
+        updated_at: Timestamp(h.updated_at),
+        lease: h.lease.map(|l| LeaseTerms {
+            lease_expires_at: Timestamp(l.expires_at),
+            lease_seconds: l.seconds,
+        }),
+    })
 }
 
-pub fn event(cipher: &OrgCipher, e: &StoredEvent) -> Result<Value, EngineError> {
-    let note = match &e.note {
-        Some(sealed) => {
-            let bytes = cipher
+pub fn event(cipher: &OrgCipher, e: &StoredEvent) -> Result<TaskEvent, EngineError> {
+    let note = e
+        .note
+        .as_deref()
+        .map(|sealed| {
+            cipher
                 .open(e.task_id, ContentField::Note.name(), sealed)
-                .map_err(|_| EngineError::CiphertextBinding {
-                    task_id: e.task_id,
-                    field: "note",
-                })?;
-            Value::String(String::from_utf8_lossy(&bytes).into_owned())
-        }
-        None => Value::Null,
-    };
-    Ok(json!({
-        "from_status": e.from_status,
-        "to_status": e.to_status,
-        "agent_id": e.agent_id,
-        "timestamp": format_ms(e.at),
-        "note": note,
-    }))
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+                .map_err(|_| binding(e.task_id, ContentField::Note))
+        })
+        .transpose()?;
+    Ok(TaskEvent {
+        from_status: e.from_status,
+        to_status: e.to_status,
+        agent_id: e.agent_id.clone(),
+        timestamp: Timestamp(e.at),
+        note,
+    })
 }

@@ -6,20 +6,27 @@
 //! answers every caller, so under load one fsync covers many requests and at
 //! one request nothing waits for company.
 //!
-//! Each org is pinned to one writer, so its batches commit in the order its
-//! actor produced them. When a commit fails the writer retries each batch on
-//! its own; an org whose batch still fails is marked as reloading: its later
-//! batches are refused (they were built on memory that is now ahead of the
-//! store) until its restarted actor reopens it, and `on_failure` asks the
-//! supervisor for that restart.
+//! Each org is pinned to one lane, so its batches commit in the order its
+//! actor produced them. A lane's queue is bounded: an actor takes a
+//! [`WriteSlot`] before it changes its memory, and when the queue is full a
+//! request is refused as overloaded with nothing applied, instead of the
+//! queue growing without limit. Barriers count batches rather than queue a
+//! marker, so waiting for one's own writes never needs a slot.
+//!
+//! When a commit fails the writer retries each batch on its own; an org
+//! whose batch still fails is marked as reloading: its later batches are
+//! refused (they were built on memory that is now ahead of the store) until
+//! its restarted actor reopens it, and `on_failure` asks for that restart.
 
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::domain::OrgId;
+use crate::error::EngineError;
 use crate::store::{Store, StoreError, WriteBatch};
 
 /// Resolves once the batch is durable (or failed).
@@ -28,33 +35,69 @@ pub type Commit = oneshot::Receiver<Result<(), StoreError>>;
 /// How many batches one transaction may carry.
 const MAX_BATCHES_PER_COMMIT: usize = 512;
 
-enum WriterMsg {
-    Write(WriteBatch, oneshot::Sender<Result<(), StoreError>>),
-    /// Answered once everything queued before it is committed.
-    Barrier(oneshot::Sender<()>),
-    /// A restarted actor has reloaded from the store; accept its writes again.
-    Reopen(OrgId, oneshot::Sender<()>),
-}
+type Job = (WriteBatch, oneshot::Sender<Result<(), StoreError>>);
 
+/// Called with an org whose commit failed: its actor must reload.
 pub type FailureHook = Arc<dyn Fn(OrgId) + Send + Sync>;
+
+struct Lane {
+    tx: mpsc::Sender<Job>,
+    /// Batches handed to this lane so far; counted before they are queued.
+    submitted: AtomicU64,
+    /// Batches the writer has finished with (committed or refused).
+    finished: watch::Receiver<u64>,
+    /// Orgs whose batches are refused until their actor reopens them.
+    reloading: Arc<Mutex<HashSet<OrgId>>>,
+}
 
 #[derive(Clone)]
 pub struct Writers {
-    lanes: Arc<Vec<mpsc::UnboundedSender<WriterMsg>>>,
+    lanes: Arc<Vec<Lane>>,
+}
+
+/// A place in a lane's queue, taken before an actor changes its memory.
+pub struct WriteSlot<'a> {
+    lane: &'a Lane,
+    permit: mpsc::Permit<'a, Job>,
+}
+
+impl WriteSlot<'_> {
+    /// Queues a batch; the returned `Commit` resolves when it is durable.
+    pub fn submit(self, batch: WriteBatch) -> Commit {
+        let (tx, rx) = oneshot::channel();
+        self.lane.submitted.fetch_add(1, Ordering::SeqCst);
+        self.permit.send((batch, tx));
+        rx
+    }
 }
 
 impl Writers {
-    /// Starts `store.writer_count()` writer tasks.
+    /// Starts `store.writer_count()` writer tasks, each with a queue of
+    /// `queue_bound` batches.
     pub fn start(
         store: Store,
+        queue_bound: usize,
         on_failure: FailureHook,
     ) -> (Self, Vec<tokio::task::JoinHandle<()>>) {
         let mut lanes = Vec::new();
         let mut handles = Vec::new();
         for _ in 0..store.writer_count() {
-            let (tx, rx) = mpsc::unbounded_channel();
-            lanes.push(tx);
-            handles.push(tokio::spawn(run(store.clone(), rx, on_failure.clone())));
+            let (tx, rx) = mpsc::channel(queue_bound.max(1));
+            let (finished_tx, finished) = watch::channel(0);
+            let reloading = Arc::new(Mutex::new(HashSet::new()));
+            lanes.push(Lane {
+                tx,
+                submitted: AtomicU64::new(0),
+                finished,
+                reloading: reloading.clone(),
+            });
+            handles.push(tokio::spawn(run(
+                store.clone(),
+                rx,
+                finished_tx,
+                reloading,
+                on_failure.clone(),
+            )));
         }
         (
             Self {
@@ -64,72 +107,95 @@ impl Writers {
         )
     }
 
-    fn lane(&self, org: OrgId) -> &mpsc::UnboundedSender<WriterMsg> {
+    fn lane(&self, org: OrgId) -> &Lane {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         org.hash(&mut h);
         &self.lanes[(h.finish() as usize) % self.lanes.len()]
     }
 
-    /// Queues a batch; the returned `Commit` resolves when it is durable.
-    pub fn submit(&self, batch: WriteBatch) -> Commit {
-        let (tx, rx) = oneshot::channel();
-        let lane = self.lane(batch.org);
-        if let Err(mpsc::error::SendError(WriterMsg::Write(_, tx))) =
-            lane.send(WriterMsg::Write(batch, tx))
-        {
-            let _ = tx.send(Err(StoreError::WriterGone));
+    /// A slot in the org's lane, or `Overloaded` when the queue is full.
+    pub fn reserve(&self, org: OrgId) -> Result<WriteSlot<'_>, EngineError> {
+        let lane = self.lane(org);
+        match lane.tx.try_reserve() {
+            Ok(permit) => Ok(WriteSlot { lane, permit }),
+            Err(mpsc::error::TrySendError::Full(())) => Err(EngineError::Overloaded),
+            Err(mpsc::error::TrySendError::Closed(())) => {
+                Err(EngineError::Store(StoreError::WriterGone))
+            }
         }
-        rx
+    }
+
+    /// A slot in the org's lane, waiting for room: for the system's own
+    /// writes (lease expiry), which nobody can be told to retry.
+    pub async fn reserve_waiting(&self, org: OrgId) -> Result<WriteSlot<'_>, StoreError> {
+        let lane = self.lane(org);
+        let permit = lane
+            .tx
+            .reserve()
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        Ok(WriteSlot { lane, permit })
     }
 
     /// Waits until every batch this org queued so far is committed, so a
     /// read from the store sees them.
     pub async fn barrier(&self, org: OrgId) -> Result<(), StoreError> {
-        wait_behind(self.lane(org), WriterMsg::Barrier).await
+        wait_for_lane(self.lane(org)).await
     }
 
     /// Like `barrier`, and lifts a failure mark on the org.
     pub async fn reopen(&self, org: OrgId) -> Result<(), StoreError> {
-        wait_behind(self.lane(org), |done| WriterMsg::Reopen(org, done)).await
+        let lane = self.lane(org);
+        wait_for_lane(lane).await?;
+        lane.reloading.lock().expect("not poisoned").remove(&org);
+        Ok(())
     }
 
     /// Waits until everything queued on every lane is committed.
     pub async fn flush_all(&self) -> Result<(), StoreError> {
         for lane in self.lanes.iter() {
-            wait_behind(lane, WriterMsg::Barrier).await?;
+            wait_for_lane(lane).await?;
         }
         Ok(())
     }
+
+    /// Batches queued and not yet taken by a writer, over all lanes.
+    pub fn queued(&self) -> usize {
+        self.lanes
+            .iter()
+            .map(|l| l.tx.max_capacity() - l.tx.capacity())
+            .sum()
+    }
 }
 
-/// Queues a marker on a lane and waits until the writer reaches it.
-async fn wait_behind(
-    lane: &mpsc::UnboundedSender<WriterMsg>,
-    marker: impl FnOnce(oneshot::Sender<()>) -> WriterMsg,
-) -> Result<(), StoreError> {
-    let (done, reached) = oneshot::channel();
-    lane.send(marker(done))
-        .map_err(|_| StoreError::WriterGone)?;
-    reached.await.map_err(|_| StoreError::WriterGone)
+/// Waits until the writer has finished every batch submitted to `lane` so far.
+async fn wait_for_lane(lane: &Lane) -> Result<(), StoreError> {
+    let target = lane.submitted.load(Ordering::SeqCst);
+    let mut finished = lane.finished.clone();
+    finished
+        .wait_for(|done| *done >= target)
+        .await
+        .map(|_| ())
+        .map_err(|_| StoreError::WriterGone)
 }
 
-async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<WriterMsg>, on_failure: FailureHook) {
-    let mut reloading: HashSet<OrgId> = HashSet::new();
+async fn run(
+    store: Store,
+    mut rx: mpsc::Receiver<Job>,
+    finished: watch::Sender<u64>,
+    reloading: Arc<Mutex<HashSet<OrgId>>>,
+    on_failure: FailureHook,
+) {
+    let is_reloading = |org: &OrgId| reloading.lock().expect("not poisoned").contains(org);
     let mut queued = Vec::with_capacity(64);
     while rx.recv_many(&mut queued, MAX_BATCHES_PER_COMMIT).await > 0 {
-        let mut accepted: Vec<(WriteBatch, oneshot::Sender<Result<(), StoreError>>)> = Vec::new();
-        let mut after_commit: Vec<oneshot::Sender<()>> = Vec::new();
-        for msg in queued.drain(..) {
-            match msg {
-                WriterMsg::Write(batch, reply) if reloading.contains(&batch.org) => {
-                    let _ = reply.send(Err(StoreError::OrgReloading));
-                }
-                WriterMsg::Write(batch, reply) => accepted.push((batch, reply)),
-                WriterMsg::Barrier(reply) => after_commit.push(reply),
-                WriterMsg::Reopen(org, reply) => {
-                    reloading.remove(&org);
-                    after_commit.push(reply);
-                }
+        let taken = queued.len() as u64;
+        let mut accepted: Vec<Job> = Vec::with_capacity(queued.len());
+        for (batch, reply) in queued.drain(..) {
+            if is_reloading(&batch.org) {
+                let _ = reply.send(Err(StoreError::OrgReloading));
+            } else {
+                accepted.push((batch, reply));
             }
         }
         if !accepted.is_empty() {
@@ -143,14 +209,14 @@ async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<WriterMsg>, on_failur
                 Err(e) => {
                     tracing::warn!(error = %e, batches = accepted.len(), "group commit failed; retrying batches one by one");
                     for (batch, reply) in accepted {
-                        if reloading.contains(&batch.org) {
+                        if is_reloading(&batch.org) {
                             let _ = reply.send(Err(StoreError::OrgReloading));
                             continue;
                         }
                         let result = store.apply(&[&batch]).await;
                         if let Err(e) = &result {
                             tracing::error!(org_id = %batch.org, error = %e, "commit failed; org will reload from the store");
-                            reloading.insert(batch.org);
+                            reloading.lock().expect("not poisoned").insert(batch.org);
                             on_failure(batch.org);
                         }
                         let _ = reply.send(result);
@@ -158,8 +224,6 @@ async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<WriterMsg>, on_failur
                 }
             }
         }
-        for reply in after_commit {
-            let _ = reply.send(());
-        }
+        finished.send_modify(|done| *done += taken);
     }
 }

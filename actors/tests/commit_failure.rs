@@ -6,8 +6,21 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sqlx::Connection;
+use taskq_actors::api::{
+    AddMember, ClaimRequest, CreateOrg, CreateTasks, Decode, ListTasks, ListedTask, NewTask, Text,
+};
 use taskq_actors::crypto::MasterKey;
 use taskq_actors::{Engine, EngineConfig, EngineError};
+
+fn decode<T: Decode>(body: serde_json::Value) -> T {
+    T::decode(&body).expect("a valid request")
+}
+
+fn one(title: &str) -> CreateTasks {
+    CreateTasks {
+        tasks: vec![NewTask::titled(title)],
+    }
+}
 
 #[tokio::test]
 async fn a_failed_commit_is_not_served_and_the_org_recovers() {
@@ -19,23 +32,24 @@ async fn a_failed_commit_is_not_served_and_the_org_recovers() {
         .await
         .expect("engine starts");
     let org = engine
-        .create_org(&json!({"name": "c", "owner_email": "owner@c.io"}))
+        .create_org(decode::<CreateOrg>(
+            json!({"name": "c", "owner_email": "owner@c.io"}),
+        ))
         .await
         .expect("org");
-    let org_id = org["org_id"].as_str().unwrap();
     let owner = engine
-        .authenticate(org["owner"]["api_key"].as_str())
+        .authenticate(Some(&org.owner.api_key))
         .await
         .expect("owner");
     let poison = engine
         .add_member(
-            org_id,
-            &json!({"email": "p@c.io", "role": "user", "key_name": "poison"}),
+            org.org.org_id,
+            decode::<AddMember>(json!({"email": "p@c.io", "role": "user", "key_name": "poison"})),
         )
         .await
         .expect("member");
     let poison = engine
-        .authenticate(poison["api_key"].as_str())
+        .authenticate(Some(&poison.api_key))
         .await
         .expect("poison key");
 
@@ -51,9 +65,7 @@ async fn a_failed_commit_is_not_served_and_the_org_recovers() {
     .await
     .expect("trigger");
 
-    let refused = engine
-        .create_tasks(&poison, &json!({"tasks": [{"title": "never stored"}]}))
-        .await;
+    let refused = engine.create_tasks(&poison, one("never stored")).await;
     assert!(
         matches!(refused, Err(EngineError::Store(_))),
         "a failed commit must fail the request: {refused:?}"
@@ -62,10 +74,7 @@ async fn a_failed_commit_is_not_served_and_the_org_recovers() {
     // The actor restarts from the store; until it has, requests may be refused.
     let deadline = Instant::now() + Duration::from_secs(10);
     let created = loop {
-        match engine
-            .create_tasks(&owner, &json!({"tasks": [{"title": "kept"}]}))
-            .await
-        {
+        match engine.create_tasks(&owner, one("kept")).await {
             Ok(created) => break created,
             Err(e) if Instant::now() < deadline => {
                 eprintln!("retrying after {e}");
@@ -75,23 +84,35 @@ async fn a_failed_commit_is_not_served_and_the_org_recovers() {
         }
     };
 
-    let listed = engine.list_tasks(&owner, &[]).await.expect("list");
-    let titles: Vec<&str> = listed["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["title"].as_str().unwrap())
+    let listed = engine
+        .list_tasks(&owner, ListTasks::from_query(&[]).unwrap())
+        .await
+        .expect("list");
+    let titles: Vec<Text> = listed
+        .tasks
+        .into_iter()
+        .map(|t| match t {
+            ListedTask::Lean(t) => t.title,
+            ListedTask::Full(t) => t.title,
+        })
         .collect();
-    assert_eq!(titles, vec!["kept"], "only the committed task exists");
+    assert_eq!(
+        titles,
+        vec![Text::Plain("kept".into())],
+        "only the committed task exists"
+    );
 
     // Memory holds what the store holds: one claimable task, then none.
-    let claim = json!({"include_context": false});
-    let claimed = engine.claim(&owner, &claim).await.expect("claim");
+    let claim = ClaimRequest {
+        include_context: false,
+        ..ClaimRequest::default()
+    };
+    let claimed = engine.claim(&owner, claim.clone()).await.expect("claim");
     assert_eq!(
-        claimed.as_ref().map(|t| t["task_id"].clone()),
-        Some(created.results[0].task_id.to_string().into())
+        claimed.map(|t| t.task.task_id),
+        Some(created.results[0].task_id)
     );
-    assert!(engine.claim(&owner, &claim).await.expect("claim").is_none());
+    assert!(engine.claim(&owner, claim).await.expect("claim").is_none());
 
     engine.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);

@@ -4,10 +4,15 @@
 use std::sync::Arc;
 
 use serde_json::json;
+use taskq_actors::api::{CreateTasks, Decode, NewTask};
 use taskq_actors::clock::{Clock, OffsetClock};
 use taskq_actors::crypto::MasterKey;
 use taskq_actors::domain::usage::next_month_start;
-use taskq_actors::{Engine, EngineConfig, EngineError};
+use taskq_actors::{Engine, EngineConfig, EngineError, LimitExceeded, LimitKind};
+
+fn decode<T: Decode>(body: serde_json::Value) -> T {
+    T::decode(&body).expect("a valid request")
+}
 
 fn master() -> MasterKey {
     MasterKey::from_base64(&MasterKey::generate_base64()).expect("key")
@@ -38,16 +43,20 @@ async fn plan_allowance_is_charged_and_resets_with_the_month() {
     let clock = Arc::new(OffsetClock::default());
     let (engine, dir, _) = engine(clock.clone()).await;
     let org = engine
-        .create_org(&json!({"name": "p", "tier": "pro", "owner_email": "o@p.io"}))
+        .create_org(decode(
+            json!({"name": "p", "tier": "pro", "owner_email": "o@p.io"}),
+        ))
         .await
         .expect("org");
-    let org_id = org["org_id"].as_str().unwrap();
     engine
-        .patch_org(org_id, &json!({"limits": {"plans_per_month": 2}}))
+        .patch_org(
+            org.org.org_id,
+            decode(json!({"limits": {"plans_per_month": 2}})),
+        )
         .await
         .expect("limits");
     let caller = engine
-        .authenticate(org["owner"]["api_key"].as_str())
+        .authenticate(Some(&org.owner.api_key))
         .await
         .expect("owner key");
 
@@ -60,11 +69,11 @@ async fn plan_allowance_is_charged_and_resets_with_the_month() {
         Some(0)
     );
     match engine.charge_plan_allowance(&caller).await {
-        Err(EngineError::MonthlyPlans {
+        Err(EngineError::Limit(LimitExceeded {
+            kind: LimitKind::MonthlyPlans,
             limit: 2,
-            tier: "pro",
             ..
-        }) => {}
+        })) => {}
         other => panic!("expected the plan allowance to be spent, got {other:?}"),
     }
     cross_month(&clock);
@@ -81,24 +90,32 @@ async fn task_quota_resets_on_the_first_and_counts_survive_a_restart() {
     let clock = Arc::new(OffsetClock::default());
     let (engine, dir, master) = engine(clock.clone()).await;
     let org = engine
-        .create_org(&json!({"name": "q", "owner_email": "o@q.io"}))
+        .create_org(decode(json!({"name": "q", "owner_email": "o@q.io"})))
         .await
         .expect("org");
-    let org_id = org["org_id"].as_str().unwrap().to_owned();
     engine
-        .patch_org(&org_id, &json!({"limits": {"tasks_per_month": 3}}))
+        .patch_org(
+            org.org.org_id,
+            decode(json!({"limits": {"tasks_per_month": 3}})),
+        )
         .await
         .expect("limits");
-    let key = org["owner"]["api_key"].as_str().unwrap().to_owned();
+    let key = org.owner.api_key.clone();
     let caller = engine.authenticate(Some(&key)).await.expect("owner key");
-    let batch = |n: usize| json!({ "tasks": (0..n).map(|i| json!({"title": format!("t{i}")})).collect::<Vec<_>>() });
+    let batch = |n: usize| CreateTasks {
+        tasks: (0..n).map(|i| NewTask::titled(format!("t{i}"))).collect(),
+    };
 
     engine
-        .create_tasks(&caller, &batch(2))
+        .create_tasks(&caller, batch(2))
         .await
         .expect("two tasks");
-    match engine.create_tasks(&caller, &batch(2)).await {
-        Err(EngineError::MonthlyTasks { limit: 3, .. }) => {}
+    match engine.create_tasks(&caller, batch(2)).await {
+        Err(EngineError::Limit(LimitExceeded {
+            kind: LimitKind::MonthlyTasks,
+            limit: 3,
+            ..
+        })) => {}
         other => panic!("expected the task quota to refuse, got {other:?}"),
     }
     assert_eq!(engine.quota(&caller).await.unwrap().used, 2);
@@ -114,7 +131,7 @@ async fn task_quota_resets_on_the_first_and_counts_survive_a_restart() {
     let quota = again.quota(&caller).await.unwrap();
     assert_eq!((quota.used, quota.remaining), (0, Some(3)));
     again
-        .create_tasks(&caller, &batch(3))
+        .create_tasks(&caller, batch(3))
         .await
         .expect("a fresh month");
     again.shutdown().await;

@@ -1,13 +1,21 @@
 //! Extractors that answer in our error shape: the caller behind
-//! `X-Api-Key`, the operator behind the bearer token, and JSON bodies.
+//! `X-Api-Key`, the operator behind the bearer token, typed request bodies
+//! and queries decoded by the engine's own decoders, and path parameters.
+//!
+//! A member's request that fails to decode is handed to the engine
+//! (`Engine::reject`), which decides what the client hears: the plan gate,
+//! a spent limit, or the validation error. So `Auth` must come before
+//! `Body` and `Params` in a handler's arguments: it leaves the caller in the
+//! request's extensions for them.
 
 use axum::body::Bytes;
-use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use subtle::ConstantTimeEq;
-use taskq_actors::domain::account::Caller;
+use taskq_actors::api::{Decode, MemberRequest};
+use taskq_actors::Caller;
 
 use super::error::ApiError;
 use super::AppState;
@@ -25,7 +33,9 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let state = AppState::from_ref(state);
         let key = parts.headers.get("x-api-key").and_then(|v| v.to_str().ok());
-        Ok(Auth(state.engine.authenticate(key).await?))
+        let caller = state.engine.authenticate(key).await?;
+        parts.extensions.insert(caller.clone());
+        Ok(Auth(caller))
     }
 }
 
@@ -63,20 +73,110 @@ where
 
 /// A JSON body; an empty body reads as `null`. Malformed JSON is a 400
 /// naming the problem, whatever the content type says.
-pub struct JsonBody(pub Value);
+async fn json_body<S: Send + Sync>(req: Request, state: &S) -> Result<Value, ApiError> {
+    let bytes = Bytes::from_request(req, state)
+        .await
+        .map_err(|e| ApiError::new(e.status(), e.body_text()))?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Null);
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
+}
 
-impl<S: Send + Sync> FromRequest<S> for JsonBody {
+/// Decodes a member's request; one that does not decode goes to the engine.
+async fn decode_member<T: MemberRequest>(
+    state: &AppState,
+    caller: Option<&Caller>,
+    value: &Value,
+) -> Result<T, ApiError> {
+    match (T::decode(value), caller) {
+        (Ok(request), _) => Ok(request),
+        (Err(e), Some(caller)) => Err(state.engine.reject::<T>(caller, e).await.into()),
+        (Err(e), None) => Err(e.into()),
+    }
+}
+
+/// A member's request from the JSON body.
+pub struct Body<T>(pub T);
+
+impl<S, T> FromRequest<S> for Body<T>
+where
+    AppState: FromRef<S>,
+    S: Send + Sync,
+    T: MemberRequest,
+{
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(|e| ApiError::new(e.status(), e.body_text()))?;
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Ok(JsonBody(Value::Null));
+        let app = AppState::from_ref(state);
+        let caller = req.extensions().get::<Caller>().cloned();
+        let value = json_body(req, state).await?;
+        decode_member(&app, caller.as_ref(), &value).await.map(Body)
+    }
+}
+
+/// A member's request from the query string: each parameter a string, a
+/// repeated one joined with commas.
+pub struct Params<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for Params<T>
+where
+    AppState: FromRef<S>,
+    S: Send + Sync,
+    T: MemberRequest,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let app = AppState::from_ref(state);
+        let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
+            .map_err(|e| ApiError::bad_request(e.body_text()))?;
+        let mut params = Map::new();
+        for (key, value) in pairs {
+            match params.get_mut(&key) {
+                Some(Value::String(joined)) => {
+                    joined.push(',');
+                    joined.push_str(&value);
+                }
+                _ => {
+                    params.insert(key, Value::String(value));
+                }
+            }
         }
-        serde_json::from_slice(&bytes)
-            .map(JsonBody)
-            .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
+        let caller = parts.extensions.get::<Caller>().cloned();
+        decode_member(&app, caller.as_ref(), &Value::Object(params))
+            .await
+            .map(Params)
+    }
+}
+
+/// An operator's request from the JSON body.
+pub struct AdminBody<T>(pub T);
+
+impl<S: Send + Sync, T: Decode> FromRequest<S> for AdminBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let value = json_body(req, state).await?;
+        Ok(AdminBody(T::decode(&value)?))
+    }
+}
+
+/// Path parameters; one that does not parse is a 400 in our error shape.
+pub struct PathParams<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for PathParams<T>
+where
+    S: Send + Sync,
+    T: serde::de::DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(v)| PathParams(v))
+            .map_err(|e| ApiError::new(e.status(), e.body_text()))
     }
 }

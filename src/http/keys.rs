@@ -1,35 +1,34 @@
 //! A member's own API keys.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::Value;
+use taskq_actors::api::{CreateKey, KeyCreated, KeyList};
 
 use super::error::ApiError;
-use super::extract::{Auth, JsonBody};
+use super::extract::{Auth, Body, PathParams};
 use super::AppState;
 
 pub async fn create(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
-    let key = state.engine.create_key(&caller, &body).await?;
-    Ok((StatusCode::CREATED, Json(key)).into_response())
+    Body(request): Body<CreateKey>,
+) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
+    let key = state.engine.create_key(&caller, request).await?;
+    Ok((StatusCode::CREATED, Json(key)))
 }
 
 pub async fn list(
     State(state): State<AppState>,
     Auth(caller): Auth,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<KeyList>, ApiError> {
     Ok(Json(state.engine.list_keys(&caller).await?))
 }
 
 pub async fn revoke(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    Path(key_id): Path<String>,
+    PathParams(key_id): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
     state.engine.revoke_key(&caller, &key_id).await?;
     Ok(StatusCode::NO_CONTENT)

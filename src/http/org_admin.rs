@@ -1,135 +1,130 @@
-//! Tags, members, self and teams.
+//! Tags, members, self, teams, quota and feedback.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::Value;
-use taskq_actors::domain::admin::{MemberView, Tag, Team};
-use taskq_actors::org::QuotaView;
+use taskq_actors::api::{
+    AddTeamMember, CreateTags, DeleteTags, FeedbackFiled, MePatch, MeView, MemberPatch, MemberView,
+    NewTeam, QuotaView, SendFeedback, TagView, TagsCreated, TagsDeleted, TagsUpdated, TeamDetail,
+    TeamMemberView, TeamPatch, TeamView, UpdateTags,
+};
 
 use super::error::ApiError;
-use super::extract::{Auth, JsonBody};
+use super::extract::{Auth, Body, PathParams};
 use super::AppState;
 
-pub async fn quota(
-    State(state): State<AppState>,
-    Auth(caller): Auth,
-) -> Result<Json<QuotaView>, ApiError> {
+type Answer<T> = Result<Json<T>, ApiError>;
+type Created<T> = Result<(StatusCode, Json<T>), ApiError>;
+
+pub async fn quota(State(state): State<AppState>, Auth(caller): Auth) -> Answer<QuotaView> {
     Ok(Json(state.engine.quota(&caller).await?))
 }
 
 pub async fn send_feedback(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
-    let created = state.engine.send_feedback(&caller, &body).await?;
-    Ok((StatusCode::CREATED, Json(created)).into_response())
+    Body(request): Body<SendFeedback>,
+) -> Created<FeedbackFiled> {
+    let filed = state.engine.send_feedback(&caller, request).await?;
+    Ok((StatusCode::CREATED, Json(filed)))
 }
 
-pub async fn list_tags(
-    State(state): State<AppState>,
-    Auth(caller): Auth,
-) -> Result<Json<Vec<Tag>>, ApiError> {
+pub async fn list_tags(State(state): State<AppState>, Auth(caller): Auth) -> Answer<Vec<TagView>> {
     Ok(Json(state.engine.list_tags(&caller).await?))
 }
 
 pub async fn create_tags(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
-    let created = state.engine.create_tags(&caller, &body).await?;
-    Ok((StatusCode::CREATED, Json(created)).into_response())
+    Body(request): Body<CreateTags>,
+) -> Created<TagsCreated> {
+    let created = state.engine.create_tags(&caller, request).await?;
+    Ok((StatusCode::CREATED, Json(created)))
 }
 
 pub async fn update_tags(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(state.engine.update_tags(&caller, &body).await?))
+    Body(request): Body<UpdateTags>,
+) -> Answer<TagsUpdated> {
+    Ok(Json(state.engine.update_tags(&caller, request).await?))
 }
 
 pub async fn delete_tags(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(state.engine.delete_tags(&caller, &body).await?))
+    Body(request): Body<DeleteTags>,
+) -> Answer<TagsDeleted> {
+    Ok(Json(state.engine.delete_tags(&caller, request).await?))
 }
 
 pub async fn list_members(
     State(state): State<AppState>,
     Auth(caller): Auth,
-) -> Result<Json<Vec<MemberView>>, ApiError> {
+) -> Answer<Vec<MemberView>> {
     Ok(Json(state.engine.list_members(&caller).await?))
 }
 
 pub async fn patch_member(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    Path(email): Path<String>,
-    JsonBody(body): JsonBody,
-) -> Result<Json<MemberView>, ApiError> {
+    PathParams(email): PathParams<String>,
+    Body(patch): Body<MemberPatch>,
+) -> Answer<MemberView> {
     Ok(Json(
-        state.engine.patch_member(&caller, &email, &body).await?,
+        state.engine.patch_member(&caller, &email, patch).await?,
     ))
 }
 
-pub async fn me(
-    State(state): State<AppState>,
-    Auth(caller): Auth,
-) -> Result<Json<Value>, ApiError> {
+pub async fn me(State(state): State<AppState>, Auth(caller): Auth) -> Answer<MeView> {
     Ok(Json(state.engine.me(&caller).await?))
 }
 
 pub async fn patch_me(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    JsonBody(body): JsonBody,
-) -> Result<Json<MemberView>, ApiError> {
-    Ok(Json(state.engine.patch_me(&caller, &body).await?))
+    Body(patch): Body<MePatch>,
+) -> Answer<MemberView> {
+    Ok(Json(state.engine.patch_me(&caller, patch).await?))
 }
 
 pub async fn list_teams(
     State(state): State<AppState>,
     Auth(caller): Auth,
-) -> Result<Json<Vec<Team>>, ApiError> {
+) -> Answer<Vec<TeamView>> {
     Ok(Json(state.engine.list_teams(&caller).await?))
 }
 
 pub async fn get_team(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+    PathParams(name): PathParams<String>,
+) -> Answer<TeamDetail> {
     Ok(Json(state.engine.get_team(&caller, &name).await?))
 }
 
 pub async fn create_team(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
-    let team = state.engine.create_team(&caller, &body).await?;
-    Ok((StatusCode::CREATED, Json(team)).into_response())
+    Body(team): Body<NewTeam>,
+) -> Created<TeamView> {
+    let team = state.engine.create_team(&caller, team).await?;
+    Ok((StatusCode::CREATED, Json(team)))
 }
 
 pub async fn patch_team(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    Path(name): Path<String>,
-    JsonBody(body): JsonBody,
-) -> Result<Json<Team>, ApiError> {
-    Ok(Json(state.engine.patch_team(&caller, &name, &body).await?))
+    PathParams(name): PathParams<String>,
+    Body(patch): Body<TeamPatch>,
+) -> Answer<TeamView> {
+    Ok(Json(state.engine.patch_team(&caller, &name, patch).await?))
 }
 
 pub async fn delete_team(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    Path(name): Path<String>,
+    PathParams(name): PathParams<String>,
 ) -> Result<StatusCode, ApiError> {
     state.engine.delete_team(&caller, &name).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -138,17 +133,20 @@ pub async fn delete_team(
 pub async fn add_team_member(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    Path(name): Path<String>,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
-    let membership = state.engine.add_team_member(&caller, &name, &body).await?;
-    Ok((StatusCode::CREATED, Json(membership)).into_response())
+    PathParams(name): PathParams<String>,
+    Body(request): Body<AddTeamMember>,
+) -> Created<TeamMemberView> {
+    let membership = state
+        .engine
+        .add_team_member(&caller, &name, request)
+        .await?;
+    Ok((StatusCode::CREATED, Json(membership)))
 }
 
 pub async fn remove_team_member(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    Path((name, email)): Path<(String, String)>,
+    PathParams((name, email)): PathParams<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     state
         .engine

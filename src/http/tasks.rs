@@ -1,58 +1,62 @@
-//! Task routes: parse, call the engine, answer.
+//! Task routes: extract, call the engine, answer.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::Value;
+use taskq_actors::api::{
+    ClaimRequest, ClaimedTask, CreateAnswer, CreateTasks, GetAnswer, GetTasks, ListAnswer,
+    ListTasks, UpdateAnswer, UpdateTasks,
+};
 
 use super::error::ApiError;
-use super::extract::{Auth, JsonBody};
+use super::extract::{Auth, Body, Params};
 use super::AppState;
 
 pub async fn create(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
-    let created = state.engine.create_tasks(&caller, &body).await?;
-    Ok((StatusCode::CREATED, Json(created)).into_response())
+    Body(request): Body<CreateTasks>,
+) -> Result<(StatusCode, Json<CreateAnswer>), ApiError> {
+    let created = state.engine.create_tasks(&caller, request).await?;
+    Ok((StatusCode::CREATED, Json(created)))
 }
 
+/// 207 when any item failed.
 pub async fn update(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
-    let updated = state.engine.update_tasks(&caller, &body).await?;
+    Body(request): Body<UpdateTasks>,
+) -> Result<(StatusCode, Json<UpdateAnswer>), ApiError> {
+    let updated = state.engine.update_tasks(&caller, request).await?;
     let status = if updated.partial {
         StatusCode::MULTI_STATUS
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(updated)).into_response())
+    Ok((status, Json(updated)))
 }
 
 pub async fn get(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(state.engine.get_tasks(&caller, &body).await?))
+    Body(request): Body<GetTasks>,
+) -> Result<Json<GetAnswer>, ApiError> {
+    Ok(Json(state.engine.get_tasks(&caller, request).await?))
 }
 
 pub async fn list(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    Query(params): Query<Vec<(String, String)>>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(state.engine.list_tasks(&caller, &params).await?))
+    Params(query): Params<ListTasks>,
+) -> Result<Json<ListAnswer>, ApiError> {
+    Ok(Json(state.engine.list_tasks(&caller, query).await?))
 }
 
+/// The claimed task, or `null` when nothing matches.
 pub async fn claim(
     State(state): State<AppState>,
     Auth(caller): Auth,
-    JsonBody(body): JsonBody,
-) -> Result<Json<Option<Value>>, ApiError> {
-    Ok(Json(state.engine.claim(&caller, &body).await?))
+    Body(request): Body<ClaimRequest>,
+) -> Result<Json<Option<ClaimedTask>>, ApiError> {
+    Ok(Json(state.engine.claim(&caller, request).await?))
 }

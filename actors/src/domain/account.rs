@@ -1,10 +1,14 @@
 //! Orgs, members and API keys: who may act, and under which plan.
 
-use serde_json::{Map, Value};
+use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+
+use super::error::RuleError;
 use super::{KeyId, OrgId};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum Tier {
     Free,
     Dev,
@@ -38,54 +42,132 @@ impl Tier {
     }
 
     /// The tier's numbers before operator overrides (`None`: unlimited).
-    pub fn default_limits(self, seats: i64) -> Map<String, Value> {
+    pub fn default_limits(self, seats: i64) -> Limits {
         let seats = seats.max(1);
         let (w, r, month, tags, teams, plans) = match self {
-            Tier::Free => (Some(10), Some(30), Some(10_000), 20, None, None),
-            Tier::Dev => (Some(30), Some(120), Some(100_000), 100, Some(5), None),
+            Tier::Free => (Some(10), Some(30), Some(10_000), 20, 0, 0),
+            Tier::Dev => (Some(30), Some(120), Some(100_000), 100, 5, 0),
             Tier::Pro => (
                 Some((60 * seats).min(600)),
                 Some((300 * seats).min(3_000)),
                 Some(300_000 * seats),
                 500,
-                Some(50),
-                Some(100),
+                50,
+                100,
             ),
             Tier::Enterprise => (
                 Some(600),
                 Some(3_000),
                 Some((1_000_000 * seats).max(5_000_000)),
                 2_000,
-                Some(500),
-                Some(1_000),
+                500,
+                1_000,
             ),
         };
-        let mut m = Map::new();
-        let mut put = |k: &str, v: Option<i64>| {
-            m.insert(k.to_owned(), v.map_or(Value::Null, Value::from));
-        };
-        put("writes_per_minute", w);
-        put("reads_per_minute", r);
-        put("requests_per_month", month);
-        put("tasks_per_month", Some(1_000));
-        put("tags", Some(tags));
-        put("teams", teams.or(Some(0)));
-        put("plans_per_month", plans.or(Some(0)));
-        m
+        Limits {
+            writes_per_minute: w,
+            reads_per_minute: r,
+            requests_per_month: month,
+            tasks_per_month: Some(1_000),
+            tags: Some(tags),
+            teams: Some(teams),
+            plans_per_month: Some(plans),
+        }
     }
 }
 
-pub const LIMIT_KEYS: [&str; 7] = [
-    "writes_per_minute",
-    "reads_per_minute",
-    "requests_per_month",
-    "tasks_per_month",
-    "tags",
-    "teams",
-    "plans_per_month",
-];
+/// The numbers an org is limited by.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitKey {
+    WritesPerMinute,
+    ReadsPerMinute,
+    RequestsPerMonth,
+    TasksPerMonth,
+    Tags,
+    Teams,
+    PlansPerMonth,
+}
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+impl LimitKey {
+    pub const ALL: [LimitKey; 7] = [
+        LimitKey::WritesPerMinute,
+        LimitKey::ReadsPerMinute,
+        LimitKey::RequestsPerMonth,
+        LimitKey::TasksPerMonth,
+        LimitKey::Tags,
+        LimitKey::Teams,
+        LimitKey::PlansPerMonth,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitKey::WritesPerMinute => "writes_per_minute",
+            LimitKey::ReadsPerMinute => "reads_per_minute",
+            LimitKey::RequestsPerMonth => "requests_per_month",
+            LimitKey::TasksPerMonth => "tasks_per_month",
+            LimitKey::Tags => "tags",
+            LimitKey::Teams => "teams",
+            LimitKey::PlansPerMonth => "plans_per_month",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// Every limit of an org; `None` is unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct Limits {
+    pub writes_per_minute: Option<i64>,
+    pub reads_per_minute: Option<i64>,
+    pub requests_per_month: Option<i64>,
+    pub tasks_per_month: Option<i64>,
+    pub tags: Option<i64>,
+    pub teams: Option<i64>,
+    pub plans_per_month: Option<i64>,
+}
+
+impl Limits {
+    pub fn get(&self, key: LimitKey) -> Option<i64> {
+        *self.slot(key)
+    }
+
+    fn slot(&self, key: LimitKey) -> &Option<i64> {
+        match key {
+            LimitKey::WritesPerMinute => &self.writes_per_minute,
+            LimitKey::ReadsPerMinute => &self.reads_per_minute,
+            LimitKey::RequestsPerMonth => &self.requests_per_month,
+            LimitKey::TasksPerMonth => &self.tasks_per_month,
+            LimitKey::Tags => &self.tags,
+            LimitKey::Teams => &self.teams,
+            LimitKey::PlansPerMonth => &self.plans_per_month,
+        }
+    }
+
+    fn set(&mut self, key: LimitKey, value: Option<i64>) {
+        let slot = match key {
+            LimitKey::WritesPerMinute => &mut self.writes_per_minute,
+            LimitKey::ReadsPerMinute => &mut self.reads_per_minute,
+            LimitKey::RequestsPerMonth => &mut self.requests_per_month,
+            LimitKey::TasksPerMonth => &mut self.tasks_per_month,
+            LimitKey::Tags => &mut self.tags,
+            LimitKey::Teams => &mut self.teams,
+            LimitKey::PlansPerMonth => &mut self.plans_per_month,
+        };
+        *slot = value;
+    }
+}
+
+/// The operator's overrides of an org's tier numbers: a key present with
+/// `None` lifts that limit; an absent key keeps the tier's number.
+pub type LimitOverrides = BTreeMap<LimitKey, Option<i64>>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
 pub enum Encryption {
     Managed,
     Byok,
@@ -108,7 +190,10 @@ impl Encryption {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     User,
     Admin,
@@ -142,8 +227,7 @@ pub struct OrgRecord {
     pub encryption: Encryption,
     pub seats: i64,
     pub suspended: bool,
-    /// Operator overrides only; a key present with `null` means unlimited.
-    pub limit_overrides: Map<String, Value>,
+    pub limit_overrides: LimitOverrides,
     pub wrapped_dek: Option<Vec<u8>>,
     pub idp_enrolled: bool,
     pub created_at: i64,
@@ -151,21 +235,21 @@ pub struct OrgRecord {
 
 impl OrgRecord {
     /// Teams (and later reports) need a paid plan; free orgs hear how to get one.
-    pub fn require_paid_plan(&self, feature: &str) -> Result<(), crate::error::EngineError> {
+    pub fn require_paid_plan(&self, feature: &str) -> Result<(), RuleError> {
         if self.tier.is_paid() {
             Ok(())
         } else {
-            Err(crate::error::EngineError::UpgradeRequired(format!(
+            Err(RuleError::UpgradeRequired(format!(
                 "{feature} need a paid plan (dev, pro or enterprise)"
             )))
         }
     }
 
     /// The tier's numbers with the operator's overrides applied.
-    pub fn effective_limits(&self) -> Map<String, Value> {
+    pub fn effective_limits(&self) -> Limits {
         let mut limits = self.tier.default_limits(self.seats);
-        for (k, v) in &self.limit_overrides {
-            limits.insert(k.clone(), v.clone());
+        for (key, value) in &self.limit_overrides {
+            limits.set(*key, *value);
         }
         limits
     }
@@ -199,11 +283,11 @@ mod tests {
     #[test]
     fn pro_scales_with_seats_within_caps_and_overrides_win() {
         let l = Tier::Pro.default_limits(3);
-        assert_eq!(l["writes_per_minute"], 180);
-        assert_eq!(Tier::Pro.default_limits(50)["writes_per_minute"], 600);
+        assert_eq!(l.writes_per_minute, Some(180));
+        assert_eq!(Tier::Pro.default_limits(50).writes_per_minute, Some(600));
         assert_eq!(
-            Tier::Enterprise.default_limits(1)["requests_per_month"],
-            5_000_000
+            Tier::Enterprise.default_limits(1).requests_per_month,
+            Some(5_000_000)
         );
         let mut org = OrgRecord {
             org_id: OrgId::new_v7(),
@@ -212,16 +296,15 @@ mod tests {
             encryption: Encryption::Managed,
             seats: 5,
             suspended: false,
-            limit_overrides: Map::new(),
+            limit_overrides: LimitOverrides::new(),
             wrapped_dek: None,
             idp_enrolled: false,
             created_at: 0,
         };
-        org.limit_overrides
-            .insert("writes_per_minute".into(), Value::Null);
+        org.limit_overrides.insert(LimitKey::WritesPerMinute, None);
         let eff = org.effective_limits();
-        assert!(eff["writes_per_minute"].is_null());
-        assert_eq!(eff["reads_per_minute"], 120);
+        assert_eq!(eff.get(LimitKey::WritesPerMinute), None);
+        assert_eq!(eff.get(LimitKey::ReadsPerMinute), Some(120));
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod account;
 pub mod admin;
+pub mod error;
 pub mod feedback;
 mod ids;
 pub mod lease;
@@ -12,7 +13,6 @@ pub mod order;
 mod status;
 mod task;
 pub mod usage;
-pub mod validate;
 
 pub use ids::{KeyId, OrgId, TaskId};
 pub use status::TaskStatus;

@@ -1,6 +1,5 @@
 //! Task records as the engine holds and stores them.
 
-use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::{TaskId, TaskStatus};
@@ -70,66 +69,4 @@ pub struct StoredEvent {
     pub agent_id: String,
     pub at: i64,
     pub note: Option<Vec<u8>>,
-}
-
-/// A create item's blocker: an existing task or another item of the same call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BlockerRef {
-    Task(TaskId),
-    Ref(String),
-}
-
-/// A validated create item.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewTask {
-    pub task_id: Option<TaskId>,
-    pub reference: Option<String>,
-    pub title: Value,
-    pub description: Option<Value>,
-    pub parent: Option<TaskId>,
-    pub assignee: Option<String>,
-    pub priority: u8,
-    /// `None`: the key was absent, so the org's default tags apply.
-    pub tags: Option<Vec<String>>,
-    pub metadata: Option<Value>,
-    pub blocked_by: Vec<BlockerRef>,
-}
-
-/// A validated update item. `Option<Option<_>>` tells "absent" from "null".
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct TaskUpdate {
-    pub task_id: Option<TaskId>,
-    pub status: Option<TaskStatus>,
-    pub title: Option<Value>,
-    pub description: Option<Option<Value>>,
-    pub note: Option<String>,
-    pub output: Option<Value>,
-    pub assignee: Option<Option<String>>,
-    pub priority: Option<u8>,
-    pub blocked_by: Option<Vec<TaskId>>,
-    pub tags: Option<Vec<String>>,
-    pub metadata: Option<Map<String, Value>>,
-    pub agent_id: Option<String>,
-    pub lease_id: Option<Uuid>,
-}
-
-/// A validated claim request.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClaimRequest {
-    pub tags: Vec<String>,
-    pub lease_seconds: u32,
-    pub include_context: bool,
-}
-
-/// A validated `GET /tasks` query.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ListQuery {
-    pub statuses: Vec<TaskStatus>,
-    pub parent: Option<TaskId>,
-    pub assignee: Option<String>,
-    pub tags: Vec<String>,
-    pub priority_max: Option<u8>,
-    pub limit: u32,
-    pub cursor: Option<String>,
-    pub full: bool,
 }

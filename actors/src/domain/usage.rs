@@ -22,10 +22,10 @@ impl RequestKind {
     }
 
     /// The org limit that bounds this kind per minute.
-    pub fn limit_key(self) -> &'static str {
+    pub fn limit_key(self) -> super::account::LimitKey {
         match self {
-            RequestKind::Read => "reads_per_minute",
-            RequestKind::Write => "writes_per_minute",
+            RequestKind::Read => super::account::LimitKey::ReadsPerMinute,
+            RequestKind::Write => super::account::LimitKey::WritesPerMinute,
         }
     }
 }

@@ -4,13 +4,16 @@
 //! member (every key revoked, no new key issued anywhere until an operator
 //! lifts it), and enough across one org suspend the org.
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-use super::{committed, Engine};
-use crate::domain::account::{Caller, Role};
-use crate::domain::feedback;
+use super::Engine;
+use crate::api::{
+    CreateOrg, FeedbackFiled, FeedbackKind, FeedbackOrg, NewTag, NewTask, PatchOrg, SendFeedback,
+    Text, UnblockMember, Unblocked,
+};
+use crate::domain::account::{Caller, Encryption, LimitKey, Role, Tier};
 use crate::domain::usage::RequestKind;
-use crate::domain::{KeyId, NewTask, OrgId};
+use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
 use crate::filter::Verdict;
 use crate::org::OrgMsg;
@@ -43,24 +46,22 @@ impl Engine {
                 Some(org) => org,
                 None => {
                     let created = self
-                        .create_org(&json!({
-                            "name": FEEDBACK_ORG_NAME,
-                            "tier": "enterprise",
-                            "owner_email": FEEDBACK_OWNER,
-                        }))
+                        .create_org(CreateOrg {
+                            name: FEEDBACK_ORG_NAME.into(),
+                            tier: Tier::Enterprise,
+                            encryption: Encryption::Managed,
+                            owner_email: FEEDBACK_OWNER.into(),
+                            seats: 5,
+                        })
                         .await?;
-                    let org_id = created["org_id"].as_str().unwrap_or_default().to_owned();
-                    let unlimited: serde_json::Map<String, Value> =
-                        crate::domain::account::LIMIT_KEYS
-                            .iter()
-                            .map(|k| ((*k).to_owned(), Value::Null))
-                            .collect();
-                    self.patch_org(&org_id, &json!({ "limits": unlimited }))
-                        .await?;
-                    tracing::info!(org_id, "created the feedback org");
+                    let org_id = created.org.org_id;
+                    let unlimited = PatchOrg {
+                        limits: Some(LimitKey::ALL.into_iter().map(|k| (k, None)).collect()),
+                        ..PatchOrg::default()
+                    };
+                    self.patch_org(org_id, unlimited).await?;
+                    tracing::info!(%org_id, "created the feedback org");
                     org_id
-                        .parse()
-                        .map_err(|_| EngineError::Internal("feedback org id".into()))?
                 }
             },
         };
@@ -77,24 +78,27 @@ impl Engine {
             email: owner.email,
             role: Role::Owner,
         };
-        let existing = self.ask(org, OrgMsg::ListTags).await?;
-        let missing: Vec<_> = feedback::FEEDBACK_TYPES
+        let existing = self
+            .request(org, |reply| OrgMsg::ListTags { reply })
+            .await?;
+        let missing: Vec<NewTag> = FeedbackKind::ALL
             .iter()
-            .filter(|t| !existing.iter().any(|e| e.name == **t))
-            .map(|t| crate::domain::admin::NewTag {
-                name: (*t).to_owned(),
+            .map(|k| k.as_str())
+            .filter(|t| !existing.iter().any(|e| e.name == *t))
+            .map(|t| NewTag {
+                name: t.to_owned(),
                 strict: false,
                 is_default: false,
                 description: Some(format!("{t} feedback")),
             })
             .collect();
         if !missing.is_empty() {
-            let (_, commit) = self
-                .ask(org, |r| {
-                    OrgMsg::CreateTags(caller.clone(), missing.clone(), r)
-                })
-                .await?;
-            committed(commit).await?;
+            self.request(org, |reply| OrgMsg::CreateTags {
+                caller: caller.clone(),
+                items: missing.clone(),
+                reply,
+            })
+            .await?;
         }
         Ok((org, caller))
     }
@@ -107,14 +111,19 @@ impl Engine {
     }
 
     /// `GET /admin/feedback`.
-    pub fn feedback_org(&self) -> Value {
-        json!({ "org_id": self.feedback().0 })
+    pub fn feedback_org(&self) -> FeedbackOrg {
+        FeedbackOrg {
+            org_id: self.feedback().0,
+        }
     }
 
     /// `POST /feedback`.
-    pub async fn send_feedback(&self, caller: &Caller, body: &Value) -> Result<Value, EngineError> {
-        self.admit(caller, RequestKind::Write, 1, 0).await?;
-        let fb = feedback::feedback(body)?;
+    pub async fn send_feedback(
+        &self,
+        caller: &Caller,
+        fb: SendFeedback,
+    ) -> Result<FeedbackFiled, EngineError> {
+        self.admit(caller, RequestKind::Write).await?;
         let verdict = self
             .inner
             .feedback_filter
@@ -126,37 +135,36 @@ impl Engine {
             })?;
         if verdict == Verdict::Abusive {
             self.strike(caller).await?;
-            return Err(EngineError::validation(
+            return Err(EngineError::invalid(
                 "feedback rejected by the content filter",
             ));
         }
         let (org, system) = self.feedback();
+        let metadata = json!({
+            "from_org": caller.org_id,
+            "from_email": caller.email,
+            "type": fb.kind,
+        });
         let item = NewTask {
-            task_id: None,
-            reference: None,
-            title: Value::String(fb.title()),
-            description: Some(Value::String(fb.message.clone())),
-            parent: None,
-            assignee: None,
-            priority: crate::domain::validate::DEFAULT_PRIORITY,
-            tags: Some(vec![fb.kind.to_owned()]),
-            metadata: Some(json!({
-                "from_org": caller.org_id,
-                "from_email": caller.email,
-                "type": fb.kind,
-            })),
-            blocked_by: Vec::new(),
+            description: Some(Text::Plain(fb.message.clone())),
+            tags: Some(vec![fb.kind.as_str().to_owned()]),
+            metadata: metadata.as_object().cloned(),
+            ..NewTask::titled(fb.title())
         };
-        let (mut created, commit) = self
-            .ask(*org, |r| {
-                OrgMsg::CreateTasks(system.clone(), vec![item.clone()], r)
+        let mut created = self
+            .request(*org, |reply| OrgMsg::CreateTasks {
+                caller: system.clone(),
+                items: vec![item.clone()],
+                reply,
             })
             .await?;
-        committed(commit).await?;
         let created = created
             .pop()
             .ok_or_else(|| EngineError::Internal("feedback task not created".into()))?;
-        Ok(json!({ "task_id": created.task_id, "created_at": created.created_at }))
+        Ok(FeedbackFiled {
+            task_id: created.task_id,
+            created_at: created.created_at,
+        })
     }
 
     async fn strike(&self, caller: &Caller) -> Result<(), EngineError> {
@@ -184,10 +192,12 @@ impl Engine {
     async fn block_member(&self, email: &str) -> Result<(), EngineError> {
         self.inner.store.block_member(email, self.now()).await?;
         for org in self.inner.store.member_orgs(email).await? {
-            let (revoked, commit) = self
-                .ask(org, |r| OrgMsg::RevokeMemberKeys(email.to_owned(), r))
+            let revoked = self
+                .request(org, |reply| OrgMsg::RevokeMemberKeys {
+                    email: email.to_owned(),
+                    reply,
+                })
                 .await?;
-            committed(commit).await?;
             for key in revoked {
                 self.forget_key(key);
             }
@@ -205,19 +215,15 @@ impl Engine {
     }
 
     /// `POST /admin/members/unblock`.
-    pub async fn unblock_member(&self, body: &Value) -> Result<Value, EngineError> {
-        let email = body
-            .as_object()
-            .and_then(|o| o.get("email"))
-            .and_then(Value::as_str)
-            .filter(|e| e.contains('@'))
-            .ok_or_else(|| EngineError::validation("email: must be an email address"))?
-            .trim()
-            .to_lowercase();
+    pub async fn unblock_member(&self, request: UnblockMember) -> Result<Unblocked, EngineError> {
+        let email = request.email;
         if !self.inner.store.unblock_member(&email).await? {
             return Err(EngineError::NotFound(format!("{email} is not blocked")));
         }
         tracing::info!(email, "member unblocked by the operator");
-        Ok(json!({ "email": email, "unblocked": true }))
+        Ok(Unblocked {
+            email,
+            unblocked: true,
+        })
     }
 }

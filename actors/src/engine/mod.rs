@@ -1,41 +1,50 @@
-//! `Engine`: the handle the HTTP and MCP front ends call.
+//! `Engine`: the handle the HTTP and MCP front ends (and the planner) call.
 //!
-//! A cheap `Clone`. Each method authenticates nothing and trusts its
-//! `Caller` (the front end got it from `authenticate`), validates the
-//! request, sends one message to the org's actor, waits for the actor's
-//! answer and then for the commit, and shapes the reply. Reads that need
-//! content go straight to the store: an acknowledged write is committed, so
-//! a later read sees it, and the actors' mailboxes stay free for writes.
+//! A cheap `Clone`. Each method takes typed requests from `crate::api` and
+//! answers typed values. It authenticates nothing and trusts its `Caller`
+//! (the front end got it from `authenticate`); it sends one message to the
+//! org's actor, which admits, checks and applies the request in one turn,
+//! then waits for what the actor wrote to commit before it answers. Reads
+//! that need content go straight to the store: an acknowledged write is
+//! committed, so a later read sees it, and the actors' mailboxes stay free
+//! for writes.
+//!
+//! Nothing queues without bound: each org accepts a fixed number of
+//! requests in flight, and the writers and the reader have bounded queues;
+//! beyond that a request is refused as `Overloaded` with nothing applied.
 
 mod admin;
 mod feedback;
 mod org_admin;
 mod tasks;
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
 use ractor::rpc::CallResult;
-use ractor::{Actor, ActorRef};
+use ractor::{Actor, ActorId, ActorRef};
 
-pub use admin::*;
+pub use admin::parse_org_id;
 pub use feedback::{FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT, ORG_STRIKE_LIMIT};
-pub use tasks::*;
 
+use crate::api::{MemberRequest, ValidationError};
 use crate::clock::{Clock, SystemClock};
 use crate::crypto::{CursorSigner, MasterKey};
 use crate::directory::OrgDirectory;
-use crate::domain::account::{Caller, KeyRecord, Role};
+use crate::domain::account::{Caller, KeyRecord, LimitKey, Role};
 use crate::domain::usage::RequestKind;
 use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
 use crate::filter::{ContentFilter, TermFilter};
-use crate::org::{parse_api_key, OrgDeps, OrgMsg, QuotaView, Reply};
+use crate::org::{parse_api_key, OrgDeps, OrgMsg, Outcome, Reply};
 use crate::reader::TaskReader;
-use crate::store::{Store, StoreError, StoreOptions};
-use crate::supervisor::{ActorStats, Routes, Supervisor, SupervisorMsg};
+use crate::store::{Store, StoreError};
+use crate::supervisor::{ActorStats, Route, Routes, Supervisor, SupervisorMsg};
 use crate::writer::{Commit, Writers};
+
+pub use crate::store::StoreOptions;
 
 pub struct EngineConfig {
     pub database_url: String,
@@ -50,6 +59,12 @@ pub struct EngineConfig {
     pub feedback_filter: Arc<dyn ContentFilter>,
     /// The org receiving feedback; `None`: the `taskq-feedback` org.
     pub feedback_org: Option<OrgId>,
+    /// Requests one org may have in flight; more are refused as overloaded.
+    pub org_in_flight: usize,
+    /// Batches a writer lane queues before refusing more.
+    pub writer_queue: usize,
+    /// Reads the grouped reader queues before senders wait.
+    pub reader_queue: usize,
 }
 
 impl EngineConfig {
@@ -63,6 +78,9 @@ impl EngineConfig {
             call_timeout: Duration::from_secs(30),
             feedback_filter: Arc::new(TermFilter::builtin([])),
             feedback_org: None,
+            org_in_flight: 512,
+            writer_queue: 4096,
+            reader_queue: 4096,
         }
     }
 }
@@ -78,6 +96,7 @@ struct Inner {
     writer_tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     directory: Arc<OrgDirectory>,
     supervisor: ActorRef<SupervisorMsg>,
+    /// Read-only here: only the supervisor writes it.
     routes: Routes,
     stats: Arc<ActorStats>,
     queue_depths: Arc<DashMap<OrgId, usize>>,
@@ -86,12 +105,13 @@ struct Inner {
     /// Authenticated keys, so a request costs no store read.
     keys: DashMap<KeyId, Arc<AuthEntry>>,
     call_timeout: Duration,
+    org_in_flight: usize,
     feedback_filter: Arc<dyn ContentFilter>,
     /// Grouped reads of claimed tasks.
     reader: TaskReader,
     /// The feedback org and the system caller that files feedback there,
     /// settled once at start.
-    feedback: std::sync::OnceLock<(OrgId, Caller)>,
+    feedback: OnceLock<(OrgId, Caller)>,
 }
 
 struct AuthEntry {
@@ -100,20 +120,34 @@ struct AuthEntry {
     seated: bool,
 }
 
+/// One request counted against its org's bound until it is dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl Engine {
     /// Connects the store (running migrations), starts the writers and the
     /// supervisor, and wakes the actors of orgs holding leases so those
     /// expire on time.
     pub async fn start(config: EngineConfig) -> Result<Self, EngineError> {
         let store = Store::connect(&config.database_url, &config.store).await?;
-        let store_for_reader = store.clone();
-        let (supervisor_tx, mut supervisor_rx) = tokio::sync::mpsc::unbounded_channel::<OrgId>();
-        let (writers, writer_tasks) = Writers::start(
-            store.clone(),
+        // A failed commit asks the supervisor to restart the org's actor;
+        // the writers start first, so the hook finds the supervisor here.
+        let supervisor_cell: Arc<OnceLock<ActorRef<SupervisorMsg>>> = Arc::default();
+        let on_failure = {
+            let cell = supervisor_cell.clone();
             Arc::new(move |org| {
-                let _ = supervisor_tx.send(org);
-            }),
-        );
+                if let Some(supervisor) = cell.get() {
+                    let _ = supervisor.cast(SupervisorMsg::WriteFailed(org));
+                }
+            })
+        };
+        let (writers, writer_tasks) =
+            Writers::start(store.clone(), config.writer_queue, on_failure);
         let directory = Arc::new(OrgDirectory::new(store.clone(), config.master_key));
         let routes: Routes = Arc::new(DashMap::new());
         let stats = Arc::new(ActorStats::default());
@@ -137,16 +171,10 @@ impl Engine {
         )
         .await
         .map_err(|e| EngineError::Internal(format!("supervisor failed to start: {e}")))?;
-        {
-            let supervisor = supervisor.clone();
-            tokio::spawn(async move {
-                while let Some(org) = supervisor_rx.recv().await {
-                    let _ = supervisor.cast(SupervisorMsg::WriteFailed(org));
-                }
-            });
-        }
+        let _ = supervisor_cell.set(supervisor.clone());
         let engine = Engine {
             inner: Arc::new(Inner {
+                reader: TaskReader::start(store.clone(), config.reader_queue),
                 store,
                 writers,
                 writer_tasks: std::sync::Mutex::new(writer_tasks),
@@ -159,15 +187,15 @@ impl Engine {
                 cursors: CursorSigner::default(),
                 keys: DashMap::new(),
                 call_timeout: config.call_timeout,
+                org_in_flight: config.org_in_flight.max(1),
                 feedback_filter: config.feedback_filter,
-                reader: TaskReader::start(store_for_reader),
-                feedback: std::sync::OnceLock::new(),
+                feedback: OnceLock::new(),
             }),
         };
         let feedback = engine.prepare_feedback_org(config.feedback_org).await?;
         let _ = engine.inner.feedback.set(feedback);
         for org in engine.inner.store.orgs_with_leases().await? {
-            engine.org_actor(org).await?;
+            engine.resolve(org, None).await?;
         }
         Ok(engine)
     }
@@ -191,6 +219,11 @@ impl Engine {
             .iter()
             .map(|e| (*e.key(), *e.value()))
             .collect()
+    }
+
+    /// Batches waiting for a writer.
+    pub fn writes_queued(&self) -> usize {
+        self.inner.writers.queued()
     }
 
     /// Drains every org actor, lets the writers commit what is queued, and
@@ -273,15 +306,14 @@ impl Engine {
             .retain(|_, e| !(e.key.org_id == org && e.key.email == email));
     }
 
-    async fn org_actor(&self, org: OrgId) -> Result<ActorRef<OrgMsg>, EngineError> {
-        if let Some(actor) = self.inner.routes.get(&org) {
-            return Ok(actor.clone());
-        }
+    /// The org's live actor, from the supervisor. `stale` names an actor
+    /// that refused a message.
+    async fn resolve(&self, org: OrgId, stale: Option<ActorId>) -> Result<Route, EngineError> {
         match self
             .inner
             .supervisor
             .call(
-                |reply| SupervisorMsg::Resolve(org, reply),
+                |reply| SupervisorMsg::Resolve { org, stale, reply },
                 Some(self.inner.call_timeout),
             )
             .await
@@ -292,24 +324,36 @@ impl Engine {
         }
     }
 
-    /// Sends one message to the org's actor and returns its answer. A send
-    /// refused because the actor is stopping is retried on its successor;
-    /// the message was never taken, so the retry cannot apply it twice.
+    /// Sends one message to the org's actor and returns its outcome, with
+    /// the request counted in flight until the guard drops. A send refused
+    /// because the actor is stopping is retried on its successor; the
+    /// message was never taken, so the retry cannot apply it twice.
     async fn ask<T: Send + 'static>(
         &self,
         org: OrgId,
         message: impl Fn(Reply<T>) -> OrgMsg,
-    ) -> Result<T, EngineError> {
+    ) -> Result<(Outcome<T>, InFlight), EngineError> {
+        let mut stale = None;
         for _ in 0..5 {
-            let actor = self.org_actor(org).await?;
-            match actor.call(&message, Some(self.inner.call_timeout)).await {
-                Ok(CallResult::Success(result)) => return result,
+            let route = match (stale, self.inner.routes.get(&org).map(|r| r.clone())) {
+                (None, Some(route)) => route,
+                _ => self.resolve(org, stale).await?,
+            };
+            if route.in_flight.fetch_add(1, Ordering::Relaxed) >= self.inner.org_in_flight {
+                route.in_flight.fetch_sub(1, Ordering::Relaxed);
+                return Err(EngineError::Overloaded);
+            }
+            let guard = InFlight(route.in_flight.clone());
+            match route
+                .actor
+                .call(&message, Some(self.inner.call_timeout))
+                .await
+            {
+                Ok(CallResult::Success(outcome)) => return Ok((outcome, guard)),
                 Ok(CallResult::Timeout) => return Err(EngineError::Timeout),
                 Ok(CallResult::SenderError) => return Err(EngineError::ActorUnavailable),
                 Err(_) => {
-                    self.inner
-                        .routes
-                        .remove_if(&org, |_, r| r.get_id() == actor.get_id());
+                    stale = Some(route.actor.get_id());
                     tokio::task::yield_now().await;
                 }
             }
@@ -317,55 +361,77 @@ impl Engine {
         Err(EngineError::ActorUnavailable)
     }
 
+    /// Sends one request to the org's actor, waits for what it wrote to
+    /// commit, and answers its result: the path of every write.
+    async fn request<T: Send + 'static>(
+        &self,
+        org: OrgId,
+        message: impl Fn(Reply<T>) -> OrgMsg,
+    ) -> Result<T, EngineError> {
+        let (outcome, _in_flight) = self.ask(org, message).await?;
+        committed(outcome.commit).await?;
+        outcome.result
+    }
+
     fn now(&self) -> i64 {
         self.inner.clock.now_ms()
     }
 
-    /// Counts one request against the org's per-minute bucket of its kind
-    /// and the monthly allowance (`requests` of it; a batch create counts
-    /// its items), refusing it with the 429 that applies. `tasks` is how
-    /// many tasks it will create, checked against the monthly task quota.
-    /// An org without any of these limits skips the round trip.
-    async fn admit(
-        &self,
-        caller: &Caller,
-        kind: RequestKind,
-        requests: i64,
-        tasks: i64,
-    ) -> Result<(), EngineError> {
+    /// Admits a request the store serves (get, list, keys): counts it
+    /// against the org's limits, or refuses it. An org whose limits do not
+    /// apply skips the round trip.
+    async fn admit(&self, caller: &Caller, kind: RequestKind) -> Result<(), EngineError> {
         let entry = self.inner.directory.get(caller.org_id).await?;
-        let limited = |key| entry.limit(key).is_some();
-        if !(limited(kind.limit_key())
-            || limited("requests_per_month")
-            || (tasks > 0 && limited("tasks_per_month")))
+        if entry.limit(kind.limit_key()).is_none()
+            && entry.limit(LimitKey::RequestsPerMonth).is_none()
         {
             return Ok(());
         }
-        let commit = self
-            .ask(caller.org_id, |r| OrgMsg::Admit(kind, requests, tasks, r))
-            .await?;
-        // Stored before the request proceeds, so a crash right after the
-        // answer cannot hand the usage back.
-        committed(commit).await
+        self.request(caller.org_id, |reply| OrgMsg::Admit { kind, reply })
+            .await
+    }
+
+    /// The answer to a request of type `R` that did not decode. The plan
+    /// gate of its route answers first; then it counts against the org's
+    /// limits like any other request, so a flood of bad requests is limited
+    /// too, and a spent limit answers before the validation error.
+    pub async fn reject<R: MemberRequest>(
+        &self,
+        caller: &Caller,
+        error: ValidationError,
+    ) -> EngineError {
+        if let Some(feature) = R::PAID_FEATURE {
+            if let Err(e) = self.require_paid_plan(caller, feature).await {
+                return e;
+            }
+        }
+        match self.admit(caller, R::KIND).await {
+            Ok(()) => EngineError::Invalid(error),
+            Err(refused) => refused,
+        }
+    }
+
+    /// Refuses a feature of the paid plans to a free org.
+    async fn require_paid_plan(&self, caller: &Caller, feature: &str) -> Result<(), EngineError> {
+        let entry = self.inner.directory.get(caller.org_id).await?;
+        Ok(entry.record.require_paid_plan(feature)?)
     }
 
     /// Charges one call against the org's monthly plan allowance, for the
     /// planner; answers the plans left this month (`None`: unlimited).
     pub async fn charge_plan_allowance(&self, caller: &Caller) -> Result<Option<i64>, EngineError> {
-        self.ask(caller.org_id, OrgMsg::ChargePlan).await
-    }
-
-    /// `GET /quota`: the monthly task quota.
-    pub async fn quota(&self, caller: &Caller) -> Result<QuotaView, EngineError> {
-        self.admit(caller, RequestKind::Read, 1, 0).await?;
-        self.ask(caller.org_id, OrgMsg::GetQuota).await
+        self.request(caller.org_id, |reply| OrgMsg::ChargePlan { reply })
+            .await
     }
 }
 
-/// Waits until a batch the actor submitted is durable.
-async fn committed(commit: Commit) -> Result<(), EngineError> {
-    match commit.await {
-        Ok(result) => result.map_err(EngineError::from),
-        Err(_) => Err(EngineError::Store(StoreError::WriterGone)),
+/// Waits until what an actor submitted is durable.
+async fn committed(commit: Option<Commit>) -> Result<(), EngineError> {
+    match commit {
+        None => Ok(()),
+        Some(commit) => match commit.await {
+            Ok(result) => result.map_err(EngineError::from),
+            Err(_) => Err(EngineError::Store(StoreError::WriterGone)),
+        },
     }
 }

@@ -1,186 +1,228 @@
-//! Tags, members, self, teams, and the identity provider's sync.
+//! Tags, members, self, teams, quota, and the identity provider's sync.
 
-use serde_json::{json, Value};
-
-use super::{committed, Engine};
+use super::Engine;
+use crate::api::{
+    AddTeamMember, CreateTags, DeleteTags, IdpEnrollment, IdpSync, IdpSyncAnswer, MePatch, MeView,
+    MemberPatch, MemberView, NewTeam, QuotaView, TagView, TagsCreated, TagsDeleted, TagsUpdated,
+    TeamDetail, TeamPatch, TeamView, UpdateTags, TEAMS,
+};
 use crate::domain::account::Caller;
-use crate::domain::admin::{self, MemberView, Tag, Team};
-use crate::domain::usage::RequestKind;
 use crate::domain::OrgId;
 use crate::error::EngineError;
 use crate::org::OrgMsg;
 
+fn tag_views(tags: &[crate::domain::admin::Tag]) -> Vec<TagView> {
+    tags.iter().map(TagView::from).collect()
+}
+
 impl Engine {
-    pub async fn list_tags(&self, caller: &Caller) -> Result<Vec<Tag>, EngineError> {
-        self.admit(caller, RequestKind::Read, 1, 0).await?;
-        self.ask(caller.org_id, OrgMsg::ListTags).await
+    /// `GET /quota`: the monthly task quota.
+    pub async fn quota(&self, caller: &Caller) -> Result<QuotaView, EngineError> {
+        self.request(caller.org_id, |reply| OrgMsg::GetQuota { reply })
+            .await
     }
 
-    pub async fn create_tags(&self, caller: &Caller, body: &Value) -> Result<Value, EngineError> {
-        self.admit(caller, RequestKind::Write, 1, 0).await?;
-        let items = admin::new_tags(body)?;
-        let (tags, commit) = self
-            .ask(caller.org_id, |r| {
-                OrgMsg::CreateTags(caller.clone(), items.clone(), r)
-            })
+    pub async fn list_tags(&self, caller: &Caller) -> Result<Vec<TagView>, EngineError> {
+        let tags = self
+            .request(caller.org_id, |reply| OrgMsg::ListTags { reply })
             .await?;
-        committed(commit).await?;
-        Ok(json!({ "created": tags.len(), "tags": tags }))
+        Ok(tag_views(&tags))
     }
 
-    pub async fn update_tags(&self, caller: &Caller, body: &Value) -> Result<Value, EngineError> {
-        self.admit(caller, RequestKind::Write, 1, 0).await?;
-        let patches = admin::tag_patches(body)?;
-        let (tags, commit) = self
-            .ask(caller.org_id, |r| {
-                OrgMsg::UpdateTags(caller.clone(), patches.clone(), r)
+    pub async fn create_tags(
+        &self,
+        caller: &Caller,
+        request: CreateTags,
+    ) -> Result<TagsCreated, EngineError> {
+        let tags = self
+            .request(caller.org_id, |reply| OrgMsg::CreateTags {
+                caller: caller.clone(),
+                items: request.tags.clone(),
+                reply,
             })
             .await?;
-        committed(commit).await?;
-        Ok(json!({ "updated": tags.len(), "tags": tags }))
+        Ok(TagsCreated {
+            created: tags.len(),
+            tags: tag_views(&tags),
+        })
     }
 
-    pub async fn delete_tags(&self, caller: &Caller, body: &Value) -> Result<Value, EngineError> {
-        self.admit(caller, RequestKind::Write, 1, 0).await?;
-        let names = admin::tag_deletions(body)?;
-        let (deleted, commit) = self
-            .ask(caller.org_id, |r| {
-                OrgMsg::DeleteTags(caller.clone(), names.clone(), r)
+    pub async fn update_tags(
+        &self,
+        caller: &Caller,
+        request: UpdateTags,
+    ) -> Result<TagsUpdated, EngineError> {
+        let tags = self
+            .request(caller.org_id, |reply| OrgMsg::UpdateTags {
+                caller: caller.clone(),
+                patches: request.tags.clone(),
+                reply,
             })
             .await?;
-        committed(commit).await?;
-        Ok(json!({ "count": deleted.len(), "deleted": deleted }))
+        Ok(TagsUpdated {
+            updated: tags.len(),
+            tags: tag_views(&tags),
+        })
+    }
+
+    pub async fn delete_tags(
+        &self,
+        caller: &Caller,
+        request: DeleteTags,
+    ) -> Result<TagsDeleted, EngineError> {
+        let deleted = self
+            .request(caller.org_id, |reply| OrgMsg::DeleteTags {
+                caller: caller.clone(),
+                names: request.names.clone(),
+                reply,
+            })
+            .await?;
+        Ok(TagsDeleted {
+            count: deleted.len(),
+            deleted,
+        })
     }
 
     pub async fn list_members(&self, caller: &Caller) -> Result<Vec<MemberView>, EngineError> {
-        self.admit(caller, RequestKind::Read, 1, 0).await?;
-        self.ask(caller.org_id, OrgMsg::ListMembers).await
+        self.request(caller.org_id, |reply| OrgMsg::ListMembers { reply })
+            .await
     }
 
     pub async fn patch_member(
         &self,
         caller: &Caller,
         email: &str,
-        body: &Value,
+        patch: MemberPatch,
     ) -> Result<MemberView, EngineError> {
-        self.admit(caller, RequestKind::Write, 1, 0).await?;
-        let patch = admin::member_patch(body)?;
         let email = email.to_lowercase();
-        let (member, commit) = self
-            .ask(caller.org_id, |r| {
-                OrgMsg::PatchMember(caller.clone(), email.clone(), patch.clone(), r)
+        let member = self
+            .request(caller.org_id, |reply| OrgMsg::PatchMember {
+                caller: caller.clone(),
+                email: email.clone(),
+                patch: patch.clone(),
+                reply,
             })
             .await?;
-        committed(commit).await?;
         // Role and seat are part of every cached authentication of this member.
         self.forget_member_keys(caller.org_id, &email);
         Ok(member)
     }
 
     /// `GET /me`: email, role and profile tags.
-    pub async fn me(&self, caller: &Caller) -> Result<Value, EngineError> {
-        self.admit(caller, RequestKind::Read, 1, 0).await?;
-        let email = caller.email.clone();
+    pub async fn me(&self, caller: &Caller) -> Result<MeView, EngineError> {
         let m = self
-            .ask(caller.org_id, |r| OrgMsg::GetMember(email.clone(), r))
-            .await?;
-        Ok(json!({ "email": m.email, "role": m.role, "profile_tags": m.profile_tags }))
-    }
-
-    pub async fn patch_me(&self, caller: &Caller, body: &Value) -> Result<MemberView, EngineError> {
-        self.admit(caller, RequestKind::Write, 1, 0).await?;
-        let tags = admin::me_patch(body)?;
-        let (member, commit) = self
-            .ask(caller.org_id, |r| {
-                OrgMsg::PatchMe(caller.clone(), tags.clone(), r)
+            .request(caller.org_id, |reply| OrgMsg::GetMe {
+                caller: caller.clone(),
+                reply,
             })
             .await?;
-        committed(commit).await?;
-        Ok(member)
+        Ok(MeView {
+            email: m.email,
+            role: m.role,
+            profile_tags: m.profile_tags,
+        })
     }
 
-    /// The plan gate of every team route, checked before anything else (a
-    /// free org hears that teams need an upgrade, not what its body lacks).
+    pub async fn patch_me(
+        &self,
+        caller: &Caller,
+        patch: MePatch,
+    ) -> Result<MemberView, EngineError> {
+        self.request(caller.org_id, |reply| OrgMsg::PatchMe {
+            caller: caller.clone(),
+            profile_tags: patch.profile_tags.clone(),
+            reply,
+        })
+        .await
+    }
+
+    /// The plan gate of every team route, checked before anything else.
     async fn require_team_plan(&self, caller: &Caller) -> Result<(), EngineError> {
-        let entry = self.inner.directory.get(caller.org_id).await?;
-        entry.record.require_paid_plan("teams")
+        self.require_paid_plan(caller, TEAMS).await
     }
 
-    pub async fn list_teams(&self, caller: &Caller) -> Result<Vec<Team>, EngineError> {
+    pub async fn list_teams(&self, caller: &Caller) -> Result<Vec<TeamView>, EngineError> {
         self.require_team_plan(caller).await?;
-        self.admit(caller, RequestKind::Read, 1, 0).await?;
-        self.ask(caller.org_id, OrgMsg::ListTeams).await
-    }
-
-    pub async fn get_team(&self, caller: &Caller, name: &str) -> Result<Value, EngineError> {
-        self.require_team_plan(caller).await?;
-        self.admit(caller, RequestKind::Read, 1, 0).await?;
-        let (team, members) = self
-            .ask(caller.org_id, |r| OrgMsg::GetTeam(name.to_owned(), r))
+        let teams = self
+            .request(caller.org_id, |reply| OrgMsg::ListTeams { reply })
             .await?;
-        let mut out = json!(team);
-        out["members"] = json!(members);
-        Ok(out)
+        Ok(teams.iter().map(TeamView::from).collect())
     }
 
-    pub async fn create_team(&self, caller: &Caller, body: &Value) -> Result<Team, EngineError> {
+    pub async fn get_team(&self, caller: &Caller, name: &str) -> Result<TeamDetail, EngineError> {
         self.require_team_plan(caller).await?;
-        self.admit(caller, RequestKind::Write, 1, 0).await?;
-        let new = admin::new_team(body)?;
-        let (team, commit) = self
-            .ask(caller.org_id, |r| {
-                OrgMsg::CreateTeam(caller.clone(), new.clone(), r)
+        let (team, members) = self
+            .request(caller.org_id, |reply| OrgMsg::GetTeam {
+                team: name.to_owned(),
+                reply,
             })
             .await?;
-        committed(commit).await?;
-        Ok(team)
+        Ok(TeamDetail {
+            team: TeamView::from(&team),
+            members: members.iter().map(Into::into).collect(),
+        })
+    }
+
+    pub async fn create_team(
+        &self,
+        caller: &Caller,
+        team: NewTeam,
+    ) -> Result<TeamView, EngineError> {
+        self.require_team_plan(caller).await?;
+        let team = self
+            .request(caller.org_id, |reply| OrgMsg::CreateTeam {
+                caller: caller.clone(),
+                team: team.clone(),
+                reply,
+            })
+            .await?;
+        Ok(TeamView::from(&team))
     }
 
     pub async fn patch_team(
         &self,
         caller: &Caller,
         name: &str,
-        body: &Value,
-    ) -> Result<Team, EngineError> {
+        patch: TeamPatch,
+    ) -> Result<TeamView, EngineError> {
         self.require_team_plan(caller).await?;
-        self.admit(caller, RequestKind::Write, 1, 0).await?;
-        let patch = admin::team_patch(body)?;
-        let (team, commit) = self
-            .ask(caller.org_id, |r| {
-                OrgMsg::PatchTeam(caller.clone(), name.to_owned(), patch.clone(), r)
+        let team = self
+            .request(caller.org_id, |reply| OrgMsg::PatchTeam {
+                caller: caller.clone(),
+                team: name.to_owned(),
+                patch: patch.clone(),
+                reply,
             })
             .await?;
-        committed(commit).await?;
-        Ok(team)
+        Ok(TeamView::from(&team))
     }
 
     pub async fn delete_team(&self, caller: &Caller, name: &str) -> Result<(), EngineError> {
         self.require_team_plan(caller).await?;
-        self.admit(caller, RequestKind::Write, 1, 0).await?;
-        let commit = self
-            .ask(caller.org_id, |r| {
-                OrgMsg::DeleteTeam(caller.clone(), name.to_owned(), r)
-            })
-            .await?;
-        committed(commit).await
+        self.request(caller.org_id, |reply| OrgMsg::DeleteTeam {
+            caller: caller.clone(),
+            team: name.to_owned(),
+            reply,
+        })
+        .await
     }
 
     pub async fn add_team_member(
         &self,
         caller: &Caller,
         name: &str,
-        body: &Value,
-    ) -> Result<Value, EngineError> {
+        request: AddTeamMember,
+    ) -> Result<crate::api::TeamMemberView, EngineError> {
         self.require_team_plan(caller).await?;
-        self.admit(caller, RequestKind::Write, 1, 0).await?;
-        let email = admin::team_member(body)?;
-        let (membership, commit) = self
-            .ask(caller.org_id, |r| {
-                OrgMsg::AddTeamMember(caller.clone(), name.to_owned(), email.clone(), r)
+        let membership = self
+            .request(caller.org_id, |reply| OrgMsg::AddTeamMember {
+                caller: caller.clone(),
+                team: name.to_owned(),
+                email: request.email.clone(),
+                reply,
             })
             .await?;
-        committed(commit).await?;
-        Ok(json!(membership))
+        Ok((&membership).into())
     }
 
     pub async fn remove_team_member(
@@ -190,52 +232,41 @@ impl Engine {
         email: &str,
     ) -> Result<(), EngineError> {
         self.require_team_plan(caller).await?;
-        self.admit(caller, RequestKind::Write, 1, 0).await?;
-        let email = email.to_lowercase();
-        let commit = self
-            .ask(caller.org_id, |r| {
-                OrgMsg::RemoveTeamMember(caller.clone(), name.to_owned(), email.clone(), r)
-            })
-            .await?;
-        committed(commit).await
+        self.request(caller.org_id, |reply| OrgMsg::RemoveTeamMember {
+            caller: caller.clone(),
+            team: name.to_owned(),
+            email: email.to_lowercase(),
+            reply,
+        })
+        .await
     }
 
     /// `POST /admin/orgs/{id}/idp`: turns the enrollment on or off.
     pub async fn set_idp_enrollment(
         &self,
-        org_id: &str,
-        body: &Value,
-    ) -> Result<Value, EngineError> {
-        let org: OrgId = org_id
-            .parse()
-            .map_err(|_| EngineError::NotFound("organization not found".into()))?;
-        let enrolled = body
-            .as_object()
-            .and_then(|o| o.get("enrolled"))
-            .and_then(Value::as_bool)
-            .ok_or_else(|| EngineError::validation("enrolled: must be a boolean"))?;
-        let mut record = self
-            .inner
-            .store
-            .get_org(org)
-            .await?
-            .ok_or_else(|| EngineError::NotFound("organization not found".into()))?;
-        record.idp_enrolled = enrolled;
+        org: OrgId,
+        request: IdpEnrollment,
+    ) -> Result<IdpEnrollment, EngineError> {
+        let mut record = self.org_record(org).await?;
+        record.idp_enrolled = request.enrolled;
         self.inner.store.update_org(&record).await?;
         self.inner.directory.refresh(record)?;
-        Ok(json!({ "enrolled": enrolled }))
+        Ok(request)
     }
 
     /// `POST /admin/orgs/{id}/idp/sync`.
-    pub async fn idp_sync(&self, org_id: &str, body: &Value) -> Result<Value, EngineError> {
-        let org: OrgId = org_id
-            .parse()
-            .map_err(|_| EngineError::NotFound("organization not found".into()))?;
-        let view = admin::idp_sync(body)?;
+    pub async fn idp_sync(
+        &self,
+        org: OrgId,
+        request: IdpSync,
+    ) -> Result<IdpSyncAnswer, EngineError> {
         self.inner.directory.get(org).await?;
-        let ((added, removed), commit) =
-            self.ask(org, |r| OrgMsg::IdpSync(view.clone(), r)).await?;
-        committed(commit).await?;
-        Ok(json!({ "added": added, "removed": removed }))
+        let (added, removed) = self
+            .request(org, |reply| OrgMsg::IdpSync {
+                view: request.teams.clone(),
+                reply,
+            })
+            .await?;
+        Ok(IdpSyncAnswer { added, removed })
     }
 }

@@ -1,34 +1,23 @@
 //! The task API: create, update, get, list, claim.
 
-use serde::Serialize;
-use serde_json::{json, Map, Value};
+use std::collections::HashMap;
 
 use super::{committed, Engine};
-use crate::domain::account::{Caller, Encryption};
+use crate::api::{
+    BlockerLink, ClaimContext, ClaimRequest, ClaimedTask, CreateAnswer, CreateTasks, Dependency,
+    GetAnswer, GetTasks, ListAnswer, ListTasks, ListedTask, ParentLink, TaskDetail, UpdateAnswer,
+    UpdateTasks,
+};
+use crate::domain::account::Caller;
 use crate::domain::order::ListKey;
 use crate::domain::usage::RequestKind;
-use crate::domain::validate::{self, ContentPolicy};
-use crate::domain::{ListQuery, TaskId};
+use crate::domain::TaskId;
 use crate::error::EngineError;
-use crate::org::{CreatedItem, OrgMsg, UpdateResult};
+use crate::org::{OrgMsg, Outcome};
 use crate::views;
 
 /// How many ancestors a claim's context shows.
 const PARENT_CHAIN_DEPTH: usize = 3;
-
-#[derive(Debug, Serialize)]
-pub struct CreateResponse {
-    pub created: usize,
-    pub results: Vec<CreatedItem>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct UpdateResponse {
-    pub updated: usize,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub partial: bool,
-    pub results: Vec<UpdateResult>,
-}
 
 /// Which list a cursor belongs to, and where its page ended.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -37,9 +26,10 @@ struct CursorPayload {
     k: (i64, u8, i64, String),
 }
 
-fn query_fingerprint(q: &ListQuery) -> String {
+/// The part of a list query a cursor is bound to: the filters and `full`.
+fn query_fingerprint(q: &ListTasks) -> String {
     let statuses: Vec<&str> = q.statuses.iter().map(|s| s.as_str()).collect();
-    json!([
+    serde_json::json!([
         statuses,
         q.parent,
         q.assignee,
@@ -51,33 +41,19 @@ fn query_fingerprint(q: &ListQuery) -> String {
 }
 
 impl Engine {
-    async fn content_policy(&self, caller: &Caller) -> Result<ContentPolicy, EngineError> {
-        let entry = self.inner.directory.get(caller.org_id).await?;
-        Ok(match entry.record.encryption {
-            Encryption::Managed => ContentPolicy::Managed,
-            Encryption::Byok => ContentPolicy::ClientEncrypted,
-        })
-    }
-
     pub async fn create_tasks(
         &self,
         caller: &Caller,
-        body: &Value,
-    ) -> Result<CreateResponse, EngineError> {
-        // Admission comes first, as on every route; a batch counts its items.
-        let count = body["tasks"]
-            .as_array()
-            .map_or(1, |items| items.len().clamp(1, validate::MAX_BATCH))
-            as i64;
-        self.admit(caller, RequestKind::Write, count, count).await?;
-        let items = validate::create_tasks(body, self.content_policy(caller).await?)?;
-        let (results, commit) = self
-            .ask(caller.org_id, |r| {
-                OrgMsg::CreateTasks(caller.clone(), items.clone(), r)
+        request: CreateTasks,
+    ) -> Result<CreateAnswer, EngineError> {
+        let results = self
+            .request(caller.org_id, |reply| OrgMsg::CreateTasks {
+                caller: caller.clone(),
+                items: request.tasks.clone(),
+                reply,
             })
             .await?;
-        committed(commit).await?;
-        Ok(CreateResponse {
+        Ok(CreateAnswer {
             created: results.len(),
             results,
         })
@@ -86,26 +62,25 @@ impl Engine {
     pub async fn update_tasks(
         &self,
         caller: &Caller,
-        body: &Value,
-    ) -> Result<UpdateResponse, EngineError> {
-        self.admit(caller, RequestKind::Write, 1, 0).await?;
-        let items = validate::update_tasks(body, self.content_policy(caller).await?)?;
-        let (outcome, commit) = self
-            .ask(caller.org_id, |r| {
-                OrgMsg::UpdateTasks(caller.clone(), items.clone(), r)
+        request: UpdateTasks,
+    ) -> Result<UpdateAnswer, EngineError> {
+        let results = self
+            .request(caller.org_id, |reply| OrgMsg::UpdateTasks {
+                caller: caller.clone(),
+                items: request.updates.clone(),
+                reply,
             })
             .await?;
-        committed(commit).await?;
-        Ok(UpdateResponse {
-            updated: outcome.applied(),
-            partial: outcome.partial(),
-            results: outcome.results,
-        })
+        Ok(UpdateAnswer::new(results))
     }
 
-    pub async fn get_tasks(&self, caller: &Caller, body: &Value) -> Result<Value, EngineError> {
-        self.admit(caller, RequestKind::Read, 1, 0).await?;
-        let ids = validate::get_tasks(body)?;
+    pub async fn get_tasks(
+        &self,
+        caller: &Caller,
+        request: GetTasks,
+    ) -> Result<GetAnswer, EngineError> {
+        self.admit(caller, RequestKind::Read).await?;
+        let ids = request.task_ids;
         let org = caller.org_id;
         let entry = self.inner.directory.get(org).await?;
         let store = &self.inner.store;
@@ -117,7 +92,7 @@ impl Engine {
             .collect();
         blockers.sort();
         blockers.dedup();
-        let statuses: std::collections::HashMap<TaskId, _> = store
+        let statuses: HashMap<TaskId, _> = store
             .task_headers(org, &blockers)
             .await?
             .into_iter()
@@ -125,44 +100,57 @@ impl Engine {
             .collect();
         let mut tasks = Vec::with_capacity(found.len());
         for t in &found {
-            let mut m = views::full_task(&entry.cipher, t)?;
-            let deps: Vec<Value> = t
+            let dependencies = t
                 .header
                 .blocked_by
                 .iter()
-                .filter_map(|b| statuses.get(b).map(|s| json!({"task_id": b, "status": s})))
+                .filter_map(|b| {
+                    statuses.get(b).map(|status| Dependency {
+                        task_id: *b,
+                        status: *status,
+                    })
+                })
                 .collect();
-            m.insert("dependencies".into(), Value::Array(deps));
-            if ids.len() == 1 {
+            let history = if ids.len() == 1 {
                 let events = store.task_events(org, t.header.task_id).await?;
-                let history = events
-                    .iter()
-                    .map(|e| views::event(&entry.cipher, e))
-                    .collect::<Result<Vec<_>, _>>()?;
-                m.insert("history".into(), Value::Array(history));
-            }
-            tasks.push(Value::Object(m));
+                Some(
+                    events
+                        .iter()
+                        .map(|e| views::event(&entry.cipher, e))
+                        .collect::<Result<Vec<_>, _>>()?,
+                )
+            } else {
+                None
+            };
+            tasks.push(TaskDetail {
+                task: views::task_view(&entry.cipher, t)?,
+                dependencies,
+                history,
+            });
         }
-        let not_found: Vec<TaskId> = ids
+        let not_found = ids
             .iter()
             .filter(|id| !found.iter().any(|t| t.header.task_id == **id))
             .copied()
             .collect();
-        Ok(json!({ "tasks": tasks, "count": found.len(), "not_found": not_found }))
+        Ok(GetAnswer {
+            count: found.len(),
+            tasks,
+            not_found,
+        })
     }
 
     pub async fn list_tasks(
         &self,
         caller: &Caller,
-        params: &[(String, String)],
-    ) -> Result<Value, EngineError> {
-        self.admit(caller, RequestKind::Read, 1, 0).await?;
-        let query = validate::list_query(params)?;
+        query: ListTasks,
+    ) -> Result<ListAnswer, EngineError> {
+        self.admit(caller, RequestKind::Read).await?;
         let fingerprint = query_fingerprint(&query);
         let after = match &query.cursor {
             None => None,
             Some(token) => {
-                let invalid = || EngineError::validation("Invalid pagination cursor");
+                let invalid = || EngineError::invalid("Invalid pagination cursor");
                 let payload = self.inner.cursors.verify(token).ok_or_else(invalid)?;
                 let c: CursorPayload = serde_json::from_slice(&payload).map_err(|_| invalid())?;
                 if c.q != fingerprint {
@@ -196,42 +184,49 @@ impl Engine {
                         h.task_id.to_string(),
                     ),
                 };
-                Value::String(
+                Some(
                     self.inner
                         .cursors
                         .sign(&serde_json::to_vec(&payload).expect("cursor serializes")),
                 )
             }
-            _ => Value::Null,
+            _ => None,
         };
         let tasks = page
             .iter()
             .map(|t| {
-                if query.full {
-                    views::full_task(&entry.cipher, t).map(Value::Object)
+                Ok(if query.full {
+                    ListedTask::Full(views::task_view(&entry.cipher, t)?)
                 } else {
-                    views::lean_task(&entry.cipher, t)
-                }
+                    ListedTask::Lean(views::task_summary(&entry.cipher, t)?)
+                })
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(json!({ "tasks": tasks, "next_cursor": next_cursor }))
+            .collect::<Result<Vec<_>, EngineError>>()?;
+        Ok(ListAnswer { tasks, next_cursor })
     }
 
     /// Claims the next pending task; `None` when nothing matches.
-    pub async fn claim(&self, caller: &Caller, body: &Value) -> Result<Option<Value>, EngineError> {
-        self.admit(caller, RequestKind::Write, 1, 0).await?;
-        let request = validate::claim(body)?;
-        let claimed = self
-            .ask(caller.org_id, |r| {
-                OrgMsg::ClaimNext(caller.clone(), request.clone(), r)
+    pub async fn claim(
+        &self,
+        caller: &Caller,
+        request: ClaimRequest,
+    ) -> Result<Option<ClaimedTask>, EngineError> {
+        let org = caller.org_id;
+        let (Outcome { result, commit }, _in_flight) = self
+            .ask(org, |reply| OrgMsg::ClaimNext {
+                caller: caller.clone(),
+                request: request.clone(),
+                reply,
             })
             .await?;
-        let Some((claimed, commit)) = claimed else {
-            return Ok(None);
+        let claimed = match result {
+            Ok(Some(claimed)) => claimed,
+            other => {
+                committed(commit).await?;
+                return other.map(|_| None);
+            }
         };
-        let org = caller.org_id;
         let id = claimed.header.task_id;
-        let store = &self.inner.store;
         // The claim changes only the header, which the actor handed back, so
         // the content can be read while the claim commits. A task created an
         // instant ago may not be committed yet: then read again after.
@@ -245,44 +240,45 @@ impl Engine {
                 .await?
                 .ok_or_else(|| EngineError::Internal("claimed task vanished".into()))?,
         };
-        task.header = claimed.header.clone();
+        task.header = claimed.header;
         let entry = self.inner.directory.get(org).await?;
-        let mut m = views::full_task(&entry.cipher, &task)?;
-        m.insert("lease_id".into(), json!(claimed.lease.lease_id));
-        m.insert(
-            "lease_expires_at".into(),
-            json!(crate::clock::format_ms(claimed.lease.expires_at)),
-        );
-        m.insert("lease_seconds".into(), json!(claimed.lease.seconds));
-        if request.include_context {
-            let mut chain = Vec::new();
+        let cipher = &entry.cipher;
+        let context = if request.include_context {
+            let store = &self.inner.store;
+            let mut parent_chain = Vec::new();
             let mut next = task.header.parent;
-            while let Some(parent) = next.filter(|_| chain.len() < PARENT_CHAIN_DEPTH) {
+            while let Some(parent) = next.filter(|_| parent_chain.len() < PARENT_CHAIN_DEPTH) {
                 let Some(p) = store.tasks(org, &[parent]).await?.pop() else {
                     break;
                 };
-                let full = views::full_task(&entry.cipher, &p)?;
-                chain.push(pick(&full, &["task_id", "title", "description", "status"]));
+                parent_chain.push(ParentLink {
+                    task_id: p.header.task_id,
+                    title: views::title(cipher, &p)?,
+                    description: views::description(cipher, &p)?,
+                    status: p.header.status,
+                });
                 next = p.header.parent;
             }
             let mut blockers = Vec::new();
             for b in store.tasks(org, &task.header.blocked_by).await? {
-                let full = views::full_task(&entry.cipher, &b)?;
-                blockers.push(pick(&full, &["task_id", "title", "status", "output"]));
+                blockers.push(BlockerLink {
+                    task_id: b.header.task_id,
+                    title: views::title(cipher, &b)?,
+                    status: b.header.status,
+                    output: views::output(cipher, &b)?,
+                });
             }
-            m.insert(
-                "context".into(),
-                json!({ "parent_chain": chain, "blockers": blockers }),
-            );
-        }
-        Ok(Some(Value::Object(m)))
+            Some(ClaimContext {
+                parent_chain,
+                blockers,
+            })
+        } else {
+            None
+        };
+        Ok(Some(ClaimedTask {
+            task: views::task_view(cipher, &task)?,
+            lease_id: claimed.lease.lease_id,
+            context,
+        }))
     }
-}
-
-fn pick(m: &Map<String, Value>, keys: &[&str]) -> Value {
-    Value::Object(
-        keys.iter()
-            .map(|k| ((*k).to_owned(), m.get(*k).cloned().unwrap_or(Value::Null)))
-            .collect(),
-    )
 }

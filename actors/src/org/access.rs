@@ -3,13 +3,13 @@
 
 use std::collections::HashSet;
 
+use super::work::Work;
 use super::{IssuedKey, NewMember, OrgActor, OrgState};
 use crate::crypto;
 use crate::domain::account::{KeyRecord, MemberRecord, Role};
 use crate::domain::KeyId;
 use crate::error::EngineError;
-use crate::store::{WriteBatch, WriteOp};
-use crate::writer::Commit;
+use crate::store::WriteOp;
 
 /// The full secret a client sends: the key's id, then its random part.
 pub fn format_api_key(key_id: KeyId, secret: &str) -> String {
@@ -74,8 +74,9 @@ impl OrgActor {
     pub(super) fn add_member(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         new: NewMember,
-    ) -> Result<(MemberRecord, IssuedKey, Commit), EngineError> {
+    ) -> Result<(MemberRecord, IssuedKey), EngineError> {
         if state.members.contains_key(&new.email) {
             return Err(EngineError::Conflict(format!(
                 "{} is already a member of this org",
@@ -97,63 +98,54 @@ impl OrgActor {
             &new.email,
             new.key_name.unwrap_or_else(|| new.email.clone()),
         );
-        let commit = self.deps.writers.submit(WriteBatch {
-            org: state.org,
-            ops: vec![
-                WriteOp::InsertMember(member.clone()),
-                WriteOp::InsertKey(key.record.clone()),
-            ],
-        });
+        work.accounts.push(WriteOp::InsertMember(member.clone()));
+        work.accounts.push(WriteOp::InsertKey(key.record.clone()));
         state.members.insert(member.email.clone(), member.clone());
         state.keys.insert(key.record.key_id, key.record.clone());
-        Ok((member, key, commit))
+        Ok((member, key))
     }
 
     pub(super) fn issue_key(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         email: &str,
         name: Option<String>,
-    ) -> Result<(IssuedKey, Commit), EngineError> {
+    ) -> Result<IssuedKey, EngineError> {
         if !state.members.contains_key(email) {
             return Err(EngineError::NotFound(format!(
                 "{email} is not a member of this org"
             )));
         }
         let key = self.new_key(state, email, name.unwrap_or_else(|| email.to_owned()));
-        let commit = self.deps.writers.submit(WriteBatch {
-            org: state.org,
-            ops: vec![WriteOp::InsertKey(key.record.clone())],
-        });
+        work.accounts.push(WriteOp::InsertKey(key.record.clone()));
         state.keys.insert(key.record.key_id, key.record.clone());
-        Ok((key, commit))
+        Ok(key)
     }
 
     pub(super) fn revoke_key(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         email: &str,
-        key_id: KeyId,
-    ) -> Result<Commit, EngineError> {
-        let key = state
-            .keys
-            .get_mut(&key_id)
+        key_id: Option<KeyId>,
+    ) -> Result<(), EngineError> {
+        let key = key_id
+            .and_then(|id| state.keys.get_mut(&id))
             .filter(|k| k.email == email)
             .ok_or_else(|| EngineError::NotFound("key not found".into()))?;
+        let key_id = key.key_id;
         key.active = false;
-        Ok(self.deps.writers.submit(WriteBatch {
-            org: state.org,
-            ops: vec![WriteOp::DeactivateKey(key_id)],
-        }))
+        work.accounts.push(WriteOp::DeactivateKey(key_id));
+        Ok(())
     }
-}
 
-impl OrgActor {
     pub(super) fn revoke_member_keys(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         email: &str,
-    ) -> (Vec<KeyId>, Commit) {
+    ) -> Vec<KeyId> {
         let mut revoked = Vec::new();
         for key in state
             .keys
@@ -162,17 +154,9 @@ impl OrgActor {
         {
             key.active = false;
             revoked.push(key.key_id);
+            work.accounts.push(WriteOp::DeactivateKey(key.key_id));
         }
-        let ops = revoked
-            .iter()
-            .copied()
-            .map(WriteOp::DeactivateKey)
-            .collect();
-        let commit = self.deps.writers.submit(WriteBatch {
-            org: state.org,
-            ops,
-        });
-        (revoked, commit)
+        revoked
     }
 }
 

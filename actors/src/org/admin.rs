@@ -6,14 +6,14 @@
 
 use std::collections::BTreeSet;
 
+use super::work::Work;
 use super::{IdpView, OrgActor, OrgState};
-use crate::domain::account::{Caller, Role};
-use crate::domain::admin::{
-    self, MemberPatch, MemberView, Membership, NewTag, NewTeam, Tag, TagPatch, Team, TeamPatch,
-};
-use crate::error::{EngineError, ValidationError};
-use crate::store::{WriteBatch, WriteOp};
-use crate::writer::Commit;
+use crate::api::{MemberPatch, MemberView, NewTag, NewTeam, TagPatch, TeamPatch, Timestamp};
+use crate::domain::account::{Caller, LimitKey, Role};
+use crate::domain::admin::{self, MemberChange, Membership, Tag, Team};
+use crate::domain::error::RuleError;
+use crate::error::{EngineError, LimitKind, ValidationError};
+use crate::store::WriteOp;
 
 impl OrgState {
     /// The caller's current role, from the member records.
@@ -27,20 +27,9 @@ impl OrgState {
     fn require_admin(&self, caller: &Caller) -> Result<Role, EngineError> {
         let role = self.role_of(caller)?;
         if role < Role::Admin {
-            return Err(EngineError::admin_required());
+            return Err(RuleError::admin_required().into());
         }
         Ok(role)
-    }
-
-    fn check_limit(&self, limit_type: &'static str, wanted: usize) -> Result<(), EngineError> {
-        match self.entry.limit(limit_type) {
-            Some(limit) if wanted as i64 > limit => Err(EngineError::LimitReached {
-                limit_type,
-                limit,
-                tier: self.entry.record.tier.as_str(),
-            }),
-            _ => Ok(()),
-        }
     }
 
     pub(super) fn is_strict(&self, tag: &str) -> bool {
@@ -77,18 +66,18 @@ impl OrgState {
         tags.into_iter().cloned().collect()
     }
 
-    fn member_view(&self, email: &str) -> Result<MemberView, EngineError> {
+    pub(super) fn member_view(&self, email: &str) -> Result<MemberView, EngineError> {
         let m = self
             .members
             .get(email)
             .ok_or_else(|| EngineError::NotFound(format!("{email} is not a member of this org")))?;
         Ok(MemberView {
             email: m.email.clone(),
-            role: m.role.as_str(),
+            role: m.role,
             profile_tags: m.profile_tags.clone(),
             team_tags: self.team_tags(&m.email),
             seated: m.seated,
-            joined_at: m.joined_at,
+            joined_at: Timestamp(m.joined_at),
         })
     }
 
@@ -100,22 +89,12 @@ impl OrgState {
 }
 
 impl OrgActor {
-    fn commit(&self, state: &OrgState, ops: Vec<WriteOp>) -> Commit {
-        self.deps.writers.submit(WriteBatch {
-            org: state.org,
-            ops,
-        })
-    }
-
     /// Puts tags into the vocabulary and queues them for storage.
-    fn save_tags(&self, state: &mut OrgState, tags: &[Tag]) -> Commit {
+    fn save_tags(&self, state: &mut OrgState, work: &mut Work, tags: &[Tag]) {
         for t in tags {
             state.tags.insert(t.name.clone(), t.clone());
+            work.accounts.push(WriteOp::UpsertTag(t.clone()));
         }
-        self.commit(
-            state,
-            tags.iter().cloned().map(WriteOp::UpsertTag).collect(),
-        )
     }
 
     pub(super) fn list_tags(&self, state: &OrgState) -> Vec<Tag> {
@@ -125,9 +104,10 @@ impl OrgActor {
     pub(super) fn create_tags(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         caller: &Caller,
         items: Vec<NewTag>,
-    ) -> Result<(Vec<Tag>, Commit), EngineError> {
+    ) -> Result<Vec<Tag>, EngineError> {
         state.require_admin(caller)?;
         if let Some(t) = items.iter().find(|t| state.tags.contains_key(&t.name)) {
             return Err(EngineError::Conflict(format!(
@@ -135,7 +115,11 @@ impl OrgActor {
                 t.name
             )));
         }
-        state.check_limit("tags", state.tags.len() + items.len())?;
+        state.check_count(
+            LimitKey::Tags,
+            LimitKind::Tags,
+            state.tags.len() + items.len(),
+        )?;
         let now = self.deps.clock.now_ms();
         let tags: Vec<Tag> = items
             .into_iter()
@@ -148,16 +132,17 @@ impl OrgActor {
                 created_at: now,
             })
             .collect();
-        let commit = self.save_tags(state, &tags);
-        Ok((tags, commit))
+        self.save_tags(state, work, &tags);
+        Ok(tags)
     }
 
     pub(super) fn update_tags(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         caller: &Caller,
         patches: Vec<TagPatch>,
-    ) -> Result<(Vec<Tag>, Commit), EngineError> {
+    ) -> Result<Vec<Tag>, EngineError> {
         state.require_admin(caller)?;
         let mut updated = Vec::with_capacity(patches.len());
         for (i, p) in patches.iter().enumerate() {
@@ -175,34 +160,33 @@ impl OrgActor {
             if let Some(desc) = &p.description {
                 tag.description = desc.clone();
             }
-            if tag.strict && tag.description.is_none() {
-                return Err(ValidationError::field(
-                    format!("tags[{i}].description"),
-                    "a strict tag needs a description (set both in the same item)",
-                )
-                .into());
-            }
+            admin::check_strict_tag(
+                &format!("tags[{i}].description"),
+                tag.strict,
+                tag.description.as_deref(),
+            )?;
             updated.push(tag);
         }
-        let commit = self.save_tags(state, &updated);
-        Ok((updated, commit))
+        self.save_tags(state, work, &updated);
+        Ok(updated)
     }
 
     pub(super) fn delete_tags(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         caller: &Caller,
         names: Vec<String>,
-    ) -> Result<(Vec<String>, Commit), EngineError> {
+    ) -> Result<Vec<String>, EngineError> {
         state.require_admin(caller)?;
         if let Some(n) = names.iter().find(|n| !state.tags.contains_key(*n)) {
             return Err(EngineError::NotFound(format!("tag '{n}' not found")));
         }
         for n in &names {
             state.tags.remove(n);
+            work.accounts.push(WriteOp::DeleteTag(n.clone()));
         }
-        let ops = names.iter().cloned().map(WriteOp::DeleteTag).collect();
-        Ok((names, self.commit(state, ops)))
+        Ok(names)
     }
 
     pub(super) fn list_members(&self, state: &OrgState) -> Vec<MemberView> {
@@ -215,24 +199,17 @@ impl OrgActor {
         members
     }
 
-    pub(super) fn get_member(
-        &self,
-        state: &OrgState,
-        email: &str,
-    ) -> Result<MemberView, EngineError> {
-        state.member_view(email)
-    }
-
     pub(super) fn patch_member(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         caller: &Caller,
         email: &str,
         patch: MemberPatch,
-    ) -> Result<(MemberView, Commit), EngineError> {
+    ) -> Result<MemberView, EngineError> {
         let caller_role = state.role_of(caller)?;
         if caller_role < Role::Admin {
-            return Err(EngineError::admin_required());
+            return Err(RuleError::admin_required().into());
         }
         let target =
             state.members.get(email).cloned().ok_or_else(|| {
@@ -243,7 +220,11 @@ impl OrgActor {
             .values()
             .filter(|m| m.role == Role::Owner)
             .count();
-        admin::check_member_change(caller_role, &target, &patch, owners)?;
+        let change = MemberChange {
+            role: patch.role,
+            seated: patch.seated,
+        };
+        admin::check_member_change(caller_role, &target, &change, owners)?;
         let mut member = target.clone();
         if let Some(tags) = patch.profile_tags {
             state.check_vocabulary("profile_tags", &tags)?;
@@ -272,19 +253,17 @@ impl OrgActor {
             member.role = role;
         }
         state.members.insert(member.email.clone(), member.clone());
-        let view = state.member_view(email)?;
-        Ok((
-            view,
-            self.commit(state, vec![WriteOp::UpdateMember(member)]),
-        ))
+        work.accounts.push(WriteOp::UpdateMember(member));
+        state.member_view(email)
     }
 
     pub(super) fn patch_me(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         caller: &Caller,
         requested: Vec<String>,
-    ) -> Result<(MemberView, Commit), EngineError> {
+    ) -> Result<MemberView, EngineError> {
         let role = state.role_of(caller)?;
         state.check_vocabulary("profile_tags", &requested)?;
         let mut member = state
@@ -297,11 +276,8 @@ impl OrgActor {
                 state.is_strict(t)
             });
         state.members.insert(member.email.clone(), member.clone());
-        let view = state.member_view(&caller.email)?;
-        Ok((
-            view,
-            self.commit(state, vec![WriteOp::UpdateMember(member)]),
-        ))
+        work.accounts.push(WriteOp::UpdateMember(member));
+        state.member_view(&caller.email)
     }
 
     pub(super) fn list_teams(&self, state: &OrgState) -> Vec<Team> {
@@ -341,9 +317,10 @@ impl OrgActor {
     pub(super) fn create_team(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         caller: &Caller,
         new: NewTeam,
-    ) -> Result<(Team, Commit), EngineError> {
+    ) -> Result<Team, EngineError> {
         let role = state.require_admin(caller)?;
         state.check_vocabulary("tags", &new.tags)?;
         if new.idp_only {
@@ -355,7 +332,7 @@ impl OrgActor {
                 new.name
             )));
         }
-        state.check_limit("teams", state.teams.len() + 1)?;
+        state.check_count(LimitKey::Teams, LimitKind::Teams, state.teams.len() + 1)?;
         let team = Team {
             name: new.name,
             tags: new.tags,
@@ -365,17 +342,18 @@ impl OrgActor {
             created_at: self.deps.clock.now_ms(),
         };
         state.teams.insert(team.name.clone(), team.clone());
-        let commit = self.commit(state, vec![WriteOp::UpsertTeam(team.clone())]);
-        Ok((team, commit))
+        work.accounts.push(WriteOp::UpsertTeam(team.clone()));
+        Ok(team)
     }
 
     pub(super) fn patch_team(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         caller: &Caller,
         name: &str,
         patch: TeamPatch,
-    ) -> Result<(Team, Commit), EngineError> {
+    ) -> Result<Team, EngineError> {
         let role = state.require_admin(caller)?;
         let mut team = state.team(name)?.clone();
         if let Some(tags) = patch.tags {
@@ -390,30 +368,33 @@ impl OrgActor {
             team.idp_only = idp_only;
         }
         state.teams.insert(team.name.clone(), team.clone());
-        let commit = self.commit(state, vec![WriteOp::UpsertTeam(team.clone())]);
-        Ok((team, commit))
+        work.accounts.push(WriteOp::UpsertTeam(team.clone()));
+        Ok(team)
     }
 
     pub(super) fn delete_team(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         caller: &Caller,
         name: &str,
-    ) -> Result<Commit, EngineError> {
+    ) -> Result<(), EngineError> {
         state.require_admin(caller)?;
         let team = state.team(name)?.name.clone();
         state.teams.remove(&team);
         state.memberships.retain(|(t, _), _| *t != team);
-        Ok(self.commit(state, vec![WriteOp::DeleteTeam(team)]))
+        work.accounts.push(WriteOp::DeleteTeam(team));
+        Ok(())
     }
 
     pub(super) fn add_team_member(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         caller: &Caller,
         name: &str,
         email: &str,
-    ) -> Result<(Membership, Commit), EngineError> {
+    ) -> Result<Membership, EngineError> {
         state.require_admin(caller)?;
         let team = state.team(name)?.clone();
         if team.idp_only {
@@ -450,17 +431,19 @@ impl OrgActor {
             },
         };
         state.memberships.insert(key, membership.clone());
-        let commit = self.commit(state, vec![WriteOp::UpsertMembership(membership.clone())]);
-        Ok((membership, commit))
+        work.accounts
+            .push(WriteOp::UpsertMembership(membership.clone()));
+        Ok(membership)
     }
 
     pub(super) fn remove_team_member(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         caller: &Caller,
         name: &str,
         email: &str,
-    ) -> Result<Commit, EngineError> {
+    ) -> Result<(), EngineError> {
         state.require_admin(caller)?;
         let team = state.team(name)?.clone();
         if team.idp_only {
@@ -495,14 +478,16 @@ impl OrgActor {
                 email: email.to_owned(),
             }
         };
-        Ok(self.commit(state, vec![op]))
+        work.accounts.push(op);
+        Ok(())
     }
 
     pub(super) fn idp_sync(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         view: IdpView,
-    ) -> Result<((usize, usize), Commit), EngineError> {
+    ) -> Result<(usize, usize), EngineError> {
         if !state.entry.record.idp_enrolled {
             return Err(EngineError::Conflict(
                 "the identity-provider enrollment is not active".into(),
@@ -522,7 +507,7 @@ impl OrgActor {
         }
         let now = self.deps.clock.now_ms();
         let (mut added, mut removed) = (0, 0);
-        let mut ops = Vec::new();
+        let ops = &mut work.accounts;
         let keys: Vec<(String, String)> = state.memberships.keys().cloned().collect();
         for key in keys {
             let listed = view
@@ -570,6 +555,6 @@ impl OrgActor {
                 state.memberships.insert(key, membership);
             }
         }
-        Ok(((added, removed), self.commit(state, ops)))
+        Ok((added, removed))
     }
 }

@@ -17,11 +17,13 @@ use governor::nanos::Nanos;
 use governor::state::{NotKeyed, StateStore};
 use governor::{Quota, RateLimiter};
 
-use super::{OrgActor, OrgState};
-use crate::clock::{format_ms, Clock};
+use super::work::Work;
+use super::{Admission, OrgActor, OrgState};
+use crate::api::{QuotaView, Timestamp};
+use crate::clock::Clock;
+use crate::domain::account::LimitKey;
 use crate::domain::usage::{next_month_start, RequestKind, Usage};
-use crate::error::EngineError;
-use crate::store::{WriteBatch, WriteOp};
+use crate::error::{EngineError, LimitExceeded, LimitKind};
 
 /// governor's clock, read from the engine's clock as time since the epoch.
 #[derive(Clone)]
@@ -140,126 +142,138 @@ impl OrgState {
         }
     }
 
-    /// Admits one request that counts `requests` against the monthly
-    /// allowance and will create `tasks` tasks, or refuses it with the 429
-    /// that applies. A refused request counts nowhere.
+    /// A refusal by a limit of `kind`, with this org's numbers.
+    fn exceeded(&self, kind: LimitKind, limit: i64, now: i64) -> LimitExceeded {
+        let monthly = matches!(
+            kind,
+            LimitKind::MonthlyRequests | LimitKind::MonthlyTasks | LimitKind::MonthlyPlans
+        );
+        LimitExceeded {
+            kind,
+            limit,
+            tier: self.entry.record.tier,
+            resets: monthly.then(|| Timestamp(next_month_start(now))),
+            retry_after: None,
+        }
+    }
+
+    /// Admits one request, or refuses it with the limit that applies; a
+    /// refused request counts nowhere. Answers whether the usage changed
+    /// (an org none of whose limits apply counts nothing).
     pub(super) fn admit(
         &mut self,
-        kind: RequestKind,
-        requests: i64,
-        tasks: i64,
+        admission: Admission,
         now: i64,
         clock: &Arc<dyn Clock>,
-    ) -> Result<(), EngineError> {
-        self.usage.roll(now);
+    ) -> Result<bool, EngineError> {
+        let Admission {
+            kind,
+            requests,
+            tasks,
+        } = admission;
         let entry = self.entry.clone();
-        let tier = entry.record.tier.as_str();
-        let resets = || format_ms(next_month_start(now));
+        let per_minute = entry.limit(kind.limit_key());
+        let monthly = entry.limit(LimitKey::RequestsPerMonth);
+        let quota = entry.limit(LimitKey::TasksPerMonth).filter(|_| tasks > 0);
+        if per_minute.is_none() && monthly.is_none() && quota.is_none() {
+            return Ok(false);
+        }
+        self.usage.roll(now);
         if tasks > 0 {
             self.check_task_quota(tasks, now)?;
         }
-        if let Some(limit) = entry.limit("requests_per_month") {
+        if let Some(limit) = monthly {
             if self.usage.requests + requests > limit {
-                return Err(EngineError::MonthlyRequests {
-                    limit,
-                    tier,
-                    resets: resets(),
-                });
+                return Err(self.exceeded(LimitKind::MonthlyRequests, limit, now).into());
             }
         }
-        let limit = entry.limit(kind.limit_key());
         let stored_tat = match kind {
             RequestKind::Read => self.usage.read_tat,
             RequestKind::Write => self.usage.write_tat,
         };
+        let refused = match kind {
+            RequestKind::Read => LimitKind::Reads,
+            RequestKind::Write => LimitKind::Writes,
+        };
         let slot = self.buckets.slot(kind);
-        match limit {
+        match per_minute {
             None => *slot = None,
             Some(limit) => {
                 if slot.as_ref().map(|b| b.limit) != Some(limit) {
                     let tat = slot.as_ref().map_or(stored_tat, Bucket::tat);
                     *slot = Some(Bucket::new(limit, tat, clock));
                 }
-                if let Some(bucket) = slot {
-                    bucket
-                        .take(now)
-                        .map_err(|retry_after_secs| EngineError::RateLimited {
-                            kind: kind.as_str(),
-                            limit,
-                            tier,
-                            retry_after_secs,
-                        })?;
+                if let Some(Err(retry_after)) = slot.as_ref().map(|b| b.take(now)) {
+                    return Err(LimitExceeded {
+                        retry_after: Some(retry_after),
+                        ..self.exceeded(refused, limit, now)
+                    }
+                    .into());
                 }
             }
         }
         self.usage.requests += requests;
-        Ok(())
+        Ok(true)
     }
 
     /// Refuses creating `tasks` more tasks this month beyond the quota.
     pub(super) fn check_task_quota(&mut self, tasks: i64, now: i64) -> Result<(), EngineError> {
         self.usage.roll(now);
-        match self.entry.limit("tasks_per_month") {
-            Some(limit) if self.usage.tasks + tasks > limit => Err(EngineError::MonthlyTasks {
-                limit,
-                tier: self.entry.record.tier.as_str(),
-                resets: format_ms(next_month_start(now)),
-            }),
+        match self.entry.limit(LimitKey::TasksPerMonth) {
+            Some(limit) if self.usage.tasks + tasks > limit => {
+                Err(self.exceeded(LimitKind::MonthlyTasks, limit, now).into())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Refuses having `wanted` of a counted thing (tags, teams) beyond its limit.
+    pub(super) fn check_count(
+        &self,
+        key: LimitKey,
+        kind: LimitKind,
+        wanted: usize,
+    ) -> Result<(), EngineError> {
+        match self.entry.limit(key) {
+            Some(limit) if wanted as i64 > limit => Err(self.exceeded(kind, limit, 0).into()),
             _ => Ok(()),
         }
     }
 }
 
-impl OrgState {
-    /// Charges one planning call against the monthly plan allowance (it is
-    /// charged before the model runs, so a failed plan still counts) and
-    /// answers how many remain (`None`: unlimited).
-    pub(super) fn charge_plan(&mut self, now: i64) -> Result<Option<i64>, EngineError> {
-        self.usage.roll(now);
-        let limit = self.entry.limit("plans_per_month");
-        if let Some(limit) = limit {
-            if self.usage.plans >= limit {
-                return Err(EngineError::MonthlyPlans {
-                    limit,
-                    tier: self.entry.record.tier.as_str(),
-                    resets: format_ms(next_month_start(now)),
-                });
-            }
-        }
-        self.usage.plans += 1;
-        Ok(limit.map(|l| l - self.usage.plans))
-    }
-}
-
-/// `GET /quota`: the monthly task quota.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct QuotaView {
-    pub tier: &'static str,
-    pub limit: Option<i64>,
-    pub used: i64,
-    pub remaining: Option<i64>,
-    pub resets_at: String,
-}
-
 impl OrgActor {
+    /// `GET /quota`: the monthly task quota.
     pub(super) fn quota(&self, state: &mut OrgState) -> QuotaView {
-        let now = self.deps.clock.now_ms();
+        let now = self.now();
         state.usage.roll(now);
-        let limit = state.entry.limit("tasks_per_month");
+        let limit = state.entry.limit(LimitKey::TasksPerMonth);
         QuotaView {
-            tier: state.entry.record.tier.as_str(),
+            tier: state.entry.record.tier,
             limit,
             used: state.usage.tasks,
             remaining: limit.map(|l| (l - state.usage.tasks).max(0)),
-            resets_at: format_ms(next_month_start(now)),
+            resets_at: Timestamp(next_month_start(now)),
         }
     }
 
-    /// Queues the usage counters and bucket state for commit.
-    pub(super) fn save_usage(&self, state: &OrgState) -> crate::writer::Commit {
-        self.deps.writers.submit(WriteBatch {
-            org: state.org,
-            ops: vec![WriteOp::SaveUsage(state.usage_snapshot())],
-        })
+    /// Charges one planning call against the monthly plan allowance (before
+    /// the model runs, so a failed plan still counts); answers how many
+    /// remain (`None`: unlimited).
+    pub(super) fn charge_plan(
+        &self,
+        state: &mut OrgState,
+        work: &mut Work,
+    ) -> Result<Option<i64>, EngineError> {
+        let now = self.now();
+        state.usage.roll(now);
+        let limit = state.entry.limit(LimitKey::PlansPerMonth);
+        if let Some(limit) = limit {
+            if state.usage.plans >= limit {
+                return Err(state.exceeded(LimitKind::MonthlyPlans, limit, now).into());
+            }
+        }
+        state.usage.plans += 1;
+        work.save_usage = true;
+        Ok(limit.map(|l| l - state.usage.plans))
     }
 }

@@ -2,31 +2,38 @@
 //!
 //! It holds the headers of the org's open tasks (never their content), the
 //! pending queue in claim order, the leases ordered by expiry with one timer
-//! for the earliest, the blocker-to-dependents links, and the org's members
-//! and keys. Every state change of the org passes through its mailbox, so
-//! changes are totally ordered without locks. It applies a change in memory,
-//! hands the rows to the group-commit writer and answers with a `Commit` the
-//! caller awaits; the actor itself never waits for a commit.
+//! for the earliest, the blocker-to-dependents links, the org's members and
+//! keys, its vocabulary and teams, and its usage counters and rate buckets.
+//! Every state change of the org passes through its mailbox, so changes are
+//! totally ordered without locks.
+//!
+//! A member's request is admitted (limits) and applied in one turn: the
+//! actor takes a slot in its writer lane (or refuses as overloaded, with
+//! nothing applied), admits, applies the change in memory, hands the rows
+//! to the group-commit writer and answers with the commit, which the caller
+//! awaits; the actor itself never waits for a commit.
 //!
 //! Finished tasks leave memory; when a message needs one (an update of a
 //! completed task, a blocker's status) the actor waits for its own queued
 //! writes to commit (`Writers::barrier`) and reads the store.
 //!
 //! The state is a cache of the store: the actor can be stopped when idle and
-//! is rebuilt from the store when it starts or restarts.
+//! is rebuilt from the store when it starts or restarts. It tells whoever
+//! supervises it about its lifecycle through an [`OrgEvents`] hook.
 
 mod access;
 mod admin;
 mod limits;
 mod messages;
 mod tasks;
+mod work;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
 
 pub use access::{format_api_key, parse_api_key};
 pub use messages::*;
@@ -36,11 +43,12 @@ use crate::directory::{OrgDirectory, OrgEntry};
 use crate::domain::account::{KeyRecord, MemberRecord};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::open::OpenTasks;
-use crate::domain::usage::Usage;
+use crate::domain::usage::{RequestKind, Usage};
 use crate::domain::{KeyId, OrgId};
+use crate::error::EngineError;
 use crate::store::Store;
-use crate::supervisor::SupervisorMsg;
-use crate::writer::Writers;
+use crate::writer::{WriteSlot, Writers};
+use work::Work;
 
 /// What every org actor shares with the rest of the engine.
 #[derive(Clone)]
@@ -54,9 +62,21 @@ pub struct OrgDeps {
     pub queue_depths: Arc<DashMap<OrgId, usize>>,
 }
 
+/// What an org actor tells its supervisor.
+#[derive(Debug, Clone, Copy)]
+pub enum OrgEvent {
+    /// It has been idle long enough to stop.
+    Idle { org: OrgId, actor: ActorId },
+    /// It stopped while holding leases: the org needs an actor so that they
+    /// expire on time.
+    StoppedHoldingLeases { org: OrgId },
+}
+
+pub type OrgEvents = Arc<dyn Fn(OrgEvent) + Send + Sync>;
+
 pub struct OrgActor {
     pub deps: OrgDeps,
-    pub supervisor: ActorRef<SupervisorMsg>,
+    pub events: OrgEvents,
 }
 
 pub struct OrgState {
@@ -81,6 +101,72 @@ pub struct OrgState {
     retiring: bool,
     /// Memory may be ahead of the store after a failed message: restart.
     needs_reload: bool,
+}
+
+/// How a member's request counts against the org's limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Admission {
+    pub kind: RequestKind,
+    /// Against the monthly request allowance (a batch create counts its items).
+    pub requests: i64,
+    /// Tasks it will create, against the monthly task quota.
+    pub tasks: i64,
+}
+
+impl Admission {
+    pub fn read() -> Self {
+        Self {
+            kind: RequestKind::Read,
+            requests: 1,
+            tasks: 0,
+        }
+    }
+
+    pub fn write() -> Self {
+        Self {
+            kind: RequestKind::Write,
+            requests: 1,
+            tasks: 0,
+        }
+    }
+
+    pub fn of(kind: RequestKind) -> Self {
+        match kind {
+            RequestKind::Read => Self::read(),
+            RequestKind::Write => Self::write(),
+        }
+    }
+
+    /// A create of `tasks` tasks.
+    pub fn create(tasks: usize) -> Self {
+        Self {
+            kind: RequestKind::Write,
+            requests: tasks as i64,
+            tasks: tasks as i64,
+        }
+    }
+}
+
+/// Serves one replying message: takes a writer slot, admits the request
+/// when it is a member's, runs `$op` with `$work` in scope, and answers
+/// with the result and the commit of what was written.
+macro_rules! serve {
+    ($self:ident, $state:ident, $reply:expr, $admission:expr, |$work:ident| $op:expr) => {{
+        match $self.begin($state, $admission) {
+            Err(e) => {
+                let _ = $reply.send(Outcome {
+                    result: Err(e),
+                    commit: None,
+                });
+            }
+            Ok((slot, work)) => {
+                #[allow(unused_mut)]
+                let mut $work = work;
+                let result = $op;
+                $self.finish($state, slot, $work, result, $reply);
+            }
+        }
+    }};
 }
 
 impl Actor for OrgActor {
@@ -148,7 +234,7 @@ impl Actor for OrgActor {
             state.usage = usage;
         }
         tracing::info!(org_id = %org, open_tasks = state.open.len(), "org actor started");
-        self.expire_leases(state);
+        self.expire_leases(state).await?;
         self.publish_depth(state);
         let period = (deps.idle_after / 2).max(Duration::from_millis(200));
         myself.send_interval(period, || OrgMsg::IdleTick);
@@ -162,7 +248,7 @@ impl Actor for OrgActor {
     ) -> Result<(), ActorProcessingErr> {
         if state.open.has_leases() {
             // A claim reached us while we drained: someone must expire it.
-            let _ = self.supervisor.cast(SupervisorMsg::Wake(state.org));
+            (self.events)(OrgEvent::StoppedHoldingLeases { org: state.org });
         }
         Ok(())
     }
@@ -179,97 +265,170 @@ impl Actor for OrgActor {
         if let Some(entry) = self.deps.directory.cached(state.org) {
             state.entry = entry;
         }
+        let write = Some(Admission::write());
+        let read = Some(Admission::read());
         match msg {
-            OrgMsg::CreateTasks(caller, items, reply) => {
-                let _ = reply.send(self.create_tasks(state, &caller, items).await);
+            OrgMsg::CreateTasks {
+                caller,
+                items,
+                reply,
+            } => {
+                let admission = Some(Admission::create(items.len()));
+                serve!(self, state, reply, admission, |work| {
+                    self.create_tasks(state, &mut work, &caller, items).await
+                })
             }
-            OrgMsg::UpdateTasks(caller, items, reply) => {
-                let _ = reply.send(self.update_tasks(state, &caller, items).await);
+            OrgMsg::UpdateTasks {
+                caller,
+                items,
+                reply,
+            } => serve!(self, state, reply, write, |work| {
+                self.update_tasks(state, &mut work, &caller, items).await
+            }),
+            OrgMsg::ClaimNext {
+                caller,
+                request,
+                reply,
+            } => serve!(self, state, reply, write, |work| {
+                Ok(self.claim_next(state, &mut work, &caller, &request))
+            }),
+            OrgMsg::Admit { kind, reply } => {
+                serve!(self, state, reply, Some(Admission::of(kind)), |work| Ok(()))
             }
-            OrgMsg::ClaimNext(caller, request, reply) => {
-                let _ = reply.send(Ok(self.claim_next(state, &caller, &request)));
+            OrgMsg::CreateKey {
+                caller,
+                name,
+                reply,
+            } => serve!(self, state, reply, write, |work| {
+                self.issue_key(state, &mut work, &caller.email, Some(name))
+            }),
+            OrgMsg::RevokeKey {
+                caller,
+                key_id,
+                reply,
+            } => serve!(self, state, reply, write, |work| {
+                self.revoke_key(state, &mut work, &caller.email, key_id)
+            }),
+            OrgMsg::ListTags { reply } => {
+                serve!(self, state, reply, read, |work| Ok(self.list_tags(state)))
             }
-            OrgMsg::AddMember(member, reply) => {
-                let _ = reply.send(self.add_member(state, member));
+            OrgMsg::CreateTags {
+                caller,
+                items,
+                reply,
+            } => serve!(self, state, reply, write, |work| {
+                self.create_tags(state, &mut work, &caller, items)
+            }),
+            OrgMsg::UpdateTags {
+                caller,
+                patches,
+                reply,
+            } => serve!(self, state, reply, write, |work| {
+                self.update_tags(state, &mut work, &caller, patches)
+            }),
+            OrgMsg::DeleteTags {
+                caller,
+                names,
+                reply,
+            } => serve!(self, state, reply, write, |work| {
+                self.delete_tags(state, &mut work, &caller, names)
+            }),
+            OrgMsg::ListMembers { reply } => {
+                serve!(
+                    self,
+                    state,
+                    reply,
+                    read,
+                    |work| Ok(self.list_members(state))
+                )
             }
-            OrgMsg::IssueKey(email, name, reply) => {
-                let _ = reply.send(self.issue_key(state, &email, name));
+            OrgMsg::GetMe { caller, reply } => serve!(self, state, reply, read, |work| {
+                state.member_view(&caller.email)
+            }),
+            OrgMsg::PatchMember {
+                caller,
+                email,
+                patch,
+                reply,
+            } => serve!(self, state, reply, write, |work| {
+                self.patch_member(state, &mut work, &caller, &email, patch)
+            }),
+            OrgMsg::PatchMe {
+                caller,
+                profile_tags,
+                reply,
+            } => serve!(self, state, reply, write, |work| {
+                self.patch_me(state, &mut work, &caller, profile_tags)
+            }),
+            OrgMsg::ListTeams { reply } => {
+                serve!(self, state, reply, read, |work| Ok(self.list_teams(state)))
             }
-            OrgMsg::RevokeKey(email, key_id, reply) => {
-                let _ = reply.send(self.revoke_key(state, &email, key_id));
+            OrgMsg::GetTeam { team, reply } => {
+                serve!(self, state, reply, read, |work| self.get_team(state, &team))
             }
-            OrgMsg::RevokeMemberKeys(email, reply) => {
-                let _ = reply.send(Ok(self.revoke_member_keys(state, &email)));
+            OrgMsg::CreateTeam {
+                caller,
+                team,
+                reply,
+            } => serve!(self, state, reply, write, |work| {
+                self.create_team(state, &mut work, &caller, team)
+            }),
+            OrgMsg::PatchTeam {
+                caller,
+                team,
+                patch,
+                reply,
+            } => serve!(self, state, reply, write, |work| {
+                self.patch_team(state, &mut work, &caller, &team, patch)
+            }),
+            OrgMsg::DeleteTeam {
+                caller,
+                team,
+                reply,
+            } => serve!(self, state, reply, write, |work| {
+                self.delete_team(state, &mut work, &caller, &team)
+            }),
+            OrgMsg::AddTeamMember {
+                caller,
+                team,
+                email,
+                reply,
+            } => serve!(self, state, reply, write, |work| {
+                self.add_team_member(state, &mut work, &caller, &team, &email)
+            }),
+            OrgMsg::RemoveTeamMember {
+                caller,
+                team,
+                email,
+                reply,
+            } => serve!(self, state, reply, write, |work| {
+                self.remove_team_member(state, &mut work, &caller, &team, &email)
+            }),
+            OrgMsg::GetQuota { reply } => {
+                serve!(self, state, reply, read, |work| Ok(self.quota(state)))
             }
-            OrgMsg::ListTags(reply) => {
-                let _ = reply.send(Ok(self.list_tags(state)));
+            OrgMsg::ChargePlan { reply } => serve!(self, state, reply, None, |work| {
+                self.charge_plan(state, &mut work)
+            }),
+            OrgMsg::AddMember { member, reply } => serve!(self, state, reply, None, |work| {
+                self.add_member(state, &mut work, member)
+            }),
+            OrgMsg::IssueKey { email, name, reply } => {
+                serve!(self, state, reply, None, |work| {
+                    self.issue_key(state, &mut work, &email, name)
+                })
             }
-            OrgMsg::CreateTags(caller, items, reply) => {
-                let _ = reply.send(self.create_tags(state, &caller, items));
+            OrgMsg::RevokeMemberKeys { email, reply } => {
+                serve!(self, state, reply, None, |work| {
+                    Ok(self.revoke_member_keys(state, &mut work, &email))
+                })
             }
-            OrgMsg::UpdateTags(caller, items, reply) => {
-                let _ = reply.send(self.update_tags(state, &caller, items));
-            }
-            OrgMsg::DeleteTags(caller, names, reply) => {
-                let _ = reply.send(self.delete_tags(state, &caller, names));
-            }
-            OrgMsg::ListMembers(reply) => {
-                let _ = reply.send(Ok(self.list_members(state)));
-            }
-            OrgMsg::GetMember(email, reply) => {
-                let _ = reply.send(self.get_member(state, &email));
-            }
-            OrgMsg::PatchMember(caller, email, patch, reply) => {
-                let _ = reply.send(self.patch_member(state, &caller, &email, patch));
-            }
-            OrgMsg::PatchMe(caller, tags, reply) => {
-                let _ = reply.send(self.patch_me(state, &caller, tags));
-            }
-            OrgMsg::ListTeams(reply) => {
-                let _ = reply.send(Ok(self.list_teams(state)));
-            }
-            OrgMsg::GetTeam(name, reply) => {
-                let _ = reply.send(self.get_team(state, &name));
-            }
-            OrgMsg::CreateTeam(caller, team, reply) => {
-                let _ = reply.send(self.create_team(state, &caller, team));
-            }
-            OrgMsg::PatchTeam(caller, name, patch, reply) => {
-                let _ = reply.send(self.patch_team(state, &caller, &name, patch));
-            }
-            OrgMsg::DeleteTeam(caller, name, reply) => {
-                let _ = reply.send(self.delete_team(state, &caller, &name));
-            }
-            OrgMsg::AddTeamMember(caller, name, email, reply) => {
-                let _ = reply.send(self.add_team_member(state, &caller, &name, &email));
-            }
-            OrgMsg::RemoveTeamMember(caller, name, email, reply) => {
-                let _ = reply.send(self.remove_team_member(state, &caller, &name, &email));
-            }
-            OrgMsg::IdpSync(view, reply) => {
-                let _ = reply.send(self.idp_sync(state, view));
-            }
-            OrgMsg::Admit(kind, requests, tasks, reply) => {
-                let now = self.deps.clock.now_ms();
-                let admitted = state
-                    .admit(kind, requests, tasks, now, &self.deps.clock)
-                    .map(|()| self.save_usage(state));
-                let _ = reply.send(admitted);
-            }
-            OrgMsg::ChargePlan(reply) => {
-                let charged = state.charge_plan(self.deps.clock.now_ms());
-                if charged.is_ok() {
-                    // Charged before the model runs; nobody waits for this.
-                    drop(self.save_usage(state));
-                }
-                let _ = reply.send(charged);
-            }
-            OrgMsg::GetQuota(reply) => {
-                let _ = reply.send(Ok(self.quota(state)));
-            }
+            OrgMsg::IdpSync { view, reply } => serve!(self, state, reply, None, |work| {
+                self.idp_sync(state, &mut work, view)
+            }),
             OrgMsg::LeaseTick => {
                 state.lease_timer_at = None;
-                self.expire_leases(state);
+                self.expire_leases(state).await?;
             }
             OrgMsg::IdleTick => {
                 if !state.retiring
@@ -278,9 +437,10 @@ impl Actor for OrgActor {
                 {
                     state.retiring = true;
                     tracing::info!(org_id = %state.org, "org actor idle; asking to stop");
-                    let _ = self
-                        .supervisor
-                        .cast(SupervisorMsg::Idle(state.org, myself.get_id()));
+                    (self.events)(OrgEvent::Idle {
+                        org: state.org,
+                        actor: myself.get_id(),
+                    });
                 }
             }
             #[cfg(feature = "test-hooks")]
@@ -296,6 +456,42 @@ impl Actor for OrgActor {
 }
 
 impl OrgActor {
+    fn now(&self) -> i64 {
+        self.deps.clock.now_ms()
+    }
+
+    /// Takes a writer slot, then admits a member's request, before anything
+    /// changes: an overloaded writer or a spent limit leaves no trace.
+    fn begin(
+        &self,
+        state: &mut OrgState,
+        admission: Option<Admission>,
+    ) -> Result<(WriteSlot<'_>, Work), EngineError> {
+        let slot = self.deps.writers.reserve(state.org)?;
+        let mut work = Work::default();
+        if let Some(a) = admission {
+            work.save_usage = state.admit(a, self.now(), &self.deps.clock)?;
+        }
+        Ok((slot, work))
+    }
+
+    /// Submits what a message wrote (only its usage when it failed) and
+    /// answers with the result and the commit.
+    fn finish<T>(
+        &self,
+        state: &OrgState,
+        slot: WriteSlot<'_>,
+        mut work: Work,
+        result: Result<T, EngineError>,
+        reply: Reply<T>,
+    ) {
+        if result.is_err() {
+            work.discard_changes();
+        }
+        let commit = (!work.is_empty()).then(|| slot.submit(work.into_batch(state)));
+        let _ = reply.send(Outcome { result, commit });
+    }
+
     fn publish_depth(&self, state: &OrgState) {
         let depth = state.open.pending_len();
         if self.deps.queue_depths.get(&state.org).map(|d| *d) != Some(depth) {
@@ -312,7 +508,7 @@ impl OrgActor {
         if state.lease_timer_at.is_some_and(|at| at <= next) {
             return;
         }
-        let wait_ms = (next - self.deps.clock.now_ms()).max(0) as u64 + 1;
+        let wait_ms = (next - self.now()).max(0) as u64 + 1;
         myself.send_after(Duration::from_millis(wait_ms), || OrgMsg::LeaseTick);
         state.lease_timer_at = Some(next);
     }

@@ -1,147 +1,33 @@
 //! Task changes inside the org actor: create, update, claim, lease expiry
-//! and the dependency cascades. Each message builds one `Work`, applies it to
-//! memory and submits it to the writer as one batch.
+//! and the dependency cascades. Each message gathers its changes in one
+//! `Work`, applies them to memory and submits them to the writer as one
+//! batch.
 
 use std::collections::{HashMap, HashSet};
 
-use serde_json::{Map, Value};
-
-use super::{item_error, Claimed, CreatedItem, OrgActor, OrgState, UpdateOutcome, UpdateResult};
-use crate::clock::format_ms;
-use crate::domain::account::Caller;
-use crate::domain::lease;
-use crate::domain::{
-    BlockerRef, ClaimRequest, ContentField, NewTask, StoredEvent, StoredTask, TaskHeader, TaskId,
-    TaskStatus, TaskUpdate,
+use super::work::Work;
+use super::{Claimed, OrgActor, OrgState};
+use crate::api::{
+    BlockerRef, ClaimRequest, ContentPolicy, CreateTasks, CreatedItem, ItemError, NewTask, Object,
+    TaskUpdate, Timestamp, UpdateResult, UpdateTasks,
 };
+use crate::domain::account::{Caller, Encryption};
+use crate::domain::lease;
+use crate::domain::{ContentField, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus};
 use crate::error::{EngineError, ValidationError};
-use crate::store::{WriteBatch, WriteOp};
-use crate::writer::Commit;
 
 pub const SYSTEM_AGENT: &str = "system";
 
-/// The changes of one message, before they are submitted.
-#[derive(Default)]
-struct Work {
-    /// Finished tasks read from the store, or finished by this message.
-    loaded: HashMap<TaskId, TaskHeader>,
-    inserted: Vec<StoredTask>,
-    changed: Vec<TaskId>,
-    content: Vec<WriteOp>,
-    events: Vec<StoredEvent>,
-    /// Usage to store in the same commit (task creation counts exactly).
-    usage: Option<crate::domain::usage::Usage>,
-}
-
-impl Work {
-    fn header<'a>(&'a self, state: &'a OrgState, id: TaskId) -> Option<&'a TaskHeader> {
-        state.open.get(id).or_else(|| self.loaded.get(&id))
-    }
-
-    /// Whether `id` is a live blocker (not completed); `None` if unknown.
-    fn is_live(&self, state: &OrgState, id: TaskId) -> Option<bool> {
-        if state.open.contains(id) {
-            return Some(true);
-        }
-        self.loaded
-            .get(&id)
-            .map(|h| h.status != TaskStatus::Completed)
-    }
-
-    /// Stores the new header of an existing task in memory.
-    fn put(&mut self, state: &mut OrgState, h: TaskHeader) {
-        if !self.changed.contains(&h.task_id) {
-            self.changed.push(h.task_id);
-        }
-        if h.status.is_terminal() {
-            state.open.remove(h.task_id);
-            self.loaded.insert(h.task_id, h);
-        } else {
-            self.loaded.remove(&h.task_id);
-            state.open.put(h);
-        }
-    }
-
-    fn seal(&self, state: &OrgState, task: TaskId, field: ContentField, value: &Value) -> Vec<u8> {
-        let bytes = serde_json::to_vec(value).expect("JSON values serialize");
-        state.entry.cipher.seal(task, field.name(), &bytes)
-    }
-
-    fn set_content(
-        &mut self,
-        state: &OrgState,
-        task: TaskId,
-        field: ContentField,
-        value: Option<&Value>,
-    ) {
-        let value = value.map(|v| self.seal(state, task, field, v));
-        self.content.push(WriteOp::SetContent {
-            task_id: task,
-            field,
-            value,
-        });
-    }
-
-    /// Moves `h` to `to` and records the state event.
-    fn transition(
-        &mut self,
-        state: &OrgState,
-        h: &mut TaskHeader,
-        to: TaskStatus,
-        agent: &str,
-        note: Option<&str>,
-        now: i64,
-    ) {
-        let from = h.status;
-        h.status = to;
-        h.updated_at = now;
-        if to != TaskStatus::InProgress {
-            h.lease = None;
-        }
-        self.events.push(StoredEvent {
-            task_id: h.task_id,
-            from_status: Some(from),
-            to_status: to,
-            agent_id: agent.to_owned(),
-            at: now,
-            note: note.map(|n| {
-                state
-                    .entry
-                    .cipher
-                    .seal(h.task_id, ContentField::Note.name(), n.as_bytes())
-            }),
-        });
-    }
-
-    fn into_batch(self, state: &OrgState) -> WriteBatch {
-        let mut ops = Vec::with_capacity(4 + self.changed.len() + self.content.len());
-        if !self.inserted.is_empty() {
-            ops.push(WriteOp::InsertTasks(self.inserted));
-        }
-        for id in &self.changed {
-            if let Some(h) = state.open.get(*id).or_else(|| self.loaded.get(id)) {
-                ops.push(WriteOp::UpdateHeader(h.clone()));
-            }
-        }
-        ops.extend(self.content);
-        if !self.events.is_empty() {
-            ops.push(WriteOp::InsertEvents(self.events));
-        }
-        if let Some(usage) = self.usage {
-            ops.push(WriteOp::SaveUsage(usage));
-        }
-        WriteBatch {
-            org: state.org,
-            ops,
+impl OrgState {
+    fn content_policy(&self) -> ContentPolicy {
+        match self.entry.record.encryption {
+            Encryption::Managed => ContentPolicy::Managed,
+            Encryption::Byok => ContentPolicy::ClientEncrypted,
         }
     }
 }
 
 impl OrgActor {
-    fn now(&self) -> i64 {
-        self.deps.clock.now_ms()
-    }
-
     /// Reads the headers of tasks not in memory, after this org's queued
     /// writes have committed.
     async fn load(
@@ -166,18 +52,17 @@ impl OrgActor {
         Ok(())
     }
 
-    fn submit(&self, state: &OrgState, work: Work) -> Commit {
-        self.deps.writers.submit(work.into_batch(state))
-    }
-
     pub(super) async fn create_tasks(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         caller: &Caller,
         items: Vec<NewTask>,
-    ) -> Result<(Vec<CreatedItem>, Commit), EngineError> {
+    ) -> Result<Vec<CreatedItem>, EngineError> {
+        let items = CreateTasks { tasks: items };
+        items.check_content(state.content_policy())?;
+        let items = items.tasks;
         let now = self.now();
-        let mut work = Work::default();
         let ids: Vec<TaskId> = items
             .iter()
             .map(|i| i.task_id.unwrap_or_else(TaskId::new_v7))
@@ -197,7 +82,7 @@ impl OrgActor {
                 _ => None,
             }));
         }
-        self.load(state, &mut work, lookups).await?;
+        self.load(state, work, lookups).await?;
         for id in items.iter().filter_map(|i| i.task_id) {
             if work.loaded.contains_key(&id) {
                 return Err(EngineError::TaskIdExists(id));
@@ -254,7 +139,7 @@ impl OrgActor {
         let count = items.len() as i64;
         state.check_task_quota(count, now)?;
         state.usage.tasks += count;
-        work.usage = Some(state.usage_snapshot());
+        work.save_usage = true;
         let mut results = Vec::with_capacity(items.len());
         for ((item, id), blocked_by) in items.into_iter().zip(ids).zip(resolved) {
             let live = blocked_by
@@ -302,14 +187,14 @@ impl OrgActor {
                 reference: item.reference,
                 task_id: id,
                 status,
-                created_at: format_ms(now),
+                created_at: Timestamp(now),
             });
             work.inserted.push(stored);
         }
         for t in &work.inserted {
             state.open.put(t.header.clone());
         }
-        Ok((results, self.submit(state, work)))
+        Ok(results)
     }
 
     /// Validation that needs the org's state; runs before anything applies.
@@ -320,7 +205,7 @@ impl OrgActor {
         items: &[TaskUpdate],
     ) -> Result<(), ValidationError> {
         for (i, u) in items.iter().enumerate() {
-            let id = u.task_id.expect("validated");
+            let id = u.task_id;
             if let Some(tags) = &u.tags {
                 state.check_vocabulary(&format!("updates[{i}].tags"), tags)?;
             }
@@ -354,37 +239,34 @@ impl OrgActor {
     pub(super) async fn update_tasks(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         caller: &Caller,
         items: Vec<TaskUpdate>,
-    ) -> Result<(UpdateOutcome, Commit), EngineError> {
+    ) -> Result<Vec<UpdateResult>, EngineError> {
+        let mut items = UpdateTasks { updates: items };
+        items.check_content(state.content_policy())?;
+        let items = items.updates;
         let now = self.now();
-        let mut work = Work::default();
         let lookups: Vec<TaskId> = items
             .iter()
-            .flat_map(|u| {
-                u.task_id
-                    .into_iter()
-                    .chain(u.blocked_by.iter().flatten().copied())
-            })
+            .flat_map(|u| std::iter::once(u.task_id).chain(u.blocked_by.iter().flatten().copied()))
             .collect();
-        self.load(state, &mut work, lookups).await?;
-        self.check_updates(state, &work, &items)?;
-        let mut metadata = self.current_metadata(state, &work, &items).await?;
+        self.load(state, work, lookups).await?;
+        self.check_updates(state, work, &items)?;
+        let mut metadata = self.current_metadata(state, work, &items).await?;
         // From here on memory changes; a failure must restart the actor.
         let mut results = Vec::with_capacity(items.len());
         for u in &items {
-            let id = u.task_id.expect("validated");
-            let (result, moved_to) =
-                self.apply_update(state, &mut work, caller, u, &mut metadata, now);
+            let (result, moved_to) = self.apply_update(state, work, caller, u, &mut metadata, now);
             if let Some(to) = moved_to.filter(|s| s.is_terminal()) {
-                if let Err(e) = self.after_finish(state, &mut work, id, to, now).await {
+                if let Err(e) = self.after_finish(state, work, u.task_id, to, now).await {
                     state.needs_reload = true;
                     return Err(e);
                 }
             }
             results.push(result);
         }
-        Ok((UpdateOutcome { results }, self.submit(state, work)))
+        Ok(results)
     }
 
     /// Current metadata of the tasks whose items merge into it.
@@ -393,11 +275,11 @@ impl OrgActor {
         state: &OrgState,
         work: &Work,
         items: &[TaskUpdate],
-    ) -> Result<HashMap<TaskId, Map<String, Value>>, EngineError> {
+    ) -> Result<HashMap<TaskId, Object>, EngineError> {
         let mut ids: Vec<TaskId> = items
             .iter()
             .filter(|u| u.metadata.is_some())
-            .filter_map(|u| u.task_id)
+            .map(|u| u.task_id)
             .filter(|id| work.header(state, *id).is_some())
             .collect();
         ids.sort();
@@ -410,7 +292,7 @@ impl OrgActor {
         for t in self.deps.store.tasks(state.org, &ids).await? {
             let id = t.header.task_id;
             let map = match t.metadata {
-                None => Map::new(),
+                None => Object::new(),
                 Some(sealed) => {
                     let bytes = state
                         .entry
@@ -420,10 +302,7 @@ impl OrgActor {
                             task_id: id,
                             field: "metadata",
                         })?;
-                    match serde_json::from_slice(&bytes) {
-                        Ok(Value::Object(m)) => m,
-                        _ => Map::new(),
-                    }
+                    serde_json::from_slice(&bytes).unwrap_or_default()
                 }
             };
             out.insert(id, map);
@@ -437,17 +316,17 @@ impl OrgActor {
         work: &mut Work,
         caller: &Caller,
         u: &TaskUpdate,
-        metadata: &mut HashMap<TaskId, Map<String, Value>>,
+        metadata: &mut HashMap<TaskId, Object>,
         now: i64,
     ) -> (UpdateResult, Option<TaskStatus>) {
-        let id = u.task_id.expect("validated");
+        let id = u.task_id;
         let failed = |error| (UpdateResult::Failed { task_id: id, error }, None);
         let Some(current) = work.header(state, id).cloned() else {
-            return failed(item_error::TASK_NOT_FOUND);
+            return failed(ItemError::TaskNotFound);
         };
         if let Some(lease_id) = u.lease_id {
             if current.lease.map(|l| l.lease_id) != Some(lease_id) {
-                return failed(item_error::LEASE_LOST);
+                return failed(ItemError::LeaseLost);
             }
         }
         let mut h = current.clone();
@@ -470,10 +349,10 @@ impl OrgActor {
         let target = match u.status {
             Some(to) if to != current.status => {
                 if !current.status.can_move_to(to, has_live) {
-                    return failed(item_error::INVALID_TRANSITION);
+                    return failed(ItemError::InvalidTransition);
                 }
                 if current.status.is_holding() && h.assignee.is_none() {
-                    return failed(item_error::ASSIGNEE_REQUIRED);
+                    return failed(ItemError::AssigneeRequired);
                 }
                 Some(to)
             }
@@ -506,7 +385,7 @@ impl OrgActor {
             for (k, v) in patch {
                 merged.insert(k.clone(), v.clone());
             }
-            let merged = Value::Object(merged.clone());
+            let merged = merged.clone();
             work.set_content(state, id, ContentField::Metadata, Some(&merged));
         }
         h.updated_at = now;
@@ -522,7 +401,7 @@ impl OrgActor {
         let applied = UpdateResult::Applied {
             task_id: id,
             status,
-            updated_at: format_ms(updated_at),
+            updated_at: Timestamp(updated_at),
         };
         (applied, target)
     }
@@ -584,9 +463,10 @@ impl OrgActor {
     pub(super) fn claim_next(
         &self,
         state: &mut OrgState,
+        work: &mut Work,
         caller: &Caller,
         request: &ClaimRequest,
-    ) -> Option<(Claimed, Commit)> {
+    ) -> Option<Claimed> {
         let allowed = state.effective_tags(&caller.email);
         let mut h = state
             .open
@@ -597,7 +477,6 @@ impl OrgActor {
             })?
             .clone();
         let now = self.now();
-        let mut work = Work::default();
         h.assignee = Some(caller.key_name.clone());
         work.transition(
             state,
@@ -611,18 +490,22 @@ impl OrgActor {
         h.lease = Some(lease);
         let header = h.clone();
         work.put(state, h);
-        Some((Claimed { header, lease }, self.submit(state, work)))
+        Some(Claimed { header, lease })
     }
 
-    /// Returns every task whose lease ran out to `pending`.
-    pub(super) fn expire_leases(&self, state: &mut OrgState) {
+    /// Returns every task whose lease ran out to `pending`. It waits for
+    /// room in the writer's queue rather than drop an expiry.
+    pub(super) async fn expire_leases(
+        &self,
+        state: &mut OrgState,
+    ) -> Result<(), crate::store::StoreError> {
         let now = self.now();
-        let expired = state.open.pop_expired_leases(now);
-        if expired.is_empty() {
-            return;
+        if state.open.next_lease_deadline().is_none_or(|at| at > now) {
+            return Ok(());
         }
+        let slot = self.deps.writers.reserve_waiting(state.org).await?;
         let mut work = Work::default();
-        for id in expired {
+        for id in state.open.pop_expired_leases(now) {
             let Some(mut h) = state.open.get(id).cloned() else {
                 continue;
             };
@@ -642,16 +525,13 @@ impl OrgActor {
             );
             work.put(state, h);
         }
-        let org = state.org;
-        let count = work.changed.len();
-        let commit = self.submit(state, work);
-        tokio::spawn(async move {
-            match commit.await {
-                Ok(Ok(())) => tracing::info!(org_id = %org, count, "leases expired"),
-                Ok(Err(e)) => tracing::warn!(org_id = %org, error = %e, "lease expiry not stored"),
-                Err(_) => tracing::warn!(org_id = %org, "lease expiry not stored: writer gone"),
-            }
-        });
+        if !work.changed.is_empty() {
+            tracing::info!(org_id = %state.org, count = work.changed.len(), "leases expired");
+            // Nobody waits for this commit; a failure is logged by the writer
+            // and restarts the actor from the store.
+            drop(slot.submit(work.into_batch(state)));
+        }
+        Ok(())
     }
 }
 

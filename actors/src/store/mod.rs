@@ -19,12 +19,13 @@ use sqlx::sqlite::{
 };
 use sqlx::QueryBuilder;
 
+use crate::api::ListTasks;
 use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::order::ListKey;
 use crate::domain::usage::Usage;
 use crate::domain::{
-    ContentField, KeyId, ListQuery, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus,
+    ContentField, KeyId, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus,
 };
 use rows::{
     EventRow, FullRow, HeaderRow, KeyRow, MemberRow, MembershipRow, OrgRow, TagRow, TeamRow,
@@ -894,7 +895,7 @@ impl Store {
     pub async fn list_tasks(
         &self,
         org: OrgId,
-        query: &ListQuery,
+        query: &ListTasks,
         after: Option<ListKey>,
         limit: u32,
     ) -> Result<Vec<StoredTask>> {

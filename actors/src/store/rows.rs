@@ -2,8 +2,6 @@
 //! records. Integers are `i64` and ids are text on both backends, so one
 //! tuple type serves both.
 
-use serde_json::{Map, Value};
-
 use super::StoreError;
 use crate::domain::account::{Encryption, KeyRecord, MemberRecord, OrgRecord, Role, Tier};
 use crate::domain::admin::{Membership, Tag, Team};
@@ -198,7 +196,7 @@ impl From<&OrgRecord> for OrgRow {
             o.encryption.as_str().to_owned(),
             o.seats,
             i64::from(o.suspended),
-            Value::Object(o.limit_overrides.clone()).to_string(),
+            serde_json::to_string(&o.limit_overrides).unwrap_or_else(|_| "{}".into()),
             o.wrapped_dek.clone(),
             o.created_at,
             i64::from(o.idp_enrolled),
@@ -211,8 +209,7 @@ impl TryFrom<OrgRow> for OrgRecord {
     fn try_from(
         (id, name, tier, encryption, seats, suspended, limits, wrapped_dek, created_at, idp): OrgRow,
     ) -> Result<Self, StoreError> {
-        let limit_overrides: Map<String, Value> =
-            serde_json::from_str(&limits).map_err(|_| corrupt("org limits"))?;
+        let limit_overrides = serde_json::from_str(&limits).map_err(|_| corrupt("org limits"))?;
         Ok(OrgRecord {
             org_id: id.parse().map_err(|_| corrupt("org id"))?,
             name,

@@ -1,0 +1,74 @@
+//! The engine's vocabulary for every front end: typed requests and answers.
+//!
+//! HTTP, MCP and the planner speak to the engine only in these types. A
+//! request is decoded from JSON by its [`Decode`] impl, which refuses a bad
+//! body with a [`ValidationError`] naming the offending field in the words
+//! clients rely on; an answer is serialized by serde into the wire shape.
+//! Both derive their JSON Schema (schemars), so tool input schemas and the
+//! OpenAPI document come from the same types and cannot drift from them.
+//! `serde_json::Value` appears only where content is free-form (metadata,
+//! output, client envelopes).
+//!
+//! Decoders are pure and check shape only; rules that need an org's state
+//! (its vocabulary, members, plan, encryption) run in the org actor.
+
+mod decode;
+mod keys;
+mod operator;
+mod org;
+mod tasks;
+
+use std::borrow::Cow;
+
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+pub use crate::domain::error::ValidationError;
+pub use crate::domain::usage::RequestKind;
+pub use keys::*;
+pub use operator::*;
+pub use org::*;
+pub use tasks::*;
+
+/// A request decoded from a JSON body (or query, as key/value pairs turned
+/// into an object by the front end).
+pub trait Decode: Sized + Send + 'static {
+    fn decode(body: &Value) -> Result<Self, ValidationError>;
+}
+
+/// A request made with a member's key. It counts against the org's limits
+/// as a read or a write, also when it fails to decode.
+pub trait MemberRequest: Decode {
+    const KIND: RequestKind;
+    /// The paid feature the route belongs to: a free org hears that it
+    /// needs an upgrade before it hears what its body lacks.
+    const PAID_FEATURE: Option<&'static str> = None;
+}
+
+/// A free-form JSON object (metadata, output).
+pub type Object = serde_json::Map<String, Value>;
+
+/// A point in time: milliseconds since the epoch, written as RFC 3339 UTC
+/// with millisecond precision and a `Z` suffix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Timestamp(pub i64);
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&crate::clock::format_ms(self.0))
+    }
+}
+
+impl schemars::JsonSchema for Timestamp {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Timestamp".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "format": "date-time" })
+    }
+}
