@@ -210,6 +210,25 @@ impl Engine {
         Ok(())
     }
 
+    /// Test hook: expires the org's leases that are due by the engine's
+    /// clock, without waiting for the actor's timer, and waits until the
+    /// expiry is committed.
+    #[cfg(feature = "test-hooks")]
+    pub async fn expire_leases_now(&self, org: OrgId) -> Result<(), EngineError> {
+        let route = self.resolve(org, None).await?;
+        match route
+            .actor
+            .call(OrgMsg::ExpireLeases, Some(self.inner.call_timeout))
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(())) => {}
+            Ok(ractor::rpc::CallResult::Timeout) => return Err(EngineError::Timeout),
+            _ => return Err(EngineError::ActorUnavailable),
+        }
+        self.inner.writers.barrier(org).await?;
+        Ok(())
+    }
+
     /// Test hook: panics the org's actor and returns once it has restarted.
     #[cfg(feature = "test-hooks")]
     pub async fn crash_org(&self, org: OrgId) -> Result<(), EngineError> {

@@ -175,6 +175,10 @@ pub enum OrgMsg {
     IdleTick,
     #[cfg(feature = "test-hooks")]
     Crash,
+    /// Test hook: expires the leases due by the engine's clock now, without
+    /// waiting for the timer, and answers when their batch is queued.
+    #[cfg(feature = "test-hooks")]
+    ExpireLeases(RpcReplyPort<()>),
 }
 
 #[derive(Debug, Clone)]

@@ -445,6 +445,11 @@ impl Actor for OrgActor {
             }
             #[cfg(feature = "test-hooks")]
             OrgMsg::Crash => panic!("org actor crash requested by a test hook"),
+            #[cfg(feature = "test-hooks")]
+            OrgMsg::ExpireLeases(reply) => {
+                self.expire_leases(state).await?;
+                let _ = reply.send(());
+            }
         }
         if state.needs_reload {
             return Err(format!("org {} must reload its state from the store", state.org).into());
