@@ -13,6 +13,7 @@ use taskq_actors::{Engine, EngineConfig};
 
 use crate::http::{router, AppState};
 use crate::moderation::ModerationEndpoint;
+use crate::process::READY_PREFIX;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
@@ -129,7 +130,7 @@ async fn shutdown_signal() {
 
 fn announce(scheme: &str, addr: SocketAddr) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    writeln!(out, "taskq listening on {scheme}://{addr}")?;
+    writeln!(out, "{READY_PREFIX}{scheme}://{addr}")?;
     out.flush()?;
     Ok(())
 }

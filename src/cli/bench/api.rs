@@ -1,0 +1,216 @@
+//! The HTTP side of the bench: client settings, timing one request, short
+//! error texts for the report, and an agent's view of the task routes
+//! (create, claim, complete) with the bodies it sends and reads.
+
+use std::error::Error as StdError;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use reqwest::header::CONTENT_TYPE;
+use reqwest::{Client, StatusCode, Url};
+use serde::{Deserialize, Serialize};
+
+/// Timeout of every HTTP request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest error text kept per sample.
+const ERROR_TEXT_MAX: usize = 300;
+const CLAIM_BODY: &str = r#"{"lease_seconds":300,"include_context":false}"#;
+const TASK_DESCRIPTION: &str = "Synthetic task written by taskq bench. Claim it, do nothing, \
+                                and complete it with a short note and a tiny output object.";
+
+pub(super) fn http_client(max_idle: usize) -> anyhow::Result<Client> {
+    Client::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .pool_max_idle_per_host(max_idle)
+        .tcp_nodelay(true)
+        .http1_only()
+        .build()
+        .context("building the HTTP client")
+}
+
+/// Sends a request and reads the whole body. Succeeds only on status
+/// `expect`; the error is a short description for the report.
+pub(super) async fn exchange(
+    request: reqwest::RequestBuilder,
+    expect: StatusCode,
+) -> Result<(Vec<u8>, Duration), String> {
+    let started = Instant::now();
+    let response = request.send().await.map_err(|e| error_chain(&e))?;
+    let status = response.status();
+    let body = response.bytes().await.map_err(|e| error_chain(&e))?;
+    let latency = started.elapsed();
+    if status == expect {
+        Ok((body.to_vec(), latency))
+    } else {
+        let text = String::from_utf8_lossy(&body);
+        Err(truncate(&format!(
+            "HTTP {}: {}",
+            status.as_u16(),
+            text.trim()
+        )))
+    }
+}
+
+fn error_chain(error: &dyn StdError) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let _ = write!(text, ": {cause}");
+        source = cause.source();
+    }
+    truncate(&text)
+}
+
+pub(super) fn truncate(text: &str) -> String {
+    match text.char_indices().nth(ERROR_TEXT_MAX) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+pub(super) fn endpoint(base: &str, path: &str) -> anyhow::Result<Url> {
+    Url::parse(&format!("{base}{path}")).with_context(|| format!("invalid URL {base}{path}"))
+}
+
+/// The task routes an agent calls.
+#[derive(Clone)]
+pub(super) struct Routes {
+    tasks: Url,
+    claim: Url,
+    update: Url,
+}
+
+impl Routes {
+    pub(super) fn new(base: &str) -> anyhow::Result<Self> {
+        Ok(Routes {
+            tasks: endpoint(base, "/tasks")?,
+            claim: endpoint(base, "/tasks/claim")?,
+            update: endpoint(base, "/tasks/update")?,
+        })
+    }
+}
+
+/// An agent's view of the task API: its client, key and routes.
+pub(super) struct AgentApi {
+    pub(super) client: Client,
+    pub(super) key: String,
+    pub(super) routes: Routes,
+}
+
+impl AgentApi {
+    /// An agent with a client (and so a connection) of its own.
+    pub(super) fn new(routes: &Routes, key: &str) -> anyhow::Result<Self> {
+        Ok(AgentApi {
+            client: http_client(1)?,
+            key: key.to_owned(),
+            routes: routes.clone(),
+        })
+    }
+
+    fn post(&self, url: &Url, body: impl Into<reqwest::Body>) -> reqwest::RequestBuilder {
+        self.client
+            .post(url.clone())
+            .header("x-api-key", &self.key)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body)
+    }
+
+    /// Creates `count` tasks; `seq` numbers the first one.
+    pub(super) async fn create(&self, seq: u64, count: u64) -> Result<Duration, String> {
+        let tasks = (seq..seq + count)
+            .map(|n| NewTask {
+                title: format!("bench task {n}"),
+                description: TASK_DESCRIPTION,
+                metadata: TaskMetadata {
+                    bench: true,
+                    seq: n,
+                },
+            })
+            .collect();
+        let body = serde_json::to_vec(&CreateBody { tasks }).map_err(|e| e.to_string())?;
+        let (_, latency) =
+            exchange(self.post(&self.routes.tasks, body), StatusCode::CREATED).await?;
+        Ok(latency)
+    }
+
+    /// Claims the next task; `None` when the queue is empty.
+    pub(super) async fn claim(&self) -> Result<(Option<Claimed>, Duration), String> {
+        let request = self.post(&self.routes.claim, CLAIM_BODY);
+        let (body, latency) = exchange(request, StatusCode::OK).await?;
+        let claimed = serde_json::from_slice(&body).map_err(|e| {
+            truncate(&format!(
+                "unexpected claim response ({e}): {}",
+                lossy(&body)
+            ))
+        })?;
+        Ok((claimed, latency))
+    }
+
+    /// Completes a claimed task.
+    pub(super) async fn complete(&self, task: &Claimed) -> Result<Duration, String> {
+        let body = serde_json::to_vec(&UpdateBody {
+            updates: [Completion {
+                task_id: &task.task_id,
+                status: "completed",
+                note: "done",
+                output: CompletionOutput { ok: true },
+                lease_id: task.lease_id.as_deref(),
+            }],
+        })
+        .map_err(|e| e.to_string())?;
+        let (_, latency) = exchange(self.post(&self.routes.update, body), StatusCode::OK).await?;
+        Ok(latency)
+    }
+}
+
+pub(super) fn lossy(body: &[u8]) -> String {
+    String::from_utf8_lossy(body).into_owned()
+}
+
+#[derive(Serialize)]
+struct CreateBody {
+    tasks: Vec<NewTask>,
+}
+
+#[derive(Serialize)]
+struct NewTask {
+    title: String,
+    description: &'static str,
+    metadata: TaskMetadata,
+}
+
+#[derive(Serialize)]
+struct TaskMetadata {
+    bench: bool,
+    seq: u64,
+}
+
+#[derive(Deserialize)]
+pub(super) struct Claimed {
+    task_id: String,
+    #[serde(default)]
+    lease_id: Option<String>,
+}
+
+#[derive(Serialize)]
+struct UpdateBody<'a> {
+    updates: [Completion<'a>; 1],
+}
+
+#[derive(Serialize)]
+struct Completion<'a> {
+    task_id: &'a str,
+    status: &'static str,
+    note: &'static str,
+    output: CompletionOutput,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease_id: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct CompletionOutput {
+    ok: bool,
+}

@@ -1,0 +1,342 @@
+//! `taskq bench`: a load generator for the task-queue HTTP API.
+//!
+//! # What it measures
+//!
+//! The latency and throughput that agents see on the hot routes:
+//! `POST /tasks` (create, batches of 25), `POST /tasks/claim` and
+//! `POST /tasks/update` (complete), and for the `idle-orgs` scenario the
+//! server's memory for many small organizations.
+//!
+//! # How
+//!
+//! - Target: `--url` points at a running server, with the operator token from
+//!   `--admin-token` or `TASKQ_ADMIN_TOKEN`. Without `--url` the bench starts
+//!   `taskq serve` itself (this same binary) on a free loopback port, in a
+//!   fresh temporary directory holding the SQLite database (or the
+//!   `--database-url` given), the master key and the server log
+//!   (`server.log`). At the end it stops the server with SIGTERM and removes
+//!   the directory.
+//! - Bootstrap (not measured): through the operator API, one enterprise org
+//!   per `--orgs` with every rate and volume limit lifted, and one member with
+//!   its own API key per agent; `--agents` are spread evenly over the orgs.
+//! - Scenarios:
+//!   - `cycle` (default): a create phase fills every org with
+//!     `--tasks-per-org` tasks in batches of 25 spread over the org's agents;
+//!     then for `--duration` seconds every agent repeats claim (lease 300 s,
+//!     no context) and complete (fenced by the claim's `lease_id`). One claim
+//!     plus one complete is a cycle. An agent whose claim finds the queue
+//!     empty stops early, and the report says so.
+//!   - `create`: every agent creates batches of 25 for `--duration` seconds.
+//!   - `idle-orgs`: creates `--orgs` orgs, `--concurrency` at a time, each with
+//!     three tasks and one claim, then reports the server's resident memory
+//!     (spawned server on Linux only: `/proc/<pid>/status`).
+//! - Figures, per operation: `count` is the number of successful requests,
+//!   `errors` the failed ones (transport error, 30 s timeout, or an
+//!   unexpected status: a 207 partial update is an error), `per_sec` is
+//!   `count` over the wall time of the operation's phase, and the latency
+//!   percentiles (nearest rank) cover successful requests, measured from
+//!   sending the request to having read the whole response body.
+//! - Every agent is its own tokio task with its own HTTP/1.1 keep-alive
+//!   client and records its latencies locally (microseconds); they are merged
+//!   when the phase ends, so no lock is taken on the request path. A progress
+//!   line goes to stderr once per second; results go to stdout, as a table or
+//!   with `--json` as one JSON document.
+//!
+//! # Where things are
+//!
+//! This module holds the flags, the checks on them and the run from start
+//! to report; `server` the server the bench starts itself, `bootstrap` the
+//! operator API and the orgs and keys of a run, `api` the HTTP client and
+//! the agents' requests, `scenarios` the measured phases, `stats` their
+//! figures and progress line, and `report` the results and their table.
+
+mod api;
+mod bootstrap;
+mod report;
+mod scenarios;
+mod server;
+mod stats;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, ensure, Context as _};
+use reqwest::Url;
+use serde::Serialize;
+
+use bootstrap::{agents_of, bootstrap, Admin};
+use report::{render_table, CycleSummary, Memory, Report};
+use scenarios::{create_fixed_phase, create_timed_phase, cycle_phase, idle_orgs_phase};
+use server::Server;
+use stats::Op;
+
+/// Load-test the task API: throughput and latency of create, claim and
+/// complete with many concurrent agents, or server memory with many orgs.
+///
+/// Without --url the bench starts its own server (this binary's `serve`) in a
+/// temporary directory and stops it at the end.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// What to run: create then claim+complete cycles, only creates, or many small orgs.
+    #[arg(long, value_enum, default_value_t = Scenario::Cycle)]
+    pub scenario: Scenario,
+
+    /// Base URL of a running server (e.g. http://127.0.0.1:8080). Without it the
+    /// bench starts its own server in a temporary directory.
+    #[arg(long)]
+    pub url: Option<String>,
+
+    /// Operator token of the server at --url.
+    #[arg(long, env = "TASKQ_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Database URL for the server the bench starts (default: a fresh SQLite
+    /// file in the temporary directory). A postgres:// URL selects PostgreSQL.
+    #[arg(long, conflicts_with = "url")]
+    pub database_url: Option<String>,
+
+    /// SQLite synchronous mode of the server the bench starts
+    /// (sets TASKQ_SQLITE_SYNCHRONOUS).
+    #[arg(long, value_enum, ignore_case = true, conflicts_with = "url")]
+    pub sqlite_synchronous: Option<SqliteSynchronous>,
+
+    /// Idle time after which the server the bench starts stops an org actor
+    /// (sets TASKQ_ORG_IDLE_SECS).
+    #[arg(long, conflicts_with = "url")]
+    pub org_idle_secs: Option<u64>,
+
+    /// Number of organizations.
+    #[arg(long, default_value_t = 1)]
+    pub orgs: usize,
+
+    /// Number of concurrent agents, spread evenly over the orgs, each with its own API key.
+    #[arg(long, default_value_t = 64)]
+    pub agents: usize,
+
+    /// Seconds the timed phase runs (cycles, or creates in the `create` scenario).
+    #[arg(long, default_value_t = 10)]
+    pub duration: u64,
+
+    /// Tasks created in every org before the cycles start (`cycle` scenario).
+    #[arg(long, visible_alias = "prefill", default_value_t = 20_000)]
+    pub tasks_per_org: u64,
+
+    /// Requests in flight during bootstrap and the `idle-orgs` scenario.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+
+    /// Seconds to wait after the last phase before the final memory reading
+    /// (e.g. to let idle org actors stop).
+    #[arg(long, default_value_t = 0)]
+    pub settle: u64,
+
+    /// Print one JSON document with all results instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The workload to run.
+#[derive(clap::ValueEnum, Serialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// Create phase, then claim+complete cycles for --duration seconds.
+    Cycle,
+    /// Only creates, in batches of 25, for --duration seconds.
+    Create,
+    /// --orgs small orgs with three tasks and one claim each; reports server memory.
+    IdleOrgs,
+}
+
+/// SQLite `synchronous` pragma of a spawned server.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqliteSynchronous {
+    #[value(name = "FULL")]
+    Full,
+    #[value(name = "NORMAL")]
+    Normal,
+}
+
+impl SqliteSynchronous {
+    fn as_env(self) -> &'static str {
+        match self {
+            Self::Full => "FULL",
+            Self::Normal => "NORMAL",
+        }
+    }
+}
+
+/// Runs the benchmark described by `args` and prints its results.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    validate(&args)?;
+
+    let mut server = None;
+    let (base, token) = match &args.url {
+        Some(url) => {
+            let token =
+                args.admin_token.clone().filter(|t| !t.is_empty()).context(
+                    "--url needs the operator token: --admin-token or TASKQ_ADMIN_TOKEN",
+                )?;
+            (url.trim_end_matches('/').to_owned(), token)
+        }
+        None => {
+            let spawned = Server::start(&args).await?;
+            let target = (spawned.process.url().to_owned(), spawned.token.clone());
+            server = Some(spawned);
+            target
+        }
+    };
+    Url::parse(&base).with_context(|| format!("invalid server URL {base:?}"))?;
+
+    let (outcome, interrupted) = tokio::select! {
+        outcome = execute(&args, &base, &token, server.as_ref()) => (outcome, false),
+        Ok(()) = tokio::signal::ctrl_c() => (Err(anyhow!("interrupted")), true),
+    };
+
+    if let Some(server) = server {
+        let show_log = outcome.is_err() && !interrupted;
+        if let Err(e) = server.stop(show_log).await {
+            eprintln!("warning: stopping the server: {e:#}");
+        }
+    }
+
+    let report = outcome?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render_table(&report));
+    }
+    Ok(())
+}
+
+fn validate(args: &BenchArgs) -> anyhow::Result<()> {
+    ensure!(args.orgs >= 1, "--orgs must be at least 1");
+    ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
+    if args.scenario != Scenario::IdleOrgs {
+        ensure!(args.duration >= 1, "--duration must be at least 1 second");
+        ensure!(
+            args.agents >= args.orgs,
+            "--agents ({}) must be at least --orgs ({}): every org needs an agent",
+            args.agents,
+            args.orgs
+        );
+    }
+    if args.scenario == Scenario::Cycle {
+        ensure!(
+            args.tasks_per_org >= 1,
+            "--tasks-per-org must be at least 1"
+        );
+    }
+    Ok(())
+}
+
+/// Bootstrap, the scenario's phases, and memory readings.
+async fn execute(
+    args: &BenchArgs,
+    base: &str,
+    token: &str,
+    server: Option<&Server>,
+) -> anyhow::Result<Report> {
+    let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let process = server.map(|s| &s.process);
+    let rss_start = match process {
+        Some(process) => process.rss_kb().await,
+        None => None,
+    };
+
+    let mut report = Report {
+        scenario: args.scenario,
+        url: base.to_owned(),
+        server: if server.is_some() {
+            "spawned"
+        } else {
+            "external"
+        },
+        database: server.map(|s| s.database.clone()),
+        sqlite_synchronous: args.sqlite_synchronous.map(SqliteSynchronous::as_env),
+        orgs: args.orgs,
+        agents: if args.scenario == Scenario::IdleOrgs {
+            0
+        } else {
+            args.agents
+        },
+        concurrency: args.concurrency,
+        duration_secs: args.duration,
+        tasks_per_org: (args.scenario == Scenario::Cycle).then_some(args.tasks_per_org),
+        bootstrap_secs: 0.0,
+        phases: Vec::new(),
+        ops: Vec::new(),
+        cycles: None,
+        memory: None,
+        actors_alive_end: None,
+        actors_alive_settled: None,
+    };
+
+    match args.scenario {
+        Scenario::Cycle | Scenario::Create => {
+            let admin = Admin::new(base, token, args.concurrency)?;
+            let started = Instant::now();
+            let orgs = bootstrap(&admin, args, &run_id).await?;
+            report.bootstrap_secs = started.elapsed().as_secs_f64();
+            let agents = agents_of(&orgs);
+
+            if args.scenario == Scenario::Cycle {
+                let created = create_fixed_phase(base, &agents, args.tasks_per_org).await?;
+                report.add_phase(created, &[Op::Create]);
+                let deadline = Duration::from_secs(args.duration);
+                let cycled = cycle_phase(base, &agents, deadline).await?;
+                report.cycles = Some(CycleSummary::new(&cycled, agents.len()));
+                report.add_phase(cycled, &[Op::Claim, Op::Complete, Op::Cycle]);
+            } else {
+                let deadline = Duration::from_secs(args.duration);
+                let created = create_timed_phase(base, &agents, deadline).await?;
+                report.add_phase(created, &[Op::Create]);
+            }
+        }
+        Scenario::IdleOrgs => {
+            let result = idle_orgs_phase(base, token, args, &run_id).await?;
+            report.add_phase(
+                result,
+                &[
+                    Op::OrgCreate,
+                    Op::OrgLimits,
+                    Op::Create,
+                    Op::Claim,
+                    Op::Complete,
+                ],
+            );
+        }
+    }
+
+    let metrics = Admin::new(base, token, 1)?;
+    report.actors_alive_end = metrics.actors_alive().await;
+    if let Some(process) = process {
+        let rss_end = process.rss_kb().await;
+        let rss_settled = if args.settle > 0 {
+            eprintln!(
+                "[settle] waiting {} s before the last memory reading",
+                args.settle
+            );
+            tokio::time::sleep(Duration::from_secs(args.settle)).await;
+            report.actors_alive_settled = metrics.actors_alive().await;
+            process.rss_kb().await
+        } else {
+            None
+        };
+        let peak = process.peak_rss_kb().await;
+        let per_org_kb = match (args.scenario, rss_start, rss_end) {
+            (Scenario::IdleOrgs, Some(start), Some(end)) => {
+                Some((end as f64 - start as f64) / args.orgs as f64)
+            }
+            _ => None,
+        };
+        if rss_end.is_some() {
+            report.memory = Some(Memory {
+                rss_start_kb: rss_start,
+                rss_end_kb: rss_end,
+                rss_settled_kb: rss_settled,
+                rss_peak_kb: peak,
+                per_org_kb,
+            });
+        }
+    }
+    Ok(report)
+}

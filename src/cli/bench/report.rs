@@ -1,0 +1,307 @@
+//! The bench's results: the report (also the `--json` document), built
+//! from the finished phases, and its rendering as a table.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::stats::{Op, OpStats, PhaseResult};
+use super::Scenario;
+
+#[derive(Serialize)]
+pub(super) struct Report {
+    pub(super) scenario: Scenario,
+    pub(super) url: String,
+    /// `spawned` (started by the bench) or `external` (`--url`).
+    pub(super) server: &'static str,
+    /// Database URL of a spawned server; unknown for an external one.
+    pub(super) database: Option<String>,
+    pub(super) sqlite_synchronous: Option<&'static str>,
+    pub(super) orgs: usize,
+    /// Agents of the `cycle` and `create` scenarios (0 for `idle-orgs`).
+    pub(super) agents: usize,
+    /// Requests in flight during bootstrap and `idle-orgs`.
+    pub(super) concurrency: usize,
+    pub(super) duration_secs: u64,
+    pub(super) tasks_per_org: Option<u64>,
+    pub(super) bootstrap_secs: f64,
+    pub(super) phases: Vec<PhaseReport>,
+    pub(super) ops: Vec<OpReport>,
+    pub(super) cycles: Option<CycleSummary>,
+    pub(super) memory: Option<Memory>,
+    /// Org actors running when the load ended, and after `--settle`.
+    pub(super) actors_alive_end: Option<u64>,
+    pub(super) actors_alive_settled: Option<u64>,
+}
+
+#[derive(Serialize)]
+pub(super) struct PhaseReport {
+    name: &'static str,
+    wall_secs: f64,
+}
+
+#[derive(Serialize)]
+pub(super) struct OpReport {
+    op: &'static str,
+    phase: &'static str,
+    count: u64,
+    errors: u64,
+    per_sec: f64,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    max_ms: Option<f64>,
+    /// Tasks carried by the successful requests.
+    items: u64,
+    items_per_sec: f64,
+    error_samples: Vec<String>,
+}
+
+#[derive(Serialize)]
+pub(super) struct CycleSummary {
+    count: u64,
+    per_sec: f64,
+    /// Agents that stopped early because their org's queue was empty.
+    agents_drained: usize,
+    agents: usize,
+    first_drained_secs: Option<f64>,
+}
+
+impl CycleSummary {
+    pub(super) fn new(phase: &PhaseResult, agents: usize) -> Self {
+        let cycles = &phase.stats.ops[Op::Cycle as usize];
+        let count = cycles.latencies_us.len() as u64;
+        CycleSummary {
+            count,
+            per_sec: rate(count, phase.wall),
+            agents_drained: phase.drained.len(),
+            agents,
+            first_drained_secs: phase.drained.iter().min().map(Duration::as_secs_f64),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub(super) struct Memory {
+    pub(super) rss_start_kb: Option<u64>,
+    pub(super) rss_end_kb: Option<u64>,
+    /// Reading after `--settle` seconds.
+    pub(super) rss_settled_kb: Option<u64>,
+    pub(super) rss_peak_kb: Option<u64>,
+    /// (end - start) / orgs, for `idle-orgs`.
+    pub(super) per_org_kb: Option<f64>,
+}
+
+impl Report {
+    pub(super) fn add_phase(&mut self, phase: PhaseResult, ops: &[Op]) {
+        let PhaseResult {
+            name,
+            wall,
+            mut stats,
+            ..
+        } = phase;
+        self.phases.push(PhaseReport {
+            name,
+            wall_secs: wall.as_secs_f64(),
+        });
+        for &op in ops {
+            let op_stats = std::mem::take(stats.op(op));
+            self.ops.push(op_report(op, name, op_stats, wall));
+        }
+    }
+}
+
+fn op_report(op: Op, phase: &'static str, stats: OpStats, wall: Duration) -> OpReport {
+    let OpStats {
+        mut latencies_us,
+        errors,
+        items,
+        samples,
+    } = stats;
+    latencies_us.sort_unstable();
+    let count = latencies_us.len() as u64;
+    OpReport {
+        op: op.name(),
+        phase,
+        count,
+        errors,
+        per_sec: rate(count, wall),
+        p50_ms: percentile_ms(&latencies_us, 50.0),
+        p99_ms: percentile_ms(&latencies_us, 99.0),
+        max_ms: latencies_us.last().map(|&us| f64::from(us) / 1000.0),
+        items,
+        items_per_sec: rate(items, wall),
+        error_samples: samples,
+    }
+}
+
+fn rate(count: u64, wall: Duration) -> f64 {
+    let secs = wall.as_secs_f64();
+    if secs > 0.0 {
+        count as f64 / secs
+    } else {
+        0.0
+    }
+}
+
+/// Nearest-rank percentile of sorted microsecond latencies, in milliseconds.
+fn percentile_ms(sorted_us: &[u32], p: f64) -> Option<f64> {
+    if sorted_us.is_empty() {
+        return None;
+    }
+    let rank = (p / 100.0 * sorted_us.len() as f64).ceil() as usize;
+    let index = rank.clamp(1, sorted_us.len()) - 1;
+    Some(f64::from(sorted_us[index]) / 1000.0)
+}
+
+pub(super) fn render_table(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "taskq bench: scenario {}, orgs {}",
+        scenario_name(report.scenario),
+        report.orgs
+    );
+    if report.scenario != Scenario::IdleOrgs {
+        let _ = write!(
+            out,
+            ", agents {}, duration {} s",
+            report.agents, report.duration_secs
+        );
+    }
+    if let Some(tasks) = report.tasks_per_org {
+        let _ = write!(out, ", tasks per org {tasks}");
+    }
+    let _ = writeln!(out);
+    let database = report
+        .database
+        .as_deref()
+        .unwrap_or("unknown (external server)");
+    let _ = write!(
+        out,
+        "server: {} ({}), database {database}",
+        report.url, report.server
+    );
+    if let Some(mode) = report.sqlite_synchronous {
+        let _ = write!(out, ", synchronous {mode}");
+    }
+    let _ = writeln!(out);
+    if report.bootstrap_secs > 0.0 {
+        let _ = writeln!(out, "bootstrap: {:.2} s", report.bootstrap_secs);
+    }
+    for phase in &report.phases {
+        let _ = write!(out, "phase {}: {:.2} s wall", phase.name, phase.wall_secs);
+        if let Some(create) = report
+            .ops
+            .iter()
+            .find(|op| op.phase == phase.name && op.op == "create")
+        {
+            let _ = write!(
+                out,
+                ", {} tasks created ({:.1} tasks/s)",
+                create.items, create.items_per_sec
+            );
+        }
+        if phase.name == "cycle" {
+            if let Some(cycles) = &report.cycles {
+                let _ = write!(
+                    out,
+                    ", {} cycles ({:.1} cycles/s)",
+                    cycles.count, cycles.per_sec
+                );
+            }
+        }
+        let _ = writeln!(out);
+    }
+
+    let _ = writeln!(
+        out,
+        "\n{:<10} {:>9} {:>8} {:>10} {:>8} {:>8} {:>8}",
+        "op", "count", "errors", "per_sec", "p50_ms", "p99_ms", "max_ms"
+    );
+    for op in &report.ops {
+        let _ = writeln!(
+            out,
+            "{:<10} {:>9} {:>8} {:>10.1} {:>8} {:>8} {:>8}",
+            op.op,
+            op.count,
+            op.errors,
+            op.per_sec,
+            ms(op.p50_ms),
+            ms(op.p99_ms),
+            ms(op.max_ms)
+        );
+    }
+
+    if let Some(memory) = &report.memory {
+        let _ = write!(
+            out,
+            "\nserver RSS: start {}, end {}",
+            mib(memory.rss_start_kb),
+            mib(memory.rss_end_kb)
+        );
+        if memory.rss_settled_kb.is_some() {
+            let _ = write!(out, ", settled {}", mib(memory.rss_settled_kb));
+        }
+        let _ = write!(out, ", peak {}", mib(memory.rss_peak_kb));
+        if let Some(per_org) = memory.per_org_kb {
+            let _ = write!(out, "; {per_org:.1} KiB per org");
+        }
+        let _ = writeln!(out);
+    }
+
+    if let Some(alive) = report.actors_alive_end {
+        let _ = write!(out, "org actors alive: {alive} at the end");
+        if let Some(settled) = report.actors_alive_settled {
+            let _ = write!(out, ", {settled} after settling");
+        }
+        let _ = writeln!(out);
+    }
+
+    let failing: Vec<&OpReport> = report
+        .ops
+        .iter()
+        .filter(|op| !op.error_samples.is_empty())
+        .collect();
+    if !failing.is_empty() {
+        let _ = writeln!(out, "\nfirst errors:");
+        for op in failing {
+            for sample in &op.error_samples {
+                let _ = writeln!(out, "  {}: {sample}", op.op);
+            }
+        }
+    }
+
+    if let Some(cycles) = &report.cycles {
+        if cycles.agents_drained > 0 {
+            let _ = writeln!(
+                out,
+                "\nnote: {} of {} agents found their org's queue empty (first after {:.1} s) \
+                 and stopped early; raise --tasks-per-org to keep them busy for --duration",
+                cycles.agents_drained,
+                cycles.agents,
+                cycles.first_drained_secs.unwrap_or_default()
+            );
+        }
+    }
+    out
+}
+
+fn scenario_name(scenario: Scenario) -> &'static str {
+    match scenario {
+        Scenario::Cycle => "cycle",
+        Scenario::Create => "create",
+        Scenario::IdleOrgs => "idle-orgs",
+    }
+}
+
+fn ms(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"))
+}
+
+fn mib(kb: Option<u64>) -> String {
+    kb.map_or_else(
+        || "?".to_owned(),
+        |kb| format!("{:.1} MiB", kb as f64 / 1024.0),
+    )
+}

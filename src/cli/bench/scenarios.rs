@@ -1,0 +1,272 @@
+//! The measured phases of each scenario: filling every org with tasks,
+//! creating for a fixed time, claim+complete cycles, and the `idle-orgs`
+//! run that creates many small orgs. Each agent is a task of its own that
+//! records its figures locally.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reqwest::Client;
+
+use super::api::{http_client, AgentApi, Routes};
+use super::bootstrap::{Admin, Agent};
+use super::stats::{AgentOutcome, Op, Phase, PhaseResult, Stats};
+use super::BenchArgs;
+
+/// Items per create request (the API's batch maximum).
+const BATCH: u64 = 25;
+/// Pause after a failed request, so a dead server is not hammered in a loop.
+const ERROR_BACKOFF: Duration = Duration::from_millis(20);
+/// Tasks created in every org of the `idle-orgs` scenario.
+const IDLE_ORG_TASKS: u64 = 3;
+/// Creates `tasks_per_org` tasks in every org, in batches of 25 shared out
+/// among the org's agents.
+pub(super) async fn create_fixed_phase(
+    base: &str,
+    agents: &[Agent],
+    tasks_per_org: u64,
+) -> anyhow::Result<PhaseResult> {
+    let routes = Routes::new(base)?;
+    let orgs = agents.iter().map(|a| a.org).max().map_or(0, |m| m + 1);
+    let next_batch: Vec<Arc<AtomicU64>> = (0..orgs).map(|_| Arc::default()).collect();
+    let batches = tasks_per_org.div_ceil(BATCH);
+    let mut phase = Phase::start("create", "tasks");
+    for agent in agents {
+        let api = AgentApi::new(&routes, &agent.key)?;
+        let next = next_batch[agent.org].clone();
+        let progress = phase.progress.clone();
+        phase.tasks.spawn(async move {
+            let mut outcome = AgentOutcome::default();
+            loop {
+                let batch = next.fetch_add(1, Ordering::Relaxed);
+                if batch >= batches {
+                    break;
+                }
+                let seq = batch * BATCH;
+                let count = BATCH.min(tasks_per_org - seq);
+                match api.create(seq, count).await {
+                    Ok(latency) => {
+                        outcome.stats.op(Op::Create).ok(latency, count);
+                        progress.add(count);
+                    }
+                    Err(e) => {
+                        outcome.stats.op(Op::Create).err(e);
+                        progress.error();
+                        tokio::time::sleep(ERROR_BACKOFF).await;
+                    }
+                }
+            }
+            outcome
+        });
+    }
+    phase.finish().await
+}
+
+/// Every agent creates batches of 25 until `duration` has passed.
+pub(super) async fn create_timed_phase(
+    base: &str,
+    agents: &[Agent],
+    duration: Duration,
+) -> anyhow::Result<PhaseResult> {
+    let routes = Routes::new(base)?;
+    let mut phase = Phase::start("create", "tasks");
+    let deadline = phase.started + duration;
+    for (n, agent) in agents.iter().enumerate() {
+        let api = AgentApi::new(&routes, &agent.key)?;
+        let progress = phase.progress.clone();
+        // Distinct sequence numbers per agent keep titles unique.
+        let mut seq = (n as u64) << 32;
+        phase.tasks.spawn(async move {
+            let mut outcome = AgentOutcome::default();
+            while Instant::now() < deadline {
+                match api.create(seq, BATCH).await {
+                    Ok(latency) => {
+                        outcome.stats.op(Op::Create).ok(latency, BATCH);
+                        progress.add(BATCH);
+                    }
+                    Err(e) => {
+                        outcome.stats.op(Op::Create).err(e);
+                        progress.error();
+                        tokio::time::sleep(ERROR_BACKOFF).await;
+                    }
+                }
+                seq += BATCH;
+            }
+            outcome
+        });
+    }
+    phase.finish().await
+}
+
+/// Every agent repeats claim + complete until `duration` has passed or its
+/// org's queue is empty.
+pub(super) async fn cycle_phase(
+    base: &str,
+    agents: &[Agent],
+    duration: Duration,
+) -> anyhow::Result<PhaseResult> {
+    let routes = Routes::new(base)?;
+    let mut phase = Phase::start("cycle", "cycles");
+    let started = phase.started;
+    let deadline = started + duration;
+    for agent in agents {
+        let api = AgentApi::new(&routes, &agent.key)?;
+        let progress = phase.progress.clone();
+        phase.tasks.spawn(async move {
+            let mut outcome = AgentOutcome::default();
+            let stats = &mut outcome.stats;
+            while Instant::now() < deadline {
+                let cycle_started = Instant::now();
+                let task = match api.claim().await {
+                    Ok((claimed, latency)) => {
+                        stats
+                            .op(Op::Claim)
+                            .ok(latency, u64::from(claimed.is_some()));
+                        match claimed {
+                            Some(task) => task,
+                            None => {
+                                outcome.drained_at = Some(started.elapsed());
+                                break;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        stats.op(Op::Claim).err(e);
+                        stats.op(Op::Cycle).fail();
+                        progress.error();
+                        tokio::time::sleep(ERROR_BACKOFF).await;
+                        continue;
+                    }
+                };
+                match api.complete(&task).await {
+                    Ok(latency) => {
+                        stats.op(Op::Complete).ok(latency, 1);
+                        stats.op(Op::Cycle).ok(cycle_started.elapsed(), 1);
+                        progress.add(1);
+                    }
+                    Err(e) => {
+                        stats.op(Op::Complete).err(e);
+                        stats.op(Op::Cycle).fail();
+                        progress.error();
+                        tokio::time::sleep(ERROR_BACKOFF).await;
+                    }
+                }
+            }
+            outcome
+        });
+    }
+    phase.finish().await
+}
+
+/// Creates `--orgs` small orgs, `--concurrency` at a time: org, limits,
+/// three tasks and one claim with the owner's key.
+pub(super) async fn idle_orgs_phase(
+    base: &str,
+    token: &str,
+    args: &BenchArgs,
+    run_id: &str,
+) -> anyhow::Result<PhaseResult> {
+    let total = args.orgs as u64;
+    let routes = Routes::new(base)?;
+    let next = Arc::new(AtomicU64::new(0));
+    let mut phase = Phase::start("idle-orgs", "orgs");
+    for _ in 0..args.concurrency.min(args.orgs) {
+        let admin = Admin::new(base, token, 1)?;
+        let api_client = http_client(1)?;
+        let routes = routes.clone();
+        let run_id = run_id.to_owned();
+        let next = next.clone();
+        let progress = phase.progress.clone();
+        phase.tasks.spawn(async move {
+            let mut outcome = AgentOutcome::default();
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                if index >= total {
+                    break;
+                }
+                let done = idle_org(
+                    &admin,
+                    &api_client,
+                    &routes,
+                    &format!("bench-{run_id}-idle-{index}"),
+                    &format!("owner-{index}@bench.local"),
+                    &mut outcome.stats,
+                )
+                .await;
+                if done {
+                    progress.add(1);
+                } else {
+                    progress.error();
+                    tokio::time::sleep(ERROR_BACKOFF).await;
+                }
+            }
+            outcome
+        });
+    }
+    phase.finish().await
+}
+
+/// One org of the `idle-orgs` scenario; false when a step failed (the
+/// remaining steps are skipped).
+async fn idle_org(
+    admin: &Admin,
+    client: &Client,
+    routes: &Routes,
+    name: &str,
+    owner_email: &str,
+    stats: &mut Stats,
+) -> bool {
+    let org = match admin.create_org(name, owner_email, 1).await {
+        Ok((org, latency)) => {
+            stats.op(Op::OrgCreate).ok(latency, 1);
+            org
+        }
+        Err(e) => {
+            stats.op(Op::OrgCreate).err(e);
+            return false;
+        }
+    };
+    match admin.lift_limits(&org.org_id).await {
+        Ok(latency) => stats.op(Op::OrgLimits).ok(latency, 1),
+        Err(e) => {
+            stats.op(Op::OrgLimits).err(e);
+            return false;
+        }
+    }
+    let api = AgentApi {
+        client: client.clone(),
+        key: org.owner.api_key,
+        routes: routes.clone(),
+    };
+    match api.create(0, IDLE_ORG_TASKS).await {
+        Ok(latency) => stats.op(Op::Create).ok(latency, IDLE_ORG_TASKS),
+        Err(e) => {
+            stats.op(Op::Create).err(e);
+            return false;
+        }
+    }
+    let claimed = match api.claim().await {
+        Ok((claimed, latency)) => {
+            stats
+                .op(Op::Claim)
+                .ok(latency, u64::from(claimed.is_some()));
+            claimed
+        }
+        Err(e) => {
+            stats.op(Op::Claim).err(e);
+            return false;
+        }
+    };
+    // Completing releases the lease, so the org's actor may go idle.
+    if let Some(task) = claimed {
+        match api.complete(&task).await {
+            Ok(latency) => stats.op(Op::Complete).ok(latency, 1),
+            Err(e) => {
+                stats.op(Op::Complete).err(e);
+                return false;
+            }
+        }
+    }
+    true
+}

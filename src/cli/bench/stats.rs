@@ -1,0 +1,204 @@
+//! What the bench measures while a phase runs: the operations, their
+//! latencies, errors and items per agent (merged when the phase ends), the
+//! progress line printed every second, and the phase that ties them together.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use tokio::task::{JoinHandle, JoinSet};
+
+/// Error bodies kept per operation.
+const ERROR_SAMPLES: usize = 5;
+
+/// A measured operation.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Op {
+    OrgCreate,
+    OrgLimits,
+    Create,
+    Claim,
+    Complete,
+    Cycle,
+}
+
+impl Op {
+    const COUNT: usize = 6;
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Op::OrgCreate => "org_create",
+            Op::OrgLimits => "org_limits",
+            Op::Create => "create",
+            Op::Claim => "claim",
+            Op::Complete => "complete",
+            Op::Cycle => "cycle",
+        }
+    }
+}
+
+/// One operation's raw figures, recorded by one agent.
+#[derive(Default)]
+pub(super) struct OpStats {
+    pub(super) latencies_us: Vec<u32>,
+    pub(super) errors: u64,
+    /// Tasks carried by the successful requests (created, claimed, completed).
+    pub(super) items: u64,
+    pub(super) samples: Vec<String>,
+}
+
+impl OpStats {
+    pub(super) fn ok(&mut self, latency: Duration, items: u64) {
+        self.latencies_us
+            .push(u32::try_from(latency.as_micros()).unwrap_or(u32::MAX));
+        self.items += items;
+    }
+
+    /// Counts a failure without keeping its text.
+    pub(super) fn fail(&mut self) {
+        self.errors += 1;
+    }
+
+    pub(super) fn err(&mut self, text: String) {
+        self.fail();
+        if self.samples.len() < ERROR_SAMPLES {
+            self.samples.push(text);
+        }
+    }
+
+    fn merge(&mut self, other: OpStats) {
+        self.latencies_us.extend(other.latencies_us);
+        self.errors += other.errors;
+        self.items += other.items;
+        let room = ERROR_SAMPLES.saturating_sub(self.samples.len());
+        self.samples.extend(other.samples.into_iter().take(room));
+    }
+}
+
+/// All operations' figures of one agent or one phase.
+#[derive(Default)]
+pub(super) struct Stats {
+    pub(super) ops: [OpStats; Op::COUNT],
+}
+
+impl Stats {
+    pub(super) fn op(&mut self, op: Op) -> &mut OpStats {
+        &mut self.ops[op as usize]
+    }
+
+    fn merge(&mut self, other: Stats) {
+        for (mine, theirs) in self.ops.iter_mut().zip(other.ops) {
+            mine.merge(theirs);
+        }
+    }
+}
+
+/// What one agent task hands back.
+#[derive(Default)]
+pub(super) struct AgentOutcome {
+    pub(super) stats: Stats,
+    /// Time into the phase at which this agent found the queue empty.
+    pub(super) drained_at: Option<Duration>,
+}
+
+/// Counters read by the progress line.
+#[derive(Default)]
+pub(super) struct Progress {
+    done: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl Progress {
+    pub(super) fn add(&self, n: u64) {
+        self.done.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(super) fn error(&self) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Prints a progress line to stderr every second until dropped.
+struct Ticker(JoinHandle<()>);
+
+impl Ticker {
+    fn start(phase: &'static str, unit: &'static str, progress: Arc<Progress>) -> Self {
+        Ticker(tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            let period = Duration::from_secs(1);
+            let mut interval = tokio::time::interval_at(started + period, period);
+            let mut last = 0;
+            loop {
+                interval.tick().await;
+                let done = progress.done.load(Ordering::Relaxed);
+                let errors = progress.errors.load(Ordering::Relaxed);
+                eprintln!(
+                    "[{phase}] {:>6.1}s  {unit} {done:>9}  now {:>9}/s  errors {errors}",
+                    started.elapsed().as_secs_f64(),
+                    done - last,
+                );
+                last = done;
+            }
+        }))
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A running phase: agent tasks, shared progress counters, and the ticker.
+pub(super) struct Phase {
+    pub(super) name: &'static str,
+    pub(super) started: Instant,
+    pub(super) progress: Arc<Progress>,
+    pub(super) tasks: JoinSet<AgentOutcome>,
+    _ticker: Ticker,
+}
+
+/// A finished phase.
+pub(super) struct PhaseResult {
+    pub(super) name: &'static str,
+    pub(super) wall: Duration,
+    pub(super) stats: Stats,
+    pub(super) drained: Vec<Duration>,
+}
+
+impl Phase {
+    pub(super) fn start(name: &'static str, unit: &'static str) -> Self {
+        let progress = Arc::new(Progress::default());
+        Phase {
+            name,
+            started: Instant::now(),
+            _ticker: Ticker::start(name, unit, progress.clone()),
+            progress,
+            tasks: JoinSet::new(),
+        }
+    }
+
+    pub(super) async fn finish(mut self) -> anyhow::Result<PhaseResult> {
+        let mut stats = Stats::default();
+        let mut drained = Vec::new();
+        while let Some(joined) = self.tasks.join_next().await {
+            let outcome = joined.map_err(|e| anyhow!("{} agent task failed: {e}", self.name))?;
+            stats.merge(outcome.stats);
+            drained.extend(outcome.drained_at);
+        }
+        let wall = self.started.elapsed();
+        let done = self.progress.done.load(Ordering::Relaxed);
+        eprintln!(
+            "[{}] finished in {:.2} s ({done} done)",
+            self.name,
+            wall.as_secs_f64()
+        );
+        Ok(PhaseResult {
+            name: self.name,
+            wall,
+            stats,
+            drained,
+        })
+    }
+}

@@ -1,0 +1,346 @@
+//! The server under test: a `taskq serve` process on its own temporary
+//! directory and database (a SQLite file, or a fresh PostgreSQL database
+//! dropped afterwards), started, stopped, killed and restarted by the tests,
+//! and direct access to that database.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::Connection;
+use taskq::process::{ServeCommand, ServerProcess, StartError};
+
+/// Environment variable naming a PostgreSQL server (any database on it) that
+/// the PostgreSQL variants of the tests may create databases on.
+pub const POSTGRES_ENV: &str = "TASKQ_TEST_POSTGRES_URL";
+
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a server may take to exit after SIGTERM.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    pub fn is_configured(self) -> bool {
+        match self {
+            Backend::Sqlite => true,
+            Backend::Postgres => std::env::var(POSTGRES_ENV).is_ok_and(|v| !v.is_empty()),
+        }
+    }
+}
+
+pub struct Builder {
+    backend: Backend,
+    idle_secs: Option<u64>,
+    env: Vec<(String, String)>,
+}
+
+impl Builder {
+    /// Sets `TASKQ_ORG_IDLE_SECS` for the server.
+    pub fn idle_secs(mut self, secs: u64) -> Self {
+        self.idle_secs = Some(secs);
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    pub async fn start(self) -> TestServer {
+        let dir = tempfile::Builder::new()
+            .prefix("taskq-test-")
+            .tempdir()
+            .expect("create tempdir");
+        let (database_url, pg_cleanup) = match self.backend {
+            Backend::Sqlite => (
+                format!("sqlite://{}", dir.path().join("taskq.db").display()),
+                None,
+            ),
+            Backend::Postgres => {
+                let admin_url = std::env::var(POSTGRES_ENV).expect("TASKQ_TEST_POSTGRES_URL");
+                let db_name = format!("taskq_t_{}", uuid::Uuid::new_v4().simple());
+                let mut conn = sqlx::PgConnection::connect(&admin_url)
+                    .await
+                    .unwrap_or_else(|e| panic!("connect to {admin_url}: {e}"));
+                sqlx::query(&format!("CREATE DATABASE {db_name}"))
+                    .execute(&mut conn)
+                    .await
+                    .expect("create test database");
+                let _ = conn.close().await;
+                (
+                    url_with_database(&admin_url, &db_name),
+                    Some(PgCleanup { admin_url, db_name }),
+                )
+            }
+        };
+        let mut env = self.env;
+        if let Some(secs) = self.idle_secs {
+            env.push(("TASKQ_ORG_IDLE_SECS".into(), secs.to_string()));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .expect("http client");
+        let mut srv = TestServer {
+            backend: self.backend,
+            base_url: String::new(),
+            admin_token: format!("admin-{}", uuid::Uuid::new_v4().simple()),
+            database_url,
+            dir,
+            env,
+            process: None,
+            http,
+            pg_cleanup,
+        };
+        srv.spawn().await;
+        srv
+    }
+}
+
+struct PgCleanup {
+    admin_url: String,
+    db_name: String,
+}
+
+/// Replaces the database name in a PostgreSQL URL, keeping its query string.
+fn url_with_database(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let authority = match base[scheme_end..].find('/') {
+        Some(i) => &base[scheme_end..scheme_end + i],
+        None => &base[scheme_end..],
+    };
+    let mut out = format!("{}{}/{}", &base[..scheme_end], authority, db);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+/// One running (or stopped) `taskq serve` process with its own tempdir
+/// (working directory, master key, SQLite file, stderr log) and database.
+pub struct TestServer {
+    pub backend: Backend,
+    /// `http://127.0.0.1:PORT`, refreshed on every start.
+    pub base_url: String,
+    pub admin_token: String,
+    pub database_url: String,
+    dir: tempfile::TempDir,
+    env: Vec<(String, String)>,
+    process: Option<ServerProcess>,
+    pub(super) http: reqwest::Client,
+    pg_cleanup: Option<PgCleanup>,
+}
+
+impl TestServer {
+    pub fn builder(backend: Backend) -> Builder {
+        Builder {
+            backend,
+            idle_secs: None,
+            env: Vec::new(),
+        }
+    }
+
+    pub async fn start(backend: Backend) -> TestServer {
+        Self::builder(backend).start().await
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+
+    pub fn sqlite_path(&self) -> PathBuf {
+        self.dir.path().join("taskq.db")
+    }
+
+    fn stderr_path(&self) -> PathBuf {
+        self.dir.path().join("server-stderr.log")
+    }
+
+    /// Everything the server wrote to stderr so far (all its runs).
+    pub fn server_log(&self) -> String {
+        std::fs::read_to_string(self.stderr_path()).unwrap_or_default()
+    }
+
+    pub(super) fn log_tail(&self) -> String {
+        let log = self.server_log();
+        let start = log.len().saturating_sub(8000);
+        let start = (start..log.len())
+            .find(|i| log.is_char_boundary(*i))
+            .unwrap_or(0);
+        log[start..].to_string()
+    }
+
+    async fn spawn(&mut self) {
+        assert!(self.process.is_none(), "server already running");
+        let command = ServeCommand::new(
+            Path::new(env!("CARGO_BIN_EXE_taskq")),
+            self.dir.path(),
+            &self.database_url,
+            &self.admin_token,
+            &self.stderr_path(),
+            START_TIMEOUT,
+        )
+        .env("TASKQ_EMBEDDINGS", "none")
+        .env("RUST_LOG", "info")
+        .env_remove("TASKQ_MASTER_KEY")
+        .env_remove("TASKQ_LISTEN")
+        .env_remove("TASKQ_DATABASE_URL")
+        .env_remove("TASKQ_LLM_URL")
+        .env_remove("TASKQ_ORG_IDLE_SECS")
+        .env_remove("TASKQ_LOG_FORMAT")
+        .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let process = match command.spawn().await {
+            Ok(process) => process,
+            Err(StartError::OpenLog { source, .. }) => panic!("open stderr log: {source:?}"),
+            Err(StartError::Spawn { source, .. }) => panic!("spawn taskq binary: {source:?}"),
+            Err(StartError::ReadStdout { source, status }) => {
+                self.not_started(&format!("reading stdout: {source}"), status)
+            }
+            Err(StartError::StdoutClosed { status }) => {
+                self.not_started("stdout closed before the readiness line", status)
+            }
+            Err(StartError::NotReady { timeout }) => panic!(
+                "taskq printed no readiness line within {timeout:?}. stderr:\n{}",
+                self.log_tail()
+            ),
+        };
+        self.base_url = process.url().to_string();
+        self.process = Some(process);
+    }
+
+    fn not_started(&self, why: &str, status: Option<ExitStatus>) -> ! {
+        panic!(
+            "taskq did not start ({why}; exit status {status:?}). stderr:\n{}",
+            self.log_tail()
+        );
+    }
+
+    /// Sends SIGTERM without waiting (the server may still be finishing requests).
+    pub fn signal_term(&self) {
+        let process = self.process.as_ref().expect("server is not running");
+        let pid = process.pid().expect("server is not running");
+        if let Err(e) = process.terminate() {
+            panic!("kill -TERM {pid} failed: {e}");
+        }
+    }
+
+    /// Waits (up to 30 s) for the server process to exit.
+    pub async fn wait_exit(&mut self) -> ExitStatus {
+        let mut process = self.process.take().expect("server is not running");
+        match process
+            .wait_for_exit(EXIT_TIMEOUT)
+            .await
+            .expect("wait for taskq")
+        {
+            Some(status) => status,
+            None => {
+                let _ = process.kill().await;
+                panic!(
+                    "taskq did not exit within {} s of SIGTERM. stderr:\n{}",
+                    EXIT_TIMEOUT.as_secs(),
+                    self.log_tail()
+                );
+            }
+        }
+    }
+
+    /// SIGTERM, wait for a graceful exit, and return the exit status.
+    pub async fn stop(&mut self) -> ExitStatus {
+        self.signal_term();
+        self.wait_exit().await
+    }
+
+    /// Graceful restart (SIGTERM) on the same database, tempdir and master key.
+    pub async fn restart(&mut self) {
+        let status = self.stop().await;
+        assert!(
+            status.success(),
+            "taskq exited with {status:?} after SIGTERM. stderr:\n{}",
+            self.log_tail()
+        );
+        self.spawn().await;
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub async fn kill9(&mut self) {
+        let mut process = self.process.take().expect("server is not running");
+        process.kill().await.expect("kill -9 taskq");
+    }
+
+    /// Starts the server again after `kill9` or `stop`.
+    pub async fn start_again(&mut self) {
+        self.spawn().await;
+    }
+    // ------------------------------------------------------------ database
+
+    /// Opens the server's database directly (SQLite in WAL mode allows this
+    /// while the server runs).
+    pub async fn open_db(&self) -> Db {
+        match self.backend {
+            Backend::Sqlite => {
+                let opts = sqlx::sqlite::SqliteConnectOptions::from_str(&format!(
+                    "{}?mode=rw",
+                    self.database_url
+                ))
+                .expect("sqlite url")
+                .busy_timeout(Duration::from_secs(10));
+                Db::Sqlite(
+                    sqlx::SqliteConnection::connect_with(&opts)
+                        .await
+                        .expect("open sqlite database"),
+                )
+            }
+            Backend::Postgres => Db::Postgres(
+                sqlx::PgConnection::connect(&self.database_url)
+                    .await
+                    .expect("open postgres database"),
+            ),
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        // Dropping the process kills it, before its database goes.
+        drop(self.process.take());
+        if let Some(pg) = self.pg_cleanup.take() {
+            // Best effort; runs on its own thread because Drop is synchronous.
+            let _ = std::thread::spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                rt.block_on(async {
+                    if let Ok(mut conn) = sqlx::PgConnection::connect(&pg.admin_url).await {
+                        let _ = sqlx::query(&format!(
+                            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                            pg.db_name
+                        ))
+                        .execute(&mut conn)
+                        .await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+}
+
+pub enum Db {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+}
