@@ -39,6 +39,12 @@ pub struct ServeArgs {
     /// Seconds an org actor may sit idle before it is stopped.
     #[arg(long, env = "TASKQ_ORG_IDLE_SECS", default_value_t = 60)]
     pub org_idle_secs: u64,
+    /// Requests one org may have in flight; more answer 503 `overloaded`.
+    #[arg(long, env = "TASKQ_ORG_MAX_IN_FLIGHT", default_value_t = 512)]
+    pub org_max_in_flight: usize,
+    /// Write batches a writer queues; more answer 503 `overloaded`.
+    #[arg(long, env = "TASKQ_WRITER_QUEUE", default_value_t = 4096)]
+    pub writer_queue: usize,
     /// SQLite `synchronous` mode: FULL survives machine crashes, NORMAL only process crashes.
     #[arg(long, env = "TASKQ_SQLITE_SYNCHRONOUS", default_value = "FULL")]
     pub sqlite_synchronous: String,
@@ -143,6 +149,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let mut config = EngineConfig::new(args.database_url.clone(), master_key(&args.data_dir)?);
     config.idle_after = Duration::from_secs(args.org_idle_secs.max(1));
+    config.org_in_flight = args.org_max_in_flight.max(1);
+    config.writer_queue = args.writer_queue.max(1);
     config.store.sqlite_full_sync = sqlite_full_sync;
     config.feedback_filter = feedback_filter(&args)?;
     config.feedback_org = match &args.feedback_org {

@@ -89,6 +89,12 @@ impl OrgState {
 }
 
 impl OrgActor {
+    /// Puts a team into memory and queues it for storage.
+    fn save_team(&self, state: &mut OrgState, work: &mut Work, team: &Team) {
+        state.teams.insert(team.name.clone(), team.clone());
+        work.accounts.push(WriteOp::UpsertTeam(team.clone()));
+    }
+
     /// Puts tags into the vocabulary and queues them for storage.
     fn save_tags(&self, state: &mut OrgState, work: &mut Work, tags: &[Tag]) {
         for t in tags {
@@ -341,8 +347,7 @@ impl OrgActor {
             created_by: caller.email.clone(),
             created_at: self.deps.clock.now_ms(),
         };
-        state.teams.insert(team.name.clone(), team.clone());
-        work.accounts.push(WriteOp::UpsertTeam(team.clone()));
+        self.save_team(state, work, &team);
         Ok(team)
     }
 
@@ -367,8 +372,7 @@ impl OrgActor {
             self.check_idp_only_change(state, role)?;
             team.idp_only = idp_only;
         }
-        state.teams.insert(team.name.clone(), team.clone());
-        work.accounts.push(WriteOp::UpsertTeam(team.clone()));
+        self.save_team(state, work, &team);
         Ok(team)
     }
 
