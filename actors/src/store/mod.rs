@@ -9,9 +9,9 @@
 //! module.
 //!
 //! The `impl Store` is spread by concern over `connect`, `commit`, `tasks`,
-//! `accounts`, `abuse` and `usage`; `rows` holds the row shapes. This file
-//! holds what they share: the types, the macros and the helpers that run a
-//! query on either backend.
+//! `accounts`, `abuse`, `usage` and `org_records`; `rows` holds the row
+//! shapes. This file holds what they share: the types, the macros and the
+//! helpers that run a query on either backend.
 
 use sqlx::postgres::{PgPool, PgRow};
 use sqlx::sqlite::{SqlitePool, SqliteRow};
@@ -94,11 +94,15 @@ mod abuse;
 mod accounts;
 mod commit;
 mod connect;
+mod org_records;
 mod rows;
 mod tasks;
+#[cfg(test)]
+mod tests;
 mod usage;
 
 pub use commit::{WriteBatch, WriteOp};
+pub use org_records::OrgRecords;
 
 /// A row type that both backends can decode.
 trait BackendRow: Send + Unpin + for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> {}
