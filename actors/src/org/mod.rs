@@ -209,30 +209,32 @@ impl Actor for OrgActor {
         let org = state.org;
         // Every batch of a previous incarnation is committed before we read.
         deps.writers.reopen(org).await?;
-        let headers = deps.store.open_task_headers(org).await?;
-        for h in headers {
+        let records = deps.store.load_org(org).await?;
+        for h in records.open_tasks {
             state.open.put(h);
         }
-        for m in deps.store.org_members(org).await? {
-            state.members.insert(m.email.clone(), m);
-        }
-        for k in deps.store.org_keys(org).await? {
-            state.keys.insert(k.key_id, k);
-        }
-        for t in deps.store.org_tags(org).await? {
-            state.tags.insert(t.name.clone(), t);
-        }
-        for t in deps.store.org_teams(org).await? {
-            state.teams.insert(t.name.clone(), t);
-        }
-        for m in deps.store.org_memberships(org).await? {
-            state
-                .memberships
-                .insert((m.team.clone(), m.email.clone()), m);
-        }
-        if let Some(usage) = deps.store.org_usage(org).await? {
-            state.usage = usage;
-        }
+        state.members = records
+            .members
+            .into_iter()
+            .map(|m| (m.email.clone(), m))
+            .collect();
+        state.keys = records.keys.into_iter().map(|k| (k.key_id, k)).collect();
+        state.tags = records
+            .tags
+            .into_iter()
+            .map(|t| (t.name.clone(), t))
+            .collect();
+        state.teams = records
+            .teams
+            .into_iter()
+            .map(|t| (t.name.clone(), t))
+            .collect();
+        state.memberships = records
+            .memberships
+            .into_iter()
+            .map(|m| ((m.team.clone(), m.email.clone()), m))
+            .collect();
+        state.usage = records.usage.unwrap_or_default();
         tracing::info!(org_id = %org, open_tasks = state.open.len(), "org actor started");
         self.expire_leases(state).await?;
         self.publish_depth(state);

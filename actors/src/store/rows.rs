@@ -1,78 +1,166 @@
 //! Row shapes as both backends return them, and their conversion to domain
-//! records. Integers are `i64` and ids are text on both backends, so one
-//! tuple type serves both.
+//! records. Ids are text, integers `i64` (booleans are stored as 0 or 1) and
+//! sealed content bytes on both backends, so one struct per row serves both;
+//! fields are read by column name.
 
 use super::StoreError;
 use crate::domain::account::{Encryption, KeyRecord, MemberRecord, OrgRecord, Role, Tier};
 use crate::domain::admin::{Membership, Tag, Team};
-use crate::domain::{Lease, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus};
+use crate::domain::usage::Usage;
+use crate::domain::{Lease, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus};
 
-pub type HeaderRow = (
-    String,
-    String,
-    i64,
-    Option<String>,
-    String,
-    String,
-    Option<String>,
-    i64,
-    i64,
-    Option<String>,
-    Option<i64>,
-    Option<i64>,
-);
+/// The header columns of `tasks`, as `HEADER_COLUMNS` selects them.
+#[derive(sqlx::FromRow)]
+pub struct HeaderRow {
+    pub task_id: String,
+    pub status: String,
+    pub priority: i64,
+    pub assignee: Option<String>,
+    pub tags: String,
+    pub blocked_by: String,
+    pub parent_task_id: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub lease_id: Option<String>,
+    pub lease_expires_at: Option<i64>,
+    pub lease_seconds: Option<i64>,
+}
 
-pub type FullRow = (
-    String,
-    String,
-    i64,
-    Option<String>,
-    String,
-    String,
-    Option<String>,
-    i64,
-    i64,
-    Option<String>,
-    Option<i64>,
-    Option<i64>,
-    Vec<u8>,
-    Option<Vec<u8>>,
-    Option<Vec<u8>>,
-    Option<Vec<u8>>,
-);
+/// A whole task, as `FULL_COLUMNS` selects it.
+#[derive(sqlx::FromRow)]
+pub struct FullRow {
+    #[sqlx(flatten)]
+    pub header: HeaderRow,
+    pub title: Vec<u8>,
+    pub description: Option<Vec<u8>>,
+    pub metadata: Option<Vec<u8>>,
+    pub output: Option<Vec<u8>>,
+}
 
-pub type EventRow = (String, Option<String>, String, String, i64, Option<Vec<u8>>);
-pub type OrgRow = (
-    String,
-    String,
-    String,
-    String,
-    i64,
-    i64,
-    String,
-    Option<Vec<u8>>,
-    i64,
-    i64,
-);
-pub type TagRow = (String, i64, i64, Option<String>, String, i64);
-pub type TeamRow = (String, String, Option<String>, i64, String, i64);
-pub type MembershipRow = (String, String, i64, i64, String, i64);
-pub type MemberRow = (String, String, String, i64, String, i64);
-pub type KeyRow = (String, String, String, String, Vec<u8>, i64, i64);
+/// A whole task and the org it belongs to, for reads across orgs.
+#[derive(sqlx::FromRow)]
+pub struct OrgTaskRow {
+    pub org_id: String,
+    #[sqlx(flatten)]
+    pub task: FullRow,
+}
+
+/// A bare org id, as the queries that list orgs select it.
+#[derive(sqlx::FromRow)]
+pub struct OrgIdRow {
+    pub org_id: String,
+}
+
+#[derive(sqlx::FromRow)]
+pub struct EventRow {
+    pub task_id: String,
+    pub from_status: Option<String>,
+    pub to_status: String,
+    pub agent_id: String,
+    pub at: i64,
+    pub note: Option<Vec<u8>>,
+}
+
+/// Every column of `orgs`; read by `get_org` and bound by the writes.
+#[derive(sqlx::FromRow)]
+pub struct OrgRow {
+    pub org_id: String,
+    pub name: String,
+    pub tier: String,
+    pub encryption: String,
+    pub seats: i64,
+    pub suspended: i64,
+    pub limits: String,
+    pub wrapped_dek: Option<Vec<u8>>,
+    pub created_at: i64,
+    pub idp_enrolled: i64,
+}
+
+#[derive(sqlx::FromRow)]
+pub struct MemberRow {
+    pub org_id: String,
+    pub email: String,
+    pub role: String,
+    pub seated: i64,
+    pub profile_tags: String,
+    pub joined_at: i64,
+}
+
+#[derive(sqlx::FromRow)]
+pub struct KeyRow {
+    pub key_id: String,
+    pub org_id: String,
+    pub email: String,
+    pub name: String,
+    pub secret_hash: Vec<u8>,
+    pub active: i64,
+    pub created_at: i64,
+}
+
+#[derive(sqlx::FromRow)]
+pub struct TagRow {
+    pub name: String,
+    pub strict: i64,
+    pub is_default: i64,
+    pub description: Option<String>,
+    pub created_by: String,
+    pub created_at: i64,
+}
+
+#[derive(sqlx::FromRow)]
+pub struct TeamRow {
+    pub name: String,
+    pub tags: String,
+    pub description: Option<String>,
+    pub idp_only: i64,
+    pub created_by: String,
+    pub created_at: i64,
+}
+
+/// A row of `team_members`.
+#[derive(sqlx::FromRow)]
+pub struct MembershipRow {
+    pub team: String,
+    pub email: String,
+    pub manual: i64,
+    pub idp: i64,
+    pub added_by: String,
+    pub added_at: i64,
+}
+
+/// A row of `org_usage`.
+#[derive(sqlx::FromRow)]
+pub struct UsageRow {
+    pub month: String,
+    pub requests: i64,
+    pub tasks: i64,
+    pub plans: i64,
+    pub read_tat: i64,
+    pub write_tat: i64,
+}
 
 fn corrupt(what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(what.to_string())
+}
+
+/// Parses a stored value, naming `what` if it is malformed.
+fn parse<T: std::str::FromStr>(s: &str, what: &str) -> Result<T, StoreError> {
+    s.parse().map_err(|_| corrupt(what))
 }
 
 fn task_id(s: &str) -> Result<TaskId, StoreError> {
     s.parse().map_err(|_| corrupt(format_args!("task id {s}")))
 }
 
+fn org_id(s: &str) -> Result<OrgId, StoreError> {
+    s.parse().map_err(|_| corrupt(format_args!("org id {s}")))
+}
+
 fn status(s: &str) -> Result<TaskStatus, StoreError> {
     TaskStatus::parse(s).ok_or_else(|| corrupt(format_args!("status {s}")))
 }
 
-/// Header fields in their stored form.
+/// Header fields in their stored form, for writes.
 pub struct HeaderColumns {
     pub task_id: String,
     pub status: &'static str,
@@ -110,53 +198,35 @@ impl From<&TaskHeader> for HeaderColumns {
     }
 }
 
-fn header(
-    (
-        id,
-        st,
-        priority,
-        assignee,
-        tags,
-        blocked,
-        parent,
-        created,
-        updated,
-        lease_id,
-        lease_at,
-        lease_secs,
-    ): HeaderRow,
-) -> Result<TaskHeader, StoreError> {
-    let tags: Vec<String> = serde_json::from_str(&tags).map_err(|_| corrupt("tags"))?;
-    let blocked: Vec<String> = serde_json::from_str(&blocked).map_err(|_| corrupt("blocked_by"))?;
-    let lease = match (lease_id, lease_at, lease_secs) {
-        (Some(l), Some(at), Some(secs)) => Some(Lease {
-            lease_id: l.parse().map_err(|_| corrupt("lease id"))?,
-            expires_at: at,
-            seconds: u32::try_from(secs).map_err(|_| corrupt("lease seconds"))?,
-        }),
-        _ => None,
-    };
-    Ok(TaskHeader {
-        task_id: task_id(&id)?,
-        status: status(&st)?,
-        priority: u8::try_from(priority).map_err(|_| corrupt("priority"))?,
-        created_at: created,
-        updated_at: updated,
-        assignee,
-        tags,
-        blocked_by: blocked
-            .iter()
-            .map(|b| task_id(b))
-            .collect::<Result<_, _>>()?,
-        parent: parent.as_deref().map(task_id).transpose()?,
-        lease,
-    })
-}
-
 impl TryFrom<HeaderRow> for TaskHeader {
     type Error = StoreError;
-    fn try_from(row: HeaderRow) -> Result<Self, StoreError> {
-        header(row)
+    fn try_from(r: HeaderRow) -> Result<Self, StoreError> {
+        let tags: Vec<String> = serde_json::from_str(&r.tags).map_err(|_| corrupt("tags"))?;
+        let blocked: Vec<String> =
+            serde_json::from_str(&r.blocked_by).map_err(|_| corrupt("blocked_by"))?;
+        let lease = match (r.lease_id, r.lease_expires_at, r.lease_seconds) {
+            (Some(l), Some(at), Some(secs)) => Some(Lease {
+                lease_id: parse(&l, "lease id")?,
+                expires_at: at,
+                seconds: u32::try_from(secs).map_err(|_| corrupt("lease seconds"))?,
+            }),
+            _ => None,
+        };
+        Ok(TaskHeader {
+            task_id: task_id(&r.task_id)?,
+            status: status(&r.status)?,
+            priority: u8::try_from(r.priority).map_err(|_| corrupt("priority"))?,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            assignee: r.assignee,
+            tags,
+            blocked_by: blocked
+                .iter()
+                .map(|b| task_id(b))
+                .collect::<Result<_, _>>()?,
+            parent: r.parent_task_id.as_deref().map(task_id).transpose()?,
+            lease,
+        })
     }
 }
 
@@ -164,139 +234,158 @@ impl TryFrom<FullRow> for StoredTask {
     type Error = StoreError;
     fn try_from(r: FullRow) -> Result<Self, StoreError> {
         Ok(StoredTask {
-            header: header((r.0, r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9, r.10, r.11))?,
-            title: r.12,
-            description: r.13,
-            metadata: r.14,
-            output: r.15,
+            header: TaskHeader::try_from(r.header)?,
+            title: r.title,
+            description: r.description,
+            metadata: r.metadata,
+            output: r.output,
         })
+    }
+}
+
+impl TryFrom<OrgTaskRow> for (OrgId, StoredTask) {
+    type Error = StoreError;
+    fn try_from(r: OrgTaskRow) -> Result<Self, StoreError> {
+        Ok((org_id(&r.org_id)?, StoredTask::try_from(r.task)?))
+    }
+}
+
+impl TryFrom<OrgIdRow> for OrgId {
+    type Error = StoreError;
+    fn try_from(r: OrgIdRow) -> Result<Self, StoreError> {
+        org_id(&r.org_id)
     }
 }
 
 impl TryFrom<EventRow> for StoredEvent {
     type Error = StoreError;
-    fn try_from((task, from, to, agent_id, at, note): EventRow) -> Result<Self, StoreError> {
+    fn try_from(r: EventRow) -> Result<Self, StoreError> {
         Ok(StoredEvent {
-            task_id: task_id(&task)?,
-            from_status: from.as_deref().map(status).transpose()?,
-            to_status: status(&to)?,
-            agent_id,
-            at,
-            note,
+            task_id: task_id(&r.task_id)?,
+            from_status: r.from_status.as_deref().map(status).transpose()?,
+            to_status: status(&r.to_status)?,
+            agent_id: r.agent_id,
+            at: r.at,
+            note: r.note,
         })
     }
 }
 
 impl From<&OrgRecord> for OrgRow {
     fn from(o: &OrgRecord) -> Self {
-        (
-            o.org_id.to_string(),
-            o.name.clone(),
-            o.tier.as_str().to_owned(),
-            o.encryption.as_str().to_owned(),
-            o.seats,
-            i64::from(o.suspended),
-            serde_json::to_string(&o.limit_overrides).unwrap_or_else(|_| "{}".into()),
-            o.wrapped_dek.clone(),
-            o.created_at,
-            i64::from(o.idp_enrolled),
-        )
+        Self {
+            org_id: o.org_id.to_string(),
+            name: o.name.clone(),
+            tier: o.tier.as_str().to_owned(),
+            encryption: o.encryption.as_str().to_owned(),
+            seats: o.seats,
+            suspended: i64::from(o.suspended),
+            limits: serde_json::to_string(&o.limit_overrides).unwrap_or_else(|_| "{}".into()),
+            wrapped_dek: o.wrapped_dek.clone(),
+            created_at: o.created_at,
+            idp_enrolled: i64::from(o.idp_enrolled),
+        }
     }
 }
 
 impl TryFrom<OrgRow> for OrgRecord {
     type Error = StoreError;
-    fn try_from(
-        (id, name, tier, encryption, seats, suspended, limits, wrapped_dek, created_at, idp): OrgRow,
-    ) -> Result<Self, StoreError> {
-        let limit_overrides = serde_json::from_str(&limits).map_err(|_| corrupt("org limits"))?;
+    fn try_from(r: OrgRow) -> Result<Self, StoreError> {
+        let limit_overrides = serde_json::from_str(&r.limits).map_err(|_| corrupt("org limits"))?;
         Ok(OrgRecord {
-            org_id: id.parse().map_err(|_| corrupt("org id"))?,
-            name,
-            tier: Tier::parse(&tier).ok_or_else(|| corrupt("tier"))?,
-            encryption: Encryption::parse(&encryption).ok_or_else(|| corrupt("encryption"))?,
-            seats,
-            suspended: suspended != 0,
+            org_id: parse(&r.org_id, "org id")?,
+            name: r.name,
+            tier: Tier::parse(&r.tier).ok_or_else(|| corrupt("tier"))?,
+            encryption: Encryption::parse(&r.encryption).ok_or_else(|| corrupt("encryption"))?,
+            seats: r.seats,
+            suspended: r.suspended != 0,
             limit_overrides,
-            wrapped_dek,
-            idp_enrolled: idp != 0,
-            created_at,
+            wrapped_dek: r.wrapped_dek,
+            idp_enrolled: r.idp_enrolled != 0,
+            created_at: r.created_at,
         })
     }
 }
 
 impl TryFrom<MemberRow> for MemberRecord {
     type Error = StoreError;
-    fn try_from(
-        (org, email, role, seated, profile_tags, joined_at): MemberRow,
-    ) -> Result<Self, StoreError> {
+    fn try_from(r: MemberRow) -> Result<Self, StoreError> {
         Ok(MemberRecord {
-            org_id: org.parse().map_err(|_| corrupt("org id"))?,
-            email,
-            role: Role::parse(&role).ok_or_else(|| corrupt("role"))?,
-            seated: seated != 0,
-            profile_tags: serde_json::from_str(&profile_tags)
+            org_id: parse(&r.org_id, "org id")?,
+            email: r.email,
+            role: Role::parse(&r.role).ok_or_else(|| corrupt("role"))?,
+            seated: r.seated != 0,
+            profile_tags: serde_json::from_str(&r.profile_tags)
                 .map_err(|_| corrupt("profile tags"))?,
-            joined_at,
+            joined_at: r.joined_at,
         })
     }
 }
 
 impl TryFrom<KeyRow> for KeyRecord {
     type Error = StoreError;
-    fn try_from(
-        (key_id, org, email, name, secret_hash, active, created_at): KeyRow,
-    ) -> Result<Self, StoreError> {
+    fn try_from(r: KeyRow) -> Result<Self, StoreError> {
         Ok(KeyRecord {
-            key_id: key_id.parse().map_err(|_| corrupt("key id"))?,
-            org_id: org.parse().map_err(|_| corrupt("org id"))?,
-            email,
-            name,
-            secret_hash,
-            active: active != 0,
-            created_at,
+            key_id: parse(&r.key_id, "key id")?,
+            org_id: parse(&r.org_id, "org id")?,
+            email: r.email,
+            name: r.name,
+            secret_hash: r.secret_hash,
+            active: r.active != 0,
+            created_at: r.created_at,
         })
     }
 }
 
 impl From<TagRow> for Tag {
-    fn from((name, strict, is_default, description, created_by, created_at): TagRow) -> Self {
+    fn from(r: TagRow) -> Self {
         Tag {
-            name,
-            strict: strict != 0,
-            is_default: is_default != 0,
-            description,
-            created_by,
-            created_at,
+            name: r.name,
+            strict: r.strict != 0,
+            is_default: r.is_default != 0,
+            description: r.description,
+            created_by: r.created_by,
+            created_at: r.created_at,
         }
     }
 }
 
 impl TryFrom<TeamRow> for Team {
     type Error = StoreError;
-    fn try_from(
-        (name, tags, description, idp_only, created_by, created_at): TeamRow,
-    ) -> Result<Self, StoreError> {
+    fn try_from(r: TeamRow) -> Result<Self, StoreError> {
         Ok(Team {
-            name,
-            tags: serde_json::from_str(&tags).map_err(|_| corrupt("team tags"))?,
-            description,
-            idp_only: idp_only != 0,
-            created_by,
-            created_at,
+            name: r.name,
+            tags: serde_json::from_str(&r.tags).map_err(|_| corrupt("team tags"))?,
+            description: r.description,
+            idp_only: r.idp_only != 0,
+            created_by: r.created_by,
+            created_at: r.created_at,
         })
     }
 }
 
 impl From<MembershipRow> for Membership {
-    fn from((team, email, manual, idp, added_by, added_at): MembershipRow) -> Self {
+    fn from(r: MembershipRow) -> Self {
         Membership {
-            team,
-            email,
-            manual: manual != 0,
-            idp: idp != 0,
-            added_by,
-            added_at,
+            team: r.team,
+            email: r.email,
+            manual: r.manual != 0,
+            idp: r.idp != 0,
+            added_by: r.added_by,
+            added_at: r.added_at,
+        }
+    }
+}
+
+impl From<UsageRow> for Usage {
+    fn from(r: UsageRow) -> Self {
+        Usage {
+            month: r.month,
+            requests: r.requests,
+            tasks: r.tasks,
+            plans: r.plans,
+            read_tat: r.read_tat.max(0) as u64,
+            write_tat: r.write_tat.max(0) as u64,
         }
     }
 }

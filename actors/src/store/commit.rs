@@ -1,0 +1,399 @@
+//! Writes: the `WriteOp`s an org message produces, grouped in `WriteBatch`es,
+//! and the group commit that coalesces many batches into a few multi-row
+//! statements in one transaction.
+
+use std::collections::HashMap;
+
+use sqlx::QueryBuilder;
+
+use super::rows::{self, OrgRow};
+use super::{Result, Store};
+use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord};
+use crate::domain::admin::{Membership, Tag, Team};
+use crate::domain::usage::Usage;
+use crate::domain::{ContentField, KeyId, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId};
+
+/// One change to persist. A `WriteBatch` of these commits atomically.
+#[derive(Debug, Clone)]
+pub enum WriteOp {
+    InsertOrg(OrgRecord),
+    InsertTasks(Vec<StoredTask>),
+    /// Overwrites every header column of an existing task.
+    UpdateHeader(TaskHeader),
+    SetContent {
+        task_id: TaskId,
+        field: ContentField,
+        value: Option<Vec<u8>>,
+    },
+    InsertEvents(Vec<StoredEvent>),
+    InsertMember(MemberRecord),
+    /// Overwrites a member's role, seat and profile tags.
+    UpdateMember(MemberRecord),
+    InsertKey(KeyRecord),
+    DeactivateKey(KeyId),
+    UpsertTag(Tag),
+    DeleteTag(String),
+    UpsertTeam(Team),
+    /// Deletes a team and its memberships.
+    DeleteTeam(String),
+    UpsertMembership(Membership),
+    DeleteMembership {
+        team: String,
+        email: String,
+    },
+    /// This month's counters and the rate buckets' state.
+    SaveUsage(Usage),
+}
+
+/// The writes of one org message: committed together or not at all.
+#[derive(Debug, Clone)]
+pub struct WriteBatch {
+    pub org: OrgId,
+    pub ops: Vec<WriteOp>,
+}
+
+/// Rows per multi-row statement: well under both backends' bind limits
+/// (SQLite 32766, PostgreSQL 65535) at 18 columns.
+const ROWS_PER_STATEMENT: usize = 500;
+
+/// The latest value of one content field, per task.
+type ContentValues<'a> = HashMap<(OrgId, TaskId), &'a Option<Vec<u8>>>;
+
+/// The changes of a group commit, coalesced. Per task, the last header and
+/// the last value of each content field win, which is what applying the
+/// batches one by one would leave; inserts run before updates and events
+/// keep their order, so the result is the same as applying them in turn.
+struct CommitPlan<'a> {
+    accounts: Vec<(OrgId, &'a WriteOp)>,
+    inserts: Vec<(OrgId, &'a StoredTask)>,
+    headers: HashMap<(OrgId, TaskId), (OrgId, &'a TaskHeader)>,
+    content: Vec<(ContentField, ContentValues<'a>)>,
+    events: Vec<(OrgId, &'a StoredEvent)>,
+}
+
+impl<'a> CommitPlan<'a> {
+    fn new(batches: &[&'a WriteBatch]) -> Self {
+        let mut plan = CommitPlan {
+            accounts: Vec::new(),
+            inserts: Vec::new(),
+            headers: HashMap::new(),
+            content: Vec::new(),
+            events: Vec::new(),
+        };
+        for batch in batches {
+            let org = batch.org;
+            for op in &batch.ops {
+                match op {
+                    WriteOp::InsertTasks(tasks) => {
+                        plan.inserts.extend(tasks.iter().map(|t| (org, t)));
+                    }
+                    WriteOp::UpdateHeader(h) => {
+                        plan.headers.insert((org, h.task_id), (org, h));
+                    }
+                    WriteOp::SetContent {
+                        task_id,
+                        field,
+                        value,
+                    } => {
+                        let slot = match plan.content.iter().position(|(f, _)| f == field) {
+                            Some(i) => i,
+                            None => {
+                                plan.content.push((*field, HashMap::new()));
+                                plan.content.len() - 1
+                            }
+                        };
+                        plan.content[slot].1.insert((org, *task_id), value);
+                    }
+                    WriteOp::InsertEvents(events) => {
+                        plan.events.extend(events.iter().map(|e| (org, e)));
+                    }
+                    WriteOp::SaveUsage(_) => {
+                        // Only the latest counters of an org matter.
+                        plan.accounts
+                            .retain(|(o, op)| !(*o == org && matches!(op, WriteOp::SaveUsage(_))));
+                        plan.accounts.push((org, op));
+                    }
+                    other => plan.accounts.push((org, other)),
+                }
+            }
+        }
+        plan
+    }
+}
+
+/// Binds an org id and the stored form of a task header, in the column
+/// order of `tasks` (`org_id, task_id, status, status_rank, priority,
+/// assignee, tags, blocked_by, parent_task_id, created_at, updated_at,
+/// lease_id, lease_expires_at, lease_seconds`).
+macro_rules! push_header {
+    ($b:expr, $org:expr, $header:expr) => {{
+        let h = rows::HeaderColumns::from($header);
+        $b.push_bind($org.to_string())
+            .push_bind(h.task_id)
+            .push_bind(h.status)
+            .push_bind(h.status_rank)
+            .push_bind(h.priority)
+            .push_bind(h.assignee)
+            .push_bind(h.tags)
+            .push_bind(h.blocked_by)
+            .push_bind(h.parent)
+            .push_bind(h.created_at)
+            .push_bind(h.updated_at)
+            .push_bind(h.lease_id)
+            .push_bind(h.lease_expires_at)
+            .push_bind(h.lease_seconds)
+    }};
+}
+
+impl Store {
+    /// Commits every batch in one transaction. The batches' changes are
+    /// coalesced first (see `CommitPlan`), so a group commit of many requests
+    /// costs a handful of statements, not a few per request.
+    pub async fn apply(&self, batches: &[&WriteBatch]) -> Result<()> {
+        let plan = CommitPlan::new(batches);
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            for (org, op) in &plan.accounts {
+                let org = org.to_string();
+                match op {
+                    WriteOp::InsertOrg(record) => {
+                        let o = OrgRow::from(record);
+                        sqlx::query(
+                            "INSERT INTO orgs (org_id, name, tier, encryption, seats, suspended, \
+                             limits, wrapped_dek, created_at, idp_enrolled) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                        )
+                        .bind(o.org_id)
+                        .bind(o.name)
+                        .bind(o.tier)
+                        .bind(o.encryption)
+                        .bind(o.seats)
+                        .bind(o.suspended)
+                        .bind(o.limits)
+                        .bind(o.wrapped_dek)
+                        .bind(o.created_at)
+                        .bind(o.idp_enrolled)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    WriteOp::InsertMember(m) => {
+                        sqlx::query(
+                            "INSERT INTO members (org_id, email, role, seated, profile_tags, joined_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6)",
+                        )
+                        .bind(&org)
+                        .bind(&m.email)
+                        .bind(m.role.as_str())
+                        .bind(i64::from(m.seated))
+                        .bind(serde_json::to_string(&m.profile_tags).unwrap_or_default())
+                        .bind(m.joined_at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    WriteOp::InsertKey(k) => {
+                        sqlx::query(
+                            "INSERT INTO api_keys (key_id, org_id, email, name, secret_hash, active, created_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                        )
+                        .bind(k.key_id.to_string())
+                        .bind(&org)
+                        .bind(&k.email)
+                        .bind(&k.name)
+                        .bind(k.secret_hash.clone())
+                        .bind(i64::from(k.active))
+                        .bind(k.created_at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    WriteOp::DeactivateKey(key_id) => {
+                        sqlx::query("UPDATE api_keys SET active = 0 WHERE org_id = $1 AND key_id = $2")
+                            .bind(&org)
+                            .bind(key_id.to_string())
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    WriteOp::UpdateMember(m) => {
+                        sqlx::query(
+                            "UPDATE members SET role = $3, seated = $4, profile_tags = $5 \
+                             WHERE org_id = $1 AND email = $2",
+                        )
+                        .bind(&org)
+                        .bind(&m.email)
+                        .bind(m.role.as_str())
+                        .bind(i64::from(m.seated))
+                        .bind(serde_json::to_string(&m.profile_tags).unwrap_or_default())
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    WriteOp::UpsertTag(t) => {
+                        sqlx::query(
+                            "INSERT INTO tags (org_id, name, strict, is_default, description, created_by, created_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (org_id, name) DO UPDATE SET \
+                             strict = excluded.strict, is_default = excluded.is_default, \
+                             description = excluded.description",
+                        )
+                        .bind(&org)
+                        .bind(&t.name)
+                        .bind(i64::from(t.strict))
+                        .bind(i64::from(t.is_default))
+                        .bind(t.description.clone())
+                        .bind(&t.created_by)
+                        .bind(t.created_at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    WriteOp::DeleteTag(name) => {
+                        sqlx::query("DELETE FROM tags WHERE org_id = $1 AND name = $2")
+                            .bind(&org)
+                            .bind(name)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    WriteOp::UpsertTeam(t) => {
+                        sqlx::query(
+                            "INSERT INTO teams (org_id, name, tags, description, idp_only, created_by, created_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (org_id, name) DO UPDATE SET \
+                             tags = excluded.tags, description = excluded.description, \
+                             idp_only = excluded.idp_only",
+                        )
+                        .bind(&org)
+                        .bind(&t.name)
+                        .bind(serde_json::to_string(&t.tags).unwrap_or_default())
+                        .bind(t.description.clone())
+                        .bind(i64::from(t.idp_only))
+                        .bind(&t.created_by)
+                        .bind(t.created_at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    WriteOp::DeleteTeam(name) => {
+                        sqlx::query("DELETE FROM team_members WHERE org_id = $1 AND team = $2")
+                            .bind(&org)
+                            .bind(name)
+                            .execute(&mut *tx)
+                            .await?;
+                        sqlx::query("DELETE FROM teams WHERE org_id = $1 AND name = $2")
+                            .bind(&org)
+                            .bind(name)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    WriteOp::UpsertMembership(m) => {
+                        sqlx::query(
+                            "INSERT INTO team_members (org_id, team, email, manual, idp, added_by, added_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (org_id, team, email) DO UPDATE SET \
+                             manual = excluded.manual, idp = excluded.idp",
+                        )
+                        .bind(&org)
+                        .bind(&m.team)
+                        .bind(&m.email)
+                        .bind(i64::from(m.manual))
+                        .bind(i64::from(m.idp))
+                        .bind(&m.added_by)
+                        .bind(m.added_at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    WriteOp::DeleteMembership { team, email } => {
+                        sqlx::query("DELETE FROM team_members WHERE org_id = $1 AND team = $2 AND email = $3")
+                            .bind(&org)
+                            .bind(team)
+                            .bind(email)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    WriteOp::SaveUsage(u) => {
+                        sqlx::query(
+                            "INSERT INTO org_usage (org_id, month, requests, tasks, plans, read_tat, write_tat) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (org_id) DO UPDATE SET \
+                             month = excluded.month, requests = excluded.requests, tasks = excluded.tasks, \
+                             plans = excluded.plans, read_tat = excluded.read_tat, write_tat = excluded.write_tat",
+                        )
+                        .bind(&org)
+                        .bind(&u.month)
+                        .bind(u.requests)
+                        .bind(u.tasks)
+                        .bind(u.plans)
+                        .bind(i64::try_from(u.read_tat).unwrap_or(i64::MAX))
+                        .bind(i64::try_from(u.write_tat).unwrap_or(i64::MAX))
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    WriteOp::InsertTasks(_)
+                    | WriteOp::UpdateHeader(_)
+                    | WriteOp::SetContent { .. }
+                    | WriteOp::InsertEvents(_) => unreachable!("task ops are planned apart"),
+                }
+            }
+            for chunk in plan.inserts.chunks(ROWS_PER_STATEMENT) {
+                let mut qb = QueryBuilder::new(
+                    "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, \
+                     assignee, tags, blocked_by, parent_task_id, created_at, updated_at, \
+                     lease_id, lease_expires_at, lease_seconds, title, description, \
+                     metadata, output) ",
+                );
+                qb.push_values(chunk, |mut b, (org, t)| {
+                    push_header!(b, org, &t.header)
+                        .push_bind(t.title.clone())
+                        .push_bind(t.description.clone())
+                        .push_bind(t.metadata.clone())
+                        .push_bind(t.output.clone());
+                });
+                qb.build().execute(&mut *tx).await?;
+            }
+            let headers: Vec<_> = plan.headers.values().collect();
+            for chunk in headers.chunks(ROWS_PER_STATEMENT) {
+                let mut qb = QueryBuilder::new(
+                    "UPDATE tasks SET status = v.column3, status_rank = v.column4, \
+                     priority = v.column5, assignee = v.column6, tags = v.column7, \
+                     blocked_by = v.column8, parent_task_id = v.column9, updated_at = v.column11, \
+                     lease_id = v.column12, lease_expires_at = v.column13, \
+                     lease_seconds = v.column14 FROM (",
+                );
+                qb.push_values(chunk, |mut b, (org, header)| {
+                    push_header!(b, org, *header);
+                });
+                qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
+                qb.build().execute(&mut *tx).await?;
+            }
+            for (field, values) in &plan.content {
+                let column = match field {
+                    ContentField::Title => "title",
+                    ContentField::Description => "description",
+                    ContentField::Metadata => "metadata",
+                    ContentField::Output => "output",
+                    ContentField::Note => continue,
+                };
+                let values: Vec<_> = values.iter().collect();
+                for chunk in values.chunks(ROWS_PER_STATEMENT) {
+                    let mut qb = QueryBuilder::new(format!("UPDATE tasks SET {column} = v.column3 FROM ("));
+                    qb.push_values(chunk, |mut b, ((org, task), value)| {
+                        b.push_bind(org.to_string())
+                            .push_bind(task.to_string())
+                            .push_bind((**value).clone());
+                    });
+                    qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
+                    qb.build().execute(&mut *tx).await?;
+                }
+            }
+            for chunk in plan.events.chunks(ROWS_PER_STATEMENT) {
+                let mut qb = QueryBuilder::new(
+                    "INSERT INTO task_events (org_id, task_id, from_status, to_status, \
+                     agent_id, at, note) ",
+                );
+                qb.push_values(chunk, |mut b, (org, e)| {
+                    b.push_bind(org.to_string())
+                        .push_bind(e.task_id.to_string())
+                        .push_bind(e.from_status.map(|s| s.as_str()))
+                        .push_bind(e.to_status.as_str())
+                        .push_bind(e.agent_id.clone())
+                        .push_bind(e.at)
+                        .push_bind(e.note.clone());
+                });
+                qb.build().execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+}

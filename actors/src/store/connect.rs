@@ -1,0 +1,69 @@
+//! Opening a store: the backend is chosen from the URL, the pool is tuned
+//! for it and its migrations run before anything else touches it.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+
+use super::{Result, Store, StoreOptions};
+
+impl Store {
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
+        if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            let connect = PgConnectOptions::from_str(url)?.options([("synchronous_commit", "on")]);
+            let pool = PgPoolOptions::new()
+                .max_connections(options.max_connections.max(4) * 2)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(connect)
+                .await?;
+            sqlx::migrate!("../migrations/postgres").run(&pool).await?;
+            Ok(Store::Postgres(pool))
+        } else {
+            let connect = SqliteConnectOptions::from_str(url)?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(if options.sqlite_full_sync {
+                    SqliteSynchronous::Full
+                } else {
+                    SqliteSynchronous::Normal
+                })
+                .busy_timeout(Duration::from_secs(10))
+                .pragma("cache_size", "-32768");
+            if let Some(dir) = connect.get_filename().parent() {
+                if !dir.as_os_str().is_empty() {
+                    std::fs::create_dir_all(dir).map_err(sqlx::Error::Io)?;
+                }
+            }
+            let pool = SqlitePoolOptions::new()
+                .max_connections(options.max_connections)
+                .min_connections(1)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(connect)
+                .await?;
+            sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
+            Ok(Store::Sqlite(pool))
+        }
+    }
+
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Store::Sqlite(_) => "sqlite",
+            Store::Postgres(_) => "postgres",
+        }
+    }
+
+    /// How many group-commit writers this backend benefits from. SQLite has
+    /// one writer whatever we do; PostgreSQL commits in parallel.
+    pub fn writer_count(&self) -> usize {
+        match self {
+            Store::Sqlite(_) => 1,
+            Store::Postgres(_) => 4,
+        }
+    }
+
+    pub async fn close(&self) {
+        on_pool!(self, pool => pool.close().await)
+    }
+}

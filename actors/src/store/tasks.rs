@@ -1,0 +1,191 @@
+//! Task reads: an org's open headers when its actor starts, tasks and
+//! headers by id (within one org or across orgs), events, list pages, and
+//! the orgs whose leases must be watched.
+
+use std::iter;
+
+use super::rows::{EventRow, FullRow, HeaderRow, OrgIdRow, OrgTaskRow};
+use super::{records, Arg, BackendRow, Result, Store};
+use crate::api::ListTasks;
+use crate::domain::order::ListKey;
+use crate::domain::{OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus};
+
+/// The columns `HeaderRow` reads.
+const HEADER_COLUMNS: &str = "task_id, status, priority, assignee, tags, blocked_by, \
+     parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds";
+/// The columns `FullRow` reads.
+const FULL_COLUMNS: &str = "task_id, status, priority, assignee, tags, blocked_by, \
+     parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds, \
+     title, description, metadata, output";
+
+fn placeholders(start: usize, n: usize) -> String {
+    (start..start + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Store {
+    /// Headers of every task not yet finished: what an org actor holds.
+    pub async fn open_task_headers(&self, org: OrgId) -> Result<Vec<TaskHeader>> {
+        let sql = format!(
+            "SELECT {HEADER_COLUMNS} FROM tasks WHERE org_id = $1 AND status_rank <= {}",
+            TaskStatus::Blocked.rank()
+        );
+        let rows: Vec<HeaderRow> = self.org_rows(&sql, org).await?;
+        records(rows)
+    }
+
+    pub async fn task_headers(&self, org: OrgId, ids: &[TaskId]) -> Result<Vec<TaskHeader>> {
+        let rows: Vec<HeaderRow> = self.rows_by_ids(HEADER_COLUMNS, org, ids).await?;
+        records(rows)
+    }
+
+    pub async fn tasks(&self, org: OrgId, ids: &[TaskId]) -> Result<Vec<StoredTask>> {
+        let rows: Vec<FullRow> = self.rows_by_ids(FULL_COLUMNS, org, ids).await?;
+        records(rows)
+    }
+
+    /// `columns` of the org's tasks with these ids.
+    async fn rows_by_ids<R: BackendRow>(
+        &self,
+        columns: &str,
+        org: OrgId,
+        ids: &[TaskId],
+    ) -> Result<Vec<R>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT {columns} FROM tasks WHERE org_id = $1 AND task_id IN ({})",
+            placeholders(2, ids.len())
+        );
+        let args = iter::once(org.to_string())
+            .chain(ids.iter().map(|id| id.to_string()))
+            .map(Arg::Text)
+            .collect();
+        self.fetch_all(&sql, args).await
+    }
+
+    /// Tasks of several orgs in one query, for grouped reads.
+    pub async fn tasks_by_keys(
+        &self,
+        keys: &[(OrgId, TaskId)],
+    ) -> Result<Vec<(OrgId, StoredTask)>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pairs: Vec<String> = (0..keys.len())
+            .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
+            .collect();
+        // A join with the key list, not `(org_id, task_id) IN (...)`, which
+        // SQLite answers with a scan of the whole table.
+        let sql = format!(
+            "SELECT t.org_id, {} FROM (VALUES {}) AS v \
+             JOIN tasks AS t ON t.org_id = v.column1 AND t.task_id = v.column2",
+            FULL_COLUMNS
+                .split(", ")
+                .map(|c| format!("t.{}", c.trim()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            pairs.join(", ")
+        );
+        let args = keys
+            .iter()
+            .flat_map(|(org, task)| [org.to_string(), task.to_string()])
+            .map(Arg::Text)
+            .collect();
+        let rows: Vec<OrgTaskRow> = self.fetch_all(&sql, args).await?;
+        records(rows)
+    }
+
+    pub async fn task_events(&self, org: OrgId, task: TaskId) -> Result<Vec<StoredEvent>> {
+        let rows: Vec<EventRow> = self
+            .fetch_all(
+                "SELECT task_id, from_status, to_status, agent_id, at, note FROM task_events \
+                 WHERE org_id = $1 AND task_id = $2 ORDER BY event_id",
+                vec![Arg::Text(org.to_string()), Arg::Text(task.to_string())],
+            )
+            .await?;
+        records(rows)
+    }
+
+    /// One page of `GET /tasks` in list order, strictly after `after`.
+    pub async fn list_tasks(
+        &self,
+        org: OrgId,
+        query: &ListTasks,
+        after: Option<ListKey>,
+        limit: u32,
+    ) -> Result<Vec<StoredTask>> {
+        let mut args = vec![Arg::Text(org.to_string())];
+        let mut sql = format!("SELECT {FULL_COLUMNS} FROM tasks WHERE org_id = $1");
+        let mut push = |sql: &mut String, fragment: &str, a: Arg| {
+            args.push(a);
+            sql.push_str(&fragment.replace("$?", &format!("${}", args.len())));
+        };
+        if !query.statuses.is_empty() {
+            sql.push_str(" AND status IN (");
+            for (i, s) in query.statuses.iter().enumerate() {
+                push(
+                    &mut sql,
+                    if i == 0 { "$?" } else { ", $?" },
+                    Arg::Text(s.as_str().to_owned()),
+                );
+            }
+            sql.push(')');
+        }
+        if let Some(parent) = query.parent {
+            push(
+                &mut sql,
+                " AND parent_task_id = $?",
+                Arg::Text(parent.to_string()),
+            );
+        }
+        if let Some(assignee) = &query.assignee {
+            push(&mut sql, " AND assignee = $?", Arg::Text(assignee.clone()));
+        }
+        if let Some(p) = query.priority_max {
+            push(&mut sql, " AND priority <= $?", Arg::Int(i64::from(p)));
+        }
+        if !query.tags.is_empty() {
+            sql.push_str(match self {
+                Store::Sqlite(_) => " AND EXISTS (SELECT 1 FROM json_each(tasks.tags) AS t WHERE t.value IN (",
+                Store::Postgres(_) => " AND EXISTS (SELECT 1 FROM jsonb_array_elements_text(tasks.tags::jsonb) AS t(value) WHERE t.value IN (",
+            });
+            for (i, t) in query.tags.iter().enumerate() {
+                push(
+                    &mut sql,
+                    if i == 0 { "$?" } else { ", $?" },
+                    Arg::Text(t.clone()),
+                );
+            }
+            sql.push_str("))");
+        }
+        if let Some(k) = after {
+            push(
+                &mut sql,
+                " AND (status_rank, priority, created_at, task_id) > ($?",
+                Arg::Int(k.rank),
+            );
+            push(&mut sql, ", $?", Arg::Int(i64::from(k.priority)));
+            push(&mut sql, ", $?", Arg::Int(k.created_at));
+            push(&mut sql, ", $?)", Arg::Text(k.task_id.to_string()));
+        }
+        sql.push_str(" ORDER BY status_rank, priority, created_at, task_id");
+        push(&mut sql, " LIMIT $?", Arg::Int(i64::from(limit)));
+        let rows: Vec<FullRow> = self.fetch_all(&sql, args).await?;
+        records(rows)
+    }
+
+    /// Orgs that hold a lease: their actors must run so leases can expire.
+    pub async fn orgs_with_leases(&self) -> Result<Vec<OrgId>> {
+        let rows: Vec<OrgIdRow> = self
+            .fetch_all(
+                "SELECT DISTINCT org_id FROM tasks WHERE lease_expires_at IS NOT NULL",
+                Vec::new(),
+            )
+            .await?;
+        records(rows)
+    }
+}

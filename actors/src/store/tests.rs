@@ -1,0 +1,258 @@
+//! Round trip through the store on each backend: what `apply` writes, every
+//! reader returns unchanged. The PostgreSQL variant runs when
+//! `TASKQ_TEST_POSTGRES_URL` names a server it may create a database on.
+
+use sqlx::Connection;
+use uuid::Uuid;
+
+use super::{Store, StoreOptions, WriteBatch, WriteOp};
+use crate::api::ListTasks;
+use crate::domain::account::{
+    Encryption, KeyRecord, LimitKey, LimitOverrides, MemberRecord, OrgRecord, Role, Tier,
+};
+use crate::domain::admin::{Membership, Tag, Team};
+use crate::domain::usage::Usage;
+use crate::domain::{
+    ContentField, KeyId, Lease, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus,
+};
+
+fn header(status: TaskStatus, created_at: i64) -> TaskHeader {
+    TaskHeader {
+        task_id: TaskId::new_v7(),
+        status,
+        priority: 2,
+        created_at,
+        updated_at: created_at,
+        assignee: None,
+        tags: vec!["ops".into()],
+        blocked_by: Vec::new(),
+        parent: None,
+        lease: None,
+    }
+}
+
+fn task(header: TaskHeader) -> StoredTask {
+    StoredTask {
+        header,
+        title: b"sealed title".to_vec(),
+        description: None,
+        metadata: Some(b"{}".to_vec()),
+        output: None,
+    }
+}
+
+/// Debug forms, for records that do not implement `PartialEq`.
+fn shown<T: std::fmt::Debug>(value: T) -> String {
+    format!("{value:?}")
+}
+
+async fn round_trip(store: &Store) {
+    let org_id = OrgId::new_v7();
+    let mut limit_overrides = LimitOverrides::new();
+    limit_overrides.insert(LimitKey::WritesPerMinute, None);
+    let org = OrgRecord {
+        org_id,
+        name: format!("org-{org_id}"),
+        tier: Tier::Pro,
+        encryption: Encryption::Managed,
+        seats: 3,
+        suspended: false,
+        limit_overrides,
+        wrapped_dek: Some(vec![1, 2, 3]),
+        idp_enrolled: true,
+        created_at: 1,
+    };
+    let owner = MemberRecord {
+        org_id,
+        email: format!("owner-{org_id}@example.com"),
+        role: Role::Owner,
+        seated: true,
+        profile_tags: vec!["ops".into()],
+        joined_at: 2,
+    };
+    let key = KeyRecord {
+        key_id: KeyId::new_v7(),
+        org_id,
+        email: owner.email.clone(),
+        name: "first".into(),
+        secret_hash: vec![7; 32],
+        active: true,
+        created_at: 3,
+    };
+    store.insert_org(&org, &owner, &key).await.unwrap();
+
+    let parent = header(TaskStatus::Completed, 10);
+    let mut open = header(TaskStatus::Pending, 11);
+    open.parent = Some(parent.task_id);
+    open.blocked_by = vec![parent.task_id];
+    let tasks = vec![task(parent.clone()), task(open.clone())];
+    let mut claimed = open.clone();
+    claimed.status = TaskStatus::InProgress;
+    claimed.assignee = Some("agent".into());
+    claimed.updated_at = 12;
+    claimed.lease = Some(Lease {
+        lease_id: Uuid::now_v7(),
+        expires_at: 60_000,
+        seconds: 60,
+    });
+    let event = StoredEvent {
+        task_id: open.task_id,
+        from_status: Some(TaskStatus::Pending),
+        to_status: TaskStatus::InProgress,
+        agent_id: "agent".into(),
+        at: 12,
+        note: None,
+    };
+    let tag = Tag {
+        name: "ops".into(),
+        strict: true,
+        is_default: false,
+        description: Some("operations".into()),
+        created_by: owner.email.clone(),
+        created_at: 4,
+    };
+    let team = Team {
+        name: "oncall".into(),
+        tags: vec!["ops".into()],
+        description: None,
+        idp_only: false,
+        created_by: owner.email.clone(),
+        created_at: 5,
+    };
+    let membership = Membership {
+        team: team.name.clone(),
+        email: owner.email.clone(),
+        manual: true,
+        idp: false,
+        added_by: owner.email.clone(),
+        added_at: 6,
+    };
+    let usage = Usage {
+        month: "2025-01".into(),
+        requests: 5,
+        tasks: 2,
+        plans: 0,
+        read_tat: 7,
+        write_tat: 8,
+    };
+    let batch = WriteBatch {
+        org: org_id,
+        ops: vec![
+            WriteOp::InsertTasks(tasks),
+            WriteOp::UpdateHeader(claimed.clone()),
+            WriteOp::SetContent {
+                task_id: open.task_id,
+                field: ContentField::Output,
+                value: Some(b"sealed output".to_vec()),
+            },
+            WriteOp::InsertEvents(vec![event.clone()]),
+            WriteOp::UpsertTag(tag.clone()),
+            WriteOp::UpsertTeam(team.clone()),
+            WriteOp::UpsertMembership(membership.clone()),
+            WriteOp::SaveUsage(usage.clone()),
+        ],
+    };
+    store.apply(&[&batch]).await.unwrap();
+
+    let records = store.load_org(org_id).await.unwrap();
+    assert_eq!(records.open_tasks, vec![claimed.clone()]);
+    assert_eq!(shown(&records.members), shown(vec![&owner]));
+    assert_eq!(shown(&records.keys), shown(vec![&key]));
+    assert_eq!(records.tags, vec![tag]);
+    assert_eq!(records.teams, vec![team]);
+    assert_eq!(records.memberships, vec![membership]);
+    assert_eq!(records.usage, Some(usage));
+
+    let stored = store.tasks(org_id, &[open.task_id]).await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].header, claimed);
+    assert_eq!(stored[0].output.as_deref(), Some(&b"sealed output"[..]));
+    let headers = store
+        .task_headers(org_id, &[parent.task_id, open.task_id])
+        .await
+        .unwrap();
+    assert_eq!(headers.len(), 2);
+    let by_key = store
+        .tasks_by_keys(&[(org_id, parent.task_id)])
+        .await
+        .unwrap();
+    assert_eq!(by_key.len(), 1);
+    assert_eq!(by_key[0].0, org_id);
+    assert_eq!(by_key[0].1.header, parent);
+    let page = store
+        .list_tasks(org_id, &ListTasks::default(), None, 10)
+        .await
+        .unwrap();
+    let order: Vec<TaskId> = page.iter().map(|t| t.header.task_id).collect();
+    assert_eq!(order, vec![open.task_id, parent.task_id]);
+    assert_eq!(
+        shown(store.task_events(org_id, open.task_id).await.unwrap()),
+        shown(vec![event])
+    );
+    assert!(store.orgs_with_leases().await.unwrap().contains(&org_id));
+
+    assert_eq!(
+        shown(store.get_org(org_id).await.unwrap()),
+        shown(Some(&org))
+    );
+    assert_eq!(
+        shown(store.get_key(key.key_id).await.unwrap()),
+        shown(Some(&key))
+    );
+    assert_eq!(store.org_by_name(&org.name).await.unwrap(), Some(org_id));
+    assert_eq!(store.member_orgs(&owner.email).await.unwrap(), vec![org_id]);
+}
+
+/// `url` with its database, if any, replaced by `database`.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(base, query)| (base, Some(query)));
+    let authority = base.find("://").map_or(0, |i| i + 3);
+    let server = match base[authority..].find('/') {
+        Some(i) => &base[..authority + i],
+        None => base,
+    };
+    match query {
+        Some(query) => format!("{server}/{database}?{query}"),
+        None => format!("{server}/{database}"),
+    }
+}
+
+#[tokio::test]
+async fn round_trip_sqlite() {
+    let path = std::env::temp_dir().join(format!("taskq-store-{}.db", Uuid::new_v4().simple()));
+    let url = format!("sqlite://{}", path.display());
+    let store = Store::connect(&url, &StoreOptions::default())
+        .await
+        .unwrap();
+    round_trip(&store).await;
+    store.close().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+#[tokio::test]
+async fn round_trip_postgres() {
+    let Ok(admin_url) = std::env::var("TASKQ_TEST_POSTGRES_URL") else {
+        eprintln!("note: TASKQ_TEST_POSTGRES_URL is unset; skipping the PostgreSQL variant");
+        return;
+    };
+    let database = format!("taskq_store_{}", Uuid::new_v4().simple());
+    let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {database}"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let url = with_database(&admin_url, &database);
+    let store = Store::connect(&url, &StoreOptions::default())
+        .await
+        .unwrap();
+    round_trip(&store).await;
+    store.close().await;
+    sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+}
