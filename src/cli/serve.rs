@@ -40,7 +40,7 @@ pub struct ServeArgs {
     #[arg(long, env = "TASKQ_ORG_IDLE_SECS", default_value_t = 60)]
     pub org_idle_secs: u64,
     /// Requests one org may have in flight; more answer 503 `overloaded`.
-    #[arg(long, env = "TASKQ_ORG_MAX_IN_FLIGHT", default_value_t = 512)]
+    #[arg(long, env = "TASKQ_ORG_MAX_IN_FLIGHT", default_value_t = 1024)]
     pub org_max_in_flight: usize,
     /// Write batches a writer queues; more answer 503 `overloaded`.
     #[arg(long, env = "TASKQ_WRITER_QUEUE", default_value_t = 4096)]

@@ -78,7 +78,7 @@ impl EngineConfig {
             call_timeout: Duration::from_secs(30),
             feedback_filter: Arc::new(TermFilter::builtin([])),
             feedback_org: None,
-            org_in_flight: 512,
+            org_in_flight: 1024,
             writer_queue: 4096,
             reader_queue: 4096,
         }
