@@ -232,7 +232,7 @@ impl EngineError {
 
 /// Every error answer: an `error` message, plus the fields the contract
 /// names for some errors.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ErrorBody {
     pub error: String,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
@@ -248,7 +248,36 @@ impl ErrorBody {
     }
 }
 
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+/// Only `error` is always there; the other fields come with the errors
+/// that name them.
+impl JsonSchema for ErrorBody {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ErrorBody".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let tier = generator.subschema_for::<Tier>();
+        schemars::json_schema!({
+            "description": "An error: `error` says what went wrong; a refused id, a plan gate, a limit or a corrupt value add their fields.",
+            "type": "object",
+            "required": ["error"],
+            "properties": {
+                "error": { "type": "string" },
+                "task_id": { "type": "string", "format": "uuid" },
+                "upgrade": { "type": "boolean" },
+                "code": { "type": "string" },
+                "field": { "type": "string" },
+                "limit_type": { "type": "string" },
+                "limit": { "type": "integer" },
+                "window_seconds": { "type": "integer" },
+                "tier": tier,
+                "resets": { "type": "string", "format": "date-time" }
+            }
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum ErrorDetail {
     /// A client-minted task id is taken.
@@ -269,7 +298,7 @@ pub enum ErrorDetail {
 }
 
 /// Which limit refused a request, and its numbers.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct LimitDetail {
     /// `write`, `read`, `monthly`, `plan`, `tags` or `teams`.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -19,6 +19,25 @@ fn by_ref(created: &CreateAnswer, reference: &str) -> TaskId {
         .task_id
 }
 
+/// A root, a child blocked by it and a grandchild blocked by the child.
+async fn chain(t: &TestEngine, org: &Org) -> (TaskId, TaskId, TaskId) {
+    let created = t
+        .create(
+            &org.owner,
+            json!([
+                {"title": "root", "ref": "root"},
+                {"title": "child", "ref": "child", "blocked_by": ["ref:root"]},
+                {"title": "grandchild", "ref": "grandchild", "blocked_by": ["ref:child"]}
+            ]),
+        )
+        .await;
+    (
+        by_ref(&created, "root"),
+        by_ref(&created, "child"),
+        by_ref(&created, "grandchild"),
+    )
+}
+
 async fn status(t: &TestEngine, org: &Org, id: TaskId) -> TaskStatus {
     t.get(&org.owner, id).await.task.status
 }
@@ -183,19 +202,7 @@ async fn failing_a_blocker_fails_its_blocked_dependents_transitively() {
 async fn canceling_a_blocker_cancels_its_blocked_dependents_transitively() {
     let t = TestEngine::start().await;
     let org = t.org("cancel").await;
-    let created = t
-        .create(
-            &org.owner,
-            json!([
-                {"title": "root", "ref": "root"},
-                {"title": "child", "ref": "child", "blocked_by": ["ref:root"]},
-                {"title": "grandchild", "ref": "grandchild", "blocked_by": ["ref:child"]}
-            ]),
-        )
-        .await;
-    let root = by_ref(&created, "root");
-    let child = by_ref(&created, "child");
-    let grandchild = by_ref(&created, "grandchild");
+    let (root, child, grandchild) = chain(&t, &org).await;
 
     finish(&t, &org, root, "canceled").await;
     cascaded(&t, &org, child, TaskStatus::Canceled, root).await;
@@ -207,19 +214,7 @@ async fn canceling_a_blocker_cancels_its_blocked_dependents_transitively() {
 async fn a_cascaded_dependent_stays_failed_when_its_blocker_is_retried() {
     let t = TestEngine::start().await;
     let org = t.org("retry").await;
-    let created = t
-        .create(
-            &org.owner,
-            json!([
-                {"title": "root", "ref": "root"},
-                {"title": "child", "ref": "child", "blocked_by": ["ref:root"]},
-                {"title": "grandchild", "ref": "grandchild", "blocked_by": ["ref:child"]}
-            ]),
-        )
-        .await;
-    let root = by_ref(&created, "root");
-    let child = by_ref(&created, "child");
-    let grandchild = by_ref(&created, "grandchild");
+    let (root, child, grandchild) = chain(&t, &org).await;
     finish(&t, &org, root, "failed").await;
 
     // Retry: failed -> pending needs no assignee and no note.

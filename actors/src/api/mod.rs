@@ -72,3 +72,58 @@ impl schemars::JsonSchema for Timestamp {
         schemars::json_schema!({ "type": "string", "format": "date-time" })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use schemars::{schema_for, JsonSchema};
+    use serde_json::Value;
+
+    use super::*;
+
+    fn schema<T: JsonSchema>() -> Value {
+        serde_json::to_value(schema_for!(T)).expect("schemas serialize")
+    }
+
+    /// The definition of `name` in a schema, or the schema itself.
+    fn definition<'a>(schema: &'a Value, name: &str) -> &'a Value {
+        schema
+            .get("$defs")
+            .and_then(|d| d.get(name))
+            .unwrap_or(schema)
+    }
+
+    #[test]
+    fn request_schemas_describe_the_wire_shape() {
+        let create = schema::<CreateTasks>();
+        assert_eq!(create["required"], serde_json::json!(["tasks"]));
+        assert_eq!(create["properties"]["tasks"]["maxItems"], 25);
+        let item = definition(&create, "NewTask");
+        assert_eq!(item["required"], serde_json::json!(["title"]));
+        assert!(item["properties"]["ref"].is_object(), "{item}");
+        assert_eq!(item["properties"]["priority"]["default"], DEFAULT_PRIORITY);
+        assert_eq!(item["additionalProperties"], false);
+
+        let claim = schema::<ClaimRequest>();
+        assert_eq!(claim["properties"]["lease_seconds"]["maximum"], 259_200);
+        assert!(claim.get("required").is_none(), "{claim}");
+
+        let list = schema::<ListTasks>();
+        assert!(list["properties"]["status"].is_object(), "{list}");
+        assert!(list["properties"]["parent_task_id"].is_object(), "{list}");
+    }
+
+    #[test]
+    fn answer_schemas_name_the_fields_clients_read() {
+        let claimed = schema::<ClaimedTask>();
+        for field in ["task_id", "title", "status", "lease_id", "context"] {
+            assert!(
+                claimed["properties"][field].is_object(),
+                "{field}: {claimed}"
+            );
+        }
+        let error = schema::<crate::error::ErrorBody>();
+        assert!(error["properties"]["error"].is_object(), "{error}");
+        let status = serde_json::to_string(&schema::<crate::domain::TaskStatus>()).unwrap();
+        assert!(status.contains("in_progress"), "{status}");
+    }
+}

@@ -81,6 +81,19 @@ impl OrgState {
         })
     }
 
+    /// A team whose membership may be changed by hand (not `idp_only`).
+    fn hand_managed_team(&self, name: &str) -> Result<Team, EngineError> {
+        let team = self.team(name)?;
+        if team.idp_only {
+            return Err(ValidationError::new(format!(
+                "team '{}' is managed by the identity provider only",
+                team.name
+            ))
+            .into());
+        }
+        Ok(team.clone())
+    }
+
     fn team(&self, name: &str) -> Result<&Team, EngineError> {
         self.teams
             .get(&name.to_lowercase())
@@ -400,14 +413,7 @@ impl OrgActor {
         email: &str,
     ) -> Result<Membership, EngineError> {
         state.require_admin(caller)?;
-        let team = state.team(name)?.clone();
-        if team.idp_only {
-            return Err(ValidationError::new(format!(
-                "team '{}' is managed by the identity provider only",
-                team.name
-            ))
-            .into());
-        }
+        let team = state.hand_managed_team(name)?;
         if !state.members.contains_key(email) {
             return Err(EngineError::NotFound(format!(
                 "{email} is not a member of this org"
@@ -449,14 +455,7 @@ impl OrgActor {
         email: &str,
     ) -> Result<(), EngineError> {
         state.require_admin(caller)?;
-        let team = state.team(name)?.clone();
-        if team.idp_only {
-            return Err(ValidationError::new(format!(
-                "team '{}' is managed by the identity provider only",
-                team.name
-            ))
-            .into());
-        }
+        let team = state.hand_managed_team(name)?;
         let key = (team.name.clone(), email.to_owned());
         let membership = state.memberships.get(&key).cloned().ok_or_else(|| {
             EngineError::NotFound(format!("{email} is not a member of team '{}'", team.name))
