@@ -351,6 +351,13 @@ mod tests {
     }
 
     #[test]
+    fn the_error_schema_requires_only_the_message() {
+        let schema = serde_json::to_value(schemars::schema_for!(ErrorBody)).unwrap();
+        assert_eq!(schema["required"], json!(["error"]));
+        assert!(schema["properties"]["limit_type"].is_object(), "{schema}");
+    }
+
+    #[test]
     fn internal_causes_are_not_sent() {
         let e = EngineError::Internal("disk on fire".into());
         assert_eq!(body(e), json!({"error": "internal error"}));

@@ -135,6 +135,31 @@ pub fn is_email(s: &str) -> bool {
     }
 }
 
+/// The longest description in characters.
+pub const MAX_DESCRIPTION: usize = 200;
+
+/// A description: a string of at most 200 characters, or null.
+pub(super) fn description(v: &Value, field: &str) -> Result<Option<String>> {
+    match v {
+        Value::Null => Ok(None),
+        Value::String(s) if s.chars().count() > MAX_DESCRIPTION => Err(err(
+            field,
+            format!("must be at most {MAX_DESCRIPTION} characters"),
+        )),
+        Value::String(s) => Ok(Some(s.clone())),
+        _ => Err(err(field, "must be a string or null")),
+    }
+}
+
+pub(super) fn optional<T>(
+    obj: &super::Object,
+    key: &str,
+    field: &str,
+    parse: impl Fn(&Value, &str) -> Result<T>,
+) -> Result<Option<T>> {
+    obj.get(key).map(|v| parse(v, field)).transpose()
+}
+
 /// The longest name (org, key) in characters.
 pub const MAX_NAME_CHARS: usize = 200;
 

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::decode::{
     body, boolean, email, err, name, optional_body, present, reject_unknown, required, Result,
 };
-use super::org::{email_set, team_name};
+use super::teams::{email_set, team_name};
 use super::{Decode, Timestamp, ValidationError};
 use crate::domain::account::{Encryption, LimitKey, LimitOverrides, Limits, OrgRecord, Role, Tier};
 use crate::domain::OrgId;

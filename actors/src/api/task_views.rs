@@ -1,0 +1,232 @@
+//! Task answers: what create, update, get, list and claim return.
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{Object, Text, Timestamp};
+use crate::domain::{TaskId, TaskStatus};
+
+/// `POST /tasks` answer.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct CreateAnswer {
+    pub created: usize,
+    pub results: Vec<CreatedItem>,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct CreatedItem {
+    #[serde(rename = "ref")]
+    pub reference: Option<String>,
+    pub task_id: TaskId,
+    /// `pending`, or `blocked` while a blocker is live.
+    pub status: TaskStatus,
+    pub created_at: Timestamp,
+}
+
+/// `POST /tasks/update` answer; `partial` (HTTP 207) when any item failed.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct UpdateAnswer {
+    /// How many items applied.
+    pub updated: usize,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
+    pub results: Vec<UpdateResult>,
+}
+
+impl UpdateAnswer {
+    pub fn new(results: Vec<UpdateResult>) -> Self {
+        let updated = results
+            .iter()
+            .filter(|r| matches!(r, UpdateResult::Applied { .. }))
+            .count();
+        Self {
+            updated,
+            partial: updated < results.len(),
+            results,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum UpdateResult {
+    Applied {
+        task_id: TaskId,
+        status: TaskStatus,
+        updated_at: Timestamp,
+    },
+    Failed {
+        task_id: TaskId,
+        error: ItemError,
+    },
+}
+
+/// Why one update item failed (the strings are fixed by the contract).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+pub enum ItemError {
+    #[serde(rename = "Invalid status transition")]
+    InvalidTransition,
+    #[serde(rename = "assignee required")]
+    AssigneeRequired,
+    #[serde(rename = "lease lost")]
+    LeaseLost,
+    #[serde(rename = "task not found")]
+    TaskNotFound,
+}
+
+/// A task as clients see it, content opened.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TaskView {
+    pub task_id: TaskId,
+    pub title: Text,
+    pub description: Option<Text>,
+    pub status: TaskStatus,
+    pub priority: u8,
+    pub assignee: Option<String>,
+    pub tags: Vec<String>,
+    /// `{}` when none was set.
+    pub metadata: Object,
+    pub output: Option<Object>,
+    pub blocked_by: Vec<TaskId>,
+    pub parent_task_id: Option<TaskId>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    /// While the task is leased.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseTerms>,
+}
+
+/// When a leased task's lease runs out, and its length.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+pub struct LeaseTerms {
+    pub lease_expires_at: Timestamp,
+    pub lease_seconds: u32,
+}
+
+/// A state event of a task's history.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TaskEvent {
+    /// `null` for the creation event.
+    pub from_status: Option<TaskStatus>,
+    pub to_status: TaskStatus,
+    pub agent_id: String,
+    pub timestamp: Timestamp,
+    pub note: Option<String>,
+}
+
+/// A blocker's status, as a dependency of the task that waits on it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Dependency {
+    pub task_id: TaskId,
+    pub status: TaskStatus,
+}
+
+/// A task from `POST /tasks/get`: with its dependencies, and its history
+/// when it was the only id asked for.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TaskDetail {
+    #[serde(flatten)]
+    pub task: TaskView,
+    pub dependencies: Vec<Dependency>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<Vec<TaskEvent>>,
+}
+
+/// `POST /tasks/get` answer.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct GetAnswer {
+    pub tasks: Vec<TaskDetail>,
+    pub count: usize,
+    pub not_found: Vec<TaskId>,
+}
+
+/// The lean list item: unset fields are left out.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TaskSummary {
+    pub task_id: TaskId,
+    pub title: Text,
+    pub status: TaskStatus,
+    pub priority: u8,
+    pub updated_at: Timestamp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assignee: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub blocked_by: Vec<TaskId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_task_id: Option<TaskId>,
+}
+
+/// A list item: lean, or the whole task with `full=true`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ListedTask {
+    Lean(TaskSummary),
+    Full(TaskView),
+}
+
+/// `GET /tasks` answer.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ListAnswer {
+    pub tasks: Vec<ListedTask>,
+    /// Pass as `cursor` for the next page; `null` on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// A claimed task: the task with its lease, and the briefing context.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ClaimedTask {
+    #[serde(flatten)]
+    pub task: TaskView,
+    /// Fences this claim: send it with updates, which fail with `lease lost`
+    /// once the lease is no longer this one.
+    pub lease_id: Uuid,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<ClaimContext>,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ClaimContext {
+    /// The parent, its parent, and so on (up to three).
+    pub parent_chain: Vec<ParentLink>,
+    pub blockers: Vec<BlockerLink>,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ParentLink {
+    pub task_id: TaskId,
+    pub title: Text,
+    pub description: Option<Text>,
+    pub status: TaskStatus,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct BlockerLink {
+    pub task_id: TaskId,
+    pub title: Text,
+    pub status: TaskStatus,
+    pub output: Option<Object>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_names_follow_the_contract() {
+        let failed = UpdateResult::Failed {
+            task_id: TaskId(Uuid::nil()),
+            error: ItemError::InvalidTransition,
+        };
+        assert_eq!(
+            serde_json::to_value(failed).unwrap()["error"],
+            "Invalid status transition"
+        );
+        assert_eq!(
+            serde_json::to_value(TaskStatus::InProgress).unwrap(),
+            "in_progress"
+        );
+    }
+}

@@ -1,0 +1,248 @@
+//! Teams: team names, the team requests, and teams and memberships as
+//! clients see them.
+
+use std::collections::BTreeSet;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::decode::{
+    body, boolean, description, email, err, optional, present, reject_unknown, Result,
+};
+use super::tags::tag_names;
+use super::{Decode, MemberRequest, RequestKind, Timestamp};
+use crate::domain::admin::{Membership, Team};
+
+pub const MAX_TEAM_NAME: usize = 32;
+/// The paid feature of the team routes.
+pub const TEAMS: &str = "teams";
+
+/// A team name as stored: trimmed and lowercased.
+pub fn team_name(v: &Value, field: &str) -> Result<String> {
+    let name = v
+        .as_str()
+        .ok_or_else(|| err(field, "must be a string"))?
+        .trim()
+        .to_lowercase();
+    if name.is_empty() {
+        return Err(err(field, "must not be empty"));
+    }
+    if name.chars().count() > MAX_TEAM_NAME {
+        return Err(err(
+            field,
+            format!("must be at most {MAX_TEAM_NAME} characters"),
+        ));
+    }
+    if name.contains('#') || name.contains('/') {
+        return Err(err(field, "must not contain '#' or '/'"));
+    }
+    Ok(name)
+}
+
+/// `POST /teams`.
+#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewTeam {
+    /// At most 32 characters, stored lowercased; no `#` or `/`.
+    pub name: String,
+    /// Tags from the org's vocabulary that members of the team inherit.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Membership managed only by the identity provider's sync.
+    #[serde(default)]
+    pub idp_only: bool,
+}
+
+impl MemberRequest for NewTeam {
+    const KIND: RequestKind = RequestKind::Write;
+    const PAID_FEATURE: Option<&'static str> = Some(TEAMS);
+}
+
+impl Decode for NewTeam {
+    fn decode(v: &Value) -> Result<Self> {
+        let obj = body(v)?;
+        reject_unknown(obj, "", &["name", "tags", "description", "idp_only"])?;
+        Ok(NewTeam {
+            name: team_name(obj.get("name").unwrap_or(&Value::Null), "name")?,
+            tags: present(obj, "tags")
+                .map(|v| tag_names(v, "tags"))
+                .transpose()?
+                .unwrap_or_default(),
+            description: optional(obj, "description", "description", description)?.flatten(),
+            idp_only: present(obj, "idp_only")
+                .map(|v| boolean(v, "idp_only"))
+                .transpose()?
+                .unwrap_or(false),
+        })
+    }
+}
+
+/// `PATCH /teams/{name}`: omitted fields stay.
+#[derive(Debug, Clone, PartialEq, Default, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TeamPatch {
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    /// `null` clears it.
+    #[serde(default)]
+    pub description: Option<Option<String>>,
+    #[serde(default)]
+    pub idp_only: Option<bool>,
+}
+
+impl MemberRequest for TeamPatch {
+    const KIND: RequestKind = RequestKind::Write;
+    const PAID_FEATURE: Option<&'static str> = Some(TEAMS);
+}
+
+impl Decode for TeamPatch {
+    fn decode(v: &Value) -> Result<Self> {
+        let obj = body(v)?;
+        reject_unknown(obj, "", &["tags", "description", "idp_only"])?;
+        Ok(TeamPatch {
+            tags: optional(obj, "tags", "tags", tag_names)?,
+            description: optional(obj, "description", "description", description)?,
+            idp_only: optional(obj, "idp_only", "idp_only", boolean)?,
+        })
+    }
+}
+
+/// `POST /teams/{name}/members`: adds a member by hand.
+#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddTeamMember {
+    pub email: String,
+}
+
+impl MemberRequest for AddTeamMember {
+    const KIND: RequestKind = RequestKind::Write;
+    const PAID_FEATURE: Option<&'static str> = Some(TEAMS);
+}
+
+impl Decode for AddTeamMember {
+    fn decode(v: &Value) -> Result<Self> {
+        let obj = body(v)?;
+        reject_unknown(obj, "", &["email"])?;
+        match obj.get("email") {
+            Some(v) => Ok(AddTeamMember {
+                email: email(v, "email")?,
+            }),
+            None => Err(err("email", "is required")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TeamView {
+    pub name: String,
+    pub tags: Vec<String>,
+    pub description: Option<String>,
+    pub idp_only: bool,
+    pub created_by: String,
+    pub created_at: Timestamp,
+}
+
+impl From<&Team> for TeamView {
+    fn from(t: &Team) -> Self {
+        Self {
+            name: t.name.clone(),
+            tags: t.tags.clone(),
+            description: t.description.clone(),
+            idp_only: t.idp_only,
+            created_by: t.created_by.clone(),
+            created_at: Timestamp(t.created_at),
+        }
+    }
+}
+
+/// Where a team membership comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MembershipSource {
+    Manual,
+    Idp,
+}
+
+/// A member's place in a team.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TeamMemberView {
+    pub email: String,
+    pub sources: Vec<MembershipSource>,
+    pub added_by: String,
+    pub added_at: Timestamp,
+}
+
+impl From<&Membership> for TeamMemberView {
+    fn from(m: &Membership) -> Self {
+        let sources = [
+            (m.manual, MembershipSource::Manual),
+            (m.idp, MembershipSource::Idp),
+        ]
+        .into_iter()
+        .filter_map(|(on, source)| on.then_some(source))
+        .collect();
+        Self {
+            email: m.email.clone(),
+            sources,
+            added_by: m.added_by.clone(),
+            added_at: Timestamp(m.added_at),
+        }
+    }
+}
+
+/// `GET /teams/{name}`: the team and its members.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TeamDetail {
+    #[serde(flatten)]
+    pub team: TeamView,
+    pub members: Vec<TeamMemberView>,
+}
+
+/// Emails as a set, for the identity provider's view.
+pub(super) fn email_set(v: &Value, field: &str) -> Result<BTreeSet<String>> {
+    let list = v
+        .as_array()
+        .ok_or_else(|| err(field, "must be an array of emails"))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, e)| email(e, &format!("{field}[{i}]")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn team_names_are_lowercased_and_bounded() {
+        let t = NewTeam::decode(&json!({"name": "Backend"})).unwrap();
+        assert_eq!(t.name, "backend");
+        assert!(NewTeam::decode(&json!({"name": "a#b"})).is_err());
+        assert!(NewTeam::decode(&json!({"name": "x".repeat(33)})).is_err());
+        assert_eq!(
+            TeamPatch::decode(&json!({"description": null}))
+                .unwrap()
+                .description,
+            Some(None)
+        );
+    }
+
+    #[test]
+    fn memberships_list_their_sources() {
+        let m = Membership {
+            team: "t".into(),
+            email: "a@b.io".into(),
+            manual: true,
+            idp: true,
+            added_by: "x@b.io".into(),
+            added_at: 0,
+        };
+        let v = serde_json::to_value(TeamMemberView::from(&m)).unwrap();
+        assert_eq!(v["sources"], json!(["manual", "idp"]));
+    }
+}
