@@ -8,8 +8,8 @@ use serde_json::json;
 
 use super::Engine;
 use crate::api::{
-    CreateOrg, FeedbackFiled, FeedbackKind, FeedbackOrg, NewTag, NewTask, PatchOrg, SendFeedback,
-    Text, UnblockMember, Unblocked,
+    CreateOrg, CreateTasks, FeedbackFiled, FeedbackKind, FeedbackOrg, NewTag, NewTask, PatchOrg,
+    SendFeedback, Text, UnblockMember, Unblocked,
 };
 use crate::domain::account::{Caller, Encryption, LimitKey, Role, Tier};
 use crate::domain::usage::RequestKind;
@@ -154,7 +154,9 @@ impl Engine {
         let mut created = self
             .request(*org, |reply| OrgMsg::CreateTasks {
                 caller: system.clone(),
-                items: vec![item.clone()],
+                request: CreateTasks {
+                    tasks: vec![item.clone()],
+                },
                 reply,
             })
             .await?;

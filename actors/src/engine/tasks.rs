@@ -49,7 +49,7 @@ impl Engine {
         let results = self
             .request(caller.org_id, |reply| OrgMsg::CreateTasks {
                 caller: caller.clone(),
-                items: request.tasks.clone(),
+                request: request.clone(),
                 reply,
             })
             .await?;
@@ -67,7 +67,7 @@ impl Engine {
         let results = self
             .request(caller.org_id, |reply| OrgMsg::UpdateTasks {
                 caller: caller.clone(),
-                items: request.updates.clone(),
+                request: request.clone(),
                 reply,
             })
             .await?;

@@ -8,8 +8,8 @@
 use ractor::RpcReplyPort;
 
 use crate::api::{
-    ClaimRequest, CreatedItem, MemberPatch, MemberView, NewTag, NewTask, NewTeam, QuotaView,
-    TagPatch, TaskUpdate, TeamPatch, UpdateResult,
+    ClaimRequest, CreateTasks, CreatedItem, MemberPatch, MemberView, NewTag, NewTeam, QuotaView,
+    TagPatch, TeamPatch, UpdateResult, UpdateTasks,
 };
 use crate::domain::account::{Caller, KeyRecord, MemberRecord, Role};
 use crate::domain::admin::{Membership, Tag, Team};
@@ -35,12 +35,12 @@ pub enum OrgMsg {
     // Members' requests, admitted first.
     CreateTasks {
         caller: Caller,
-        items: Vec<NewTask>,
+        request: CreateTasks,
         reply: Reply<Vec<CreatedItem>>,
     },
     UpdateTasks {
         caller: Caller,
-        items: Vec<TaskUpdate>,
+        request: UpdateTasks,
         reply: Reply<Vec<UpdateResult>>,
     },
     ClaimNext {

@@ -272,20 +272,20 @@ impl Actor for OrgActor {
         match msg {
             OrgMsg::CreateTasks {
                 caller,
-                items,
+                request,
                 reply,
             } => {
-                let admission = Some(Admission::create(items.len()));
+                let admission = Some(Admission::create(request.tasks.len()));
                 serve!(self, state, reply, admission, |work| {
-                    self.create_tasks(state, &mut work, &caller, items).await
+                    self.create_tasks(state, &mut work, &caller, request).await
                 })
             }
             OrgMsg::UpdateTasks {
                 caller,
-                items,
+                request,
                 reply,
             } => serve!(self, state, reply, write, |work| {
-                self.update_tasks(state, &mut work, &caller, items).await
+                self.update_tasks(state, &mut work, &caller, request).await
             }),
             OrgMsg::ClaimNext {
                 caller,

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use super::work::Work;
 use super::{Claimed, OrgActor, OrgState};
 use crate::api::{
-    BlockerRef, ClaimRequest, ContentPolicy, CreateTasks, CreatedItem, ItemError, NewTask, Object,
+    BlockerRef, ClaimRequest, ContentPolicy, CreateTasks, CreatedItem, ItemError, Object,
     TaskUpdate, Timestamp, UpdateResult, UpdateTasks,
 };
 use crate::domain::account::{Caller, Encryption};
@@ -57,11 +57,10 @@ impl OrgActor {
         state: &mut OrgState,
         work: &mut Work,
         caller: &Caller,
-        items: Vec<NewTask>,
+        request: CreateTasks,
     ) -> Result<Vec<CreatedItem>, EngineError> {
-        let items = CreateTasks { tasks: items };
-        items.check_content(state.content_policy())?;
-        let items = items.tasks;
+        request.check_content(state.content_policy())?;
+        let items = request.tasks;
         let now = self.now();
         let ids: Vec<TaskId> = items
             .iter()
@@ -241,11 +240,10 @@ impl OrgActor {
         state: &mut OrgState,
         work: &mut Work,
         caller: &Caller,
-        items: Vec<TaskUpdate>,
+        mut request: UpdateTasks,
     ) -> Result<Vec<UpdateResult>, EngineError> {
-        let mut items = UpdateTasks { updates: items };
-        items.check_content(state.content_policy())?;
-        let items = items.updates;
+        request.check_content(state.content_policy())?;
+        let items = request.updates;
         let now = self.now();
         let lookups: Vec<TaskId> = items
             .iter()
