@@ -1,4 +1,5 @@
-//! The `taskq` binary's library: the HTTP front end and the command line.
+//! The `taskq` binary's library: the HTTP and MCP front ends and the
+//! command line.
 //!
 //! The engine (actors, rules, storage) lives in the `taskq-actors` crate;
 //! this crate only speaks HTTP, parses configuration, and starts the server
@@ -7,5 +8,14 @@
 
 pub mod cli;
 pub mod http;
+pub mod mcp;
 pub mod moderation;
 pub mod process;
+
+/// Installs ring as rustls's process-wide crypto provider: the server's
+/// TLS and every outgoing HTTPS connection (moderation endpoint, MCP
+/// bridge, bench) use it. Call once before building an HTTP client; later
+/// calls do nothing.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -1,5 +1,5 @@
 use clap::Parser as _;
-use taskq::cli::{bench, serve, Cli, Command};
+use taskq::cli::{bench, mcp, serve, Cli, Command};
 use tracing_subscriber::EnvFilter;
 
 // Many small, short-lived allocations per request (JSON, rows, messages):
@@ -22,11 +22,14 @@ fn init_tracing() {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    taskq::install_crypto_provider();
     match cli.command {
         Command::Serve(args) => {
             init_tracing();
             serve::run(args).await
         }
         Command::Bench(args) => bench::run(args).await,
+        // stdout carries the protocol: no logging there.
+        Command::Mcp(args) => mcp::run(args).await,
     }
 }

@@ -91,6 +91,7 @@ pub async fn send(
     path: &str,
     body: Option<&Value>,
 ) -> Reply {
+    taskq::install_crypto_provider();
     let http = reqwest::Client::builder()
         .timeout(REQUEST_TIMEOUT)
         .build()

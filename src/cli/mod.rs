@@ -1,6 +1,8 @@
-//! Subcommands: `serve` runs the service, `bench` loads one.
+//! Subcommands: `serve` runs the service, `bench` loads one, `mcp` bridges
+//! an MCP client on stdin/stdout to a running one.
 
 pub mod bench;
+pub mod mcp;
 pub mod serve;
 
 #[derive(clap::Parser, Debug)]
@@ -20,4 +22,6 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Drive a server with concurrent agents and report throughput and latency.
     Bench(bench::BenchArgs),
+    /// Speak MCP on stdin/stdout, relaying tools to a running server.
+    Mcp(mcp::McpArgs),
 }

@@ -191,7 +191,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
-            let _ = rustls::crypto::ring::default_provider().install_default();
             let tls = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
                 .await
                 .context("loading the TLS certificate and key")?;

@@ -39,6 +39,18 @@ where
     }
 }
 
+/// Middleware: the request goes on only with a valid key, its caller in
+/// the request's extensions (for services that are not handlers, `/mcp`).
+pub async fn authenticated(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Result<axum::response::Response, ApiError> {
+    let (mut parts, body) = request.into_parts();
+    Auth::from_request_parts(&mut parts, &state).await?;
+    Ok(next.run(Request::from_parts(parts, body)).await)
+}
+
 /// Proof that the request carries the operator token.
 pub struct Operator;
 

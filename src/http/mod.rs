@@ -65,7 +65,16 @@ pub fn router(state: AppState) -> Router {
         .route("/orgs/{org_id}/crash", post(admin::crash))
         .route("/test/clock", post(admin::advance_clock));
 
+    // MCP's transport is a service of its own, behind the same key check.
+    let mcp = Router::new()
+        .route_service("/mcp", crate::mcp::service(state.engine.clone()))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            extract::authenticated,
+        ));
+
     Router::new()
+        .merge(mcp)
         .route(
             "/healthz",
             get(|| async { Json(json!({ "status": "ok" })) }),

@@ -84,6 +84,7 @@ impl Builder {
         if let Some(secs) = self.idle_secs {
             env.push(("TASKQ_ORG_IDLE_SECS".into(), secs.to_string()));
         }
+        taskq::install_crypto_provider();
         let http = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .build()

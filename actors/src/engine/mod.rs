@@ -400,12 +400,25 @@ impl Engine {
         caller: &Caller,
         error: ValidationError,
     ) -> EngineError {
-        if let Some(feature) = R::PAID_FEATURE {
+        self.reject_as(caller, R::KIND, R::PAID_FEATURE, error)
+            .await
+    }
+
+    /// Like [`Engine::reject`], for an operation that counts as `kind` and
+    /// belongs to the paid feature `paid_feature`, if any.
+    pub async fn reject_as(
+        &self,
+        caller: &Caller,
+        kind: RequestKind,
+        paid_feature: Option<&str>,
+        error: ValidationError,
+    ) -> EngineError {
+        if let Some(feature) = paid_feature {
             if let Err(e) = self.require_paid_plan(caller, feature).await {
                 return e;
             }
         }
-        match self.admit(caller, R::KIND).await {
+        match self.admit(caller, kind).await {
             Ok(()) => EngineError::Invalid(error),
             Err(refused) => refused,
         }
