@@ -1,3 +1,5 @@
+use std::io::IsTerminal as _;
+
 use clap::Parser as _;
 use taskq::cli::{bench, mcp, serve, Cli, Command};
 use tracing_subscriber::EnvFilter;
@@ -9,8 +11,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn init_tracing() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colour only for a terminal: a file or a pipe gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     if std::env::var("TASKQ_LOG_FORMAT").is_ok_and(|f| f == "json") {
         builder.json().init();

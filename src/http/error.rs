@@ -67,10 +67,14 @@ impl From<EngineError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, Json(self.body)).into_response();
+        let headers = response.headers_mut();
         if let Some(secs) = self.retry_after {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
+            // The rest of the body was not read: the connection cannot carry
+            // another request, and the client must know before it tries.
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response
     }

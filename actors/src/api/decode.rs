@@ -171,12 +171,53 @@ pub(super) fn name(v: &Value, field: &str) -> Result<String> {
             field,
             format!("must be at most {MAX_NAME_CHARS} characters"),
         )),
-        Value::String(s) => Ok(s.trim().to_owned()),
+        Value::String(s) => safe_name(s.trim(), field).map(str::to_owned),
         _ => Err(err(field, "must be a string")),
     }
+}
+
+/// Whether `c` would let a name rewrite what a terminal, a log or a page
+/// shows: a control character or a bidirectional override.
+fn is_unsafe_in_name(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Refuses a name (tag, team, key, org) with a control character or a
+/// bidirectional override: names reach logs, terminals and pages.
+pub(super) fn safe_name<'a>(name: &'a str, field: &str) -> Result<&'a str> {
+    if name.chars().any(is_unsafe_in_name) {
+        return Err(err(
+            field,
+            "must not contain control characters or bidirectional overrides",
+        ));
+    }
+    Ok(name)
 }
 
 /// A required field: present and not null.
 pub(super) fn required<'a>(obj: &'a Object, key: &str) -> Result<&'a Value> {
     present(obj, key).ok_or_else(|| err(key, "is required"))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn names_refuse_controls_and_bidi_overrides() {
+        assert_eq!(name(&json!(" acme "), "name").unwrap(), "acme");
+        for bad in [
+            "a\u{0007}b",
+            "a\nb",
+            "a\u{009B}b",
+            "a\u{202E}b",
+            "a\u{2066}b",
+        ] {
+            let e = name(&json!(bad), "name").unwrap_err();
+            assert!(e.0.contains("control characters"), "{bad:?}: {e}");
+        }
+        assert!(name(&json!("naïve Ünïcode ✓"), "name").is_ok());
+    }
 }

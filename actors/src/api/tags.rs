@@ -6,7 +6,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::decode::{
-    batch, boolean, description, err, object, optional, reject_unknown, string_list, Result,
+    batch, boolean, description, err, object, optional, reject_unknown, safe_name, string_list,
+    Result,
 };
 use super::{Decode, MemberRequest, RequestKind, Timestamp};
 use crate::domain::admin::{self, Tag};
@@ -31,7 +32,7 @@ pub fn tag_name(v: &Value, field: &str) -> Result<String> {
     if name.contains(',') {
         return Err(err(field, "must not contain a comma"));
     }
-    Ok(name.to_owned())
+    safe_name(name, field).map(str::to_owned)
 }
 
 /// A list of tag names, deduplicated in order.

@@ -6,7 +6,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::content::{
-    check_object, check_text, content_object, text, title, ContentPolicy, Text, ENVELOPE_KEY,
+    check_object, check_text, content_object, note, text, title, ContentPolicy, Text, ENVELOPE_KEY,
 };
 use super::decode::{
     batch, err, non_empty_string, optional_body, optional_string, present, reject_unknown, string,
@@ -179,7 +179,7 @@ fn update_item(item: &Value, p: &str) -> Result<TaskUpdate> {
                     _ => Some(text(v, &field)?),
                 })
             }
-            "note" => u.note = optional_string(v, &field)?,
+            "note" => u.note = note(v, &field)?,
             "output" => u.output = Some(content_object(v, &field)?),
             "assignee" => u.assignee = Some(optional_string(v, &field)?),
             "priority" => u.priority = Some(priority(v, &field)?),

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::decode::{
-    body, boolean, description, email, err, optional, present, reject_unknown, Result,
+    body, boolean, description, email, err, optional, present, reject_unknown, safe_name, Result,
 };
 use super::tags::tag_names;
 use super::{Decode, MemberRequest, RequestKind, Timestamp};
@@ -37,6 +37,7 @@ pub fn team_name(v: &Value, field: &str) -> Result<String> {
     if name.contains('#') || name.contains('/') {
         return Err(err(field, "must not contain '#' or '/'"));
     }
+    safe_name(&name, field)?;
     Ok(name)
 }
 
