@@ -31,10 +31,10 @@ pub struct ServeArgs {
     #[arg(long, env = "TASKQ_DATA_DIR", default_value = "taskq-data")]
     pub data_dir: PathBuf,
     /// PEM certificate chain; with --tls-key, serve HTTPS.
-    #[arg(long, requires = "tls_key")]
+    #[arg(long, env = "TASKQ_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// PEM private key.
-    #[arg(long, requires = "tls_cert")]
+    #[arg(long, env = "TASKQ_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Seconds an org actor may sit idle before it is stopped.
     #[arg(long, env = "TASKQ_ORG_IDLE_SECS", default_value_t = 60)]

@@ -39,9 +39,18 @@ pub struct Builder {
     backend: Backend,
     idle_secs: Option<u64>,
     env: Vec<(String, String)>,
+    /// A PEM certificate the harness's client trusts (a server over HTTPS).
+    trusted: Option<Vec<u8>>,
 }
 
 impl Builder {
+    /// Makes the harness's client trust `pem`, the certificate of a server
+    /// started with `TASKQ_TLS_CERT`.
+    pub fn trust(mut self, pem: &[u8]) -> Self {
+        self.trusted = Some(pem.to_vec());
+        self
+    }
+
     /// Sets `TASKQ_ORG_IDLE_SECS` for the server.
     pub fn idle_secs(mut self, secs: u64) -> Self {
         self.idle_secs = Some(secs);
@@ -85,10 +94,13 @@ impl Builder {
             env.push(("TASKQ_ORG_IDLE_SECS".into(), secs.to_string()));
         }
         taskq::install_crypto_provider();
-        let http = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .build()
-            .expect("http client");
+        let mut http = reqwest::Client::builder().timeout(REQUEST_TIMEOUT);
+        if let Some(pem) = &self.trusted {
+            http = http.add_root_certificate(
+                reqwest::Certificate::from_pem(pem).expect("a PEM certificate"),
+            );
+        }
+        let http = http.build().expect("http client");
         let mut srv = TestServer {
             backend: self.backend,
             base_url: String::new(),
@@ -150,6 +162,7 @@ impl TestServer {
             backend,
             idle_secs: None,
             env: Vec::new(),
+            trusted: None,
         }
     }
 
