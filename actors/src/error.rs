@@ -141,8 +141,12 @@ pub enum EngineError {
     ActorUnavailable,
     #[error("the engine did not answer in time")]
     Timeout,
+    /// The store is down or cannot take writes; nothing of the request was
+    /// acknowledged.
+    #[error("store unavailable")]
+    StoreUnavailable,
     #[error("storage failure: {0}")]
-    Store(#[from] StoreError),
+    Store(StoreError),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -154,6 +158,17 @@ impl From<RuleError> for EngineError {
             RuleError::Forbidden(m) => EngineError::Forbidden(m),
             RuleError::Conflict(m) => EngineError::Conflict(m),
             RuleError::UpgradeRequired(m) => EngineError::UpgradeRequired(m),
+        }
+    }
+}
+
+impl From<StoreError> for EngineError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            e if e.is_unavailable() => EngineError::StoreUnavailable,
+            // The org's actor is being replaced after a failed write.
+            StoreError::OrgReloading => EngineError::ActorUnavailable,
+            e => EngineError::Store(e),
         }
     }
 }
@@ -183,6 +198,7 @@ impl EngineError {
             EngineError::CiphertextBinding { .. } => ErrorCode::Corrupt,
             EngineError::FilterUnavailable
             | EngineError::ActorUnavailable
+            | EngineError::StoreUnavailable
             | EngineError::Timeout => ErrorCode::Unavailable,
             EngineError::Overloaded => ErrorCode::Overloaded,
             EngineError::Store(_) | EngineError::Internal(_) => ErrorCode::Internal,
@@ -196,6 +212,7 @@ impl EngineError {
             EngineError::ActorUnavailable | EngineError::Timeout | EngineError::Overloaded => {
                 Some(1)
             }
+            EngineError::StoreUnavailable => Some(2),
             _ => None,
         }
     }

@@ -18,6 +18,7 @@ pub mod domain;
 mod engine;
 pub mod error;
 pub mod filter;
+mod health;
 mod org;
 mod reader;
 mod store;

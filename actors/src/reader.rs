@@ -61,8 +61,14 @@ async fn run(store: Store, mut rx: mpsc::Receiver<(OrgId, TaskId, Reply)>) {
             Err(e) => {
                 tracing::warn!(error = %e, "grouped read failed");
                 let message = e.to_string();
+                let unavailable = e.is_unavailable();
                 for (_, _, reply) in queued.drain(..) {
-                    let _ = reply.send(Err(StoreError::ReadFailed(message.clone())));
+                    let error = if unavailable {
+                        StoreError::Unavailable(message.clone())
+                    } else {
+                        StoreError::ReadFailed(message.clone())
+                    };
+                    let _ = reply.send(Err(error));
                 }
             }
         }

@@ -137,7 +137,11 @@ impl Supervisor {
         force: bool,
     ) {
         let retiring = state.retiring.remove(&org).unwrap_or_default();
-        if state.stopping || !(force || retiring.respawn || !retiring.waiters.is_empty()) {
+        // While the store is down a successor could not load: it starts when
+        // a request asks for it, or when the store returns (leases).
+        let wanted = !retiring.waiters.is_empty()
+            || ((force || retiring.respawn) && !self.deps.health.is_down());
+        if state.stopping || !wanted {
             return;
         }
         let result = self.spawn_org(myself, state, org).await;
@@ -227,7 +231,10 @@ impl Actor for Supervisor {
             SupervisorMsg::Org(OrgEvent::StoppedHoldingLeases { org }) => {
                 if let Some(retiring) = state.retiring.get_mut(&org) {
                     retiring.respawn = true;
-                } else if !self.routes.contains_key(&org) && !state.stopping {
+                } else if !self.routes.contains_key(&org)
+                    && !state.stopping
+                    && !self.deps.health.is_down()
+                {
                     let _ = self.spawn_org(&myself, state, org).await;
                 }
             }

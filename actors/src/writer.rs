@@ -17,6 +17,8 @@
 //! whose batch still fails is marked as reloading: its later batches are
 //! refused (they were built on memory that is now ahead of the store) until
 //! its restarted actor reopens it, and `on_failure` asks for that restart.
+//! When the store itself is unavailable, retrying batch by batch is no use:
+//! every org of the commit is marked at once and the store marked down.
 
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
@@ -27,6 +29,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::domain::OrgId;
 use crate::error::EngineError;
+use crate::health::StoreHealth;
 use crate::store::{Store, StoreError, WriteBatch};
 
 /// Resolves once the batch is durable (or failed).
@@ -76,6 +79,7 @@ impl Writers {
     /// `queue_bound` batches.
     pub fn start(
         store: Store,
+        health: Arc<StoreHealth>,
         queue_bound: usize,
         on_failure: FailureHook,
     ) -> (Self, Vec<tokio::task::JoinHandle<()>>) {
@@ -93,6 +97,7 @@ impl Writers {
             });
             handles.push(tokio::spawn(run(
                 store.clone(),
+                health.clone(),
                 rx,
                 finished_tx,
                 reloading,
@@ -179,8 +184,21 @@ async fn wait_for_lane(lane: &Lane) -> Result<(), StoreError> {
         .map_err(|_| StoreError::WriterGone)
 }
 
+/// Commits batches, unless a test simulates an outage.
+async fn apply(
+    store: &Store,
+    health: &StoreHealth,
+    batches: &[&WriteBatch],
+) -> Result<(), StoreError> {
+    if health.outage_simulated() {
+        return Err(StoreError::Unavailable("simulated outage".into()));
+    }
+    store.apply(batches).await
+}
+
 async fn run(
     store: Store,
+    health: Arc<StoreHealth>,
     mut rx: mpsc::Receiver<Job>,
     finished: watch::Sender<u64>,
     reloading: Arc<Mutex<HashSet<OrgId>>>,
@@ -200,10 +218,23 @@ async fn run(
         }
         if !accepted.is_empty() {
             let batches: Vec<&WriteBatch> = accepted.iter().map(|(b, _)| b).collect();
-            match store.apply(&batches).await {
+            match apply(&store, &health, &batches).await {
                 Ok(()) => {
                     for (_, reply) in accepted {
                         let _ = reply.send(Ok(()));
+                    }
+                }
+                Err(e) if e.is_unavailable() => {
+                    health.observe(&e);
+                    let message = e.to_string();
+                    let mut failed: HashSet<OrgId> = HashSet::new();
+                    for (batch, reply) in accepted {
+                        if failed.insert(batch.org)
+                            && reloading.lock().expect("not poisoned").insert(batch.org)
+                        {
+                            on_failure(batch.org);
+                        }
+                        let _ = reply.send(Err(StoreError::Unavailable(message.clone())));
                     }
                 }
                 Err(e) => {
@@ -213,8 +244,9 @@ async fn run(
                             let _ = reply.send(Err(StoreError::OrgReloading));
                             continue;
                         }
-                        let result = store.apply(&[&batch]).await;
+                        let result = apply(&store, &health, &[&batch]).await;
                         if let Err(e) = &result {
+                            health.observe(e);
                             tracing::error!(org_id = %batch.org, error = %e, "commit failed; org will reload from the store");
                             reloading.lock().expect("not poisoned").insert(batch.org);
                             on_failure(batch.org);

@@ -150,3 +150,33 @@ pub async fn advance_clock(
         "now": taskq_actors::clock::format_ms(clock.now_ms())
     })))
 }
+
+/// Test hook: how a simulated store outage should be.
+#[cfg(feature = "test-hooks")]
+pub struct StoreOutage {
+    unavailable: bool,
+}
+
+#[cfg(feature = "test-hooks")]
+impl taskq_actors::api::Decode for StoreOutage {
+    fn decode(body: &serde_json::Value) -> Result<Self, taskq_actors::ValidationError> {
+        body.get("unavailable")
+            .and_then(serde_json::Value::as_bool)
+            .map(|unavailable| StoreOutage { unavailable })
+            .ok_or_else(|| taskq_actors::ValidationError::field("unavailable", "must be a boolean"))
+    }
+}
+
+/// Test hook: starts or ends a simulated store outage (every write fails
+/// as if the disk were full).
+#[cfg(feature = "test-hooks")]
+pub async fn store_outage(
+    State(state): State<AppState>,
+    _: Operator,
+    AdminBody(outage): AdminBody<StoreOutage>,
+) -> Answer<serde_json::Value> {
+    state.engine.simulate_store_outage(outage.unavailable);
+    Ok(Json(
+        serde_json::json!({ "unavailable": outage.unavailable }),
+    ))
+}

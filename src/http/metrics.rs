@@ -125,6 +125,8 @@ pub async fn render(State(state): State<AppState>, _: Operator) -> Result<Respon
         "taskq_actor_idle_stops_total {}",
         stats.idle_stops.load(Ordering::Relaxed)
     );
+    let _ = writeln!(out, "# TYPE taskq_store_up gauge");
+    let _ = writeln!(out, "taskq_store_up {}", u8::from(!engine.store_down()));
     let _ = writeln!(out, "# TYPE taskq_queue_depth gauge");
     for (org, depth) in engine.queue_depths() {
         let _ = writeln!(out, "taskq_queue_depth{{org_id=\"{org}\"}} {depth}");

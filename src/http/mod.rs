@@ -63,7 +63,8 @@ pub fn router(state: AppState) -> Router {
     #[cfg(feature = "test-hooks")]
     let admin = admin
         .route("/orgs/{org_id}/crash", post(admin::crash))
-        .route("/test/clock", post(admin::advance_clock));
+        .route("/test/clock", post(admin::advance_clock))
+        .route("/test/store", post(admin::store_outage));
 
     // MCP's transport is a service of its own, behind the same key check.
     let mcp = Router::new()

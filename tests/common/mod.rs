@@ -21,7 +21,7 @@ pub use fixtures::*;
 pub use reqwest::StatusCode;
 pub use serde_json::{json, Value};
 #[allow(unused_imports)]
-pub use server::{Backend, Builder, Db, TestServer, POSTGRES_ENV};
+pub use server::{postgres_addr, Backend, Builder, Db, TestServer, POSTGRES_ENV};
 
 /// Runs one async test body on every backend:
 ///

@@ -41,6 +41,8 @@ pub struct Builder {
     env: Vec<(String, String)>,
     /// A PEM certificate the harness's client trusts (a server over HTTPS).
     trusted: Option<Vec<u8>>,
+    /// `host:port` the server reaches PostgreSQL through (a test's proxy).
+    postgres_through: Option<String>,
 }
 
 impl Builder {
@@ -48,6 +50,13 @@ impl Builder {
     /// started with `TASKQ_TLS_CERT`.
     pub fn trust(mut self, pem: &[u8]) -> Self {
         self.trusted = Some(pem.to_vec());
+        self
+    }
+
+    /// Makes the server reach PostgreSQL through `addr` (`host:port`), a
+    /// proxy the test controls; the database is still created directly.
+    pub fn postgres_through(mut self, addr: &str) -> Self {
+        self.postgres_through = Some(addr.to_string());
         self
     }
 
@@ -83,10 +92,11 @@ impl Builder {
                     .await
                     .expect("create test database");
                 let _ = conn.close().await;
-                (
-                    url_with_database(&admin_url, &db_name),
-                    Some(PgCleanup { admin_url, db_name }),
-                )
+                let mut url = url_with_database(&admin_url, &db_name);
+                if let Some(addr) = &self.postgres_through {
+                    url = url_with_host(&url, addr);
+                }
+                (url, Some(PgCleanup { admin_url, db_name }))
             }
         };
         let mut env = self.env;
@@ -141,6 +151,33 @@ fn url_with_database(url: &str, db: &str) -> String {
     out
 }
 
+/// Replaces the `host:port` of a URL, keeping its user and the rest.
+fn url_with_host(url: &str, addr: &str) -> String {
+    let scheme_end = url.find("://").map(|i| i + 3).unwrap_or(0);
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let user = authority.rfind('@').map(|i| &authority[..=i]).unwrap_or("");
+    format!(
+        "{}{user}{addr}{}",
+        &url[..scheme_end],
+        &rest[authority_end..]
+    )
+}
+
+/// The `host:port` of the PostgreSQL server the tests use.
+pub fn postgres_addr() -> String {
+    let url = std::env::var(POSTGRES_ENV).expect("TASKQ_TEST_POSTGRES_URL");
+    let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+    let host = authority.rsplit('@').next().unwrap_or(authority);
+    if host.contains(':') {
+        host.to_string()
+    } else {
+        format!("{host}:5432")
+    }
+}
+
 /// One running (or stopped) `taskq serve` process with its own tempdir
 /// (working directory, master key, SQLite file, stderr log) and database.
 pub struct TestServer {
@@ -163,6 +200,7 @@ impl TestServer {
             idle_secs: None,
             env: Vec::new(),
             trusted: None,
+            postgres_through: None,
         }
     }
 

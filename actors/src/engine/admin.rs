@@ -176,12 +176,10 @@ impl Engine {
 
     /// `GET /keys`: the caller's member's keys, never their secrets.
     pub async fn list_keys(&self, caller: &Caller) -> Result<KeyList, EngineError> {
+        self.check_store()?;
         self.admit(caller, RequestKind::Read).await?;
         let keys = self
-            .inner
-            .store
-            .org_keys(caller.org_id)
-            .await?
+            .stored(self.inner.store.org_keys(caller.org_id).await)?
             .into_iter()
             .filter(|k| k.email == caller.email)
             .map(|k| KeyView {
@@ -227,6 +225,14 @@ impl Engine {
         }
         self.inner.writers.barrier(org).await?;
         Ok(())
+    }
+
+    /// Test hook: the store refuses every write as unavailable until the
+    /// outage is lifted (a disk full or read-only, for a backend a test
+    /// cannot cut the connection to).
+    #[cfg(feature = "test-hooks")]
+    pub fn simulate_store_outage(&self, on: bool) {
+        self.inner.health.simulate_outage(on);
     }
 
     /// Test hook: panics the org's actor and returns once it has restarted.

@@ -38,6 +38,7 @@ use crate::domain::usage::RequestKind;
 use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
 use crate::filter::{ContentFilter, TermFilter};
+use crate::health::StoreHealth;
 use crate::org::{parse_api_key, OrgDeps, OrgMsg, Outcome, Reply};
 use crate::reader::TaskReader;
 use crate::store::{Store, StoreError};
@@ -92,6 +93,8 @@ pub struct Engine {
 
 struct Inner {
     store: Store,
+    /// Whether the store answers; requests are refused while it does not.
+    health: Arc<StoreHealth>,
     writers: Writers,
     writer_tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     directory: Arc<OrgDirectory>,
@@ -146,8 +149,13 @@ impl Engine {
                 }
             })
         };
-        let (writers, writer_tasks) =
-            Writers::start(store.clone(), config.writer_queue, on_failure);
+        let health = Arc::new(StoreHealth::default());
+        let (writers, mut writer_tasks) = Writers::start(
+            store.clone(),
+            health.clone(),
+            config.writer_queue,
+            on_failure,
+        );
         let directory = Arc::new(OrgDirectory::new(store.clone(), config.master_key));
         let routes: Routes = Arc::new(DashMap::new());
         let stats = Arc::new(ActorStats::default());
@@ -155,6 +163,7 @@ impl Engine {
         let deps = OrgDeps {
             queue_depths: queue_depths.clone(),
             store: store.clone(),
+            health: health.clone(),
             writers: writers.clone(),
             directory: directory.clone(),
             clock: config.clock.clone(),
@@ -174,10 +183,11 @@ impl Engine {
         let _ = supervisor_cell.set(supervisor.clone());
         let engine = Engine {
             inner: Arc::new(Inner {
+                health,
                 reader: TaskReader::start(store.clone(), config.reader_queue),
                 store,
                 writers,
-                writer_tasks: std::sync::Mutex::new(writer_tasks),
+                writer_tasks: std::sync::Mutex::new(Vec::new()),
                 directory,
                 supervisor,
                 routes,
@@ -194,9 +204,9 @@ impl Engine {
         };
         let feedback = engine.prepare_feedback_org(config.feedback_org).await?;
         let _ = engine.inner.feedback.set(feedback);
-        for org in engine.inner.store.orgs_with_leases().await? {
-            engine.resolve(org, None).await?;
-        }
+        engine.wake_orgs_with_leases().await?;
+        writer_tasks.push(tokio::spawn(engine.clone().watch_store()));
+        *engine.inner.writer_tasks.lock().expect("not poisoned") = writer_tasks;
         Ok(engine)
     }
 
@@ -219,6 +229,66 @@ impl Engine {
             .iter()
             .map(|e| (*e.key(), *e.value()))
             .collect()
+    }
+
+    /// Whether the store is marked unavailable.
+    pub fn store_down(&self) -> bool {
+        self.inner.health.is_down()
+    }
+
+    /// Starts an actor for every org holding a lease, so its leases expire on
+    /// time (at start, and when the store returns after an outage).
+    async fn wake_orgs_with_leases(&self) -> Result<(), EngineError> {
+        for org in self.inner.store.orgs_with_leases().await? {
+            self.resolve(org, None).await?;
+        }
+        Ok(())
+    }
+
+    /// While the store is marked down, probes it until it answers, then
+    /// marks it up and wakes the orgs holding leases. Runs for the engine's
+    /// life.
+    async fn watch_store(self) {
+        const PROBE_EVERY: Duration = Duration::from_millis(250);
+        loop {
+            self.inner.health.wait_down().await;
+            loop {
+                tokio::time::sleep(PROBE_EVERY).await;
+                if self.inner.health.outage_simulated() {
+                    continue;
+                }
+                if self.inner.store.ping().await.is_ok() {
+                    break;
+                }
+            }
+            self.inner.health.mark_up();
+            if let Err(e) = self.wake_orgs_with_leases().await {
+                tracing::warn!(error = %e, "waking the orgs with leases after the outage");
+            }
+        }
+    }
+
+    /// Refuses a request at once while the store is down.
+    fn check_store(&self) -> Result<(), EngineError> {
+        if self.inner.health.is_down() {
+            return Err(EngineError::StoreUnavailable);
+        }
+        Ok(())
+    }
+
+    /// A store result as the engine's; an unavailable store is marked down.
+    /// A write refused because its org is reloading says why when the
+    /// reload is the store's outage.
+    fn stored<T>(&self, result: Result<T, StoreError>) -> Result<T, EngineError> {
+        result.map_err(|e| {
+            self.inner.health.observe(&e);
+            match EngineError::from(e) {
+                EngineError::ActorUnavailable if self.inner.health.is_down() => {
+                    EngineError::StoreUnavailable
+                }
+                other => other,
+            }
+        })
     }
 
     /// Batches waiting for a writer.
@@ -252,17 +322,12 @@ impl Engine {
         let entry = match self.inner.keys.get(&key_id).map(|e| e.clone()) {
             Some(e) => e,
             None => {
+                self.check_store()?;
                 let key = self
-                    .inner
-                    .store
-                    .get_key(key_id)
-                    .await?
+                    .stored(self.inner.store.get_key(key_id).await)?
                     .ok_or(EngineError::InvalidApiKey)?;
                 let member = self
-                    .inner
-                    .store
-                    .org_members(key.org_id)
-                    .await?
+                    .stored(self.inner.store.org_members(key.org_id).await)?
                     .into_iter()
                     .find(|m| m.email == key.email)
                     .ok_or(EngineError::InvalidApiKey)?;
@@ -335,6 +400,7 @@ impl Engine {
     ) -> Result<(Outcome<T>, InFlight), EngineError> {
         let mut stale = None;
         for _ in 0..5 {
+            self.check_store()?;
             let route = match (stale, self.inner.routes.get(&org).map(|r| r.clone())) {
                 (None, Some(route)) => route,
                 _ => self.resolve(org, stale).await?,
@@ -351,13 +417,19 @@ impl Engine {
             {
                 Ok(CallResult::Success(outcome)) => return Ok((outcome, guard)),
                 Ok(CallResult::Timeout) => return Err(EngineError::Timeout),
-                Ok(CallResult::SenderError) => return Err(EngineError::ActorUnavailable),
+                Ok(CallResult::SenderError) => {
+                    // The actor stopped before it answered: in an outage,
+                    // because it could not load.
+                    self.check_store()?;
+                    return Err(EngineError::ActorUnavailable);
+                }
                 Err(_) => {
                     stale = Some(route.actor.get_id());
                     tokio::task::yield_now().await;
                 }
             }
         }
+        self.check_store()?;
         Err(EngineError::ActorUnavailable)
     }
 
@@ -369,7 +441,7 @@ impl Engine {
         message: impl Fn(Reply<T>) -> OrgMsg,
     ) -> Result<T, EngineError> {
         let (outcome, _in_flight) = self.ask(org, message).await?;
-        committed(outcome.commit).await?;
+        self.committed(outcome.commit).await?;
         outcome.result
     }
 
@@ -438,13 +510,15 @@ impl Engine {
     }
 }
 
-/// Waits until what an actor submitted is durable.
-async fn committed(commit: Option<Commit>) -> Result<(), EngineError> {
-    match commit {
-        None => Ok(()),
-        Some(commit) => match commit.await {
-            Ok(result) => result.map_err(EngineError::from),
-            Err(_) => Err(EngineError::Store(StoreError::WriterGone)),
-        },
+impl Engine {
+    /// Waits until what an actor submitted is durable.
+    async fn committed(&self, commit: Option<Commit>) -> Result<(), EngineError> {
+        match commit {
+            None => Ok(()),
+            Some(commit) => match commit.await {
+                Ok(result) => self.stored(result),
+                Err(_) => Err(EngineError::Store(StoreError::WriterGone)),
+            },
+        }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use super::{committed, Engine};
+use super::Engine;
 use crate::api::{
     BlockerLink, ClaimContext, ClaimRequest, ClaimedTask, CreateAnswer, CreateTasks, Dependency,
     GetAnswer, GetTasks, ListAnswer, ListTasks, ListedTask, ParentLink, TaskDetail, UpdateAnswer,
@@ -79,12 +79,13 @@ impl Engine {
         caller: &Caller,
         request: GetTasks,
     ) -> Result<GetAnswer, EngineError> {
+        self.check_store()?;
         self.admit(caller, RequestKind::Read).await?;
         let ids = request.task_ids;
         let org = caller.org_id;
         let entry = self.inner.directory.get(org).await?;
         let store = &self.inner.store;
-        let mut found = store.tasks(org, &ids).await?;
+        let mut found = self.stored(store.tasks(org, &ids).await)?;
         found.sort_by_key(|t| ids.iter().position(|id| *id == t.header.task_id));
         let mut blockers: Vec<TaskId> = found
             .iter()
@@ -92,9 +93,8 @@ impl Engine {
             .collect();
         blockers.sort();
         blockers.dedup();
-        let statuses: HashMap<TaskId, _> = store
-            .task_headers(org, &blockers)
-            .await?
+        let statuses: HashMap<TaskId, _> = self
+            .stored(store.task_headers(org, &blockers).await)?
             .into_iter()
             .map(|h| (h.task_id, h.status))
             .collect();
@@ -112,7 +112,7 @@ impl Engine {
                 })
                 .collect();
             let history = if ids.len() == 1 {
-                let events = store.task_events(org, t.header.task_id).await?;
+                let events = self.stored(store.task_events(org, t.header.task_id).await)?;
                 Some(
                     events
                         .iter()
@@ -145,6 +145,7 @@ impl Engine {
         caller: &Caller,
         query: ListTasks,
     ) -> Result<ListAnswer, EngineError> {
+        self.check_store()?;
         self.admit(caller, RequestKind::Read).await?;
         let fingerprint = query_fingerprint(&query);
         let after = match &query.cursor {
@@ -165,11 +166,12 @@ impl Engine {
             }
         };
         let entry = self.inner.directory.get(caller.org_id).await?;
-        let mut page = self
-            .inner
-            .store
-            .list_tasks(caller.org_id, &query, after, query.limit + 1)
-            .await?;
+        let mut page = self.stored(
+            self.inner
+                .store
+                .list_tasks(caller.org_id, &query, after, query.limit + 1)
+                .await,
+        )?;
         let more = page.len() > query.limit as usize;
         page.truncate(query.limit as usize);
         let next_cursor = match page.last() {
@@ -222,7 +224,7 @@ impl Engine {
         let claimed = match result {
             Ok(Some(claimed)) => claimed,
             other => {
-                committed(commit).await?;
+                self.committed(commit).await?;
                 return other.map(|_| None);
             }
         };
@@ -231,13 +233,12 @@ impl Engine {
         // the content can be read while the claim commits. A task created an
         // instant ago may not be committed yet: then read again after.
         let reader = &self.inner.reader;
-        let (commit, read) = tokio::join!(committed(commit), reader.get(org, id));
+        let (commit, read) = tokio::join!(self.committed(commit), reader.get(org, id));
         commit?;
-        let mut task = match read? {
+        let mut task = match self.stored(read)? {
             Some(t) => t,
-            None => reader
-                .get(org, id)
-                .await?
+            None => self
+                .stored(reader.get(org, id).await)?
                 .ok_or_else(|| EngineError::Internal("claimed task vanished".into()))?,
         };
         task.header = claimed.header;
@@ -248,7 +249,7 @@ impl Engine {
             let mut parent_chain = Vec::new();
             let mut next = task.header.parent;
             while let Some(parent) = next.filter(|_| parent_chain.len() < PARENT_CHAIN_DEPTH) {
-                let Some(p) = store.tasks(org, &[parent]).await?.pop() else {
+                let Some(p) = self.stored(store.tasks(org, &[parent]).await)?.pop() else {
                     break;
                 };
                 parent_chain.push(ParentLink {
@@ -260,7 +261,7 @@ impl Engine {
                 next = p.header.parent;
             }
             let mut blockers = Vec::new();
-            for b in store.tasks(org, &task.header.blocked_by).await? {
+            for b in self.stored(store.tasks(org, &task.header.blocked_by).await)? {
                 blockers.push(BlockerLink {
                     task_id: b.header.task_id,
                     title: views::title(cipher, &b)?,

@@ -46,6 +46,7 @@ use crate::domain::open::OpenTasks;
 use crate::domain::usage::{RequestKind, Usage};
 use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
+use crate::health::StoreHealth;
 use crate::store::Store;
 use crate::writer::{WriteSlot, Writers};
 use work::Work;
@@ -54,6 +55,7 @@ use work::Work;
 #[derive(Clone)]
 pub struct OrgDeps {
     pub store: Store,
+    pub health: Arc<StoreHealth>,
     pub writers: Writers,
     pub directory: Arc<OrgDirectory>,
     pub clock: Arc<dyn Clock>,
@@ -209,7 +211,9 @@ impl Actor for OrgActor {
         let org = state.org;
         // Every batch of a previous incarnation is committed before we read.
         deps.writers.reopen(org).await?;
-        let records = deps.store.load_org(org).await?;
+        let records = deps.store.load_org(org).await.inspect_err(|e| {
+            deps.health.observe(e);
+        })?;
         for h in records.open_tasks {
             state.open.put(h);
         }

@@ -15,7 +15,8 @@ impl Store {
             let connect = PgConnectOptions::from_str(url)?.options([("synchronous_commit", "on")]);
             let pool = PgPoolOptions::new()
                 .max_connections(options.max_connections.max(4) * 2)
-                .acquire_timeout(Duration::from_secs(10))
+                // An outage is noticed in seconds, not after a long wait.
+                .acquire_timeout(Duration::from_secs(5))
                 .connect_with(connect)
                 .await?;
             sqlx::migrate!("../migrations/postgres").run(&pool).await?;
@@ -65,5 +66,13 @@ impl Store {
 
     pub async fn close(&self) {
         on_pool!(self, pool => pool.close().await)
+    }
+
+    /// Whether the store answers a trivial query.
+    pub async fn ping(&self) -> Result<()> {
+        on_pool!(self, pool => {
+            sqlx::query("SELECT 1").execute(pool).await?;
+        });
+        Ok(())
     }
 }

@@ -33,6 +33,51 @@ pub enum StoreError {
     WriterGone,
     #[error("grouped read failed: {0}")]
     ReadFailed(String),
+    /// The store cannot be reached or cannot take writes (down, disk full).
+    #[error("the store is unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl StoreError {
+    /// A failure of the store itself (unreachable, shutting down, out of
+    /// disk or locked), not of what was asked of it: retrying later helps.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Unavailable(_) => true,
+            StoreError::Sql(e) => sql_unavailable(e),
+            StoreError::Migrate(sqlx::migrate::MigrateError::Execute(e)) => sql_unavailable(e),
+            StoreError::ReadFailed(_) => false,
+            StoreError::Migrate(_)
+            | StoreError::Corrupt(_)
+            | StoreError::OrgReloading
+            | StoreError::WriterGone => false,
+        }
+    }
+}
+
+fn sql_unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+                // Busy (5), read-only (8), I/O error (10), full (13), can't open (14).
+                let primary = code.parse::<i32>().unwrap_or(0) & 0xff;
+                matches!(primary, 5 | 8 | 10 | 13 | 14)
+            } else {
+                // Connection exceptions (08), insufficient resources such as a
+                // full disk (53), operator intervention (57P), system errors (58).
+                ["08", "53", "57P", "58"]
+                    .iter()
+                    .any(|class| code.starts_with(class))
+            }
+        }
+        _ => false,
+    }
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
