@@ -270,6 +270,17 @@ impl ServerProcess {
         self.proc_status_kb("VmHWM").await
     }
 
+    /// Starts the peak (`VmHWM`) over from the current resident memory
+    /// (Linux only; `false` where it cannot).
+    pub async fn reset_peak_rss(&self) -> bool {
+        let Some(pid) = self.pid else {
+            return false;
+        };
+        tokio::fs::write(format!("/proc/{pid}/clear_refs"), b"5")
+            .await
+            .is_ok()
+    }
+
     /// A `kB` field of `/proc/<pid>/status`.
     async fn proc_status_kb(&self, field: &str) -> Option<u64> {
         let pid = self.pid?;

@@ -326,6 +326,19 @@ impl TestServer {
     }
 
     /// SIGKILL: no chance to flush anything.
+    /// The server's resident memory now and its peak since the last
+    /// `reset_peak_rss`, in KiB (Linux only).
+    pub async fn rss_kb(&self) -> (Option<u64>, Option<u64>) {
+        let process = self.process.as_ref().expect("server is not running");
+        (process.rss_kb().await, process.peak_rss_kb().await)
+    }
+
+    /// Starts the server's peak memory over from its current memory.
+    pub async fn reset_peak_rss(&self) -> bool {
+        let process = self.process.as_ref().expect("server is not running");
+        process.reset_peak_rss().await
+    }
+
     pub async fn kill9(&mut self) {
         let mut process = self.process.take().expect("server is not running");
         process.kill().await.expect("kill -9 taskq");

@@ -60,6 +60,14 @@ pub struct StoredTask {
     pub output: Option<Vec<u8>>,
 }
 
+impl StoredTask {
+    /// Bytes of sealed content: about what serving the task costs.
+    pub fn content_len(&self) -> usize {
+        let len = |c: &Option<Vec<u8>>| c.as_ref().map_or(0, Vec::len);
+        self.title.len() + len(&self.description) + len(&self.metadata) + len(&self.output)
+    }
+}
+
 /// One state event as stored (note sealed).
 #[derive(Debug, Clone)]
 pub struct StoredEvent {

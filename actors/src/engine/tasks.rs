@@ -18,6 +18,11 @@ use crate::views;
 
 /// How many ancestors a claim's context shows.
 const PARENT_CHAIN_DEPTH: usize = 3;
+/// Whole tasks a full listing reads at a time (one may carry ~200 KB).
+const FULL_ROWS_PER_READ: usize = 16;
+/// Sealed content a full page carries before it ends early; its
+/// `next_cursor` goes on from there.
+pub const FULL_PAGE_BYTES: usize = 4 * 1024 * 1024;
 
 /// Which list a cursor belongs to, and where its page ended.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -166,25 +171,50 @@ impl Engine {
             }
         };
         let entry = self.inner.directory.get(caller.org_id).await?;
-        let mut page = self.stored(
-            self.inner
-                .store
-                .list_tasks(caller.org_id, &query, after, query.limit + 1)
-                .await,
-        )?;
-        let more = page.len() > query.limit as usize;
-        page.truncate(query.limit as usize);
-        let next_cursor = match page.last() {
-            Some(last) if more => {
-                let h = &last.header;
+        let limit = query.limit as usize;
+        let mut after = after;
+        let mut tasks = Vec::with_capacity(limit.min(FULL_ROWS_PER_READ));
+        let mut bytes = 0;
+        // Whole tasks are read a few at a time and the page ends early at a
+        // byte budget, so a page of large tasks never sits in memory at once.
+        let more = 'page: loop {
+            let want = if query.full {
+                FULL_ROWS_PER_READ.min(limit - tasks.len() + 1)
+            } else {
+                limit + 1
+            };
+            let rows = self.stored(
+                self.inner
+                    .store
+                    .list_tasks(caller.org_id, &query, after, want as u32)
+                    .await,
+            )?;
+            let fetched = rows.len();
+            for row in rows {
+                let size = row.content_len();
+                if tasks.len() == limit
+                    || (query.full && !tasks.is_empty() && bytes + size > FULL_PAGE_BYTES)
+                {
+                    break 'page true;
+                }
+                bytes += size;
+                let h = &row.header;
+                after = Some(ListKey::new(h.status, h.priority, h.created_at, h.task_id));
+                tasks.push(if query.full {
+                    ListedTask::Full(views::task_view(&entry.cipher, &row)?)
+                } else {
+                    ListedTask::Lean(views::task_summary(&entry.cipher, &row)?)
+                });
+            }
+            if fetched < want {
+                break false;
+            }
+        };
+        let next_cursor = match after {
+            Some(k) if more => {
                 let payload = CursorPayload {
                     q: fingerprint,
-                    k: (
-                        h.status.rank(),
-                        h.priority,
-                        h.created_at,
-                        h.task_id.to_string(),
-                    ),
+                    k: (k.rank, k.priority, k.created_at, k.task_id.to_string()),
                 };
                 Some(
                     self.inner
@@ -194,16 +224,6 @@ impl Engine {
             }
             _ => None,
         };
-        let tasks = page
-            .iter()
-            .map(|t| {
-                Ok(if query.full {
-                    ListedTask::Full(views::task_view(&entry.cipher, t)?)
-                } else {
-                    ListedTask::Lean(views::task_summary(&entry.cipher, t)?)
-                })
-            })
-            .collect::<Result<Vec<_>, EngineError>>()?;
         Ok(ListAnswer { tasks, next_cursor })
     }
 

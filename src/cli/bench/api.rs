@@ -81,6 +81,7 @@ pub(super) struct Routes {
     tasks: Url,
     claim: Url,
     update: Url,
+    full_page: Url,
 }
 
 impl Routes {
@@ -89,9 +90,19 @@ impl Routes {
             tasks: endpoint(base, "/tasks")?,
             claim: endpoint(base, "/tasks/claim")?,
             update: endpoint(base, "/tasks/update")?,
+            full_page: endpoint(base, "/tasks?full=true&limit=200")?,
         })
     }
 }
+
+/// The largest content a task may carry: a title, a description, and
+/// metadata and output of 64 KiB each as compact JSON.
+const BIG_TITLE_CHARS: usize = 1_000;
+const BIG_DESCRIPTION_CHARS: usize = 65_536;
+/// `{"b":"…"}` is 8 bytes around its string.
+const BIG_OBJECT_CHARS: usize = 65_536 - 8;
+/// Big tasks per create: a request body stays under 2 MiB.
+pub(super) const BIG_BATCH: u64 = 10;
 
 /// An agent's view of the task API: its client, key and routes.
 pub(super) struct AgentApi {
@@ -134,6 +145,54 @@ impl AgentApi {
         let (_, latency) =
             exchange(self.post(&self.routes.tasks, body), StatusCode::CREATED).await?;
         Ok(latency)
+    }
+
+    /// Creates `count` tasks with the largest allowed content, and gives
+    /// each the largest allowed output.
+    pub(super) async fn create_big(&self, seq: u64, count: u64) -> Result<Duration, String> {
+        let filler = |c: char, n: usize| -> String { std::iter::repeat_n(c, n).collect() };
+        let tasks: Vec<serde_json::Value> = (seq..seq + count)
+            .map(|n| {
+                let title = format!("big task {n} ");
+                serde_json::json!({
+                    "title": format!("{title}{}", filler('t', BIG_TITLE_CHARS - title.len())),
+                    "description": filler('d', BIG_DESCRIPTION_CHARS),
+                    "metadata": { "b": filler('m', BIG_OBJECT_CHARS) },
+                })
+            })
+            .collect();
+        let body = serde_json::to_vec(&serde_json::json!({ "tasks": tasks }))
+            .map_err(|e| e.to_string())?;
+        let (created, mut latency) =
+            exchange(self.post(&self.routes.tasks, body), StatusCode::CREATED).await?;
+        let created: serde_json::Value =
+            serde_json::from_slice(&created).map_err(|e| e.to_string())?;
+        let output = filler('o', BIG_OBJECT_CHARS);
+        let updates: Vec<serde_json::Value> = created["results"]
+            .as_array()
+            .map(|r| r.iter().map(|t| serde_json::json!({ "task_id": t["task_id"], "output": { "b": output } })).collect())
+            .unwrap_or_default();
+        let body = serde_json::to_vec(&serde_json::json!({ "updates": updates }))
+            .map_err(|e| e.to_string())?;
+        let (_, updated) = exchange(self.post(&self.routes.update, body), StatusCode::OK).await?;
+        latency += updated;
+        Ok(latency)
+    }
+
+    /// One page of the full listing, from `cursor`; answers the next cursor
+    /// and the page's size in bytes.
+    pub(super) async fn full_page(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<(Option<String>, usize, Duration), String> {
+        let mut url = self.routes.full_page.clone();
+        if let Some(cursor) = cursor {
+            url.query_pairs_mut().append_pair("cursor", cursor);
+        }
+        let request = self.client.get(url).header("x-api-key", &self.key);
+        let (body, latency) = exchange(request, StatusCode::OK).await?;
+        let page: Page = serde_json::from_slice(&body).map_err(|e| truncate(&e.to_string()))?;
+        Ok((page.next_cursor, body.len(), latency))
     }
 
     /// Claims the next task; `None` when the queue is empty.
@@ -186,6 +245,11 @@ struct NewTask {
 struct TaskMetadata {
     bench: bool,
     seq: u64,
+}
+
+#[derive(Deserialize)]
+struct Page {
+    next_cursor: Option<String>,
 }
 
 #[derive(Deserialize)]

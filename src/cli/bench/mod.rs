@@ -65,7 +65,10 @@ use serde::Serialize;
 
 use bootstrap::{agents_of, bootstrap, Admin};
 use report::{render_table, CycleSummary, Memory, Report};
-use scenarios::{create_fixed_phase, create_timed_phase, cycle_phase, idle_orgs_phase};
+use scenarios::{
+    big_pages_phase, create_big_phase, create_fixed_phase, create_timed_phase, cycle_phase,
+    idle_orgs_phase,
+};
 use server::Server;
 use stats::Op;
 
@@ -120,6 +123,11 @@ pub struct BenchArgs {
     #[arg(long, visible_alias = "prefill", default_value_t = 20_000)]
     pub tasks_per_org: u64,
 
+    /// Tasks with the largest allowed content created in every org
+    /// (`big-pages` scenario).
+    #[arg(long, default_value_t = 200)]
+    pub big_tasks: u64,
+
     /// Requests in flight during bootstrap and the `idle-orgs` scenario.
     #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
@@ -144,6 +152,10 @@ pub enum Scenario {
     Create,
     /// --orgs small orgs with three tasks and one claim each; reports server memory.
     IdleOrgs,
+    /// --big-tasks tasks per org with the largest allowed content, then every
+    /// agent reads them in full pages (`GET /tasks?full=true&limit=200`) for
+    /// --duration seconds; reports the server's peak memory while reading.
+    BigPages,
 }
 
 /// SQLite `synchronous` pragma of a spawned server.
@@ -290,6 +302,22 @@ async fn execute(
                 let created = create_timed_phase(base, &agents, deadline).await?;
                 report.add_phase(created, &[Op::Create]);
             }
+        }
+        Scenario::BigPages => {
+            let admin = Admin::new(base, token, args.concurrency)?;
+            let started = Instant::now();
+            let orgs = bootstrap(&admin, args, &run_id).await?;
+            report.bootstrap_secs = started.elapsed().as_secs_f64();
+            let agents = agents_of(&orgs);
+            let created = create_big_phase(base, &agents, args.big_tasks).await?;
+            report.add_phase(created, &[Op::Create]);
+            // The peak reported is that of the reading, not of the filling.
+            if let Some(process) = process {
+                process.reset_peak_rss().await;
+            }
+            let deadline = Duration::from_secs(args.duration);
+            let read = big_pages_phase(base, &agents, deadline).await?;
+            report.add_phase(read, &[Op::Page]);
         }
         Scenario::IdleOrgs => {
             let result = idle_orgs_phase(base, token, args, &run_id).await?;

@@ -292,6 +292,7 @@ fn scenario_name(scenario: Scenario) -> &'static str {
         Scenario::Cycle => "cycle",
         Scenario::Create => "create",
         Scenario::IdleOrgs => "idle-orgs",
+        Scenario::BigPages => "big-pages",
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::Client;
 
-use super::api::{http_client, AgentApi, Routes};
+use super::api::{http_client, AgentApi, Routes, BIG_BATCH};
 use super::bootstrap::{Admin, Agent};
 use super::stats::{AgentOutcome, Op, Phase, PhaseResult, Stats};
 use super::BenchArgs;
@@ -92,6 +92,86 @@ pub(super) async fn create_timed_phase(
                     }
                 }
                 seq += BATCH;
+            }
+            outcome
+        });
+    }
+    phase.finish().await
+}
+
+/// Fills every org with `tasks_per_org` tasks of the largest allowed
+/// content, `BIG_BATCH` at a time shared out among the org's agents.
+pub(super) async fn create_big_phase(
+    base: &str,
+    agents: &[Agent],
+    tasks_per_org: u64,
+) -> anyhow::Result<PhaseResult> {
+    let routes = Routes::new(base)?;
+    let orgs = agents.iter().map(|a| a.org).max().map_or(0, |m| m + 1);
+    let next_batch: Vec<Arc<AtomicU64>> = (0..orgs).map(|_| Arc::default()).collect();
+    let batches = tasks_per_org.div_ceil(BIG_BATCH);
+    let mut phase = Phase::start("create", "tasks");
+    for agent in agents {
+        let api = AgentApi::new(&routes, &agent.key)?;
+        let next = next_batch[agent.org].clone();
+        let progress = phase.progress.clone();
+        phase.tasks.spawn(async move {
+            let mut outcome = AgentOutcome::default();
+            loop {
+                let batch = next.fetch_add(1, Ordering::Relaxed);
+                if batch >= batches {
+                    break;
+                }
+                let seq = batch * BIG_BATCH;
+                let count = BIG_BATCH.min(tasks_per_org - seq);
+                match api.create_big(seq, count).await {
+                    Ok(latency) => {
+                        outcome.stats.op(Op::Create).ok(latency, count);
+                        progress.add(count);
+                    }
+                    Err(e) => {
+                        outcome.stats.op(Op::Create).err(e);
+                        progress.error();
+                        tokio::time::sleep(ERROR_BACKOFF).await;
+                    }
+                }
+            }
+            outcome
+        });
+    }
+    phase.finish().await
+}
+
+/// Every agent reads its org's tasks in full pages, following the cursor
+/// to the end and starting over, until `duration` has passed.
+pub(super) async fn big_pages_phase(
+    base: &str,
+    agents: &[Agent],
+    duration: Duration,
+) -> anyhow::Result<PhaseResult> {
+    let routes = Routes::new(base)?;
+    let mut phase = Phase::start("pages", "pages");
+    let deadline = phase.started + duration;
+    for agent in agents {
+        let api = AgentApi::new(&routes, &agent.key)?;
+        let progress = phase.progress.clone();
+        phase.tasks.spawn(async move {
+            let mut outcome = AgentOutcome::default();
+            let mut cursor: Option<String> = None;
+            while Instant::now() < deadline {
+                match api.full_page(cursor.as_deref()).await {
+                    Ok((next, _bytes, latency)) => {
+                        outcome.stats.op(Op::Page).ok(latency, 1);
+                        progress.add(1);
+                        cursor = next;
+                    }
+                    Err(e) => {
+                        outcome.stats.op(Op::Page).err(e);
+                        progress.error();
+                        cursor = None;
+                        tokio::time::sleep(ERROR_BACKOFF).await;
+                    }
+                }
             }
             outcome
         });

@@ -21,10 +21,11 @@ pub(super) enum Op {
     Claim,
     Complete,
     Cycle,
+    Page,
 }
 
 impl Op {
-    const COUNT: usize = 6;
+    const COUNT: usize = 7;
 
     pub(super) fn name(self) -> &'static str {
         match self {
@@ -34,6 +35,7 @@ impl Op {
             Op::Claim => "claim",
             Op::Complete => "complete",
             Op::Cycle => "cycle",
+            Op::Page => "page",
         }
     }
 }
