@@ -9,7 +9,7 @@
 //! request's extensions for them.
 
 use axum::body::Bytes;
-use axum::extract::{FromRef, FromRequest, FromRequestParts, Query, Request};
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use serde_json::{Map, Value};
@@ -39,17 +39,54 @@ where
     }
 }
 
-/// Middleware: the request goes on only with a valid key, its caller in
-/// the request's extensions (for services that are not handlers, `/mcp`).
-pub async fn authenticated(
+/// Middleware for `/mcp`, a service rather than handlers: the request goes
+/// on only with a valid key (its caller in the request's extensions) and a
+/// body that is JSON within the size limit; and every refusal, the
+/// transport's own included, answers in our error shape.
+pub async fn mcp_gate(
     axum::extract::State(state): axum::extract::State<AppState>,
     request: Request,
     next: axum::middleware::Next,
 ) -> Result<axum::response::Response, ApiError> {
     let (mut parts, body) = request.into_parts();
     Auth::from_request_parts(&mut parts, &state).await?;
-    Ok(next.run(Request::from_parts(parts, body)).await)
+    let body = if parts.method == axum::http::Method::POST {
+        let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
+            .await
+            .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request body too large"))?;
+        serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
+            .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))?;
+        axum::body::Body::from(bytes)
+    } else {
+        body
+    };
+    let response = next.run(Request::from_parts(parts, body)).await;
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if response.status().is_success() || is_json {
+        return Ok(response);
+    }
+    let status = response.status();
+    let text = axum::body::to_bytes(response.into_body(), 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        status
+            .canonical_reason()
+            .unwrap_or("refused")
+            .to_lowercase()
+    } else {
+        text
+    };
+    Err(ApiError::new(status, message))
 }
+
+/// The largest request body, as everywhere in the API.
+const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
 /// Proof that the request carries the operator token.
 pub struct Operator;
@@ -142,8 +179,7 @@ where
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let app = AppState::from_ref(state);
-        let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
-            .map_err(|e| ApiError::bad_request(e.body_text()))?;
+        let pairs = query_pairs(parts.uri.query().unwrap_or(""))?;
         let mut params = Map::new();
         for (key, value) in pairs {
             match params.get_mut(&key) {
@@ -161,6 +197,32 @@ where
             .await
             .map(Params)
     }
+}
+
+/// The pairs of a query string, percent-decoded; a key or value whose bytes
+/// are not UTF-8 is refused rather than read as something else.
+fn query_pairs(query: &str) -> Result<Vec<(String, String)>, ApiError> {
+    let decode = |part: &str| -> Option<String> {
+        let spaced = part.replace('+', " ");
+        percent_encoding::percent_decode_str(&spaced)
+            .decode_utf8()
+            .ok()
+            .map(|s| s.into_owned())
+    };
+    query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let key = decode(key).ok_or_else(|| {
+                ApiError::bad_request("query: parameter names must be percent-encoded UTF-8")
+            })?;
+            let value = decode(value).ok_or_else(|| {
+                ApiError::bad_request(format!("{key}: must be percent-encoded UTF-8"))
+            })?;
+            Ok((key, value))
+        })
+        .collect()
 }
 
 /// An operator's request from the JSON body.

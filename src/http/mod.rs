@@ -71,7 +71,7 @@ pub fn router(state: AppState) -> Router {
         .route_service("/mcp", crate::mcp::service(state.engine.clone()))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            extract::authenticated,
+            extract::mcp_gate,
         ));
 
     Router::new()
