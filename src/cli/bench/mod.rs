@@ -66,8 +66,7 @@ use serde::Serialize;
 use bootstrap::{agents_of, bootstrap, Admin};
 use report::{render_table, CycleSummary, Memory, Report};
 use scenarios::{
-    big_pages_phase, create_big_phase, create_fixed_phase, create_timed_phase, cycle_phase,
-    idle_orgs_phase,
+    big_pages_phase, create_fixed_phase, create_timed_phase, cycle_phase, idle_orgs_phase, Content,
 };
 use server::Server;
 use stats::Op;
@@ -291,7 +290,8 @@ async fn execute(
             let agents = agents_of(&orgs);
 
             if args.scenario == Scenario::Cycle {
-                let created = create_fixed_phase(base, &agents, args.tasks_per_org).await?;
+                let created =
+                    create_fixed_phase(base, &agents, args.tasks_per_org, Content::Small).await?;
                 report.add_phase(created, &[Op::Create]);
                 let deadline = Duration::from_secs(args.duration);
                 let cycled = cycle_phase(base, &agents, deadline).await?;
@@ -309,7 +309,8 @@ async fn execute(
             let orgs = bootstrap(&admin, args, &run_id).await?;
             report.bootstrap_secs = started.elapsed().as_secs_f64();
             let agents = agents_of(&orgs);
-            let created = create_big_phase(base, &agents, args.big_tasks).await?;
+            let created =
+                create_fixed_phase(base, &agents, args.big_tasks, Content::Largest).await?;
             report.add_phase(created, &[Op::Create]);
             // The peak reported is that of the reading, not of the filling.
             if let Some(process) = process {

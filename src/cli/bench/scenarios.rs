@@ -20,17 +20,31 @@ const BATCH: u64 = 25;
 const ERROR_BACKOFF: Duration = Duration::from_millis(20);
 /// Tasks created in every org of the `idle-orgs` scenario.
 const IDLE_ORG_TASKS: u64 = 3;
-/// Creates `tasks_per_org` tasks in every org, in batches of 25 shared out
-/// among the org's agents.
+/// What the tasks a fill creates carry.
+#[derive(Clone, Copy)]
+pub(super) enum Content {
+    /// A short title, description and metadata, 25 tasks a request.
+    Small,
+    /// The largest allowed content and output, `BIG_BATCH` tasks a request.
+    Largest,
+}
+
+/// Creates `tasks_per_org` tasks in every org, in batches shared out among
+/// the org's agents.
 pub(super) async fn create_fixed_phase(
     base: &str,
     agents: &[Agent],
     tasks_per_org: u64,
+    content: Content,
 ) -> anyhow::Result<PhaseResult> {
     let routes = Routes::new(base)?;
     let orgs = agents.iter().map(|a| a.org).max().map_or(0, |m| m + 1);
     let next_batch: Vec<Arc<AtomicU64>> = (0..orgs).map(|_| Arc::default()).collect();
-    let batches = tasks_per_org.div_ceil(BATCH);
+    let per_request = match content {
+        Content::Small => BATCH,
+        Content::Largest => BIG_BATCH,
+    };
+    let batches = tasks_per_org.div_ceil(per_request);
     let mut phase = Phase::start("create", "tasks");
     for agent in agents {
         let api = AgentApi::new(&routes, &agent.key)?;
@@ -43,9 +57,13 @@ pub(super) async fn create_fixed_phase(
                 if batch >= batches {
                     break;
                 }
-                let seq = batch * BATCH;
-                let count = BATCH.min(tasks_per_org - seq);
-                match api.create(seq, count).await {
+                let seq = batch * per_request;
+                let count = per_request.min(tasks_per_org - seq);
+                let created = match content {
+                    Content::Small => api.create(seq, count).await,
+                    Content::Largest => api.create_big(seq, count).await,
+                };
+                match created {
                     Ok(latency) => {
                         outcome.stats.op(Op::Create).ok(latency, count);
                         progress.add(count);
@@ -92,49 +110,6 @@ pub(super) async fn create_timed_phase(
                     }
                 }
                 seq += BATCH;
-            }
-            outcome
-        });
-    }
-    phase.finish().await
-}
-
-/// Fills every org with `tasks_per_org` tasks of the largest allowed
-/// content, `BIG_BATCH` at a time shared out among the org's agents.
-pub(super) async fn create_big_phase(
-    base: &str,
-    agents: &[Agent],
-    tasks_per_org: u64,
-) -> anyhow::Result<PhaseResult> {
-    let routes = Routes::new(base)?;
-    let orgs = agents.iter().map(|a| a.org).max().map_or(0, |m| m + 1);
-    let next_batch: Vec<Arc<AtomicU64>> = (0..orgs).map(|_| Arc::default()).collect();
-    let batches = tasks_per_org.div_ceil(BIG_BATCH);
-    let mut phase = Phase::start("create", "tasks");
-    for agent in agents {
-        let api = AgentApi::new(&routes, &agent.key)?;
-        let next = next_batch[agent.org].clone();
-        let progress = phase.progress.clone();
-        phase.tasks.spawn(async move {
-            let mut outcome = AgentOutcome::default();
-            loop {
-                let batch = next.fetch_add(1, Ordering::Relaxed);
-                if batch >= batches {
-                    break;
-                }
-                let seq = batch * BIG_BATCH;
-                let count = BIG_BATCH.min(tasks_per_org - seq);
-                match api.create_big(seq, count).await {
-                    Ok(latency) => {
-                        outcome.stats.op(Op::Create).ok(latency, count);
-                        progress.add(count);
-                    }
-                    Err(e) => {
-                        outcome.stats.op(Op::Create).err(e);
-                        progress.error();
-                        tokio::time::sleep(ERROR_BACKOFF).await;
-                    }
-                }
             }
             outcome
         });
