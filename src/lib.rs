@@ -8,6 +8,7 @@
 
 pub mod cli;
 pub mod http;
+pub mod keyfiles;
 pub mod mcp;
 pub mod moderation;
 pub mod process;

@@ -1,7 +1,7 @@
 use std::io::IsTerminal as _;
 
 use clap::Parser as _;
-use taskq::cli::{bench, mcp, serve, Cli, Command};
+use taskq::cli::{bench, keys, mcp, serve, Cli, Command};
 use tracing_subscriber::EnvFilter;
 
 // Many small, short-lived allocations per request (JSON, rows, messages):
@@ -35,5 +35,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(args).await,
         // stdout carries the protocol: no logging there.
         Command::Mcp(args) => mcp::run(args).await,
+        Command::Keys(args) => {
+            init_tracing();
+            keys::run(args).await
+        }
     }
 }

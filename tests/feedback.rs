@@ -29,7 +29,8 @@ backend_tests!(
         let (status, resp) =
             send_feedback(&srv, &alice, json!({ "message": message, "type": "bug" })).await;
         assert_eq!(status, StatusCode::CREATED, "{resp}");
-        let keys: Vec<&String> = resp.as_object().expect("object").keys().collect();
+        let mut keys: Vec<&String> = resp.as_object().expect("object").keys().collect();
+        keys.sort();
         assert_eq!(keys, ["created_at", "task_id"], "{resp}");
         let id = str_field(&resp, "task_id");
         assert!(is_canonical_uuid(&id), "{resp}");

@@ -129,6 +129,9 @@ backend_tests!(
             "remove_team_member",
             "send_feedback",
             "get_quota",
+            "search_tasks",
+            "get_org_dek",
+            "put_org_dek",
         ];
         expected.sort();
         assert_eq!(names, expected, "features not built yet are not listed");

@@ -5,6 +5,12 @@
 //! data binds org id, task id and field name, so a ciphertext moved to another
 //! row or field fails to open instead of serving the wrong value. BYOK orgs
 //! encrypt on the client; their values are stored as given.
+//!
+//! A wrap names the master key that made it (the key's fingerprint), and
+//! the server holds a [`Keyring`]: the current master key, which makes every
+//! new wrap, and the previous ones, which still open old wraps. Rotating the
+//! master key re-wraps each org's data key under the current key; the data
+//! keys themselves, and so all sealed content, never change.
 
 use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
@@ -27,6 +33,8 @@ pub enum CryptoError {
     BadMasterKey,
     #[error("value fails its binding check")]
     Binding,
+    #[error("the data key was wrapped by master key {0}, which this server does not hold")]
+    UnknownMasterKey(String),
 }
 
 fn random_bytes<const N: usize>() -> [u8; N] {
@@ -37,12 +45,24 @@ fn random_bytes<const N: usize>() -> [u8; N] {
 
 /// The operator's key-encryption key.
 #[derive(Clone)]
-pub struct MasterKey(Aes256Gcm);
+pub struct MasterKey {
+    cipher: Aes256Gcm,
+    id: String,
+}
 
 impl std::fmt::Debug for MasterKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("MasterKey(..)")
+        write!(f, "MasterKey({})", self.id)
     }
+}
+
+/// A data key as stored: wrapped by a master key, which it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrappedDek {
+    /// The fingerprint of the master key that made the wrap; `None` for
+    /// wraps made before wraps named their key.
+    pub master_key_id: Option<String>,
+    pub bytes: Vec<u8>,
 }
 
 impl MasterKey {
@@ -55,7 +75,19 @@ impl MasterKey {
     }
 
     pub fn from_bytes(key: &[u8; 32]) -> Self {
-        Self(Aes256Gcm::new(key.into()))
+        let digest = Sha256::new()
+            .chain_update(b"taskq/master-key-id/")
+            .chain_update(key)
+            .finalize();
+        Self {
+            cipher: Aes256Gcm::new(key.into()),
+            id: digest[..8].iter().map(|b| format!("{b:02x}")).collect(),
+        }
+    }
+
+    /// The key's fingerprint: names it in wraps and logs without revealing it.
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     /// A fresh random master key, base64-encoded (for the generated key file).
@@ -68,18 +100,95 @@ impl MasterKey {
     }
 
     /// A new data key for `org`, wrapped for storage.
-    pub fn new_wrapped_dek(&self, org: OrgId) -> Vec<u8> {
-        let dek = random_bytes::<32>();
-        seal_with(&self.0, Self::dek_aad(org).as_bytes(), &dek)
+    pub fn new_wrapped_dek(&self, org: OrgId) -> WrappedDek {
+        self.wrap(org, &random_bytes::<32>())
+    }
+
+    fn wrap(&self, org: OrgId, dek: &[u8; 32]) -> WrappedDek {
+        WrappedDek {
+            master_key_id: Some(self.id.clone()),
+            bytes: seal_with(&self.cipher, Self::dek_aad(org).as_bytes(), dek),
+        }
+    }
+
+    fn open_dek(&self, org: OrgId, wrapped: &[u8]) -> Result<[u8; 32], CryptoError> {
+        let dek = open_with(&self.cipher, Self::dek_aad(org).as_bytes(), wrapped)?;
+        dek.try_into().map_err(|_| CryptoError::Binding)
     }
 
     pub fn unwrap_dek(&self, org: OrgId, wrapped: &[u8]) -> Result<OrgCipher, CryptoError> {
-        let dek = open_with(&self.0, Self::dek_aad(org).as_bytes(), wrapped)?;
-        let key: [u8; 32] = dek.try_into().map_err(|_| CryptoError::Binding)?;
-        Ok(OrgCipher {
-            org,
-            cipher: Some(Aes256Gcm::new((&key).into())),
-        })
+        Ok(OrgCipher::managed(org, &self.open_dek(org, wrapped)?))
+    }
+}
+
+/// The master keys a server holds: the current one makes every new wrap;
+/// the previous ones still open wraps made before a rotation finished.
+#[derive(Debug, Clone)]
+pub struct Keyring {
+    current: MasterKey,
+    previous: Vec<MasterKey>,
+}
+
+impl Keyring {
+    /// `previous` keys equal to `current`, or repeated, are dropped.
+    pub fn new(current: MasterKey, previous: Vec<MasterKey>) -> Self {
+        let mut kept: Vec<MasterKey> = Vec::new();
+        for k in previous {
+            if k.id != current.id && kept.iter().all(|p| p.id != k.id) {
+                kept.push(k);
+            }
+        }
+        Self {
+            current,
+            previous: kept,
+        }
+    }
+
+    pub fn current(&self) -> &MasterKey {
+        &self.current
+    }
+
+    pub fn previous(&self) -> &[MasterKey] {
+        &self.previous
+    }
+
+    /// The key named `id`, if held.
+    fn key(&self, id: &str) -> Option<&MasterKey> {
+        std::iter::once(&self.current)
+            .chain(&self.previous)
+            .find(|k| k.id == id)
+    }
+
+    fn open_dek(&self, org: OrgId, wrapped: &WrappedDek) -> Result<[u8; 32], CryptoError> {
+        match &wrapped.master_key_id {
+            Some(id) => self
+                .key(id)
+                .ok_or_else(|| CryptoError::UnknownMasterKey(id.clone()))?
+                .open_dek(org, &wrapped.bytes),
+            // An unnamed wrap: whichever key opens it made it.
+            None => std::iter::once(&self.current)
+                .chain(&self.previous)
+                .find_map(|k| k.open_dek(org, &wrapped.bytes).ok())
+                .ok_or(CryptoError::Binding),
+        }
+    }
+
+    pub fn unwrap_dek(&self, org: OrgId, wrapped: &WrappedDek) -> Result<OrgCipher, CryptoError> {
+        Ok(OrgCipher::managed(org, &self.open_dek(org, wrapped)?))
+    }
+
+    /// The same data key wrapped by the current master key; `None` when it
+    /// already is.
+    pub fn rewrap(
+        &self,
+        org: OrgId,
+        wrapped: &WrappedDek,
+    ) -> Result<Option<WrappedDek>, CryptoError> {
+        let dek = self.open_dek(org, wrapped)?;
+        if wrapped.master_key_id.as_deref() == Some(self.current.id()) {
+            return Ok(None);
+        }
+        Ok(Some(self.current.wrap(org, &dek)))
     }
 }
 
@@ -129,6 +238,13 @@ impl std::fmt::Debug for OrgCipher {
 }
 
 impl OrgCipher {
+    fn managed(org: OrgId, dek: &[u8; 32]) -> Self {
+        Self {
+            org,
+            cipher: Some(Aes256Gcm::new(dek.into())),
+        }
+    }
+
     pub fn client_encrypted(org: OrgId) -> Self {
         Self { org, cipher: None }
     }
@@ -232,7 +348,7 @@ mod tests {
     fn sealed_values_are_bound_to_org_task_and_field() {
         let org = OrgId::new_v7();
         let m = master();
-        let cipher = m.unwrap_dek(org, &m.new_wrapped_dek(org)).unwrap();
+        let cipher = m.unwrap_dek(org, &m.new_wrapped_dek(org).bytes).unwrap();
         let (a, b) = (TaskId::new_v7(), TaskId::new_v7());
         let sealed = cipher.seal(a, "title", b"secret title");
         assert!(!sealed.windows(6).any(|w| w == b"secret"));
@@ -248,10 +364,46 @@ mod tests {
     fn a_dek_opens_only_for_its_org_and_master() {
         let (org, other) = (OrgId::new_v7(), OrgId::new_v7());
         let m = master();
-        let wrapped = m.new_wrapped_dek(org);
+        let wrapped = m.new_wrapped_dek(org).bytes;
         assert!(m.unwrap_dek(other, &wrapped).is_err());
         assert!(master().unwrap_dek(org, &wrapped).is_err());
         assert!(MasterKey::from_base64("c2hvcnQ=").is_err());
+    }
+
+    #[test]
+    fn a_rotation_rewraps_the_same_data_key_under_the_new_master() {
+        let org = OrgId::new_v7();
+        let (old, new) = (master(), master());
+        assert_ne!(old.id(), new.id());
+        let wrapped = old.new_wrapped_dek(org);
+        assert_eq!(wrapped.master_key_id.as_deref(), Some(old.id()));
+        let before = old.unwrap_dek(org, &wrapped.bytes).unwrap();
+        let task = TaskId::new_v7();
+        let sealed = before.seal(task, "title", b"kept");
+
+        let ring = Keyring::new(new.clone(), vec![old.clone(), new.clone()]);
+        assert_eq!(ring.previous().len(), 1);
+        let moved = ring.rewrap(org, &wrapped).unwrap().expect("moved");
+        assert_eq!(moved.master_key_id.as_deref(), Some(new.id()));
+        assert_eq!(ring.rewrap(org, &moved).unwrap(), None);
+        // Only the new key is needed now, and content sealed before opens.
+        let after = Keyring::new(new.clone(), vec![])
+            .unwrap_dek(org, &moved)
+            .unwrap();
+        assert_eq!(after.open(task, "title", &sealed).unwrap(), b"kept");
+        // The old wrap names a key the new ring no longer holds.
+        assert_eq!(
+            Keyring::new(new, vec![])
+                .unwrap_dek(org, &wrapped)
+                .unwrap_err(),
+            CryptoError::UnknownMasterKey(old.id().to_owned())
+        );
+        // An unnamed wrap opens with whichever held key made it.
+        let unnamed = WrappedDek {
+            master_key_id: None,
+            ..wrapped
+        };
+        assert!(ring.unwrap_dek(org, &unnamed).is_ok());
     }
 
     #[test]

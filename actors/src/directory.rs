@@ -1,14 +1,16 @@
-//! The org directory: each org's record and content cipher, cached.
+//! The org directory: each org's record and content cipher, cached, and the
+//! master keys that open the data keys.
 //!
 //! Shared by the org actors and the read path. The record changes only
 //! through the operator API, which writes the store first and then refreshes
-//! the entry here.
+//! the entry here. A master-key rotation swaps the keyring; the cached
+//! ciphers hold data keys, which a rotation never changes, so they stay.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use dashmap::DashMap;
 
-use crate::crypto::{MasterKey, OrgCipher};
+use crate::crypto::{Keyring, OrgCipher};
 use crate::domain::account::{Encryption, LimitKey, Limits, OrgRecord};
 use crate::domain::OrgId;
 use crate::error::EngineError;
@@ -31,21 +33,28 @@ impl OrgEntry {
 
 pub struct OrgDirectory {
     store: Store,
-    master: MasterKey,
+    keyring: RwLock<Arc<Keyring>>,
     entries: DashMap<OrgId, Arc<OrgEntry>>,
 }
 
 impl OrgDirectory {
-    pub fn new(store: Store, master: MasterKey) -> Self {
+    pub fn new(store: Store, keyring: Keyring) -> Self {
         Self {
             store,
-            master,
+            keyring: RwLock::new(Arc::new(keyring)),
             entries: DashMap::new(),
         }
     }
 
-    pub fn master(&self) -> &MasterKey {
-        &self.master
+    pub fn keyring(&self) -> Arc<Keyring> {
+        self.keyring
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn set_keyring(&self, keyring: Keyring) {
+        *self.keyring.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(keyring);
     }
 
     /// The org's entry, loading it on first use; `NotFound` for no such org.
@@ -67,11 +76,11 @@ impl OrgDirectory {
         let cipher = match (record.encryption, &record.wrapped_dek) {
             (Encryption::Byok, _) => OrgCipher::client_encrypted(record.org_id),
             (Encryption::Managed, Some(wrapped)) => self
-                .master
+                .keyring()
                 .unwrap_dek(record.org_id, wrapped)
-                .map_err(|_| {
+                .map_err(|e| {
                     EngineError::Internal(format!(
-                        "the data key of org {} does not open with this master key",
+                        "the data key of org {} does not open: {e}",
                         record.org_id
                     ))
                 })?,

@@ -127,6 +127,9 @@ pub enum EngineError {
     Conflict(String),
     #[error("task_id already exists")]
     TaskIdExists(TaskId),
+    /// A data-key route on an org whose keys the server manages.
+    #[error("this org's keys are managed by the server: clients must not encrypt")]
+    ManagedKeys,
     #[error("stored value fails its ciphertext binding check")]
     CiphertextBinding {
         task_id: TaskId,
@@ -194,7 +197,9 @@ impl EngineError {
             EngineError::UpgradeRequired(_) => ErrorCode::UpgradeRequired,
             EngineError::Limit(_) => ErrorCode::LimitExceeded,
             EngineError::NotFound(_) => ErrorCode::NotFound,
-            EngineError::Conflict(_) | EngineError::TaskIdExists(_) => ErrorCode::Conflict,
+            EngineError::Conflict(_) | EngineError::TaskIdExists(_) | EngineError::ManagedKeys => {
+                ErrorCode::Conflict
+            }
             EngineError::CiphertextBinding { .. } => ErrorCode::Corrupt,
             EngineError::FilterUnavailable
             | EngineError::ActorUnavailable
@@ -225,6 +230,9 @@ impl EngineError {
                 Some(ErrorDetail::TaskIdExists { task_id: *task_id })
             }
             EngineError::UpgradeRequired(_) => Some(ErrorDetail::Upgrade { upgrade: true }),
+            EngineError::ManagedKeys => Some(ErrorDetail::KeyProvider {
+                key_provider: "managed",
+            }),
             EngineError::Limit(l) => Some(ErrorDetail::Limit(l.detail())),
             EngineError::CiphertextBinding { task_id, field } => Some(ErrorDetail::Binding {
                 code: "ciphertext_binding_failure",
@@ -282,6 +290,7 @@ impl JsonSchema for ErrorBody {
                 "error": { "type": "string" },
                 "task_id": { "type": "string", "format": "uuid" },
                 "upgrade": { "type": "boolean" },
+                "key_provider": { "type": "string" },
                 "code": { "type": "string" },
                 "field": { "type": "string" },
                 "limit_type": { "type": "string" },
@@ -304,6 +313,10 @@ pub enum ErrorDetail {
     /// The plan does not include the feature.
     Upgrade {
         upgrade: bool,
+    },
+    /// Who holds the org's keys.
+    KeyProvider {
+        key_provider: &'static str,
     },
     Limit(LimitDetail),
     /// A stored value failed its integrity check.

@@ -106,8 +106,9 @@ pub fn event(cipher: &OrgCipher, e: &StoredEvent) -> Result<TaskEvent, EngineErr
         .map(|sealed| {
             cipher
                 .open(e.task_id, ContentField::Note.name(), sealed)
-                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-                .map_err(|_| binding(e.task_id, ContentField::Note))
+                .ok()
+                .and_then(|bytes| crate::api::note_from_bytes(&bytes))
+                .ok_or_else(|| binding(e.task_id, ContentField::Note))
         })
         .transpose()?;
     Ok(TaskEvent {

@@ -72,7 +72,11 @@ async fn cascaded(t: &TestEngine, org: &Org, id: TaskId, to: TaskStatus, blocker
         (Some(TaskStatus::Blocked), to)
     );
     assert_eq!(event.agent_id, "system");
-    let note = event.note.unwrap_or_default();
+    let note = event
+        .note
+        .as_ref()
+        .and_then(|n| n.as_plain())
+        .unwrap_or_default();
     assert!(
         note.contains(&blocker.to_string()),
         "the note {note:?} names the blocker {blocker}"

@@ -44,7 +44,10 @@ async fn an_expired_lease_returns_the_task_to_pending() {
     assert_eq!(last.from_status, Some(TaskStatus::InProgress));
     assert_eq!(last.to_status, TaskStatus::Pending);
     assert_eq!(last.agent_id, "system");
-    assert_eq!(last.note.as_deref(), Some("lease expired"));
+    assert_eq!(
+        last.note.as_ref().and_then(|n| n.as_plain()),
+        Some("lease expired")
+    );
 
     let second = t
         .claim(&fast, json!({"lease_seconds": 60}))

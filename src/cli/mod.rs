@@ -1,7 +1,9 @@
 //! Subcommands: `serve` runs the service, `bench` loads one, `mcp` bridges
-//! an MCP client on stdin/stdout to a running one.
+//! an MCP client on stdin/stdout to a running one, `keys` rotates the
+//! master key.
 
 pub mod bench;
+pub mod keys;
 pub mod mcp;
 pub mod serve;
 
@@ -24,4 +26,6 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Speak MCP on stdin/stdout, relaying tools to a running server.
     Mcp(mcp::McpArgs),
+    /// Manage the master key that wraps every org's data key.
+    Keys(keys::KeysArgs),
 }

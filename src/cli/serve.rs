@@ -2,16 +2,16 @@
 
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use taskq_actors::crypto::MasterKey;
 use taskq_actors::filter::{ContentFilter, NoFilter, TermFilter};
 use taskq_actors::{Engine, EngineConfig};
 
 use crate::http::{router, AppState};
+use crate::keyfiles::KeySource;
 use crate::moderation::ModerationEndpoint;
 use crate::process::READY_PREFIX;
 
@@ -83,35 +83,6 @@ fn feedback_filter(args: &ServeArgs) -> anyhow::Result<Arc<dyn ContentFilter>> {
     })
 }
 
-/// Base64 of 32 bytes from TASKQ_MASTER_KEY, or the key file, created with
-/// mode 0600 on first start.
-fn master_key(data_dir: &Path) -> anyhow::Result<MasterKey> {
-    if let Ok(text) = std::env::var("TASKQ_MASTER_KEY") {
-        return MasterKey::from_base64(&text).context("TASKQ_MASTER_KEY");
-    }
-    let path = data_dir.join("master.key");
-    if !path.exists() {
-        std::fs::create_dir_all(data_dir)
-            .with_context(|| format!("creating {}", data_dir.display()))?;
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        match options.open(&path) {
-            Ok(mut f) => {
-                f.write_all(MasterKey::generate_base64().as_bytes())?;
-                f.sync_all()?;
-                tracing::info!(path = %path.display(), "generated a new master key");
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e).with_context(|| format!("creating {}", path.display())),
-        }
-    }
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    MasterKey::from_base64(&text).with_context(|| format!("{}", path.display()))
-}
-
 async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
@@ -147,7 +118,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         "NORMAL" => false,
         other => bail!("TASKQ_SQLITE_SYNCHRONOUS must be FULL or NORMAL, not {other}"),
     };
-    let mut config = EngineConfig::new(args.database_url.clone(), master_key(&args.data_dir)?);
+    let keys = KeySource::of(&args.data_dir);
+    let keyring = keys.load()?;
+    if !keyring.previous().is_empty() {
+        tracing::warn!(
+            previous = keyring.previous().len(),
+            "previous master keys are still held: a rotation has not finished; run `taskq keys rotate-master` again"
+        );
+    }
+    let mut config = EngineConfig::new(args.database_url.clone(), keyring.current().clone());
+    config.previous_master_keys = keyring.previous().to_vec();
     config.idle_after = Duration::from_secs(args.org_idle_secs.max(1));
     config.org_in_flight = args.org_max_in_flight.max(1);
     config.writer_queue = args.writer_queue.max(1);
@@ -160,6 +140,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    #[cfg(feature = "test-hooks")]
+    {
+        config.rewrap_pause_after = std::env::var("TASKQ_TEST_REWRAP_PAUSE_AFTER")
+            .ok()
+            .and_then(|n| n.parse().ok());
+    }
     #[cfg(feature = "test-hooks")]
     let test_clock = {
         let clock = Arc::new(taskq_actors::clock::OffsetClock::default());
@@ -177,7 +163,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("TASKQ_ADMIN_TOKEN is unset: the /admin routes are disabled");
     }
     #[allow(unused_mut)]
-    let mut state = AppState::new(engine.clone(), admin_token);
+    let mut state = AppState::new(engine.clone(), admin_token, keys);
     #[cfg(feature = "test-hooks")]
     {
         state.test_clock = Some(test_clock);

@@ -5,7 +5,8 @@ use axum::http::StatusCode;
 use axum::Json;
 use taskq_actors::api::{
     AddMember, AddedMember, CreateOrg, CreatedOrg, FeedbackOrg, IdpEnrollment, IdpSync,
-    IdpSyncAnswer, IssuedKey, OrgView, PatchOrg, ResetKey, UnblockMember, Unblocked,
+    IdpSyncAnswer, IssuedKey, MasterKeyRotated, OrgView, PatchOrg, ResetKey, RotateMasterKey,
+    UnblockMember, Unblocked,
 };
 use taskq_actors::parse_org_id;
 
@@ -179,4 +180,20 @@ pub async fn store_outage(
     Ok(Json(
         serde_json::json!({ "unavailable": outage.unavailable }),
     ))
+}
+
+/// Makes a new master key current and re-wraps every data key with it.
+/// Requests keep being served throughout.
+pub async fn rotate_master_key(
+    State(state): State<AppState>,
+    _: Operator,
+    AdminBody(request): AdminBody<RotateMasterKey>,
+) -> Answer<MasterKeyRotated> {
+    crate::cli::keys::rotate(&state.engine, &state.keys, &request.new_key)
+        .await
+        .map(Json)
+        .map_err(|e| match e.downcast::<taskq_actors::EngineError>() {
+            Ok(e) => ApiError::from(e),
+            Err(e) => ApiError::new(StatusCode::CONFLICT, format!("{e:#}")),
+        })
 }

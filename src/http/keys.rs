@@ -1,9 +1,9 @@
-//! A member's own API keys.
+//! A member's own API keys, and a BYOK org's data key.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use taskq_actors::api::{CreateKey, KeyCreated, KeyList};
+use taskq_actors::api::{CreateKey, KeyCreated, KeyList, OrgDekCreated, OrgDekView, PutOrgDek};
 
 use super::error::ApiError;
 use super::extract::{Auth, Body, PathParams};
@@ -32,4 +32,20 @@ pub async fn revoke(
 ) -> Result<StatusCode, ApiError> {
     state.engine.revoke_key(&caller, &key_id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn org_dek(
+    State(state): State<AppState>,
+    Auth(caller): Auth,
+) -> Result<Json<OrgDekView>, ApiError> {
+    Ok(Json(state.engine.org_dek(&caller).await?))
+}
+
+pub async fn put_org_dek(
+    State(state): State<AppState>,
+    Auth(caller): Auth,
+    Body(request): Body<PutOrgDek>,
+) -> Result<(StatusCode, Json<OrgDekCreated>), ApiError> {
+    let created = state.engine.put_org_dek(&caller, request).await?;
+    Ok((StatusCode::CREATED, Json(created)))
 }

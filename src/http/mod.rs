@@ -19,6 +19,8 @@ use axum::{Json, Router};
 use serde_json::json;
 use taskq_actors::Engine;
 
+use crate::keyfiles::KeySource;
+
 pub use error::ApiError;
 
 #[derive(Clone)]
@@ -27,17 +29,20 @@ pub struct AppState {
     /// The operator token; `None` disables `/admin`.
     pub admin_token: Option<Arc<str>>,
     pub metrics: Arc<metrics::Metrics>,
+    /// Where the master keys live, for a rotation.
+    pub keys: Arc<KeySource>,
     /// The engine's clock, movable by the test hook.
     #[cfg(feature = "test-hooks")]
     pub test_clock: Option<Arc<taskq_actors::clock::OffsetClock>>,
 }
 
 impl AppState {
-    pub fn new(engine: Engine, admin_token: Option<Arc<str>>) -> Self {
+    pub fn new(engine: Engine, admin_token: Option<Arc<str>>, keys: KeySource) -> Self {
         Self {
             engine,
             admin_token,
             metrics: Arc::default(),
+            keys: Arc::new(keys),
             #[cfg(feature = "test-hooks")]
             test_clock: None,
         }
@@ -59,7 +64,8 @@ pub fn router(state: AppState) -> Router {
         .route("/members/unblock", post(admin::unblock_member))
         .route("/feedback", get(admin::feedback_org))
         .route("/orgs/{org_id}/idp", post(admin::set_idp))
-        .route("/orgs/{org_id}/idp/sync", post(admin::idp_sync));
+        .route("/orgs/{org_id}/idp/sync", post(admin::idp_sync))
+        .route("/master-key/rotate", post(admin::rotate_master_key));
     #[cfg(feature = "test-hooks")]
     let admin = admin
         .route("/orgs/{org_id}/crash", post(admin::crash))
@@ -84,6 +90,8 @@ pub fn router(state: AppState) -> Router {
         .route("/tasks/update", post(tasks::update))
         .route("/tasks/get", post(tasks::get))
         .route("/tasks/claim", post(tasks::claim))
+        .route("/tasks/search", post(tasks::search))
+        .route("/org/dek", get(keys::org_dek).put(keys::put_org_dek))
         .route("/quota", get(org_admin::quota))
         .route("/feedback", post(org_admin::send_feedback))
         .route(

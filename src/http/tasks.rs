@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use taskq_actors::api::{
     ClaimRequest, ClaimedTask, CreateAnswer, CreateTasks, GetAnswer, GetTasks, ListAnswer,
-    ListTasks, UpdateAnswer, UpdateTasks,
+    ListTasks, SearchAnswer, SearchTasks, UpdateAnswer, UpdateTasks,
 };
 
 use super::error::ApiError;
@@ -59,4 +59,12 @@ pub async fn claim(
     Body(request): Body<ClaimRequest>,
 ) -> Result<Json<Option<ClaimedTask>>, ApiError> {
     Ok(Json(state.engine.claim(&caller, request).await?))
+}
+
+pub async fn search(
+    State(state): State<AppState>,
+    Auth(caller): Auth,
+    Body(request): Body<SearchTasks>,
+) -> Result<Json<SearchAnswer>, ApiError> {
+    Ok(Json(state.engine.search_tasks(&caller, request).await?))
 }

@@ -12,8 +12,8 @@ use serde::Serialize;
 use serde_json::Value;
 use taskq_actors::api::{
     AddTeamMember, ClaimRequest, CreateTags, CreateTasks, DeleteTags, GetTasks, ListTasks, MePatch,
-    MemberPatch, MemberRequest, NewTeam, RequestKind, SendFeedback, TeamPatch, UpdateTags,
-    UpdateTasks, TEAMS,
+    MemberPatch, MemberRequest, NewTeam, PutOrgDek, RequestKind, SearchTasks, SendFeedback,
+    TeamPatch, UpdateTags, UpdateTasks, TEAMS,
 };
 use taskq_actors::{Caller, Engine, EngineError, ValidationError};
 
@@ -200,6 +200,23 @@ pub static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
             schema::<NoArguments>(),
         )
         .with_annotations(read()),
+        tool(
+            "search_tasks",
+            "Recall tasks by meaning from the org's history (1 to 25 results, best first). Answers {available: false, reason} when the org is client-encrypted (byok) or the server has no embedding model (not_configured).",
+            schema::<SearchTasks>(),
+        )
+        .with_annotations(read()),
+        tool(
+            "get_org_dek",
+            "A client-encrypted (BYOK) org's data key, wrapped by the org's KMS, with its kms_key_id. Errors when the org's keys are managed by the server (clients must not encrypt) or none is enrolled yet.",
+            schema::<NoArguments>(),
+        )
+        .with_annotations(read()),
+        tool(
+            "put_org_dek",
+            "Enroll a BYOK org's data key once (owners only): wrapped_dek (base64, wrapped by the org's KMS) and kms_key_id (stored verbatim).",
+            schema::<PutOrgDek>(),
+        ),
     ]
 });
 
@@ -452,6 +469,27 @@ pub async fn call(
             async {
                 none(e, c, READ, args).await?;
                 body(e.quota(c).await?)
+            }
+            .await
+        }
+        "search_tasks" => {
+            async {
+                let request = decode::<SearchTasks>(e, c, args).await?;
+                body(e.search_tasks(c, request).await?)
+            }
+            .await
+        }
+        "get_org_dek" => {
+            async {
+                none(e, c, READ, args).await?;
+                body(e.org_dek(c).await?)
+            }
+            .await
+        }
+        "put_org_dek" => {
+            async {
+                let request = decode::<PutOrgDek>(e, c, args).await?;
+                body(e.put_org_dek(c, request).await?)
             }
             .await
         }

@@ -208,6 +208,15 @@ impl TestServer {
         Self::builder(backend).start().await
     }
 
+    /// Sets (or with `None` removes) an environment variable for the
+    /// server's next start.
+    pub fn set_env(&mut self, key: &str, value: Option<&str>) {
+        self.env.retain(|(k, _)| k != key);
+        if let Some(v) = value {
+            self.env.push((key.to_owned(), v.to_owned()));
+        }
+    }
+
     pub fn dir(&self) -> PathBuf {
         self.dir.path().to_path_buf()
     }

@@ -26,7 +26,8 @@ EXPECTED = {
     "list_tags", "create_tags", "update_tags", "delete_tags", "list_members",
     "update_member", "get_me", "update_me", "list_teams", "get_team",
     "create_team", "update_team", "delete_team", "add_team_member",
-    "remove_team_member", "send_feedback", "get_quota",
+    "remove_team_member", "send_feedback", "get_quota", "search_tasks",
+    "get_org_dek", "put_org_dek",
 }
 
 

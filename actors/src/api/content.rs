@@ -32,6 +32,20 @@ impl Text {
     pub fn is_envelope(&self) -> bool {
         matches!(self, Text::Envelope(_))
     }
+
+    /// The text, unless it is an envelope.
+    pub fn as_plain(&self) -> Option<&str> {
+        match self {
+            Text::Plain(s) => Some(s),
+            Text::Envelope(_) => None,
+        }
+    }
+}
+
+impl From<&str> for Text {
+    fn from(s: &str) -> Self {
+        Text::Plain(s.to_owned())
+    }
 }
 
 /// Whether the org encrypts for itself (BYOK) or lets the server do it.
@@ -104,18 +118,62 @@ pub(super) fn title(v: &Value, field: &str) -> Result<Text> {
     Ok(t)
 }
 
-/// A state event's note: non-blank text of at most `MAX_CONTENT_BYTES`,
-/// or `None` for null.
-pub(super) fn note(v: &Value, field: &str) -> Result<Option<String>> {
-    let note = super::decode::optional_string(v, field)?;
-    if note.as_ref().is_some_and(|n| n.len() > MAX_CONTENT_BYTES) {
-        return Err(err(
+/// A state event's note: text of at most `MAX_CONTENT_BYTES`, or a client
+/// envelope in its place; `None` for null.
+pub(super) fn note(v: &Value, field: &str) -> Result<Option<Text>> {
+    match v {
+        Value::Null => Ok(None),
+        Value::String(s) if s.len() > MAX_CONTENT_BYTES => Err(err(
             field,
             format!("must be at most {MAX_CONTENT_BYTES} bytes"),
-        ));
+        )),
+        Value::String(s) if s.trim().is_empty() => Err(err(field, "must not be empty")),
+        Value::String(s) => Ok(Some(Text::Plain(s.clone()))),
+        Value::Object(o) if is_envelope(v) => {
+            check_bytes(v, field)?;
+            Ok(Some(Text::Envelope(o.clone())))
+        }
+        _ => Err(err(field, "must be a string")),
     }
-    Ok(note)
 }
+
+/// Merges a metadata patch key by key. A client envelope cannot be merged
+/// into or out of: when the patch or the current value is one, the patch
+/// replaces the whole value.
+pub fn merge_metadata(current: &mut Object, patch: &Object) {
+    if patch.contains_key(ENVELOPE_KEY) || current.contains_key(ENVELOPE_KEY) {
+        *current = patch.clone();
+        return;
+    }
+    for (k, v) in patch {
+        current.insert(k.clone(), v.clone());
+    }
+}
+
+/// How a note is stored before sealing: plain text as its UTF-8 bytes, an
+/// envelope as a marker byte that UTF-8 never starts with, then its JSON.
+pub fn note_bytes(note: &Text) -> Vec<u8> {
+    match note {
+        Text::Plain(s) => s.as_bytes().to_vec(),
+        Text::Envelope(o) => {
+            let mut out = vec![NOTE_ENVELOPE];
+            // Writing an object of JSON values cannot fail.
+            let _ = serde_json::to_writer(&mut out, o);
+            out
+        }
+    }
+}
+
+/// The note [`note_bytes`] stored; `None` for an envelope that does not parse.
+pub fn note_from_bytes(bytes: &[u8]) -> Option<Text> {
+    match bytes.split_first() {
+        Some((&NOTE_ENVELOPE, json)) => serde_json::from_slice(json).ok().map(Text::Envelope),
+        _ => Some(Text::Plain(String::from_utf8_lossy(bytes).into_owned())),
+    }
+}
+
+/// Never the first byte of UTF-8 text.
+const NOTE_ENVELOPE: u8 = 0xFF;
 
 /// An object field (metadata, output).
 pub(super) fn content_object(v: &Value, field: &str) -> Result<Object> {
@@ -173,5 +231,37 @@ mod tests {
         assert!(note(&json!("n".repeat(MAX_CONTENT_BYTES + 1)), "note").is_err());
         let envelope = json!({ ENVELOPE_KEY: { "c": "x".repeat(MAX_CONTENT_BYTES) } });
         assert!(title(&envelope, "title").is_err());
+    }
+
+    fn object(v: Value) -> Object {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn metadata_merges_key_by_key_but_envelopes_replace() {
+        let mut m = object(json!({"a": 1, "b": 2}));
+        merge_metadata(&mut m, &object(json!({"b": 3, "c": 4})));
+        assert_eq!(Value::Object(m.clone()), json!({"a": 1, "b": 3, "c": 4}));
+        let envelope = object(json!({ENVELOPE_KEY: {"ct": "x"}}));
+        merge_metadata(&mut m, &envelope);
+        assert_eq!(m, envelope);
+        merge_metadata(&mut m, &object(json!({"plain": true})));
+        assert_eq!(Value::Object(m), json!({"plain": true}));
+    }
+
+    #[test]
+    fn notes_round_trip_as_text_or_envelope() {
+        let plain = Text::Plain("{\"looks\": \"like json\"}".into());
+        assert_eq!(note_from_bytes(&note_bytes(&plain)), Some(plain));
+        let envelope = Text::Envelope(object(json!({ENVELOPE_KEY: {"v": 1, "ct": "AA=="}})));
+        assert_eq!(note_from_bytes(&note_bytes(&envelope)), Some(envelope));
+        assert_eq!(note_from_bytes(&[NOTE_ENVELOPE, b'x']), None);
+    }
+
+    #[test]
+    fn envelopes_keep_their_key_order() {
+        let text = r#"{"__service_enc__":{"v":1,"iv":"aXY=","ct":"dA==","alg":"A256GCM"}}"#;
+        let t: Text = serde_json::from_str(text).unwrap();
+        assert_eq!(serde_json::to_string(&t).unwrap(), text);
     }
 }

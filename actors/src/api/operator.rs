@@ -8,7 +8,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::decode::{
-    body, boolean, email, err, name, optional_body, present, reject_unknown, required, Result,
+    body, boolean, email, err, name, optional_body, present, reject_unknown, required, string,
+    Result,
 };
 use super::teams::{email_set, team_name};
 use super::{Decode, Timestamp, ValidationError};
@@ -372,4 +373,34 @@ mod tests {
         assert_eq!(s.teams["ops"].len(), 1);
         assert!(IdpSync::decode(&json!({"teams": {"ops": ["nope"]}})).is_err());
     }
+}
+
+/// `POST /admin/master-key/rotate`: the new master key, base64 of 32 bytes.
+#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateMasterKey {
+    pub new_key: String,
+}
+
+impl Decode for RotateMasterKey {
+    fn decode(v: &Value) -> Result<Self> {
+        let obj = body(v)?;
+        reject_unknown(obj, "", &["new_key"])?;
+        let new_key = string(required(obj, "new_key")?, "new_key")?;
+        crate::crypto::MasterKey::from_base64(&new_key)
+            .map_err(|_| err("new_key", "must be base64 of exactly 32 bytes"))?;
+        Ok(RotateMasterKey { new_key })
+    }
+}
+
+/// What a master-key rotation did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct MasterKeyRotated {
+    /// The fingerprint of the master key every wrap now names.
+    pub master_key_id: String,
+    /// Data keys re-wrapped by this run.
+    pub rewrapped: u64,
+    /// Whether the previous master keys were dropped: no wrap needs them.
+    /// False: run the rotation again to finish.
+    pub previous_keys_retired: bool,
 }

@@ -112,7 +112,7 @@ pub struct TaskEvent {
     pub to_status: TaskStatus,
     pub agent_id: String,
     pub timestamp: Timestamp,
-    pub note: Option<String>,
+    pub note: Option<Text>,
 }
 
 /// A blocker's status, as a dependency of the task that waits on it.
@@ -164,7 +164,7 @@ pub struct TaskSummary {
 #[serde(untagged)]
 pub enum ListedTask {
     Lean(TaskSummary),
-    Full(TaskView),
+    Full(Box<TaskView>),
 }
 
 /// `GET /tasks` answer.

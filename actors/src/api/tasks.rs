@@ -74,7 +74,7 @@ pub struct TaskUpdate {
     pub description: Option<Option<Text>>,
     /// Required when the status is completed, failed or canceled.
     #[serde(default)]
-    pub note: Option<String>,
+    pub note: Option<Text>,
     #[serde(default)]
     pub output: Option<Object>,
     /// `null` clears it.
@@ -231,12 +231,13 @@ impl UpdateTasks {
                     check_text(u.description.as_ref().and_then(Option::as_ref), || {
                         format!("updates[{i}].description")
                     })?;
+                    check_text(u.note.as_ref(), || format!("updates[{i}].note"))?;
                     check_object(u.output.as_ref(), || format!("updates[{i}].output"))?;
                     check_object(u.metadata.as_ref(), || format!("updates[{i}].metadata"))?;
                 }
                 ContentPolicy::ClientEncrypted => {
                     if let Some(m) = u.metadata.as_mut() {
-                        if let Some(envelope) = m.remove(ENVELOPE_KEY) {
+                        if let Some(envelope) = m.shift_remove(ENVELOPE_KEY) {
                             m.clear();
                             m.insert(ENVELOPE_KEY.to_owned(), envelope);
                         }

@@ -228,7 +228,8 @@ pub struct OrgRecord {
     pub seats: i64,
     pub suspended: bool,
     pub limit_overrides: LimitOverrides,
-    pub wrapped_dek: Option<Vec<u8>>,
+    /// A managed org's data key.
+    pub wrapped_dek: Option<crate::crypto::WrappedDek>,
     pub idp_enrolled: bool,
     pub created_at: i64,
 }

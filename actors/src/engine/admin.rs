@@ -21,6 +21,8 @@ impl Engine {
     /// `POST /admin/orgs`.
     pub async fn create_org(&self, request: CreateOrg) -> Result<CreatedOrg, EngineError> {
         self.refuse_if_blocked(&request.owner_email).await?;
+        // The wrap is stored before a rotation can change the keyring.
+        let _gate = self.inner.wrap_gate.read().await;
         let now = self.now();
         let org_id = OrgId::new_v7();
         let record = OrgRecord {
@@ -32,7 +34,7 @@ impl Engine {
             suspended: false,
             limit_overrides: Default::default(),
             wrapped_dek: (request.encryption == Encryption::Managed)
-                .then(|| self.inner.directory.master().new_wrapped_dek(org_id)),
+                .then(|| self.keyring().current().new_wrapped_dek(org_id)),
             idp_enrolled: false,
             created_at: now,
         };

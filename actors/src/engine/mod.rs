@@ -15,6 +15,7 @@
 
 mod admin;
 mod feedback;
+mod keys;
 mod org_admin;
 mod tasks;
 
@@ -31,7 +32,7 @@ pub use feedback::{FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT, ORG_STRIKE_LIMIT};
 
 use crate::api::{MemberRequest, ValidationError};
 use crate::clock::{Clock, SystemClock};
-use crate::crypto::{CursorSigner, MasterKey};
+use crate::crypto::{CursorSigner, Keyring, MasterKey};
 use crate::directory::OrgDirectory;
 use crate::domain::account::{Caller, KeyRecord, LimitKey, Role};
 use crate::domain::usage::RequestKind;
@@ -49,7 +50,10 @@ pub use crate::store::StoreOptions;
 
 pub struct EngineConfig {
     pub database_url: String,
+    /// Makes every new data-key wrap.
     pub master_key: MasterKey,
+    /// Still open wraps made before a rotation finished.
+    pub previous_master_keys: Vec<MasterKey>,
     /// An org actor idle this long is stopped.
     pub idle_after: Duration,
     pub store: StoreOptions,
@@ -66,6 +70,10 @@ pub struct EngineConfig {
     pub writer_queue: usize,
     /// Reads the grouped reader queues before senders wait.
     pub reader_queue: usize,
+    /// Test hook: a master-key rotation stops for good after moving this
+    /// many wraps, so a test can kill the process in the middle.
+    #[cfg(feature = "test-hooks")]
+    pub rewrap_pause_after: Option<u64>,
 }
 
 impl EngineConfig {
@@ -73,6 +81,7 @@ impl EngineConfig {
         Self {
             database_url: database_url.into(),
             master_key,
+            previous_master_keys: Vec::new(),
             idle_after: Duration::from_secs(60),
             store: StoreOptions::default(),
             clock: Arc::new(SystemClock),
@@ -82,6 +91,8 @@ impl EngineConfig {
             org_in_flight: 1024,
             writer_queue: 4096,
             reader_queue: 4096,
+            #[cfg(feature = "test-hooks")]
+            rewrap_pause_after: None,
         }
     }
 }
@@ -115,6 +126,11 @@ struct Inner {
     /// The feedback org and the system caller that files feedback there,
     /// settled once at start.
     feedback: OnceLock<(OrgId, Caller)>,
+    /// Held shared while an org's data key is wrapped and stored, and
+    /// exclusively while the keyring changes.
+    wrap_gate: tokio::sync::RwLock<()>,
+    #[cfg(feature = "test-hooks")]
+    rewrap_pause_after: Option<u64>,
 }
 
 struct AuthEntry {
@@ -156,7 +172,10 @@ impl Engine {
             config.writer_queue,
             on_failure,
         );
-        let directory = Arc::new(OrgDirectory::new(store.clone(), config.master_key));
+        let directory = Arc::new(OrgDirectory::new(
+            store.clone(),
+            Keyring::new(config.master_key, config.previous_master_keys),
+        ));
         let routes: Routes = Arc::new(DashMap::new());
         let stats = Arc::new(ActorStats::default());
         let queue_depths = Arc::new(DashMap::new());
@@ -200,6 +219,9 @@ impl Engine {
                 org_in_flight: config.org_in_flight.max(1),
                 feedback_filter: config.feedback_filter,
                 feedback: OnceLock::new(),
+                wrap_gate: tokio::sync::RwLock::new(()),
+                #[cfg(feature = "test-hooks")]
+                rewrap_pause_after: config.rewrap_pause_after,
             }),
         };
         let feedback = engine.prepare_feedback_org(config.feedback_org).await?;

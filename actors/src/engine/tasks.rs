@@ -201,7 +201,7 @@ impl Engine {
                 let h = &row.header;
                 after = Some(ListKey::new(h.status, h.priority, h.created_at, h.task_id));
                 tasks.push(if query.full {
-                    ListedTask::Full(views::task_view(&entry.cipher, &row)?)
+                    ListedTask::Full(Box::new(views::task_view(&entry.cipher, &row)?))
                 } else {
                     ListedTask::Lean(views::task_summary(&entry.cipher, &row)?)
                 });

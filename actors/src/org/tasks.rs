@@ -8,8 +8,8 @@ use std::collections::{HashMap, HashSet};
 use super::work::Work;
 use super::{Claimed, OrgActor, OrgState};
 use crate::api::{
-    BlockerRef, ClaimRequest, ContentPolicy, CreateTasks, CreatedItem, ItemError, Object,
-    TaskUpdate, Timestamp, UpdateResult, UpdateTasks,
+    merge_metadata, BlockerRef, ClaimRequest, ContentPolicy, CreateTasks, CreatedItem, ItemError,
+    Object, TaskUpdate, Text, Timestamp, UpdateResult, UpdateTasks,
 };
 use crate::domain::account::{Caller, Encryption};
 use crate::domain::lease;
@@ -380,9 +380,7 @@ impl OrgActor {
         }
         if let Some(patch) = &u.metadata {
             let merged = metadata.entry(id).or_default();
-            for (k, v) in patch {
-                merged.insert(k.clone(), v.clone());
-            }
+            merge_metadata(merged, patch);
             let merged = merged.clone();
             work.set_content(state, id, ContentField::Metadata, Some(&merged));
         }
@@ -392,7 +390,7 @@ impl OrgActor {
         }
         if let Some(to) = target {
             let agent = u.agent_id.as_deref().unwrap_or(&caller.key_name);
-            work.transition(state, &mut h, to, agent, u.note.as_deref(), now);
+            work.transition(state, &mut h, to, agent, u.note.as_ref(), now);
         }
         let (status, updated_at) = (h.status, h.updated_at);
         work.put(state, h);
@@ -448,7 +446,14 @@ impl OrgActor {
                     }
                     _ => continue,
                 };
-                work.transition(state, &mut h, to, SYSTEM_AGENT, Some(&note), now);
+                work.transition(
+                    state,
+                    &mut h,
+                    to,
+                    SYSTEM_AGENT,
+                    Some(&Text::Plain(note)),
+                    now,
+                );
                 work.put(state, h);
                 if to.is_terminal() {
                     queue.push((d, to));
@@ -518,7 +523,7 @@ impl OrgActor {
                 &mut h,
                 TaskStatus::Pending,
                 SYSTEM_AGENT,
-                Some("lease expired"),
+                Some(&Text::Plain("lease expired".into())),
                 now,
             );
             work.put(state, h);

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::OrgState;
+use crate::api::{note_bytes, Text};
 use crate::domain::{ContentField, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus};
 use crate::store::{WriteBatch, WriteOp};
 
@@ -87,7 +88,7 @@ impl Work {
         h: &mut TaskHeader,
         to: TaskStatus,
         agent: &str,
-        note: Option<&str>,
+        note: Option<&Text>,
         now: i64,
     ) {
         let from = h.status;
@@ -106,7 +107,7 @@ impl Work {
                 state
                     .entry
                     .cipher
-                    .seal(h.task_id, ContentField::Note.name(), n.as_bytes())
+                    .seal(h.task_id, ContentField::Note.name(), &note_bytes(n))
             }),
         });
     }

@@ -26,12 +26,14 @@ impl Store {
         self.apply(&[&batch]).await
     }
 
+    /// Writes the operator's settings of an org. The data key is not one:
+    /// only a master-key rotation moves it ([`Store::rewrap_dek`]).
     pub async fn update_org(&self, org: &OrgRecord) -> Result<()> {
         let o = OrgRow::from(org);
         on_pool!(self, pool => {
             sqlx::query(
                 "UPDATE orgs SET name = $2, tier = $3, encryption = $4, seats = $5, suspended = $6, \
-                 limits = $7, wrapped_dek = $8, idp_enrolled = $9 WHERE org_id = $1",
+                 limits = $7, idp_enrolled = $8 WHERE org_id = $1",
             )
             .bind(o.org_id)
             .bind(o.name)
@@ -40,7 +42,6 @@ impl Store {
             .bind(o.seats)
             .bind(o.suspended)
             .bind(o.limits)
-            .bind(o.wrapped_dek)
             .bind(o.idp_enrolled)
             .execute(pool)
             .await?;
@@ -52,7 +53,7 @@ impl Store {
         let row: Option<OrgRow> = self
             .fetch_optional(
                 "SELECT org_id, name, tier, encryption, seats, suspended, limits, wrapped_dek, \
-                 created_at, idp_enrolled FROM orgs WHERE org_id = $1",
+                 master_key_id, created_at, idp_enrolled FROM orgs WHERE org_id = $1",
                 vec![Arg::Text(org.to_string())],
             )
             .await?;

@@ -160,8 +160,8 @@ impl Store {
                         let o = OrgRow::from(record);
                         sqlx::query(
                             "INSERT INTO orgs (org_id, name, tier, encryption, seats, suspended, \
-                             limits, wrapped_dek, created_at, idp_enrolled) \
-                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                             limits, wrapped_dek, master_key_id, created_at, idp_enrolled) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
                         )
                         .bind(o.org_id)
                         .bind(o.name)
@@ -171,6 +171,7 @@ impl Store {
                         .bind(o.suspended)
                         .bind(o.limits)
                         .bind(o.wrapped_dek)
+                        .bind(o.master_key_id)
                         .bind(o.created_at)
                         .bind(o.idp_enrolled)
                         .execute(&mut *tx)

@@ -139,6 +139,7 @@ mod abuse;
 mod accounts;
 mod commit;
 mod connect;
+mod keys;
 mod org_records;
 mod rows;
 mod tasks;
@@ -147,6 +148,7 @@ mod tests;
 mod usage;
 
 pub use commit::{WriteBatch, WriteOp};
+pub use keys::ClientDek;
 
 /// A row type that both backends can decode.
 trait BackendRow: Send + Unpin + for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> {}

@@ -4,6 +4,7 @@
 //! fields are read by column name.
 
 use super::StoreError;
+use crate::crypto::WrappedDek;
 use crate::domain::account::{Encryption, KeyRecord, MemberRecord, OrgRecord, Role, Tier};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::usage::Usage;
@@ -72,6 +73,7 @@ pub struct OrgRow {
     pub suspended: i64,
     pub limits: String,
     pub wrapped_dek: Option<Vec<u8>>,
+    pub master_key_id: Option<String>,
     pub created_at: i64,
     pub idp_enrolled: i64,
 }
@@ -152,7 +154,7 @@ fn task_id(s: &str) -> Result<TaskId, StoreError> {
     s.parse().map_err(|_| corrupt(format_args!("task id {s}")))
 }
 
-fn org_id(s: &str) -> Result<OrgId, StoreError> {
+pub(super) fn org_id(s: &str) -> Result<OrgId, StoreError> {
     s.parse().map_err(|_| corrupt(format_args!("org id {s}")))
 }
 
@@ -281,7 +283,8 @@ impl From<&OrgRecord> for OrgRow {
             seats: o.seats,
             suspended: i64::from(o.suspended),
             limits: serde_json::to_string(&o.limit_overrides).unwrap_or_else(|_| "{}".into()),
-            wrapped_dek: o.wrapped_dek.clone(),
+            wrapped_dek: o.wrapped_dek.as_ref().map(|w| w.bytes.clone()),
+            master_key_id: o.wrapped_dek.as_ref().and_then(|w| w.master_key_id.clone()),
             created_at: o.created_at,
             idp_enrolled: i64::from(o.idp_enrolled),
         }
@@ -300,7 +303,10 @@ impl TryFrom<OrgRow> for OrgRecord {
             seats: r.seats,
             suspended: r.suspended != 0,
             limit_overrides,
-            wrapped_dek: r.wrapped_dek,
+            wrapped_dek: r.wrapped_dek.map(|bytes| WrappedDek {
+                master_key_id: r.master_key_id,
+                bytes,
+            }),
             idp_enrolled: r.idp_enrolled != 0,
             created_at: r.created_at,
         })

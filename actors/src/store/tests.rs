@@ -58,7 +58,10 @@ async fn round_trip(store: &Store) {
         seats: 3,
         suspended: false,
         limit_overrides,
-        wrapped_dek: Some(vec![1, 2, 3]),
+        wrapped_dek: Some(crate::crypto::WrappedDek {
+            master_key_id: Some("0011223344556677".into()),
+            bytes: vec![1, 2, 3],
+        }),
         idp_enrolled: true,
         created_at: 1,
     };

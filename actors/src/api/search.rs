@@ -1,0 +1,111 @@
+//! `POST /tasks/search`: recall by meaning over the org's task history.
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::decode::{body, err, non_empty_string, present, reject_unknown, required, Result};
+use super::{Decode, MemberRequest, Object, RequestKind, Text, Unavailable};
+use crate::domain::{TaskId, TaskStatus};
+
+pub const DEFAULT_SEARCH_LIMIT: u8 = 3;
+pub const MAX_SEARCH_LIMIT: u8 = 25;
+/// The longest query, in characters.
+pub const MAX_QUERY_CHARS: usize = 4_096;
+
+#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchTasks {
+    /// What to look for, in words.
+    #[schemars(length(min = 1, max = 4096))]
+    pub query: String,
+    /// How many results (1 to 25).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 25), default = "default_limit")]
+    pub limit: u8,
+}
+
+fn default_limit() -> u8 {
+    DEFAULT_SEARCH_LIMIT
+}
+
+impl MemberRequest for SearchTasks {
+    const KIND: RequestKind = RequestKind::Read;
+}
+
+impl Decode for SearchTasks {
+    fn decode(v: &Value) -> Result<Self> {
+        let obj = body(v)?;
+        reject_unknown(obj, "", &["query", "limit"])?;
+        let query = non_empty_string(required(obj, "query")?, "query")?;
+        if query.chars().count() > MAX_QUERY_CHARS {
+            return Err(err(
+                "query",
+                format!("must be at most {MAX_QUERY_CHARS} characters"),
+            ));
+        }
+        let limit = match present(obj, "limit") {
+            None => DEFAULT_SEARCH_LIMIT,
+            Some(v) => v
+                .as_u64()
+                .filter(|n| (1..=u64::from(MAX_SEARCH_LIMIT)).contains(n))
+                .ok_or_else(|| {
+                    err(
+                        "limit",
+                        format!("must be an integer from 1 to {MAX_SEARCH_LIMIT}"),
+                    )
+                })? as u8,
+        };
+        Ok(SearchTasks { query, limit })
+    }
+}
+
+/// One task recalled, best first.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SearchHit {
+    pub task_id: TaskId,
+    pub title: Text,
+    pub status: TaskStatus,
+    /// A completed task's output.
+    pub output: Option<Object>,
+    /// Cosine similarity, in [-1, 1].
+    pub score: f32,
+}
+
+/// The results, or why there are none.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum SearchAnswer {
+    Results { results: Vec<SearchHit> },
+    Unavailable(Unavailable),
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn search_needs_a_query_and_a_limit_in_range() {
+        let s = SearchTasks::decode(&json!({"query": "flaky deploy"})).unwrap();
+        assert_eq!(s.limit, DEFAULT_SEARCH_LIMIT);
+        assert_eq!(
+            SearchTasks::decode(&json!({"query": "q", "limit": 25}))
+                .unwrap()
+                .limit,
+            25
+        );
+        for bad in [
+            json!({}),
+            json!({"query": ""}),
+            json!({"query": 3}),
+            json!({"query": "q", "limit": 0}),
+            json!({"query": "q", "limit": 26}),
+            json!({"query": "q", "limit": "3"}),
+            json!({"query": "q", "extra": 1}),
+        ] {
+            assert!(SearchTasks::decode(&bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Data keys: the `/org/dek` routes of BYOK orgs, the one rule for features
+//! that must read content, and master-key rotation.
+//!
+//! A rotation installs a keyring whose current key is the new one and whose
+//! previous keys still open old wraps, then re-wraps every managed org's data
+//! key under the current key, one org per statement, each conditional on the
+//! wrap it read. A crash at any point leaves every wrap naming a key the
+//! keyring holds; running the rotation again finishes it. The previous keys
+//! are dropped only when the store holds no wrap by them, checked while no
+//! org is being created, so no wrap by a dropped key can appear later.
+
+use std::sync::Arc;
+
+use super::Engine;
+use crate::api::{
+    MasterKeyRotated, OrgDekCreated, OrgDekView, PutOrgDek, SearchAnswer, SearchTasks, Timestamp,
+    Unavailable,
+};
+use crate::crypto::Keyring;
+use crate::domain::account::{Caller, Encryption, Role};
+use crate::domain::error::RuleError;
+use crate::domain::usage::RequestKind;
+use crate::domain::OrgId;
+use crate::error::EngineError;
+use crate::store::ClientDek;
+
+/// Wraps re-wrapped per store read.
+const REWRAP_PAGE: i64 = 256;
+
+impl Engine {
+    /// `{available: false, reason: "byok"}` when the server cannot read the
+    /// org's content: every feature that must read it answers this first.
+    pub async fn unreadable_content(
+        &self,
+        caller: &Caller,
+    ) -> Result<Option<Unavailable>, EngineError> {
+        let entry = self.inner.directory.get(caller.org_id).await?;
+        Ok((entry.record.encryption == Encryption::Byok).then(|| Unavailable::because("byok")))
+    }
+
+    /// `POST /tasks/search`. No embedder is configured in this build of the
+    /// server, so a managed org hears `not_configured`.
+    pub async fn search_tasks(
+        &self,
+        caller: &Caller,
+        _request: SearchTasks,
+    ) -> Result<SearchAnswer, EngineError> {
+        self.admit(caller, RequestKind::Read).await?;
+        if let Some(unavailable) = self.unreadable_content(caller).await? {
+            return Ok(SearchAnswer::Unavailable(unavailable));
+        }
+        Ok(SearchAnswer::Unavailable(Unavailable::because(
+            "not_configured",
+        )))
+    }
+
+    /// `GET /org/dek`: the BYOK org's enrolled data key.
+    pub async fn org_dek(&self, caller: &Caller) -> Result<OrgDekView, EngineError> {
+        self.admit(caller, RequestKind::Read).await?;
+        self.require_client_keys(caller.org_id).await?;
+        let dek = self
+            .inner
+            .store
+            .client_dek(caller.org_id)
+            .await?
+            .ok_or_else(|| EngineError::NotFound("no data key enrolled for this org".into()))?;
+        Ok(OrgDekView {
+            wrapped_dek: dek.wrapped_dek,
+            kms_key_id: dek.kms_key_id,
+            key_provider: "client_byok",
+            org_id: caller.org_id,
+            created_at: Timestamp(dek.created_at),
+        })
+    }
+
+    /// `PUT /org/dek`: the owner enrolls the org's data key, once.
+    pub async fn put_org_dek(
+        &self,
+        caller: &Caller,
+        request: PutOrgDek,
+    ) -> Result<OrgDekCreated, EngineError> {
+        self.admit(caller, RequestKind::Write).await?;
+        if caller.role != Role::Owner {
+            return Err(RuleError::Forbidden("owner role required".into()).into());
+        }
+        self.require_client_keys(caller.org_id).await?;
+        let dek = ClientDek {
+            wrapped_dek: request.wrapped_dek,
+            kms_key_id: request.kms_key_id,
+            created_at: self.now(),
+        };
+        if !self
+            .inner
+            .store
+            .insert_client_dek(caller.org_id, &dek)
+            .await?
+        {
+            return Err(EngineError::Conflict(
+                "a data key is already enrolled for this org".into(),
+            ));
+        }
+        tracing::info!(org_id = %caller.org_id, "BYOK data key enrolled");
+        Ok(OrgDekCreated {
+            status: "created",
+            org_id: caller.org_id,
+        })
+    }
+
+    async fn require_client_keys(&self, org: OrgId) -> Result<(), EngineError> {
+        match self.inner.directory.get(org).await?.record.encryption {
+            Encryption::Byok => Ok(()),
+            Encryption::Managed => Err(EngineError::ManagedKeys),
+        }
+    }
+
+    /// The master keys in use.
+    pub fn keyring(&self) -> Arc<Keyring> {
+        self.inner.directory.keyring()
+    }
+
+    /// Installs `keyring`, re-wraps every managed org's data key under its
+    /// current key, and drops its previous keys once no wrap needs them.
+    pub async fn rotate_master(&self, keyring: Keyring) -> Result<MasterKeyRotated, EngineError> {
+        let current = keyring.current().id().to_owned();
+        {
+            // No org is created with the old key once this returns.
+            let _gate = self.inner.wrap_gate.write().await;
+            self.inner.directory.set_keyring(keyring);
+        }
+        tracing::info!(master_key_id = %current, "master key rotation: re-wrapping data keys");
+        let mut rewrapped = 0;
+        // A wrap created just before the swap may commit after a pass
+        // passed its id: a few passes find it.
+        for _ in 0..3 {
+            rewrapped += self.rewrap_all(&current).await?;
+            let gate = self.inner.wrap_gate.write().await;
+            if self.inner.store.count_wraps_not_under(&current).await? == 0 {
+                let ring = self.keyring();
+                let retired = ring.previous().len();
+                self.inner
+                    .directory
+                    .set_keyring(Keyring::new(ring.current().clone(), Vec::new()));
+                drop(gate);
+                tracing::info!(
+                    master_key_id = %current,
+                    rewrapped,
+                    retired,
+                    "master key rotation finished"
+                );
+                return Ok(MasterKeyRotated {
+                    master_key_id: current,
+                    rewrapped,
+                    previous_keys_retired: true,
+                });
+            }
+        }
+        Ok(MasterKeyRotated {
+            master_key_id: current,
+            rewrapped,
+            previous_keys_retired: false,
+        })
+    }
+
+    /// One pass over the wraps not under `current`.
+    async fn rewrap_all(&self, current: &str) -> Result<u64, EngineError> {
+        let mut after = None;
+        let mut moved = 0;
+        loop {
+            let page = self
+                .inner
+                .store
+                .wraps_not_under(current, after, REWRAP_PAGE)
+                .await?;
+            let Some((last, _)) = page.last() else {
+                return Ok(moved);
+            };
+            after = Some(*last);
+            let ring = self.keyring();
+            for (org, wrapped) in page {
+                let Some(new) = ring.rewrap(org, &wrapped).map_err(|e| {
+                    EngineError::Internal(format!("the data key of org {org} does not open: {e}"))
+                })?
+                else {
+                    continue;
+                };
+                if self.inner.store.rewrap_dek(org, &wrapped, &new).await? {
+                    moved += 1;
+                    self.pause_rewrap_for_tests(moved).await;
+                }
+            }
+        }
+    }
+
+    #[cfg(feature = "test-hooks")]
+    async fn pause_rewrap_for_tests(&self, moved: u64) {
+        if self.inner.rewrap_pause_after == Some(moved) {
+            tracing::warn!(moved, "test hook: master key rotation paused");
+            std::future::pending::<()>().await;
+        }
+    }
+
+    #[cfg(not(feature = "test-hooks"))]
+    async fn pause_rewrap_for_tests(&self, _moved: u64) {}
+}

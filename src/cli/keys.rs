@@ -1,0 +1,106 @@
+//! `taskq keys rotate-master`: re-wraps every org's data key under a new
+//! master key, through a running server's operator API or, with the server
+//! stopped, against the store directly. Both run [`rotate`].
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use taskq_actors::api::MasterKeyRotated;
+use taskq_actors::{Engine, EngineConfig};
+
+use crate::keyfiles::KeySource;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct KeysArgs {
+    #[command(subcommand)]
+    pub command: KeysCommand,
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum KeysCommand {
+    /// Make a new master key current and re-wrap every org's data key with
+    /// it. Safe to run again after a crash: it finishes what is left.
+    RotateMaster(RotateArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RotateArgs {
+    /// File holding the new master key: base64 of 32 random bytes.
+    #[arg(long)]
+    pub new_key_file: PathBuf,
+    /// A running server's base URL: rotate through its operator API (with
+    /// TASKQ_ADMIN_TOKEN). Without it the server must be stopped.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// The store, when the server is stopped.
+    #[arg(
+        long,
+        env = "TASKQ_DATABASE_URL",
+        default_value = "sqlite://taskq-data/taskq.db"
+    )]
+    pub database_url: String,
+    /// The data directory holding master.key, when the server is stopped.
+    #[arg(long, env = "TASKQ_DATA_DIR", default_value = "taskq-data")]
+    pub data_dir: PathBuf,
+}
+
+/// Installs `new_key` as the current master key, re-wraps every data key
+/// with it, and forgets the previous keys once nothing needs them.
+pub async fn rotate(
+    engine: &Engine,
+    source: &KeySource,
+    new_key: &str,
+) -> anyhow::Result<MasterKeyRotated> {
+    let keyring = source.stage(new_key)?;
+    let report = engine.rotate_master(keyring).await?;
+    if report.previous_keys_retired {
+        source.retire_previous()?;
+    }
+    Ok(report)
+}
+
+pub async fn run(args: KeysArgs) -> anyhow::Result<()> {
+    let KeysCommand::RotateMaster(args) = args.command;
+    let new_key = std::fs::read_to_string(&args.new_key_file)
+        .with_context(|| format!("reading {}", args.new_key_file.display()))?;
+    let new_key = new_key.trim();
+    let answer = match &args.url {
+        Some(url) => rotate_online(url, new_key).await?,
+        None => {
+            let source = KeySource::of(&args.data_dir);
+            let keyring = source.load()?;
+            let mut config =
+                EngineConfig::new(args.database_url.clone(), keyring.current().clone());
+            config.previous_master_keys = keyring.previous().to_vec();
+            let engine = Engine::start(config).await.context("opening the store")?;
+            let report = rotate(&engine, &source, new_key).await;
+            engine.shutdown().await;
+            serde_json::to_value(report?)?
+        }
+    };
+    println!("{answer}");
+    anyhow::ensure!(
+        answer["previous_keys_retired"] == true,
+        "some data keys are still wrapped by a previous master key: run the rotation again"
+    );
+    Ok(())
+}
+
+async fn rotate_online(url: &str, new_key: &str) -> anyhow::Result<serde_json::Value> {
+    let token = std::env::var("TASKQ_ADMIN_TOKEN")
+        .context("TASKQ_ADMIN_TOKEN must hold the operator token to rotate through --url")?;
+    let response = reqwest::Client::new()
+        .post(format!(
+            "{}/admin/master-key/rotate",
+            url.trim_end_matches('/')
+        ))
+        .bearer_auth(token)
+        .json(&serde_json::json!({ "new_key": new_key }))
+        .send()
+        .await
+        .with_context(|| format!("calling {url}"))?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await.unwrap_or_default();
+    anyhow::ensure!(status.is_success(), "the server answered {status}: {body}");
+    Ok(body)
+}
