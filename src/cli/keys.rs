@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use taskq_actors::api::MasterKeyRotated;
 use taskq_actors::{Engine, EngineConfig};
 
+use super::serve::StoreArgs;
 use crate::keyfiles::KeySource;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -32,16 +33,9 @@ pub struct RotateArgs {
     /// TASKQ_ADMIN_TOKEN). Without it the server must be stopped.
     #[arg(long)]
     pub url: Option<String>,
-    /// The store, when the server is stopped.
-    #[arg(
-        long,
-        env = "TASKQ_DATABASE_URL",
-        default_value = "sqlite://taskq-data/taskq.db"
-    )]
-    pub database_url: String,
-    /// The data directory holding master.key, when the server is stopped.
-    #[arg(long, env = "TASKQ_DATA_DIR", default_value = "taskq-data")]
-    pub data_dir: PathBuf,
+    /// The server's store and data directory, used when it is stopped.
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 /// Installs `new_key` as the current master key, re-wraps every data key
@@ -67,11 +61,8 @@ pub async fn run(args: KeysArgs) -> anyhow::Result<()> {
     let answer = match &args.url {
         Some(url) => rotate_online(url, new_key).await?,
         None => {
-            let source = KeySource::of(&args.data_dir);
-            let keyring = source.load()?;
-            let mut config =
-                EngineConfig::new(args.database_url.clone(), keyring.current().clone());
-            config.previous_master_keys = keyring.previous().to_vec();
+            let source = KeySource::of(&args.store.data_dir);
+            let config = EngineConfig::with_keyring(args.store.database_url, source.load()?);
             let engine = Engine::start(config).await.context("opening the store")?;
             let report = rotate(&engine, &source, new_key).await;
             engine.shutdown().await;

@@ -15,11 +15,10 @@ use crate::keyfiles::KeySource;
 use crate::moderation::ModerationEndpoint;
 use crate::process::READY_PREFIX;
 
+/// Where the server keeps its data: shared by `serve` and the commands
+/// that work on a stopped server's store.
 #[derive(clap::Args, Debug, Clone)]
-pub struct ServeArgs {
-    /// Address to listen on; port 0 picks a free port.
-    #[arg(long, env = "TASKQ_LISTEN", default_value = "127.0.0.1:8080")]
-    pub listen: String,
+pub struct StoreArgs {
     /// `sqlite://PATH` (the embedded default) or `postgres://...`.
     #[arg(
         long,
@@ -30,6 +29,15 @@ pub struct ServeArgs {
     /// Where the generated master key lives when TASKQ_MASTER_KEY is unset.
     #[arg(long, env = "TASKQ_DATA_DIR", default_value = "taskq-data")]
     pub data_dir: PathBuf,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address to listen on; port 0 picks a free port.
+    #[arg(long, env = "TASKQ_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// PEM certificate chain; with --tls-key, serve HTTPS.
     #[arg(long, env = "TASKQ_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -118,7 +126,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         "NORMAL" => false,
         other => bail!("TASKQ_SQLITE_SYNCHRONOUS must be FULL or NORMAL, not {other}"),
     };
-    let keys = KeySource::of(&args.data_dir);
+    let keys = KeySource::of(&args.store.data_dir);
     let keyring = keys.load()?;
     if !keyring.previous().is_empty() {
         tracing::warn!(
@@ -126,8 +134,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             "previous master keys are still held: a rotation has not finished; run `taskq keys rotate-master` again"
         );
     }
-    let mut config = EngineConfig::new(args.database_url.clone(), keyring.current().clone());
-    config.previous_master_keys = keyring.previous().to_vec();
+    let mut config = EngineConfig::with_keyring(args.store.database_url.clone(), keyring);
     config.idle_after = Duration::from_secs(args.org_idle_secs.max(1));
     config.org_in_flight = args.org_max_in_flight.max(1);
     config.writer_queue = args.writer_queue.max(1);

@@ -50,10 +50,9 @@ pub use crate::store::StoreOptions;
 
 pub struct EngineConfig {
     pub database_url: String,
-    /// Makes every new data-key wrap.
-    pub master_key: MasterKey,
-    /// Still open wraps made before a rotation finished.
-    pub previous_master_keys: Vec<MasterKey>,
+    /// The master keys: the current one makes every new data-key wrap, the
+    /// previous ones still open wraps made before a rotation finished.
+    pub keyring: Keyring,
     /// An org actor idle this long is stopped.
     pub idle_after: Duration,
     pub store: StoreOptions,
@@ -77,11 +76,15 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
+    /// A configuration with one master key.
     pub fn new(database_url: impl Into<String>, master_key: MasterKey) -> Self {
+        Self::with_keyring(database_url, Keyring::new(master_key, Vec::new()))
+    }
+
+    pub fn with_keyring(database_url: impl Into<String>, keyring: Keyring) -> Self {
         Self {
             database_url: database_url.into(),
-            master_key,
-            previous_master_keys: Vec::new(),
+            keyring,
             idle_after: Duration::from_secs(60),
             store: StoreOptions::default(),
             clock: Arc::new(SystemClock),
@@ -172,10 +175,7 @@ impl Engine {
             config.writer_queue,
             on_failure,
         );
-        let directory = Arc::new(OrgDirectory::new(
-            store.clone(),
-            Keyring::new(config.master_key, config.previous_master_keys),
-        ));
+        let directory = Arc::new(OrgDirectory::new(store.clone(), config.keyring));
         let routes: Routes = Arc::new(DashMap::new());
         let stats = Arc::new(ActorStats::default());
         let queue_depths = Arc::new(DashMap::new());
