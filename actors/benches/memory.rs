@@ -36,6 +36,8 @@ fn main() {
             blocked_by: previous.into_iter().collect(),
             parent: previous,
             lease: None,
+            attempts: 0,
+            max_attempts: 5,
         };
         previous = Some(header.task_id);
         open.put(header);

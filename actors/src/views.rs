@@ -92,6 +92,8 @@ pub fn task_view(cipher: &OrgCipher, t: &StoredTask) -> Result<TaskView, EngineE
         parent_task_id: h.parent,
         created_at: Timestamp(h.created_at),
         updated_at: Timestamp(h.updated_at),
+        attempts: h.attempts,
+        max_attempts: h.max_attempts,
         lease: h.lease.map(|l| LeaseTerms {
             lease_expires_at: Timestamp(l.expires_at),
             lease_seconds: l.seconds,

@@ -189,8 +189,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .context("loading the TLS certificate and key")?;
             let handle = axum_server::Handle::new();
             let shutdown = handle.clone();
+            let stopping = engine.clone();
             tokio::spawn(async move {
                 shutdown_signal().await;
+                stopping.stop_waiting();
                 shutdown.graceful_shutdown(Some(Duration::from_secs(30)));
             });
             let server = axum_server::from_tcp_rustls(listener, tls).handle(handle);
@@ -200,8 +202,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         _ => {
             let listener = tokio::net::TcpListener::from_std(listener)?;
             announce("http", addr)?;
+            let stopping = engine.clone();
             axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown_signal())
+                .with_graceful_shutdown(async move {
+                    shutdown_signal().await;
+                    stopping.stop_waiting();
+                })
                 .await?;
         }
     }

@@ -1,5 +1,6 @@
 //! `/metrics` in Prometheus text format: requests by route and status, claim
-//! latency, actors alive and restarted, queue depth by org. The same
+//! latency, actors alive and restarted, claims waiting (long polls), queue
+//! depth by org. The same
 //! middleware logs each request at debug level (`RUST_LOG=taskq=debug`).
 
 use std::fmt::Write as _;
@@ -127,6 +128,8 @@ pub async fn render(State(state): State<AppState>, _: Operator) -> Result<Respon
     );
     let _ = writeln!(out, "# TYPE taskq_store_up gauge");
     let _ = writeln!(out, "taskq_store_up {}", u8::from(!engine.store_down()));
+    let _ = writeln!(out, "# TYPE taskq_claim_waiters gauge");
+    let _ = writeln!(out, "taskq_claim_waiters {}", engine.claim_waiters());
     let _ = writeln!(out, "# TYPE taskq_queue_depth gauge");
     for (org, depth) in engine.queue_depths() {
         let _ = writeln!(out, "taskq_queue_depth{{org_id=\"{org}\"}} {depth}");

@@ -12,10 +12,15 @@ use super::decode::{
 };
 use super::tasks::{priority, tag_list, task_id, DEFAULT_PRIORITY};
 use super::{Decode, MemberRequest, Object, RequestKind};
+use crate::domain::lease::{DEFAULT_MAX_ATTEMPTS, MAX_MAX_ATTEMPTS};
 use crate::domain::TaskId;
 
 fn default_priority() -> u8 {
     DEFAULT_PRIORITY
+}
+
+fn default_max_attempts() -> u8 {
+    DEFAULT_MAX_ATTEMPTS
 }
 
 /// `POST /tasks`: 1 to 25 tasks, created together or not at all.
@@ -80,6 +85,11 @@ pub struct NewTask {
     pub metadata: Option<Object>,
     #[serde(default)]
     pub blocked_by: Vec<BlockerRef>,
+    /// How many leases may run out before the task is failed with the note
+    /// `max attempts reached`.
+    #[serde(default = "default_max_attempts")]
+    #[schemars(range(min = 1, max = 100))]
+    pub max_attempts: u8,
 }
 
 impl NewTask {
@@ -96,6 +106,7 @@ impl NewTask {
             tags: None,
             metadata: None,
             blocked_by: Vec::new(),
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
         }
     }
 }
@@ -129,6 +140,7 @@ impl Decode for CreateTasks {
                     "blocked_by",
                     "ref",
                     "task_id",
+                    "max_attempts",
                 ],
             )?;
             let f = |name: &str| format!("{p}.{name}");
@@ -192,6 +204,18 @@ impl Decode for CreateTasks {
                     .map(|v| content_object(v, &f("metadata")))
                     .transpose()?,
                 blocked_by,
+                max_attempts: match present(obj, "max_attempts") {
+                    None => DEFAULT_MAX_ATTEMPTS,
+                    Some(v) => match v.as_u64() {
+                        Some(n @ 1..) if n <= u64::from(MAX_MAX_ATTEMPTS) => n as u8,
+                        _ => {
+                            return Err(err(
+                                &f("max_attempts"),
+                                format!("must be an integer from 1 to {MAX_MAX_ATTEMPTS}"),
+                            ))
+                        }
+                    },
+                },
             });
         }
         check_ref_graph(&out)?;

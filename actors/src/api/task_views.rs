@@ -92,6 +92,10 @@ pub struct TaskView {
     pub parent_task_id: Option<TaskId>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+    /// Leases that ran out since the task was created or last retried.
+    pub attempts: u8,
+    /// The attempts after which an expiry fails the task.
+    pub max_attempts: u8,
     /// While the task is leased.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseTerms>,

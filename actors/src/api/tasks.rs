@@ -18,6 +18,8 @@ use crate::domain::{TaskId, TaskStatus};
 pub const DEFAULT_PRIORITY: u8 = 3;
 pub const DEFAULT_LEASE_SECONDS: u32 = 14_400;
 pub const MAX_LEASE_SECONDS: u32 = 259_200;
+/// The longest a claim may wait for a task to become pending.
+pub const MAX_WAIT_SECONDS: u32 = 30;
 pub const DEFAULT_LIST_LIMIT: u32 = 50;
 pub const MAX_LIST_LIMIT: u32 = 200;
 
@@ -425,6 +427,11 @@ pub struct ClaimRequest {
     /// Whether to add the parent chain and the blockers' outputs.
     #[serde(default = "default_true")]
     pub include_context: bool,
+    /// With nothing to claim, how long to wait for a matching task to
+    /// become pending before answering `null` (a long poll).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 30))]
+    pub wait_seconds: u32,
 }
 
 fn default_lease_seconds() -> u32 {
@@ -441,6 +448,7 @@ impl Default for ClaimRequest {
             tags: Vec::new(),
             lease_seconds: DEFAULT_LEASE_SECONDS,
             include_context: true,
+            wait_seconds: 0,
         }
     }
 }
@@ -452,7 +460,11 @@ impl MemberRequest for ClaimRequest {
 impl Decode for ClaimRequest {
     fn decode(body: &Value) -> Result<Self> {
         let obj = optional_body(body)?;
-        reject_unknown(obj, "", &["tags", "lease_seconds", "include_context"])?;
+        reject_unknown(
+            obj,
+            "",
+            &["tags", "lease_seconds", "include_context", "wait_seconds"],
+        )?;
         Ok(ClaimRequest {
             tags: present(obj, "tags")
                 .map(|v| tag_list(v, "tags"))
@@ -474,6 +486,18 @@ impl Decode for ClaimRequest {
                 None => true,
                 Some(Value::Bool(b)) => *b,
                 Some(_) => return Err(err("include_context", "must be a boolean")),
+            },
+            wait_seconds: match present(obj, "wait_seconds") {
+                None => 0,
+                Some(v) => match v.as_u64() {
+                    Some(s) if s <= u64::from(MAX_WAIT_SECONDS) => s as u32,
+                    _ => {
+                        return Err(err(
+                            "wait_seconds",
+                            format!("must be an integer from 0 to {MAX_WAIT_SECONDS}"),
+                        ))
+                    }
+                },
             },
         })
     }
@@ -498,6 +522,18 @@ mod tests {
         let nulls = update(json!({"task_id": id, "assignee": null, "description": null})).unwrap();
         assert_eq!(nulls.updates[0].assignee, Some(None));
         assert_eq!(nulls.updates[0].description, Some(None));
+    }
+
+    #[test]
+    fn claim_bounds_wait_seconds() {
+        let claim = |v: Value| ClaimRequest::decode(&v);
+        assert_eq!(claim(Value::Null).unwrap().wait_seconds, 0);
+        assert_eq!(claim(json!({"wait_seconds": 30})).unwrap().wait_seconds, 30);
+        assert_eq!(claim(json!({"wait_seconds": 0})).unwrap().wait_seconds, 0);
+        for bad in [json!(31), json!(-1), json!(1.5), json!("5"), json!(true)] {
+            let e = claim(json!({ "wait_seconds": bad })).unwrap_err();
+            assert!(e.0.contains("wait_seconds"), "{bad}: {}", e.0);
+        }
     }
 
     #[test]

@@ -3,6 +3,10 @@
 //! A lease never shortens: renewal takes the later of the current expiry and
 //! `now + lease_seconds`. The queue orders leases by expiry so the actor arms
 //! one timer for the earliest, not one per task.
+//!
+//! A lease that runs out counts as an attempt: a task whose leases keep
+//! running out (a poison task that crashes every agent) is failed once it
+//! has used its `max_attempts`, instead of circling forever.
 
 use std::collections::BTreeSet;
 
@@ -24,6 +28,30 @@ pub fn renew(lease: Lease, now_ms: i64) -> Lease {
             .expires_at
             .max(now_ms + i64::from(lease.seconds) * 1000),
         ..lease
+    }
+}
+
+/// Attempts a task gets when its create does not say.
+pub const DEFAULT_MAX_ATTEMPTS: u8 = 5;
+/// The most attempts a create may ask for.
+pub const MAX_MAX_ATTEMPTS: u8 = 100;
+
+/// What becomes of a task whose lease ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// Back to `pending`, with this many attempts used.
+    Requeue { attempts: u8 },
+    /// Out of attempts: `failed`.
+    Exhausted { attempts: u8 },
+}
+
+/// Counts the expiry of one more lease against the task's attempts.
+pub fn expire(attempts: u8, max_attempts: u8) -> Expiry {
+    let attempts = attempts.saturating_add(1);
+    if attempts >= max_attempts.max(1) {
+        Expiry::Exhausted { attempts }
+    } else {
+        Expiry::Requeue { attempts }
     }
 }
 
@@ -71,6 +99,21 @@ impl LeaseQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_attempt_fails_the_task() {
+        assert_eq!(expire(0, 5), Expiry::Requeue { attempts: 1 });
+        assert_eq!(expire(3, 5), Expiry::Requeue { attempts: 4 });
+        assert_eq!(expire(4, 5), Expiry::Exhausted { attempts: 5 });
+        assert_eq!(expire(0, 1), Expiry::Exhausted { attempts: 1 });
+        // A count past the limit (the limit lowered by hand) still fails,
+        // and never wraps around.
+        assert_eq!(expire(9, 5), Expiry::Exhausted { attempts: 10 });
+        assert_eq!(
+            expire(u8::MAX, 100),
+            Expiry::Exhausted { attempts: u8::MAX }
+        );
+    }
 
     #[test]
     fn renewal_never_shortens() {

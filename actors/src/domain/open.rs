@@ -17,6 +17,9 @@ pub struct OpenTasks {
     pending: PendingIndex,
     leases: LeaseQueue,
     dependents: HashMap<TaskId, Vec<TaskId>>,
+    /// Bumped whenever a header enters the pending queue, so a claim that
+    /// waits knows when looking again could find something new.
+    pending_version: u64,
 }
 
 impl OpenTasks {
@@ -38,6 +41,11 @@ impl OpenTasks {
 
     pub fn pending_len(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Changes with every task put into the pending queue.
+    pub fn pending_version(&self) -> u64 {
+        self.pending_version
     }
 
     pub fn has_leases(&self) -> bool {
@@ -92,6 +100,7 @@ impl OpenTasks {
         if h.status == TaskStatus::Pending {
             self.pending
                 .insert((h.priority, h.created_at, h.task_id), &h.tags);
+            self.pending_version += 1;
         }
         if let Some(lease) = h.lease {
             self.leases.insert(lease.expires_at, h.task_id);
@@ -141,6 +150,8 @@ mod tests {
             blocked_by: Vec::new(),
             parent: None,
             lease: None,
+            attempts: 0,
+            max_attempts: 5,
         }
     }
 

@@ -26,6 +26,10 @@ pub struct TaskHeader {
     pub blocked_by: Vec<TaskId>,
     pub parent: Option<TaskId>,
     pub lease: Option<Lease>,
+    /// Leases that ran out since the task was created or last retried.
+    pub attempts: u8,
+    /// The attempts after which an expiry fails the task.
+    pub max_attempts: u8,
 }
 
 /// The encrypted-at-rest fields of a task, named as in the associated data.

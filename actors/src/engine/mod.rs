@@ -117,6 +117,9 @@ struct Inner {
     routes: Routes,
     stats: Arc<ActorStats>,
     queue_depths: Arc<DashMap<OrgId, usize>>,
+    claim_waiters: Arc<DashMap<OrgId, usize>>,
+    /// Set when the server begins to stop: claims no longer wait.
+    draining: Arc<std::sync::atomic::AtomicBool>,
     clock: Arc<dyn Clock>,
     cursors: CursorSigner,
     /// Authenticated keys, so a request costs no store read.
@@ -179,8 +182,12 @@ impl Engine {
         let routes: Routes = Arc::new(DashMap::new());
         let stats = Arc::new(ActorStats::default());
         let queue_depths = Arc::new(DashMap::new());
+        let claim_waiters = Arc::new(DashMap::new());
+        let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let deps = OrgDeps {
+            draining: draining.clone(),
             queue_depths: queue_depths.clone(),
+            claim_waiters: claim_waiters.clone(),
             store: store.clone(),
             health: health.clone(),
             writers: writers.clone(),
@@ -212,6 +219,8 @@ impl Engine {
                 routes,
                 stats,
                 queue_depths,
+                claim_waiters,
+                draining,
                 clock: config.clock,
                 cursors: CursorSigner::default(),
                 keys: DashMap::new(),
@@ -251,6 +260,11 @@ impl Engine {
             .iter()
             .map(|e| (*e.key(), *e.value()))
             .collect()
+    }
+
+    /// Claims waiting for a task (long polls), over all orgs.
+    pub fn claim_waiters(&self) -> usize {
+        self.inner.claim_waiters.iter().map(|e| *e.value()).sum()
     }
 
     /// Whether the store is marked unavailable.
@@ -320,6 +334,15 @@ impl Engine {
 
     /// Drains every org actor, lets the writers commit what is queued, and
     /// closes the store. Call after the front ends stopped taking requests.
+    /// The server is about to stop: claims stop waiting, and those waiting
+    /// answer `null` now, so a long poll does not hold up the shutdown.
+    pub fn stop_waiting(&self) {
+        self.inner.draining.store(true, Ordering::Relaxed);
+        for route in self.inner.routes.iter() {
+            let _ = route.actor.cast(OrgMsg::ReleaseWaiters);
+        }
+    }
+
     pub async fn shutdown(&self) {
         let _ = self
             .inner
@@ -420,6 +443,17 @@ impl Engine {
         org: OrgId,
         message: impl Fn(Reply<T>) -> OrgMsg,
     ) -> Result<(Outcome<T>, InFlight), EngineError> {
+        self.ask_within(org, Duration::ZERO, message).await
+    }
+
+    /// `ask`, for a message the actor may hold up to `wait` on purpose (a
+    /// long-poll claim) before it answers.
+    async fn ask_within<T: Send + 'static>(
+        &self,
+        org: OrgId,
+        wait: Duration,
+        message: impl Fn(Reply<T>) -> OrgMsg,
+    ) -> Result<(Outcome<T>, InFlight), EngineError> {
         let mut stale = None;
         for _ in 0..5 {
             self.check_store()?;
@@ -434,7 +468,7 @@ impl Engine {
             let guard = InFlight(route.in_flight.clone());
             match route
                 .actor
-                .call(&message, Some(self.inner.call_timeout))
+                .call(&message, Some(self.inner.call_timeout + wait))
                 .await
             {
                 Ok(CallResult::Success(outcome)) => return Ok((outcome, guard)),

@@ -1,6 +1,7 @@
 //! The task API: create, update, get, list, claim.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use super::Engine;
 use crate::api::{
@@ -234,8 +235,9 @@ impl Engine {
         request: ClaimRequest,
     ) -> Result<Option<ClaimedTask>, EngineError> {
         let org = caller.org_id;
+        let wait = Duration::from_secs(u64::from(request.wait_seconds));
         let (Outcome { result, commit }, _in_flight) = self
-            .ask(org, |reply| OrgMsg::ClaimNext {
+            .ask_within(org, wait, |reply| OrgMsg::ClaimNext {
                 caller: caller.clone(),
                 request: request.clone(),
                 reply,

@@ -172,6 +172,10 @@ pub enum OrgMsg {
 
     // Internal, reply-less.
     LeaseTick,
+    /// A waiting claim's time may have run out.
+    WaitElapsed,
+    /// The server is stopping: every waiting claim answers `null` now.
+    ReleaseWaiters,
     IdleTick,
     #[cfg(feature = "test-hooks")]
     Crash,

@@ -26,6 +26,7 @@ mod admin;
 mod limits;
 mod messages;
 mod tasks;
+mod waiters;
 mod work;
 
 use std::collections::{BTreeMap, HashMap};
@@ -62,6 +63,10 @@ pub struct OrgDeps {
     pub idle_after: Duration,
     /// Pending tasks per org, published for `/metrics`.
     pub queue_depths: Arc<DashMap<OrgId, usize>>,
+    /// Claims waiting for a task per org, published for `/metrics`.
+    pub claim_waiters: Arc<DashMap<OrgId, usize>>,
+    /// Set when the server begins to stop: claims no longer wait.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What an org actor tells its supervisor.
@@ -97,6 +102,8 @@ pub struct OrgState {
     /// This month's counters.
     usage: Usage,
     buckets: limits::Buckets,
+    /// Claims waiting for a task (long polls), in arrival order.
+    waiters: waiters::Waiters,
     /// When the armed lease timer fires, if one is armed.
     lease_timer_at: Option<i64>,
     last_active: Instant,
@@ -196,6 +203,7 @@ impl Actor for OrgActor {
             memberships: BTreeMap::new(),
             usage: Usage::default(),
             buckets: limits::Buckets::default(),
+            waiters: waiters::Waiters::default(),
             last_active: Instant::now(),
             retiring: false,
             needs_reload: false,
@@ -242,6 +250,7 @@ impl Actor for OrgActor {
         tracing::info!(org_id = %org, open_tasks = state.open.len(), "org actor started");
         self.expire_leases(state).await?;
         self.publish_depth(state);
+        self.publish_waiters(state);
         let period = (deps.idle_after / 2).max(Duration::from_millis(200));
         myself.send_interval(period, || OrgMsg::IdleTick);
         Ok(())
@@ -252,6 +261,8 @@ impl Actor for OrgActor {
         _myself: ActorRef<OrgMsg>,
         state: &mut OrgState,
     ) -> Result<(), ActorProcessingErr> {
+        self.release_waiters(state);
+        self.deps.claim_waiters.remove(&state.org);
         if state.open.has_leases() {
             // A claim reached us while we drained: someone must expire it.
             (self.events)(OrgEvent::StoppedHoldingLeases { org: state.org });
@@ -265,7 +276,10 @@ impl Actor for OrgActor {
         msg: OrgMsg,
         state: &mut OrgState,
     ) -> Result<(), ActorProcessingErr> {
-        if !matches!(msg, OrgMsg::IdleTick | OrgMsg::LeaseTick) {
+        if !matches!(
+            msg,
+            OrgMsg::IdleTick | OrgMsg::LeaseTick | OrgMsg::WaitElapsed | OrgMsg::ReleaseWaiters
+        ) {
             state.last_active = Instant::now();
         }
         if let Some(entry) = self.deps.directory.cached(state.org) {
@@ -295,9 +309,7 @@ impl Actor for OrgActor {
                 caller,
                 request,
                 reply,
-            } => serve!(self, state, reply, write, |work| {
-                Ok(self.claim_next(state, &mut work, &caller, &request))
-            }),
+            } => self.claim_or_wait(&myself, state, caller, request, reply),
             OrgMsg::Admit { kind, reply } => {
                 serve!(self, state, reply, Some(Admission::of(kind)), |work| Ok(()))
             }
@@ -436,9 +448,12 @@ impl Actor for OrgActor {
                 state.lease_timer_at = None;
                 self.expire_leases(state).await?;
             }
+            OrgMsg::WaitElapsed => self.answer_elapsed_waiters(state),
+            OrgMsg::ReleaseWaiters => self.release_waiters(state),
             OrgMsg::IdleTick => {
                 if !state.retiring
                     && !state.open.has_leases()
+                    && state.waiters.is_empty()
                     && state.last_active.elapsed() >= self.deps.idle_after
                 {
                     state.retiring = true;
@@ -460,8 +475,10 @@ impl Actor for OrgActor {
         if state.needs_reload {
             return Err(format!("org {} must reload its state from the store", state.org).into());
         }
+        self.serve_waiters(state).await;
         self.arm_lease_timer(&myself, state);
         self.publish_depth(state);
+        self.publish_waiters(state);
         Ok(())
     }
 }
@@ -507,6 +524,14 @@ impl OrgActor {
         let depth = state.open.pending_len();
         if self.deps.queue_depths.get(&state.org).map(|d| *d) != Some(depth) {
             self.deps.queue_depths.insert(state.org, depth);
+        }
+    }
+
+    fn publish_waiters(&self, state: &OrgState) {
+        let waiting = state.waiters.len();
+        let published = self.deps.claim_waiters.get(&state.org).map(|w| *w);
+        if published.unwrap_or(0) != waiting {
+            self.deps.claim_waiters.insert(state.org, waiting);
         }
     }
 

@@ -160,6 +160,8 @@ impl OrgActor {
                 blocked_by,
                 parent: item.parent,
                 lease: None,
+                attempts: 0,
+                max_attempts: item.max_attempts,
             };
             let stored = StoredTask {
                 title: work.seal(state, id, ContentField::Title, &item.title),
@@ -389,6 +391,10 @@ impl OrgActor {
             h.lease = Some(lease::renew(l, now));
         }
         if let Some(to) = target {
+            if current.status.is_terminal() {
+                // A retry starts with a fresh allowance of attempts.
+                h.attempts = 0;
+            }
             let agent = u.agent_id.as_deref().unwrap_or(&caller.key_name);
             work.transition(state, &mut h, to, agent, u.note.as_ref(), now);
         }
@@ -496,18 +502,17 @@ impl OrgActor {
         Some(Claimed { header, lease })
     }
 
-    /// Returns every task whose lease ran out to `pending`. It waits for
-    /// room in the writer's queue rather than drop an expiry.
-    pub(super) async fn expire_leases(
-        &self,
-        state: &mut OrgState,
-    ) -> Result<(), crate::store::StoreError> {
+    /// Returns every task whose lease ran out to `pending`, or fails it
+    /// (and cascades to its dependents) when that was its last attempt. It
+    /// waits for room in the writer's queue rather than drop an expiry.
+    pub(super) async fn expire_leases(&self, state: &mut OrgState) -> Result<(), EngineError> {
         let now = self.now();
         if state.open.next_lease_deadline().is_none_or(|at| at > now) {
             return Ok(());
         }
         let slot = self.deps.writers.reserve_waiting(state.org).await?;
         let mut work = Work::default();
+        let mut exhausted = Vec::new();
         for id in state.open.pop_expired_leases(now) {
             let Some(mut h) = state.open.get(id).cloned() else {
                 continue;
@@ -517,19 +522,45 @@ impl OrgActor {
                 state.open.put(h);
                 continue;
             }
-            h.assignee = None;
+            let (to, note) = match lease::expire(h.attempts, h.max_attempts) {
+                lease::Expiry::Requeue { attempts } => {
+                    h.attempts = attempts;
+                    h.assignee = None;
+                    (TaskStatus::Pending, "lease expired")
+                }
+                lease::Expiry::Exhausted { attempts } => {
+                    h.attempts = attempts;
+                    exhausted.push(id);
+                    (TaskStatus::Failed, "max attempts reached")
+                }
+            };
             work.transition(
                 state,
                 &mut h,
-                TaskStatus::Pending,
+                to,
                 SYSTEM_AGENT,
-                Some(&Text::Plain("lease expired".into())),
+                Some(&Text::Plain(note.into())),
                 now,
             );
             work.put(state, h);
         }
+        for id in &exhausted {
+            if let Err(e) = self
+                .after_finish(state, &mut work, *id, TaskStatus::Failed, now)
+                .await
+            {
+                // Memory has moved on; the store has not: start over from it.
+                state.needs_reload = true;
+                return Err(e);
+            }
+        }
         if !work.changed.is_empty() {
-            tracing::info!(org_id = %state.org, count = work.changed.len(), "leases expired");
+            tracing::info!(
+                org_id = %state.org,
+                count = work.changed.len(),
+                failed = exhausted.len(),
+                "leases expired"
+            );
             // Nobody waits for this commit; a failure is logged by the writer
             // and restarts the actor from the store.
             drop(slot.submit(work.into_batch(state)));

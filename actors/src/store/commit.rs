@@ -124,7 +124,7 @@ impl<'a> CommitPlan<'a> {
 /// Binds an org id and the stored form of a task header, in the column
 /// order of `tasks` (`org_id, task_id, status, status_rank, priority,
 /// assignee, tags, blocked_by, parent_task_id, created_at, updated_at,
-/// lease_id, lease_expires_at, lease_seconds`).
+/// lease_id, lease_expires_at, lease_seconds, attempts, max_attempts`).
 macro_rules! push_header {
     ($b:expr, $org:expr, $header:expr) => {{
         let h = rows::HeaderColumns::from($header);
@@ -142,6 +142,8 @@ macro_rules! push_header {
             .push_bind(h.lease_id)
             .push_bind(h.lease_expires_at)
             .push_bind(h.lease_seconds)
+            .push_bind(h.attempts)
+            .push_bind(h.max_attempts)
     }};
 }
 
@@ -330,8 +332,8 @@ impl Store {
                 let mut qb = QueryBuilder::new(
                     "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, \
                      assignee, tags, blocked_by, parent_task_id, created_at, updated_at, \
-                     lease_id, lease_expires_at, lease_seconds, title, description, \
-                     metadata, output) ",
+                     lease_id, lease_expires_at, lease_seconds, attempts, max_attempts, \
+                     title, description, metadata, output) ",
                 );
                 qb.push_values(chunk, |mut b, (org, t)| {
                     push_header!(b, org, &t.header)
@@ -349,7 +351,7 @@ impl Store {
                      priority = v.column5, assignee = v.column6, tags = v.column7, \
                      blocked_by = v.column8, parent_task_id = v.column9, updated_at = v.column11, \
                      lease_id = v.column12, lease_expires_at = v.column13, \
-                     lease_seconds = v.column14 FROM (",
+                     lease_seconds = v.column14, attempts = v.column15 FROM (",
                 );
                 qb.push_values(chunk, |mut b, (org, header)| {
                     push_header!(b, org, *header);

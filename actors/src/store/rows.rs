@@ -25,6 +25,8 @@ pub struct HeaderRow {
     pub lease_id: Option<String>,
     pub lease_expires_at: Option<i64>,
     pub lease_seconds: Option<i64>,
+    pub attempts: i64,
+    pub max_attempts: i64,
 }
 
 /// A whole task, as `FULL_COLUMNS` selects it.
@@ -177,6 +179,8 @@ pub struct HeaderColumns {
     pub lease_id: Option<String>,
     pub lease_expires_at: Option<i64>,
     pub lease_seconds: Option<i64>,
+    pub attempts: i64,
+    pub max_attempts: i64,
 }
 
 impl From<&TaskHeader> for HeaderColumns {
@@ -196,6 +200,8 @@ impl From<&TaskHeader> for HeaderColumns {
             lease_id: h.lease.map(|l| l.lease_id.to_string()),
             lease_expires_at: h.lease.map(|l| l.expires_at),
             lease_seconds: h.lease.map(|l| i64::from(l.seconds)),
+            attempts: i64::from(h.attempts),
+            max_attempts: i64::from(h.max_attempts),
         }
     }
 }
@@ -228,6 +234,8 @@ impl TryFrom<HeaderRow> for TaskHeader {
                 .collect::<Result<_, _>>()?,
             parent: r.parent_task_id.as_deref().map(task_id).transpose()?,
             lease,
+            attempts: u8::try_from(r.attempts).map_err(|_| corrupt("attempts"))?,
+            max_attempts: u8::try_from(r.max_attempts).map_err(|_| corrupt("max_attempts"))?,
         })
     }
 }

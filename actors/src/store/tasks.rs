@@ -12,11 +12,12 @@ use crate::domain::{OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStat
 
 /// The columns `HeaderRow` reads.
 const HEADER_COLUMNS: &str = "task_id, status, priority, assignee, tags, blocked_by, \
-     parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds";
+     parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds, \
+     attempts, max_attempts";
 /// The columns `FullRow` reads.
 const FULL_COLUMNS: &str = "task_id, status, priority, assignee, tags, blocked_by, \
      parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds, \
-     title, description, metadata, output";
+     attempts, max_attempts, title, description, metadata, output";
 
 fn placeholders(start: usize, n: usize) -> String {
     (start..start + n)

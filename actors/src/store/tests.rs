@@ -28,6 +28,8 @@ fn header(status: TaskStatus, created_at: i64) -> TaskHeader {
         blocked_by: Vec::new(),
         parent: None,
         lease: None,
+        attempts: 0,
+        max_attempts: 5,
     }
 }
 

@@ -1,0 +1,195 @@
+//! Long-poll claims: a claim with `wait_seconds` that finds nothing waits
+//! here, in the actor, until a matching task becomes pending or its time
+//! runs out.
+//!
+//! Waiters are served first come, first served among those whose filter
+//! matches: after every message that put a task into the pending queue, the
+//! actor walks them in arrival order and claims for each in turn. Nothing
+//! polls and nothing sleeps; a timer per waiter answers `null` at its
+//! deadline.
+//!
+//! A waiter whose client went away has a closed reply port: it is dropped
+//! the next time the actor looks, without claiming. If it goes away in the
+//! instant between the claim and the answer, the claim is undone at once
+//! (the task back to `pending`), so no task waits on a lease nobody holds.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use ractor::ActorRef;
+
+use super::tasks::SYSTEM_AGENT;
+use super::work::Work;
+use super::{Admission, Claimed, OrgActor, OrgMsg, OrgState, Outcome, Reply};
+use crate::api::{ClaimRequest, Text};
+use crate::domain::account::Caller;
+use crate::domain::TaskStatus;
+use crate::writer::Commit;
+
+/// A claim waiting for a task.
+pub(super) struct Waiter {
+    caller: Caller,
+    request: ClaimRequest,
+    reply: Reply<Option<Claimed>>,
+    deadline: Instant,
+    /// The commit of the claim's own usage, answered with `null`.
+    usage: Option<Commit>,
+}
+
+#[derive(Default)]
+pub(super) struct Waiters {
+    queue: VecDeque<Waiter>,
+    /// The pending queue's version when the waiters last looked at it.
+    seen_version: u64,
+}
+
+impl Waiters {
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+}
+
+impl OrgActor {
+    /// A claim: served at once when a task matches, else (with
+    /// `wait_seconds`) queued as a waiter.
+    pub(super) fn claim_or_wait(
+        &self,
+        myself: &ActorRef<OrgMsg>,
+        state: &mut OrgState,
+        caller: Caller,
+        request: ClaimRequest,
+        reply: Reply<Option<Claimed>>,
+    ) {
+        let (slot, mut work) = match self.begin(state, Some(Admission::write())) {
+            Ok(begun) => begun,
+            Err(e) => {
+                let _ = reply.send(Outcome {
+                    result: Err(e),
+                    commit: None,
+                });
+                return;
+            }
+        };
+        let claimed = self.claim_next(state, &mut work, &caller, &request);
+        let draining = self
+            .deps
+            .draining
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if claimed.is_some() || request.wait_seconds == 0 || draining {
+            self.finish(state, slot, work, Ok(claimed), reply);
+            return;
+        }
+        let usage = (!work.is_empty()).then(|| slot.submit(work.into_batch(state)));
+        let wait = Duration::from_secs(u64::from(request.wait_seconds));
+        state.waiters.queue.retain(|w| !w.reply.is_closed());
+        state.waiters.queue.push_back(Waiter {
+            caller,
+            request,
+            reply,
+            deadline: Instant::now() + wait,
+            usage,
+        });
+        state.waiters.seen_version = state.open.pending_version();
+        myself.send_after(wait, || OrgMsg::WaitElapsed);
+    }
+
+    /// Claims for waiters, in arrival order, while tasks are pending and
+    /// something entered the queue since they last looked.
+    pub(super) async fn serve_waiters(&self, state: &mut OrgState) {
+        let version = state.open.pending_version();
+        if state.waiters.is_empty() || version == state.waiters.seen_version {
+            return;
+        }
+        state.waiters.seen_version = version;
+        let mut i = 0;
+        while i < state.waiters.queue.len() && state.open.pending_len() > 0 {
+            if state.waiters.queue[i].reply.is_closed() {
+                state.waiters.queue.remove(i);
+                continue;
+            }
+            // Taken before anything changes; a full queue leaves the waiters
+            // for the next look.
+            let Ok(slot) = self.deps.writers.reserve(state.org) else {
+                state.waiters.seen_version = 0;
+                return;
+            };
+            let mut work = Work::default();
+            let w = &state.waiters.queue[i];
+            let (caller, request) = (w.caller.clone(), w.request.clone());
+            let Some(claimed) = self.claim_next(state, &mut work, &caller, &request) else {
+                i += 1;
+                continue;
+            };
+            let waiter = state.waiters.queue.remove(i).expect("the waiter looked at");
+            let commit = slot.submit(work.into_batch(state));
+            let answer = Outcome {
+                result: Ok(Some(claimed.clone())),
+                commit: Some(commit),
+            };
+            if waiter.reply.send(answer).is_err() {
+                self.release(state, &claimed).await;
+            }
+        }
+    }
+
+    /// Undoes a claim nobody received: the task goes back to `pending`.
+    async fn release(&self, state: &mut OrgState, claimed: &Claimed) {
+        let id = claimed.header.task_id;
+        let Some(mut h) = state.open.get(id).cloned() else {
+            return;
+        };
+        if h.lease.map(|l| l.lease_id) != Some(claimed.lease.lease_id) {
+            return;
+        }
+        let Ok(slot) = self.deps.writers.reserve_waiting(state.org).await else {
+            // The writer is gone: the engine is stopping and the lease
+            // expires after the restart.
+            return;
+        };
+        let mut work = Work::default();
+        h.assignee = None;
+        work.transition(
+            state,
+            &mut h,
+            TaskStatus::Pending,
+            SYSTEM_AGENT,
+            Some(&Text::Plain("claimant went away".into())),
+            self.now(),
+        );
+        work.put(state, h);
+        tracing::info!(org_id = %state.org, task_id = %id, "claimant went away; task back to pending");
+        drop(slot.submit(work.into_batch(state)));
+    }
+
+    /// Answers `null` to the waiters whose time ran out, and drops those
+    /// whose client went away.
+    pub(super) fn answer_elapsed_waiters(&self, state: &mut OrgState) {
+        let now = Instant::now();
+        let (due, waiting): (VecDeque<Waiter>, VecDeque<Waiter>) = state
+            .waiters
+            .queue
+            .drain(..)
+            .partition(|w| w.deadline <= now || w.reply.is_closed());
+        state.waiters.queue = waiting;
+        for w in due {
+            let _ = w.reply.send(Outcome {
+                result: Ok(None),
+                commit: w.usage,
+            });
+        }
+    }
+
+    /// Answers `null` to every waiter: the actor or the server is stopping.
+    pub(super) fn release_waiters(&self, state: &mut OrgState) {
+        for w in state.waiters.queue.drain(..) {
+            let _ = w.reply.send(Outcome {
+                result: Ok(None),
+                commit: w.usage,
+            });
+        }
+    }
+}
