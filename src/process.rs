@@ -282,6 +282,21 @@ impl ServerProcess {
     }
 
     /// A `kB` field of `/proc/<pid>/status`.
+    /// CPU time the server has used so far, user plus system, over all its
+    /// threads (`/proc/<pid>/stat`; Linux only, counted in the kernel's
+    /// 100 Hz user-visible ticks).
+    pub async fn cpu_time(&self) -> Option<Duration> {
+        let pid = self.pid?;
+        let stat = tokio::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .await
+            .ok()?;
+        // The command name may hold spaces: the fields after it are plain.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let utime: u64 = fields.get(11)?.parse().ok()?;
+        let stime: u64 = fields.get(12)?.parse().ok()?;
+        Some(Duration::from_millis((utime + stime) * 10))
+    }
+
     async fn proc_status_kb(&self, field: &str) -> Option<u64> {
         let pid = self.pid?;
         let status = tokio::fs::read_to_string(format!("/proc/{pid}/status"))

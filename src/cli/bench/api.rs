@@ -259,6 +259,12 @@ pub(super) struct Claimed {
     lease_id: Option<String>,
 }
 
+impl Claimed {
+    pub(super) fn new(task_id: String, lease_id: Option<String>) -> Self {
+        Self { task_id, lease_id }
+    }
+}
+
 #[derive(Serialize)]
 struct UpdateBody<'a> {
     updates: [Completion<'a>; 1],

@@ -83,6 +83,16 @@ impl Admin {
 
     /// `taskq_actors_alive` from `GET /metrics`.
     pub(super) async fn actors_alive(&self) -> Option<u64> {
+        self.gauge("taskq_actors_alive").await
+    }
+
+    /// `taskq_claim_waiters` from `GET /metrics`: claims waiting for a task.
+    pub(super) async fn claim_waiters(&self) -> Option<u64> {
+        self.gauge("taskq_claim_waiters").await
+    }
+
+    /// An unlabelled gauge or counter from `GET /metrics`.
+    async fn gauge(&self, name: &str) -> Option<u64> {
         let response = self
             .client
             .get(format!("{}/metrics", self.base))
@@ -92,7 +102,7 @@ impl Admin {
             .ok()?;
         let text = response.text().await.ok()?;
         text.lines()
-            .find_map(|l| l.strip_prefix("taskq_actors_alive "))
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
             .and_then(|v| v.trim().parse().ok())
     }
 

@@ -30,6 +30,9 @@
 //!   - `idle-orgs`: creates `--orgs` orgs, `--concurrency` at a time, each with
 //!     three tasks and one claim, then reports the server's resident memory
 //!     (spawned server on Linux only: `/proc/<pid>/status`).
+//!   - `longpoll`: every agent long-polls an empty org; the server's CPU
+//!     while they all wait, then how soon a created task reaches a waiting
+//!     agent (see `longpoll`).
 //! - Figures, per operation: `count` is the number of successful requests,
 //!   `errors` the failed ones (transport error, 30 s timeout, or an
 //!   unexpected status: a 207 partial update is an error), `per_sec` is
@@ -52,6 +55,7 @@
 
 mod api;
 mod bootstrap;
+mod longpoll;
 mod report;
 mod scenarios;
 mod server;
@@ -155,6 +159,10 @@ pub enum Scenario {
     /// agent reads them in full pages (`GET /tasks?full=true&limit=200`) for
     /// --duration seconds; reports the server's peak memory while reading.
     BigPages,
+    /// Every agent long-polls an empty org: server CPU while --duration
+    /// seconds pass idle, then for --duration seconds how soon a task created
+    /// one at a time reaches a waiting agent.
+    Longpoll,
 }
 
 /// SQLite `synchronous` pragma of a spawned server.
@@ -279,6 +287,7 @@ async fn execute(
         memory: None,
         actors_alive_end: None,
         actors_alive_settled: None,
+        longpoll: None,
     };
 
     match args.scenario {
@@ -319,6 +328,18 @@ async fn execute(
             let deadline = Duration::from_secs(args.duration);
             let read = big_pages_phase(base, &agents, deadline).await?;
             report.add_phase(read, &[Op::Page]);
+        }
+        Scenario::Longpoll => {
+            let admin = Admin::new(base, token, args.concurrency)?;
+            let started = Instant::now();
+            let orgs = bootstrap(&admin, args, &run_id).await?;
+            report.bootstrap_secs = started.elapsed().as_secs_f64();
+            let agents = agents_of(&orgs);
+            let deadline = Duration::from_secs(args.duration);
+            let (summary, phase) =
+                longpoll::longpoll_phase(base, &admin, &agents, deadline, process).await?;
+            report.longpoll = Some(summary);
+            report.add_phase(phase, &[Op::Create]);
         }
         Scenario::IdleOrgs => {
             let result = idle_orgs_phase(base, token, args, &run_id).await?;

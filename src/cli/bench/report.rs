@@ -33,6 +33,7 @@ pub(super) struct Report {
     /// Org actors running when the load ended, and after `--settle`.
     pub(super) actors_alive_end: Option<u64>,
     pub(super) actors_alive_settled: Option<u64>,
+    pub(super) longpoll: Option<super::longpoll::LongPollSummary>,
 }
 
 #[derive(Serialize)]
@@ -233,6 +234,10 @@ pub(super) fn render_table(report: &Report) -> String {
         );
     }
 
+    if let Some(longpoll) = &report.longpoll {
+        let _ = write!(out, "\n{}", longpoll.render());
+    }
+
     if let Some(memory) = &report.memory {
         let _ = write!(
             out,
@@ -293,6 +298,7 @@ fn scenario_name(scenario: Scenario) -> &'static str {
         Scenario::Create => "create",
         Scenario::IdleOrgs => "idle-orgs",
         Scenario::BigPages => "big-pages",
+        Scenario::Longpoll => "longpoll",
     }
 }
 
