@@ -106,7 +106,7 @@ pub static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
         .with_annotations(read()),
         tool(
             "claim_task",
-            "Take the next pending task to work on (optionally only with given tags) under a time-limited lease. Returns the task with its lease_id and a briefing context, or null when nothing is waiting.",
+            "Take the next pending task to work on (optionally only with given tags) under a time-limited lease. Returns the task with its lease_id and a briefing context, or null when nothing is waiting (after up to wait_seconds of waiting for one, when given).",
             schema::<ClaimRequest>(),
         ),
         tool(
