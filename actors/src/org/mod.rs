@@ -250,7 +250,8 @@ impl Actor for OrgActor {
         tracing::info!(org_id = %org, open_tasks = state.open.len(), "org actor started");
         self.expire_leases(state).await?;
         self.publish_depth(state);
-        self.publish_waiters(state);
+        // A predecessor that failed left its waiters' count behind.
+        deps.claim_waiters.remove(&org);
         let period = (deps.idle_after / 2).max(Duration::from_millis(200));
         myself.send_interval(period, || OrgMsg::IdleTick);
         Ok(())
@@ -527,11 +528,11 @@ impl OrgActor {
         }
     }
 
-    fn publish_waiters(&self, state: &OrgState) {
+    fn publish_waiters(&self, state: &mut OrgState) {
         let waiting = state.waiters.len();
-        let published = self.deps.claim_waiters.get(&state.org).map(|w| *w);
-        if published.unwrap_or(0) != waiting {
+        if state.waiters.published != waiting {
             self.deps.claim_waiters.insert(state.org, waiting);
+            state.waiters.published = waiting;
         }
     }
 
