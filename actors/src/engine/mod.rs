@@ -17,6 +17,7 @@ mod admin;
 mod feedback;
 mod keys;
 mod org_admin;
+mod stats;
 mod tasks;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -42,6 +43,7 @@ use crate::filter::{ContentFilter, TermFilter};
 use crate::health::StoreHealth;
 use crate::org::{parse_api_key, OrgDeps, OrgMsg, Outcome, Reply};
 use crate::reader::TaskReader;
+use crate::stats::{OrgSnapshots, Refusals};
 use crate::store::{Store, StoreError};
 use crate::supervisor::{ActorStats, Route, Routes, Supervisor, SupervisorMsg};
 use crate::writer::{Commit, Writers};
@@ -116,7 +118,9 @@ struct Inner {
     /// Read-only here: only the supervisor writes it.
     routes: Routes,
     stats: Arc<ActorStats>,
-    queue_depths: Arc<DashMap<OrgId, usize>>,
+    /// Each org's open tasks and leases, published by its actor.
+    snapshots: Arc<OrgSnapshots>,
+    refusals: Refusals,
     clock: Arc<dyn Clock>,
     cursors: CursorSigner,
     /// Authenticated keys, so a request costs no store read.
@@ -178,9 +182,9 @@ impl Engine {
         let directory = Arc::new(OrgDirectory::new(store.clone(), config.keyring));
         let routes: Routes = Arc::new(DashMap::new());
         let stats = Arc::new(ActorStats::default());
-        let queue_depths = Arc::new(DashMap::new());
+        let snapshots = Arc::new(OrgSnapshots::default());
         let deps = OrgDeps {
-            queue_depths: queue_depths.clone(),
+            snapshots: snapshots.clone(),
             store: store.clone(),
             health: health.clone(),
             writers: writers.clone(),
@@ -211,7 +215,8 @@ impl Engine {
                 supervisor,
                 routes,
                 stats,
-                queue_depths,
+                snapshots,
+                refusals: Refusals::default(),
                 clock: config.clock,
                 cursors: CursorSigner::default(),
                 keys: DashMap::new(),
@@ -246,11 +251,7 @@ impl Engine {
 
     /// Pending tasks per org, as last published by each org's actor.
     pub fn queue_depths(&self) -> Vec<(OrgId, usize)> {
-        self.inner
-            .queue_depths
-            .iter()
-            .map(|e| (*e.key(), *e.value()))
-            .collect()
+        self.inner.snapshots.queue_depths()
     }
 
     /// Whether the store is marked unavailable.
@@ -464,6 +465,9 @@ impl Engine {
     ) -> Result<T, EngineError> {
         let (outcome, _in_flight) = self.ask(org, message).await?;
         self.committed(outcome.commit).await?;
+        if let Err(EngineError::Limit(_)) = &outcome.result {
+            self.inner.refusals.count(org);
+        }
         outcome.result
     }
 

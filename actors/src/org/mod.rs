@@ -32,7 +32,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dashmap::DashMap;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
 
 pub use access::{format_api_key, parse_api_key};
@@ -47,6 +46,7 @@ use crate::domain::usage::{RequestKind, Usage};
 use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
 use crate::health::StoreHealth;
+use crate::stats::OrgSnapshots;
 use crate::store::Store;
 use crate::writer::{WriteSlot, Writers};
 use work::Work;
@@ -60,8 +60,9 @@ pub struct OrgDeps {
     pub directory: Arc<OrgDirectory>,
     pub clock: Arc<dyn Clock>,
     pub idle_after: Duration,
-    /// Pending tasks per org, published for `/metrics`.
-    pub queue_depths: Arc<DashMap<OrgId, usize>>,
+    /// Each org's open tasks by status and its leases, published for the
+    /// operator (`/metrics`, `/admin/stats`).
+    pub snapshots: Arc<OrgSnapshots>,
 }
 
 /// What an org actor tells its supervisor.
@@ -503,11 +504,11 @@ impl OrgActor {
         let _ = reply.send(Outcome { result, commit });
     }
 
+    /// Publishes the open tasks by status and the leases (skipped when
+    /// they did not change): true while the actor is stopped, since every
+    /// change of the org passes through it.
     fn publish_depth(&self, state: &OrgState) {
-        let depth = state.open.pending_len();
-        if self.deps.queue_depths.get(&state.org).map(|d| *d) != Some(depth) {
-            self.deps.queue_depths.insert(state.org, depth);
-        }
+        self.deps.snapshots.publish(state.org, &state.open);
     }
 
     /// Arms the single lease timer for the earliest expiry, unless one that
