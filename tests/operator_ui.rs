@@ -367,7 +367,7 @@ struct Browser {
     _driver: tokio::process::Child,
 }
 
-const ELEMENT: &str = "element-6066-11e4-a52f-4ce1f8f61ddc";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 impl Browser {
     async fn start(chromedriver: &str, chromium: &str) -> Browser {
@@ -603,6 +603,16 @@ backend_tests!(the_page_shows_what_the_api_says, |srv| async move {
 
     // Signing out from the page ends the session.
     browser.click("#logout").await;
-    browser.find("#token").await;
+    eventually(
+        Duration::from_secs(10),
+        "the login form after signing out",
+        || async {
+            let shown = browser
+                .script(r#"return document.getElementById("token") !== null;"#)
+                .await;
+            (shown == true).then_some(())
+        },
+    )
+    .await;
     browser.quit().await;
 });

@@ -43,14 +43,15 @@ main { padding: 1em 1.5em; }
 section.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(210px, 1fr)); gap: .8em; margin-bottom: 1.2em; }
 .card { background: #fff; border: 1px solid #d8dde6; border-radius: 6px; padding: .6em .8em; }
 .card h2 { font-size: .8em; text-transform: uppercase; letter-spacing: .04em; color: #5a6478; margin: 0 0 .4em; }
-.card dl { display: grid; grid-template-columns: auto auto; gap: .15em .8em; margin: 0; }
-.card dt { color: #5a6478; }
+.card dl { display: grid; grid-template-columns: max-content auto; gap: .15em .8em; margin: 0; }
+.card.wide { grid-column: span 2; }
+.card dt { color: #5a6478; white-space: nowrap; }
 .card dd { margin: 0; text-align: right; font-variant-numeric: tabular-nums; font-weight: 600; }
 .error { color: #a12020; font-weight: 400; word-break: break-word; }
 table { border-collapse: collapse; width: 100%; background: #fff; border: 1px solid #d8dde6; }
 th, td { padding: .35em .6em; border-bottom: 1px solid #e6e9ef; text-align: right; }
 th { background: #eef1f6; font-size: .85em; color: #3a4356; }
-th:first-child, td:first-child, td.text { text-align: left; }
+th.text, td.text { text-align: left; }
 td { font-variant-numeric: tabular-nums; }
 td .id { display: block; color: #7a8497; font-size: .8em; font-family: ui-monospace, monospace; }
 tr.stopped td[data-field=actor_alive] { color: #7a8497; }
@@ -118,15 +119,15 @@ fn global_fields(s: &OperatorStats) -> Vec<Figure> {
             a.idle_stops.to_string(),
         ),
         (
-            "Actors",
+            "Last restart",
             "actors.last_restart.org_id",
-            "last restart: org",
+            "org",
             or_dash(a.last_restart.as_ref().map(|r| r.org_id.to_string())),
         ),
         (
-            "Actors",
+            "Last restart",
             "actors.last_restart.at",
-            "last restart: at",
+            "at",
             or_dash(
                 a.last_restart
                     .as_ref()
@@ -134,9 +135,9 @@ fn global_fields(s: &OperatorStats) -> Vec<Figure> {
             ),
         ),
         (
-            "Actors",
+            "Last restart",
             "actors.last_restart.error",
-            "last restart: error",
+            "error",
             or_dash(a.last_restart.as_ref().map(|r| r.error.clone())),
         ),
         ("Writer", "writer.commits", "commits", w.commits.to_string()),
@@ -319,7 +320,12 @@ pub fn dashboard(nonce: &str, stats: &OperatorStats) -> String {
             if !current.is_empty() {
                 cards.push_str("</dl></div>\n");
             }
-            let _ = write!(cards, r#"<div class="card"><h2>{}</h2><dl>"#, escape(group));
+            let wide = if group == "Last restart" { " wide" } else { "" };
+            let _ = write!(
+                cards,
+                r#"<div class="card{wide}"><h2>{}</h2><dl>"#,
+                escape(group)
+            );
             current = group;
         }
         let class = if path.ends_with(".error") {
@@ -337,8 +343,9 @@ pub fn dashboard(nonce: &str, stats: &OperatorStats) -> String {
     cards.push_str("</dl></div>\n");
 
     let mut head = String::new();
-    for (title, _, _) in ORG_COLUMNS {
-        let _ = write!(head, "<th>{}</th>", escape(title));
+    for (title, _, text) in ORG_COLUMNS {
+        let class = if text { r#" class="text""# } else { "" };
+        let _ = write!(head, "<th{class}>{}</th>", escape(title));
     }
     let mut rows = String::new();
     for o in &stats.orgs {
