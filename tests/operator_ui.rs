@@ -108,6 +108,7 @@ backend_tests!(the_page_needs_a_session, |srv| async move {
         assert!(set.contains(attribute), "{set}");
     }
     assert!(!set.contains(&srv.admin_token), "{set}");
+    assert!(!set.contains("Secure"), "plain HTTP: {set}");
     let cookie = set.split(';').next().unwrap().to_owned();
 
     let (status, _, body) = get(&srv, "/admin/ui", Some(&cookie), None).await;
@@ -155,6 +156,39 @@ backend_tests!(the_page_needs_a_session, |srv| async move {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert!(body.contains(r#"name="token""#));
 });
+
+backend_tests!(
+    over_tls_the_session_cookie_is_secure,
+    |backend: Backend| async move {
+        let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()])
+            .expect("a self-signed certificate");
+        let pem = cert.cert.pem();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        std::fs::write(&cert_path, &pem).unwrap();
+        std::fs::write(&key_path, cert.signing_key.serialize_pem()).unwrap();
+        let srv = TestServer::builder(backend)
+            .env("TASKQ_TLS_CERT", cert_path.to_str().unwrap())
+            .env("TASKQ_TLS_KEY", key_path.to_str().unwrap())
+            .trust(pem.as_bytes())
+            .start()
+            .await;
+        let resp = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .add_root_certificate(reqwest::Certificate::from_pem(pem.as_bytes()).unwrap())
+            .build()
+            .unwrap()
+            .post(format!("{}/admin/ui/login", srv.base_url))
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(format!("token={}", encode_query(&srv.admin_token)))
+            .send()
+            .await
+            .expect("POST /admin/ui/login over TLS");
+        assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+        let set = resp.headers()[SET_COOKIE].to_str().unwrap();
+        assert!(set.ends_with("; Secure"), "{set}");
+    }
+);
 
 backend_tests!(org_names_are_escaped, |srv| async move {
     let name = r#"<script>alert("x")</script> & co"#;
