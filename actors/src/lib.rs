@@ -21,6 +21,7 @@ pub mod filter;
 mod health;
 mod org;
 mod reader;
+mod stats;
 mod store;
 mod supervisor;
 mod views;

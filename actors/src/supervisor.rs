@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
@@ -53,12 +53,48 @@ pub enum SupervisorMsg {
     Crash(OrgId, RpcReplyPort<()>),
 }
 
-/// Counters for `/metrics`.
+/// Counters for `/metrics` and the operator's stats.
 #[derive(Debug, Default)]
 pub struct ActorStats {
     pub spawned: AtomicU64,
     pub restarts: AtomicU64,
     pub idle_stops: AtomicU64,
+    /// Restarts per org with the last error; touched once per failure.
+    failures: Mutex<HashMap<OrgId, Failures>>,
+}
+
+/// An org's actor failures since the server started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failures {
+    pub count: u64,
+    /// What the last failure said.
+    pub last_error: String,
+    /// When it happened (ms since the epoch, the engine's clock).
+    pub last_at: i64,
+}
+
+/// The longest error text kept per org.
+const MAX_ERROR_CHARS: usize = 500;
+
+impl ActorStats {
+    fn record_failure(&self, org: OrgId, error: &str, at: i64) {
+        let last_error: String = error.chars().take(MAX_ERROR_CHARS).collect();
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = failures.entry(org).or_insert(Failures {
+            count: 0,
+            last_error: String::new(),
+            last_at: at,
+        });
+        entry.count += 1;
+        entry.last_error = last_error;
+        entry.last_at = at;
+    }
+
+    /// Each org whose actor failed, with its failures.
+    pub fn failures(&self) -> Vec<(OrgId, Failures)> {
+        let failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        failures.iter().map(|(o, f)| (*o, f.clone())).collect()
+    }
 }
 
 pub struct Supervisor {
@@ -290,6 +326,8 @@ impl Actor for Supervisor {
                     return Ok(());
                 };
                 self.stats.restarts.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .record_failure(org, &error.to_string(), self.deps.clock.now_ms());
                 tracing::warn!(org_id = %org, error = %error, "org actor failed; restarting");
                 let now = Instant::now();
                 let entry = state.recent_failures.entry(org).or_insert((now, 0));

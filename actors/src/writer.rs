@@ -19,17 +19,22 @@
 //! its restarted actor reopens it, and `on_failure` asks for that restart.
 //! When the store itself is unavailable, retrying batch by batch is no use:
 //! every org of the commit is marked at once and the store marked down.
+//!
+//! Each transaction is recorded once in the lanes' shared `WriterStats`
+//! (batches, rows, time), for the operator.
 
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::domain::OrgId;
 use crate::error::EngineError;
 use crate::health::StoreHealth;
+use crate::stats::WriterStats;
 use crate::store::{Store, StoreError, WriteBatch};
 
 /// Resolves once the batch is durable (or failed).
@@ -56,6 +61,7 @@ struct Lane {
 #[derive(Clone)]
 pub struct Writers {
     lanes: Arc<Vec<Lane>>,
+    stats: Arc<WriterStats>,
 }
 
 /// A place in a lane's queue, taken before an actor changes its memory.
@@ -85,6 +91,7 @@ impl Writers {
     ) -> (Self, Vec<tokio::task::JoinHandle<()>>) {
         let mut lanes = Vec::new();
         let mut handles = Vec::new();
+        let stats = Arc::new(WriterStats::default());
         for _ in 0..store.writer_count() {
             let (tx, rx) = mpsc::channel(queue_bound.max(1));
             let (finished_tx, finished) = watch::channel(0);
@@ -102,14 +109,21 @@ impl Writers {
                 finished_tx,
                 reloading,
                 on_failure.clone(),
+                stats.clone(),
             )));
         }
         (
             Self {
                 lanes: Arc::new(lanes),
+                stats,
             },
             handles,
         )
+    }
+
+    /// The commits of every lane so far.
+    pub fn stats(&self) -> &WriterStats {
+        &self.stats
     }
 
     fn lane(&self, org: OrgId) -> &Lane {
@@ -184,16 +198,22 @@ async fn wait_for_lane(lane: &Lane) -> Result<(), StoreError> {
         .map_err(|_| StoreError::WriterGone)
 }
 
-/// Commits batches, unless a test simulates an outage.
+/// Commits batches, unless a test simulates an outage, and records the
+/// transaction.
 async fn apply(
     store: &Store,
     health: &StoreHealth,
+    stats: &WriterStats,
     batches: &[&WriteBatch],
 ) -> Result<(), StoreError> {
     if health.outage_simulated() {
         return Err(StoreError::Unavailable("simulated outage".into()));
     }
-    store.apply(batches).await
+    let start = Instant::now();
+    let result = store.apply(batches).await;
+    let rows = batches.iter().map(|b| b.ops.len()).sum();
+    stats.record(batches.len(), rows, start.elapsed(), result.is_ok());
+    result
 }
 
 async fn run(
@@ -203,6 +223,7 @@ async fn run(
     finished: watch::Sender<u64>,
     reloading: Arc<Mutex<HashSet<OrgId>>>,
     on_failure: FailureHook,
+    stats: Arc<WriterStats>,
 ) {
     let is_reloading = |org: &OrgId| reloading.lock().expect("not poisoned").contains(org);
     let mut queued = Vec::with_capacity(64);
@@ -218,7 +239,7 @@ async fn run(
         }
         if !accepted.is_empty() {
             let batches: Vec<&WriteBatch> = accepted.iter().map(|(b, _)| b).collect();
-            match apply(&store, &health, &batches).await {
+            match apply(&store, &health, &stats, &batches).await {
                 Ok(()) => {
                     for (_, reply) in accepted {
                         let _ = reply.send(Ok(()));
@@ -244,7 +265,7 @@ async fn run(
                             let _ = reply.send(Err(StoreError::OrgReloading));
                             continue;
                         }
-                        let result = apply(&store, &health, &[&batch]).await;
+                        let result = apply(&store, &health, &stats, &[&batch]).await;
                         if let Err(e) = &result {
                             health.observe(e);
                             tracing::error!(org_id = %batch.org, error = %e, "commit failed; org will reload from the store");

@@ -169,8 +169,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if admin_token.is_none() {
         tracing::info!("TASKQ_ADMIN_TOKEN is unset: the /admin routes are disabled");
     }
-    #[allow(unused_mut)]
     let mut state = AppState::new(engine.clone(), admin_token, keys);
+    state.secure_cookies = args.tls_cert.is_some() && args.tls_key.is_some();
     #[cfg(feature = "test-hooks")]
     {
         state.test_clock = Some(test_clock);

@@ -120,6 +120,28 @@ where
     }
 }
 
+/// Proof that the request carries the operator token or the cookie of an
+/// operator page session (`GET /admin/stats`, which the page polls).
+pub struct OperatorOrSession;
+
+impl<S> FromRequestParts<S> for OperatorOrSession
+where
+    AppState: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let app = AppState::from_ref(state);
+        if app.admin_token.is_some() && app.sessions.is_valid(&parts.headers) {
+            return Ok(OperatorOrSession);
+        }
+        Operator::from_request_parts(parts, state)
+            .await
+            .map(|Operator| OperatorOrSession)
+    }
+}
+
 /// A JSON body; an empty body reads as `null`. Malformed JSON is a 400
 /// naming the problem, whatever the content type says.
 async fn json_body<S: Send + Sync>(req: Request, state: &S) -> Result<Value, ApiError> {
@@ -201,7 +223,7 @@ where
 
 /// The pairs of a query string, percent-decoded; a key or value whose bytes
 /// are not UTF-8 is refused rather than read as something else.
-fn query_pairs(query: &str) -> Result<Vec<(String, String)>, ApiError> {
+pub(super) fn query_pairs(query: &str) -> Result<Vec<(String, String)>, ApiError> {
     let decode = |part: &str| -> Option<String> {
         let spaced = part.replace('+', " ");
         percent_encoding::percent_decode_str(&spaced)

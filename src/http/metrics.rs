@@ -1,7 +1,7 @@
 //! `/metrics` in Prometheus text format: requests by route and status, claim
-//! latency, actors alive and restarted, claims waiting (long polls), queue
-//! depth by org. The same
-//! middleware logs each request at debug level (`RUST_LOG=taskq=debug`).
+//! latency, actors alive and restarted, requests refused by a limit, claims
+//! waiting (long polls), queue depth by org. The same middleware logs each
+//! request at debug level (`RUST_LOG=taskq=debug`).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -125,6 +125,12 @@ pub async fn render(State(state): State<AppState>, _: Operator) -> Result<Respon
         out,
         "taskq_actor_idle_stops_total {}",
         stats.idle_stops.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(out, "# TYPE taskq_rate_limit_refusals_total counter");
+    let _ = writeln!(
+        out,
+        "taskq_rate_limit_refusals_total {}",
+        engine.refusals_total()
     );
     let _ = writeln!(out, "# TYPE taskq_store_up gauge");
     let _ = writeln!(out, "taskq_store_up {}", u8::from(!engine.store_down()));

@@ -10,6 +10,7 @@ mod keys;
 mod metrics;
 mod org_admin;
 mod tasks;
+mod ui;
 
 use std::sync::Arc;
 
@@ -31,6 +32,10 @@ pub struct AppState {
     pub metrics: Arc<metrics::Metrics>,
     /// Where the master keys live, for a rotation.
     pub keys: Arc<KeySource>,
+    /// Sessions of the operator page.
+    pub sessions: Arc<ui::Sessions>,
+    /// The server speaks TLS itself: session cookies are `Secure`.
+    pub secure_cookies: bool,
     /// The engine's clock, movable by the test hook.
     #[cfg(feature = "test-hooks")]
     pub test_clock: Option<Arc<taskq_actors::clock::OffsetClock>>,
@@ -43,6 +48,8 @@ impl AppState {
             admin_token,
             metrics: Arc::default(),
             keys: Arc::new(keys),
+            sessions: Arc::default(),
+            secure_cookies: false,
             #[cfg(feature = "test-hooks")]
             test_clock: None,
         }
@@ -65,7 +72,11 @@ pub fn router(state: AppState) -> Router {
         .route("/feedback", get(admin::feedback_org))
         .route("/orgs/{org_id}/idp", post(admin::set_idp))
         .route("/orgs/{org_id}/idp/sync", post(admin::idp_sync))
-        .route("/master-key/rotate", post(admin::rotate_master_key));
+        .route("/master-key/rotate", post(admin::rotate_master_key))
+        .route("/stats", get(ui::stats))
+        .route("/ui", get(ui::page))
+        .route("/ui/login", post(ui::login))
+        .route("/ui/logout", post(ui::logout));
     #[cfg(feature = "test-hooks")]
     let admin = admin
         .route("/orgs/{org_id}/crash", post(admin::crash))

@@ -87,6 +87,11 @@ impl LeaseQueue {
         out
     }
 
+    /// Every expiry, earliest first.
+    pub fn expiries(&self) -> impl Iterator<Item = i64> + '_ {
+        self.by_expiry.iter().map(|(at, _)| *at)
+    }
+
     pub fn len(&self) -> usize {
         self.by_expiry.len()
     }

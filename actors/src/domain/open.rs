@@ -3,7 +3,10 @@
 //!
 //! `put` keeps every index consistent with the headers, so callers never
 //! touch an index directly. Finished tasks are not kept. This is what an org
-//! actor holds per task, and what the memory benchmark measures.
+//! actor holds per task, and what the memory benchmark measures. It also
+//! keeps the count of tasks per open status and a version that changes with
+//! every change, so a snapshot of the counts costs nothing to take and
+//! nothing to skip when nothing changed.
 
 use std::collections::HashMap;
 
@@ -20,6 +23,32 @@ pub struct OpenTasks {
     /// Bumped whenever a header enters the pending queue, so a claim that
     /// waits knows when looking again could find something new.
     pending_version: u64,
+    counts: StatusCounts,
+    /// Changes with every `put` and `remove`.
+    version: u64,
+}
+
+/// Open tasks per status.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StatusCounts {
+    pub pending: usize,
+    pub paused: usize,
+    pub in_progress: usize,
+    pub feedback: usize,
+    pub blocked: usize,
+}
+
+impl StatusCounts {
+    fn slot(&mut self, status: TaskStatus) -> Option<&mut usize> {
+        match status {
+            TaskStatus::Pending => Some(&mut self.pending),
+            TaskStatus::Paused => Some(&mut self.paused),
+            TaskStatus::InProgress => Some(&mut self.in_progress),
+            TaskStatus::Feedback => Some(&mut self.feedback),
+            TaskStatus::Blocked => Some(&mut self.blocked),
+            TaskStatus::Canceled | TaskStatus::Completed | TaskStatus::Failed => None,
+        }
+    }
 }
 
 impl OpenTasks {
@@ -52,6 +81,25 @@ impl OpenTasks {
         !self.leases.is_empty()
     }
 
+    pub fn lease_count(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// Lease expiries, earliest first.
+    pub fn lease_expiries(&self) -> impl Iterator<Item = i64> + '_ {
+        self.leases.expiries()
+    }
+
+    /// Open tasks per status.
+    pub fn counts(&self) -> StatusCounts {
+        self.counts
+    }
+
+    /// A number that changes whenever the open tasks do.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
     pub fn next_lease_deadline(&self) -> Option<i64> {
         self.leases.next_deadline()
     }
@@ -59,6 +107,7 @@ impl OpenTasks {
     /// Tasks whose lease ran out at or before `now_ms`, in expiry order.
     /// Their headers still carry the lease; `put` the expired headers back.
     pub fn pop_expired_leases(&mut self, now_ms: i64) -> Vec<TaskId> {
+        self.version += 1;
         self.leases.pop_expired(now_ms)
     }
 
@@ -82,6 +131,7 @@ impl OpenTasks {
 
     /// Stores a task's new header; a finished task leaves. Returns the old one.
     pub fn put(&mut self, header: TaskHeader) -> Option<TaskHeader> {
+        self.version += 1;
         let old = self.remove(header.task_id);
         if !header.status.is_terminal() {
             self.index(&header);
@@ -92,11 +142,15 @@ impl OpenTasks {
 
     pub fn remove(&mut self, id: TaskId) -> Option<TaskHeader> {
         let old = self.tasks.remove(&id)?;
+        self.version += 1;
         self.unindex(&old);
         Some(old)
     }
 
     fn index(&mut self, h: &TaskHeader) {
+        if let Some(n) = self.counts.slot(h.status) {
+            *n += 1;
+        }
         if h.status == TaskStatus::Pending {
             self.pending
                 .insert((h.priority, h.created_at, h.task_id), &h.tags);
@@ -113,6 +167,9 @@ impl OpenTasks {
     }
 
     fn unindex(&mut self, h: &TaskHeader) {
+        if let Some(n) = self.counts.slot(h.status) {
+            *n -= 1;
+        }
         if h.status == TaskStatus::Pending {
             self.pending
                 .remove(&(h.priority, h.created_at, h.task_id), &h.tags);
@@ -176,6 +233,15 @@ mod tests {
         );
         assert_eq!(open.pending_len(), 1);
         assert_eq!(open.next_lease_deadline(), Some(60_010));
+        assert_eq!(
+            open.counts(),
+            StatusCounts {
+                pending: 1,
+                in_progress: 1,
+                ..StatusCounts::default()
+            }
+        );
+        assert_eq!(open.lease_expiries().collect::<Vec<_>>(), [60_010]);
         assert!(open.next_claimable(&["cpu".into()], |_| true).is_none());
     }
 
@@ -194,5 +260,12 @@ mod tests {
         assert!(open.dependents(blocker.task_id).is_empty());
         assert!(!open.contains(blocked.task_id));
         assert_eq!(open.len(), 1);
+        assert_eq!(
+            open.counts(),
+            StatusCounts {
+                in_progress: 1,
+                ..StatusCounts::default()
+            }
+        );
     }
 }

@@ -17,6 +17,7 @@ mod admin;
 mod feedback;
 mod keys;
 mod org_admin;
+mod stats;
 mod tasks;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -42,6 +43,7 @@ use crate::filter::{ContentFilter, TermFilter};
 use crate::health::StoreHealth;
 use crate::org::{parse_api_key, OrgDeps, OrgMsg, Outcome, Reply};
 use crate::reader::TaskReader;
+use crate::stats::{OrgSnapshots, Refusals};
 use crate::store::{Store, StoreError};
 use crate::supervisor::{ActorStats, Route, Routes, Supervisor, SupervisorMsg};
 use crate::writer::{Commit, Writers};
@@ -116,7 +118,9 @@ struct Inner {
     /// Read-only here: only the supervisor writes it.
     routes: Routes,
     stats: Arc<ActorStats>,
-    queue_depths: Arc<DashMap<OrgId, usize>>,
+    /// Each org's open tasks and leases, published by its actor.
+    snapshots: Arc<OrgSnapshots>,
+    refusals: Refusals,
     claim_waiters: Arc<DashMap<OrgId, usize>>,
     /// Set when the server begins to stop: claims no longer wait.
     draining: Arc<std::sync::atomic::AtomicBool>,
@@ -181,12 +185,12 @@ impl Engine {
         let directory = Arc::new(OrgDirectory::new(store.clone(), config.keyring));
         let routes: Routes = Arc::new(DashMap::new());
         let stats = Arc::new(ActorStats::default());
-        let queue_depths = Arc::new(DashMap::new());
+        let snapshots = Arc::new(OrgSnapshots::default());
         let claim_waiters = Arc::new(DashMap::new());
         let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let deps = OrgDeps {
+            snapshots: snapshots.clone(),
             draining: draining.clone(),
-            queue_depths: queue_depths.clone(),
             claim_waiters: claim_waiters.clone(),
             store: store.clone(),
             health: health.clone(),
@@ -218,7 +222,8 @@ impl Engine {
                 supervisor,
                 routes,
                 stats,
-                queue_depths,
+                snapshots,
+                refusals: Refusals::default(),
                 claim_waiters,
                 draining,
                 clock: config.clock,
@@ -255,11 +260,7 @@ impl Engine {
 
     /// Pending tasks per org, as last published by each org's actor.
     pub fn queue_depths(&self) -> Vec<(OrgId, usize)> {
-        self.inner
-            .queue_depths
-            .iter()
-            .map(|e| (*e.key(), *e.value()))
-            .collect()
+        self.inner.snapshots.queue_depths()
     }
 
     /// Claims waiting for a task (long polls), over all orgs.
@@ -498,6 +499,9 @@ impl Engine {
     ) -> Result<T, EngineError> {
         let (outcome, _in_flight) = self.ask(org, message).await?;
         self.committed(outcome.commit).await?;
+        if let Err(EngineError::Limit(_)) = &outcome.result {
+            self.inner.refusals.count(org);
+        }
         outcome.result
     }
 

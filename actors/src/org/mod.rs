@@ -33,7 +33,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dashmap::DashMap;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
 
 pub use access::{format_api_key, parse_api_key};
@@ -48,6 +47,7 @@ use crate::domain::usage::{RequestKind, Usage};
 use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
 use crate::health::StoreHealth;
+use crate::stats::OrgSnapshots;
 use crate::store::Store;
 use crate::writer::{WriteSlot, Writers};
 use work::Work;
@@ -61,10 +61,11 @@ pub struct OrgDeps {
     pub directory: Arc<OrgDirectory>,
     pub clock: Arc<dyn Clock>,
     pub idle_after: Duration,
-    /// Pending tasks per org, published for `/metrics`.
-    pub queue_depths: Arc<DashMap<OrgId, usize>>,
+    /// Each org's open tasks by status and its leases, published for the
+    /// operator (`/metrics`, `/admin/stats`).
+    pub snapshots: Arc<OrgSnapshots>,
     /// Claims waiting for a task per org, published for `/metrics`.
-    pub claim_waiters: Arc<DashMap<OrgId, usize>>,
+    pub claim_waiters: Arc<dashmap::DashMap<OrgId, usize>>,
     /// Set when the server begins to stop: claims no longer wait.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -521,11 +522,11 @@ impl OrgActor {
         let _ = reply.send(Outcome { result, commit });
     }
 
+    /// Publishes the open tasks by status and the leases (skipped when
+    /// they did not change): true while the actor is stopped, since every
+    /// change of the org passes through it.
     fn publish_depth(&self, state: &OrgState) {
-        let depth = state.open.pending_len();
-        if self.deps.queue_depths.get(&state.org).map(|d| *d) != Some(depth) {
-            self.deps.queue_depths.insert(state.org, depth);
-        }
+        self.deps.snapshots.publish(state.org, &state.open);
     }
 
     fn publish_waiters(&self, state: &mut OrgState) {

@@ -1,0 +1,239 @@
+//! What the engine counts for its operator: each org's open tasks and
+//! leases as its actor last published them, the writers' commits, and the
+//! requests refused by a limit.
+//!
+//! Each piece has one writer. An org's snapshot is written only by its
+//! actor (after every message, and skipped when its open tasks did not
+//! change), so it stays true while the actor is stopped for idleness: every
+//! change of the org passes through the actor. Writer figures are written by
+//! the writer tasks once per commit; refusals by the engine once per refused
+//! request. Readers (`Engine::operator_stats`) copy them; nothing here
+//! reads the store.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use dashmap::DashMap;
+
+use crate::domain::open::{OpenTasks, StatusCounts};
+use crate::domain::OrgId;
+
+/// How many of an org's earliest lease expiries a snapshot carries. Leases
+/// expiring within a window are counted from these, exactly up to this many.
+pub const EXPIRY_SAMPLE: usize = 64;
+
+/// One org's open tasks, as its actor last published them.
+#[derive(Debug, Clone, Default)]
+pub struct OrgSnapshot {
+    pub counts: StatusCounts,
+    pub leases: usize,
+    /// The earliest lease expiries (ms), at most `EXPIRY_SAMPLE`, earliest
+    /// first.
+    pub earliest_expiries: Vec<i64>,
+    /// `OpenTasks::version` when taken.
+    version: u64,
+}
+
+impl OrgSnapshot {
+    /// Leases expiring at or before `deadline_ms`, and whether that is exact
+    /// (false: at least that many, the sample ran out).
+    pub fn leases_expiring_by(&self, deadline_ms: i64) -> (usize, bool) {
+        let n = self
+            .earliest_expiries
+            .iter()
+            .take_while(|at| **at <= deadline_ms)
+            .count();
+        let exact = n < self.earliest_expiries.len() || self.leases == n;
+        (n, exact)
+    }
+}
+
+/// Every published org snapshot; written by the org actors.
+#[derive(Debug, Default)]
+pub struct OrgSnapshots {
+    by_org: DashMap<OrgId, OrgSnapshot>,
+}
+
+impl OrgSnapshots {
+    /// Records `open` as the org's state, unless nothing changed since the
+    /// last time. Reuses the snapshot's buffer: no allocation once it is big
+    /// enough.
+    pub fn publish(&self, org: OrgId, open: &OpenTasks) {
+        if self
+            .by_org
+            .get(&org)
+            .is_some_and(|s| s.version == open.version())
+        {
+            return;
+        }
+        let mut snapshot = self.by_org.entry(org).or_default();
+        snapshot.version = open.version();
+        snapshot.counts = open.counts();
+        snapshot.leases = open.lease_count();
+        snapshot.earliest_expiries.clear();
+        snapshot
+            .earliest_expiries
+            .extend(open.lease_expiries().take(EXPIRY_SAMPLE));
+    }
+
+    /// Pending tasks per org.
+    pub fn queue_depths(&self) -> Vec<(OrgId, usize)> {
+        self.by_org
+            .iter()
+            .map(|e| (*e.key(), e.value().counts.pending))
+            .collect()
+    }
+
+    /// A copy of every snapshot.
+    pub fn all(&self) -> Vec<(OrgId, OrgSnapshot)> {
+        self.by_org
+            .iter()
+            .map(|e| (*e.key(), e.value().clone()))
+            .collect()
+    }
+}
+
+/// How many recent commits the writer figures are taken over.
+pub const COMMIT_WINDOW: usize = 256;
+
+/// One group commit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommitSample {
+    pub batches: u32,
+    /// Write operations (rows) in those batches.
+    pub rows: u32,
+    pub micros: u64,
+}
+
+/// The writers' commits: totals, and the most recent ones.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    commits: AtomicU64,
+    batches: AtomicU64,
+    rows: AtomicU64,
+    failed: AtomicU64,
+    recent: Mutex<VecDeque<CommitSample>>,
+}
+
+impl WriterStats {
+    /// Records one transaction of `batches` batches carrying `rows` rows
+    /// that took `elapsed`, committed or not. Once per commit.
+    pub fn record(&self, batches: usize, rows: usize, elapsed: Duration, committed: bool) {
+        let sample = CommitSample {
+            batches: u32::try_from(batches).unwrap_or(u32::MAX),
+            rows: u32::try_from(rows).unwrap_or(u32::MAX),
+            micros: u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+        };
+        if committed {
+            self.commits.fetch_add(1, Ordering::Relaxed);
+            self.batches.fetch_add(batches as u64, Ordering::Relaxed);
+            self.rows.fetch_add(rows as u64, Ordering::Relaxed);
+        } else {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() == COMMIT_WINDOW {
+            recent.pop_front();
+        }
+        recent.push_back(sample);
+    }
+
+    /// Commits, batches and rows committed so far, and failed transactions.
+    pub fn totals(&self) -> (u64, u64, u64, u64) {
+        (
+            self.commits.load(Ordering::Relaxed),
+            self.batches.load(Ordering::Relaxed),
+            self.rows.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The most recent commits, oldest first.
+    pub fn recent(&self) -> Vec<CommitSample> {
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent.iter().copied().collect()
+    }
+}
+
+/// Requests refused by one of an org's limits (answered 429).
+#[derive(Debug, Default)]
+pub struct Refusals {
+    total: AtomicU64,
+    by_org: DashMap<OrgId, AtomicU64>,
+}
+
+impl Refusals {
+    pub fn count(&self, org: OrgId) {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        self.by_org
+            .entry(org)
+            .or_default()
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    pub fn of(&self, org: OrgId) -> u64 {
+        self.by_org
+            .get(&org)
+            .map_or(0, |n| n.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{lease, TaskHeader, TaskId, TaskStatus};
+
+    fn leased(now: i64, seconds: u32) -> TaskHeader {
+        TaskHeader {
+            task_id: TaskId::new_v7(),
+            status: TaskStatus::InProgress,
+            priority: 3,
+            created_at: now,
+            updated_at: now,
+            assignee: None,
+            tags: Vec::new(),
+            blocked_by: Vec::new(),
+            parent: None,
+            lease: Some(lease::grant(now, seconds)),
+        }
+    }
+
+    #[test]
+    fn snapshots_count_leases_in_a_window() {
+        let snapshots = OrgSnapshots::default();
+        let org = OrgId::new_v7();
+        let mut open = OpenTasks::default();
+        open.put(leased(0, 30));
+        open.put(leased(0, 300));
+        snapshots.publish(org, &open);
+        let (_, s) = snapshots.all().pop().unwrap();
+        assert_eq!((s.counts.in_progress, s.leases), (2, 2));
+        assert_eq!(s.leases_expiring_by(60_000), (1, true));
+        assert_eq!(s.leases_expiring_by(600_000), (2, true));
+        for _ in 0..EXPIRY_SAMPLE {
+            open.put(leased(0, 10));
+        }
+        snapshots.publish(org, &open);
+        let (_, s) = snapshots.all().pop().unwrap();
+        assert_eq!(s.leases_expiring_by(60_000), (EXPIRY_SAMPLE, false));
+        assert_eq!(snapshots.queue_depths(), [(org, 0)]);
+    }
+
+    #[test]
+    fn the_commit_window_keeps_the_latest() {
+        let stats = WriterStats::default();
+        for i in 0..(COMMIT_WINDOW + 10) {
+            stats.record(i, 2 * i, Duration::from_micros(i as u64), true);
+        }
+        let recent = stats.recent();
+        assert_eq!(recent.len(), COMMIT_WINDOW);
+        assert_eq!(recent[0].batches, 10);
+        assert_eq!(stats.totals().0, (COMMIT_WINDOW + 10) as u64);
+    }
+}

@@ -1,0 +1,140 @@
+//! The operator page: `GET /admin/ui` (the login form, or the dashboard
+//! for a signed-in operator), `POST /admin/ui/login` and `/admin/ui/logout`,
+//! and `GET /admin/stats`, the figures the page polls (operator token or
+//! page session).
+//!
+//! The engine assembles the figures (`Engine::operator_stats`); this module
+//! renders them. Only the form and the dashboard are HTML: every refusal is
+//! JSON like the rest of the API. Each HTML answer carries a
+//! Content-Security-Policy that allows its own inline style and script (by
+//! a per-response nonce), requests to this origin, and nothing else.
+
+mod page;
+mod session;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use subtle::ConstantTimeEq;
+use taskq_actors::api::OperatorStats;
+
+pub use session::Sessions;
+
+use super::error::ApiError;
+use super::extract::{query_pairs, OperatorOrSession};
+use super::AppState;
+
+/// An HTML answer with its CSP; `nonce` admits its inline style and script.
+fn html(status: StatusCode, nonce: &str, body: String) -> Response {
+    let csp = format!(
+        "default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; \
+         connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    );
+    let mut response = (status, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_str(&csp).expect("a nonce of hex digits"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    response
+}
+
+fn nonce() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// The operator token, or 404 as for every `/admin` route when none is set.
+fn operator_token(state: &AppState) -> Result<&str, ApiError> {
+    state
+        .admin_token
+        .as_deref()
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not found"))
+}
+
+/// A redirect to the page after a form was handled.
+fn back_to_page() -> Response {
+    (
+        StatusCode::SEE_OTHER,
+        [(header::LOCATION, HeaderValue::from_static("/admin/ui"))],
+    )
+        .into_response()
+}
+
+/// `GET /admin/ui`: the dashboard, or the login form (401) without a
+/// session.
+pub async fn page(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    operator_token(&state)?;
+    let nonce = nonce();
+    if !state.sessions.is_valid(&headers) {
+        return Ok(html(
+            StatusCode::UNAUTHORIZED,
+            &nonce,
+            page::login(&nonce, None),
+        ));
+    }
+    let stats = state.engine.operator_stats().await;
+    Ok(html(
+        StatusCode::OK,
+        &nonce,
+        page::dashboard(&nonce, &stats),
+    ))
+}
+
+/// `POST /admin/ui/login` (form `token=...`): the right token opens a
+/// session and goes back to the page; a wrong one shows the form again.
+pub async fn login(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let expected = operator_token(&state)?;
+    let form =
+        std::str::from_utf8(&body).map_err(|_| ApiError::bad_request("the form must be UTF-8"))?;
+    let given = query_pairs(form)?
+        .into_iter()
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v)
+        .unwrap_or_default();
+    if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
+        let nonce = nonce();
+        return Ok(html(
+            StatusCode::UNAUTHORIZED,
+            &nonce,
+            page::login(&nonce, Some("invalid operator token")),
+        ));
+    }
+    let id = state.sessions.open();
+    let mut response = back_to_page();
+    let (name, value) = session::set_cookie(&id, state.secure_cookies);
+    response.headers_mut().insert(name, value);
+    Ok(response)
+}
+
+/// `POST /admin/ui/logout`: ends the session and removes the cookie.
+pub async fn logout(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    operator_token(&state)?;
+    state.sessions.close(&headers);
+    let mut response = back_to_page();
+    let (name, value) = session::clear_cookie(state.secure_cookies);
+    response.headers_mut().insert(name, value);
+    Ok(response)
+}
+
+/// `GET /admin/stats`: the operator's figures.
+pub async fn stats(State(state): State<AppState>, _: OperatorOrSession) -> Json<OperatorStats> {
+    Json(state.engine.operator_stats().await)
+}
