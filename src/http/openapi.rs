@@ -268,6 +268,8 @@ pub fn document(routes: &[Route]) -> Value {
     let mut schemas = requests.take_definitions(true);
     let answer_schemas = answers.take_definitions(true);
     let renamed = merge_definitions(&mut schemas, answer_schemas);
+    let mut schemas = Value::Object(schemas);
+    drop_null_defaults(&mut schemas);
     let mut document = json!({
         "openapi": "3.1.0",
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
@@ -335,6 +337,37 @@ fn merge_definitions(
         schemas.insert(name, schema);
     }
     renamed
+}
+
+/// Removes `"default": null` from schemas that do not admit `null`: an
+/// optional field whose absence means "unchanged" but which refuses an
+/// explicit `null` has no default value to advertise.
+fn drop_null_defaults(value: &mut Value) {
+    match value {
+        Value::Object(object) => {
+            if object.get("default").is_some_and(Value::is_null) && !admits_null(object) {
+                object.remove("default");
+            }
+            object.values_mut().for_each(drop_null_defaults);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_null_defaults),
+        _ => {}
+    }
+}
+
+fn admits_null(schema: &Map<String, Value>) -> bool {
+    let null = json!("null");
+    match schema.get("type") {
+        Some(Value::Array(types)) if types.contains(&null) => return true,
+        Some(t) if *t == null => return true,
+        _ => {}
+    }
+    ["anyOf", "oneOf"].iter().any(|k| {
+        schema
+            .get(*k)
+            .and_then(Value::as_array)
+            .is_some_and(|options| options.iter().any(|o| o.get("type") == Some(&null)))
+    })
 }
 
 /// Points the `$ref`s of an answer schema at renamed definitions.

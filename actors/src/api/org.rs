@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::decode::{body, boolean, err, optional, optional_body, present, reject_unknown, Result};
 use super::tags::tag_names;
-use super::{Decode, MemberRequest, RequestKind, Timestamp, ValidationError};
+use super::{Decode, MemberRequest, RequestKind, Timestamp, ValidationError, TAG_NAME_PATTERN};
 use crate::domain::account::{Role, Tier};
 use crate::domain::TaskId;
 
@@ -15,13 +15,20 @@ use crate::domain::TaskId;
 /// `PATCH /members/{email}`: at least one field.
 #[derive(Debug, Clone, PartialEq, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("minProperties" = 1))]
 pub struct MemberPatch {
     #[serde(default)]
+    #[schemars(with = "Role")]
     pub role: Option<Role>,
     #[serde(default)]
+    #[schemars(
+        with = "Vec<String>",
+        inner(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN))
+    )]
     pub profile_tags: Option<Vec<String>>,
     /// Seat-billed plans (pro, enterprise) only.
     #[serde(default)]
+    #[schemars(with = "bool")]
     pub seated: Option<bool>,
 }
 
@@ -56,6 +63,7 @@ impl Decode for MemberPatch {
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MePatch {
+    #[schemars(inner(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN)))]
     pub profile_tags: Vec<String>,
 }
 

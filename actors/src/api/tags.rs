@@ -9,7 +9,7 @@ use super::decode::{
     batch, boolean, description, err, object, optional, reject_unknown, safe_name, string_list,
     Result,
 };
-use super::{Decode, MemberRequest, RequestKind, Timestamp};
+use super::{Decode, MemberRequest, RequestKind, Timestamp, TAG_NAME_PATTERN};
 use crate::domain::admin::{self, Tag};
 
 pub const MAX_TAG_NAME: usize = 64;
@@ -51,6 +51,7 @@ pub struct CreateTags {
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewTag {
+    #[schemars(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN))]
     pub name: String,
     /// Only members holding the tag may claim its work, and users cannot give it to themselves.
     #[serde(default)]
@@ -75,6 +76,7 @@ pub struct UpdateTags {
 #[serde(deny_unknown_fields)]
 pub struct TagPatch {
     /// The tag to change.
+    #[schemars(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN))]
     pub name: String,
     #[serde(default)]
     pub strict: Option<bool>,
@@ -89,7 +91,10 @@ pub struct TagPatch {
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteTags {
-    #[schemars(length(min = 1, max = 25))]
+    #[schemars(
+        length(min = 1, max = 25),
+        inner(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN))
+    )]
     pub names: Vec<String>,
 }
 
