@@ -224,7 +224,6 @@ fn error_description(status: u16) -> &'static str {
         413 => "The request body is over 2 MiB; the connection is closed",
         429 => "A rate, monthly or tier limit refused the request; per-minute limits send `Retry-After`",
         500 => "A stored value failed its integrity check (`code: ciphertext_binding_failure`)",
-        502 => "The model's answer was not a usable plan",
         503 => "Overloaded, restarting, a dependency or the store unavailable; retry after `Retry-After` seconds",
         _ => "Error",
     }
@@ -240,14 +239,14 @@ fn path_param_description(name: &str) -> &'static str {
     }
 }
 
-/// The document, built once.
-pub static DOCUMENT: LazyLock<Value> = LazyLock::new(|| document(&super::routes()));
+/// The document, built and serialized once.
+static DOCUMENT: LazyLock<String> = LazyLock::new(|| document(&super::routes()).to_string());
 
 /// `GET /openapi.json`.
 pub async fn serve() -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/json")],
-        DOCUMENT.to_string(),
+        DOCUMENT.as_str(),
     )
 }
 
