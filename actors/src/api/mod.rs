@@ -66,6 +66,9 @@ pub(crate) const NAME_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F\u202A-\u20
 pub(crate) const TAG_NAME_PATTERN: &str = r"^[^,\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*[^,\s\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069][^,\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*$";
 pub(crate) const TEAM_NAME_PATTERN: &str = r"^[^#/\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*[^#/\s\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069][^#/\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*$";
 
+/// Text that is not blank.
+pub(crate) const NON_BLANK_PATTERN: &str = r"\S";
+
 /// A free-form JSON object (metadata, output).
 pub type Object = serde_json::Map<String, Value>;
 

@@ -6,7 +6,10 @@ use serde_json::Value;
 
 use super::decode::{body, boolean, err, optional, optional_body, present, reject_unknown, Result};
 use super::tags::tag_names;
-use super::{Decode, MemberRequest, RequestKind, Timestamp, ValidationError, TAG_NAME_PATTERN};
+use super::{
+    Decode, MemberRequest, RequestKind, Timestamp, ValidationError, NON_BLANK_PATTERN,
+    TAG_NAME_PATTERN,
+};
 use crate::domain::account::{Role, Tier};
 use crate::domain::TaskId;
 
@@ -155,6 +158,7 @@ pub const MAX_FIRST_LINE_CHARS: usize = 256;
 #[serde(deny_unknown_fields)]
 pub struct SendFeedback {
     /// At most 4,096 characters; the first line at most 256.
+    #[schemars(length(min = 1, max = 4096), regex(pattern = NON_BLANK_PATTERN))]
     pub message: String,
     #[serde(rename = "type", default)]
     pub kind: FeedbackKind,

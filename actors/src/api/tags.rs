@@ -61,6 +61,7 @@ pub struct NewTag {
     pub is_default: bool,
     /// At most 200 characters; required for a strict tag.
     #[serde(default)]
+    #[schemars(length(max = 200))]
     pub description: Option<String>,
 }
 
@@ -79,11 +80,14 @@ pub struct TagPatch {
     #[schemars(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN))]
     pub name: String,
     #[serde(default)]
+    #[schemars(with = "bool")]
     pub strict: Option<bool>,
     #[serde(rename = "default", default)]
+    #[schemars(with = "bool")]
     pub is_default: Option<bool>,
     /// `null` clears it.
     #[serde(default)]
+    #[schemars(length(max = 200))]
     pub description: Option<Option<String>>,
 }
 

@@ -53,6 +53,7 @@ pub struct NewTeam {
     #[schemars(inner(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN)))]
     pub tags: Vec<String>,
     #[serde(default)]
+    #[schemars(length(max = 200))]
     pub description: Option<String>,
     /// Membership managed only by the identity provider's sync.
     #[serde(default)]
@@ -88,11 +89,17 @@ impl Decode for NewTeam {
 #[serde(deny_unknown_fields)]
 pub struct TeamPatch {
     #[serde(default)]
+    #[schemars(
+        with = "Vec<String>",
+        inner(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN))
+    )]
     pub tags: Option<Vec<String>>,
     /// `null` clears it.
     #[serde(default)]
+    #[schemars(length(max = 200))]
     pub description: Option<Option<String>>,
     #[serde(default)]
+    #[schemars(with = "bool")]
     pub idp_only: Option<bool>,
 }
 
