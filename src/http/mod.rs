@@ -27,6 +27,7 @@ use openapi::{Access, Route};
 use crate::keyfiles::KeySource;
 
 pub use error::ApiError;
+pub(crate) use openapi::drop_null_defaults;
 
 #[derive(Clone)]
 pub struct AppState {

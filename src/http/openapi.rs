@@ -341,7 +341,7 @@ fn merge_definitions(
 /// Removes `"default": null` from schemas that do not admit `null`: an
 /// optional field whose absence means "unchanged" but which refuses an
 /// explicit `null` has no default value to advertise.
-fn drop_null_defaults(value: &mut Value) {
+pub(crate) fn drop_null_defaults(value: &mut Value) {
     match value {
         Value::Object(object) => {
             if object.get("default").is_some_and(Value::is_null) && !admits_null(object) {
