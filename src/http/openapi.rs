@@ -726,6 +726,10 @@ mod tests {
         // Defaulted in a request: optional there.
         let claim = &schemas["ClaimRequest"];
         assert!(claim.get("required").is_none(), "{claim}");
+        // Optional but never null: no `null` default is advertised.
+        let role = &schemas["MemberPatch"]["properties"]["role"];
+        assert!(role.get("default").is_none(), "{role}");
+        assert_eq!(schemas["MemberPatch"]["minProperties"], 1);
         assert_eq!(document["openapi"], "3.1.0");
     }
 }
