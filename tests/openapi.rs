@@ -134,6 +134,10 @@ fn schemathesis(
         .arg(har)
         // Colour codes would only clutter the log.
         .env("NO_COLOR", "1");
+    // Schemathesis keeps a cache next to where it runs: not in the checkout.
+    if let Some(dir) = har.parent() {
+        command.current_dir(dir);
+    }
     command
 }
 
