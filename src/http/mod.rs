@@ -8,6 +8,7 @@ mod error;
 mod extract;
 mod keys;
 mod metrics;
+mod openapi;
 mod org_admin;
 mod tasks;
 mod ui;
@@ -15,14 +16,19 @@ mod ui;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use axum::routing::{delete, get, patch, post};
+#[cfg(feature = "test-hooks")]
+use axum::routing::post;
 use axum::{Json, Router};
-use serde_json::json;
+use schemars::JsonSchema;
+use serde::Serialize;
 use taskq_actors::Engine;
+
+use openapi::{Access, Route};
 
 use crate::keyfiles::KeySource;
 
 pub use error::ApiError;
+pub(crate) use openapi::drop_null_defaults;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -56,32 +62,251 @@ impl AppState {
     }
 }
 
+/// `GET /healthz`: the server is up.
+#[derive(Serialize, JsonSchema)]
+pub struct Health {
+    /// Always `ok`.
+    status: &'static str,
+}
+
+async fn health() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// Every route of the API, documented: the router serves exactly these
+/// (plus `/mcp` and the test hooks), and `/openapi.json` describes exactly
+/// these.
+pub fn routes() -> Vec<Route> {
+    use taskq_actors::api::*;
+    use Access::{Operator, Public};
+
+    vec![
+        // ---- service
+        Route::get("/healthz", health)
+            .doc("health", "service", "Whether the server is up")
+            .access(Public)
+            .answer::<Health>(200, "The server accepts requests"),
+        Route::get("/openapi.json", openapi::serve)
+            .doc("openapi", "service", "This document")
+            .access(Public)
+            .answer::<serde_json::Map<String, serde_json::Value>>(200, "The OpenAPI 3.1 document"),
+        Route::get("/metrics", metrics::render)
+            .doc("metrics", "operator", "Prometheus metrics: requests by route and status, claim latency, actors, queue depth")
+            .access(Operator)
+            .text(200, "Prometheus text format"),
+        // ---- tasks
+        Route::post("/tasks", tasks::create)
+            .doc("create_tasks", "tasks", "Create 1 to 25 tasks in one all-or-nothing call")
+            .body::<CreateTasks>()
+            .answer::<CreateAnswer>(201, "Every task was created")
+            .errors(&[409]),
+        Route::get("/tasks", tasks::list)
+            .doc("list_tasks", "tasks", "List the org's tasks, open work first, a page at a time")
+            .query::<ListTasks>()
+            .answer::<ListAnswer>(200, "A page of tasks and the cursor of the next")
+            .errors(&[500]),
+        Route::post("/tasks/update", tasks::update)
+            .doc("update_tasks", "tasks", "Change 1 to 25 tasks, each item attempted in order")
+            .body::<UpdateTasks>()
+            .answer::<UpdateAnswer>(200, "Every item applied")
+            .answer::<UpdateAnswer>(207, "Some items failed (`partial: true`); each result says why")
+            .errors(&[500]),
+        Route::post("/tasks/get", tasks::get)
+            .doc("get_tasks", "tasks", "Fetch 1 to 25 tasks by id; one id also returns its history")
+            .body::<GetTasks>()
+            .answer::<GetAnswer>(200, "The tasks found and the ids not found")
+            .errors(&[500]),
+        Route::post("/tasks/claim", tasks::claim)
+            .doc("claim_task", "tasks", "Take the next pending task under a time-limited lease")
+            .optional_body::<ClaimRequest>()
+            .answer::<Option<ClaimedTask>>(200, "The claimed task with its lease, or `null` when nothing is waiting")
+            .errors(&[500]),
+        Route::post("/tasks/search", tasks::search)
+            .doc("search_tasks", "tasks", "Recall tasks by meaning from the org's history")
+            .body::<SearchTasks>()
+            .answer::<SearchAnswer>(200, "The best matches, or `{available: false, reason}`")
+            .errors(&[500]),
+        // ---- the org's data key
+        Route::get("/org/dek", keys::org_dek)
+            .doc("get_org_dek", "keys", "A BYOK org's wrapped data key")
+            .answer::<OrgDekView>(200, "The wrapped data key")
+            .errors(&[404, 409]),
+        Route::put("/org/dek", keys::put_org_dek)
+            .doc("put_org_dek", "keys", "Enroll a BYOK org's wrapped data key, once")
+            .body::<PutOrgDek>()
+            .answer::<OrgDekCreated>(201, "The data key is enrolled")
+            .errors(&[409]),
+        // ---- org administration
+        Route::get("/quota", org_admin::quota)
+            .doc("get_quota", "org", "This month's task quota")
+            .answer::<QuotaView>(200, "Limit, used, remaining and when it resets"),
+        Route::post("/feedback", org_admin::send_feedback)
+            .doc("send_feedback", "org", "Send product feedback to the service's operators")
+            .body::<SendFeedback>()
+            .answer::<FeedbackFiled>(201, "The feedback was filed as a task"),
+        Route::get("/tags", org_admin::list_tags)
+            .doc("list_tags", "tags", "The org's tag vocabulary")
+            .answer::<Vec<TagView>>(200, "Every tag"),
+        Route::post("/tags", org_admin::create_tags)
+            .doc("create_tags", "tags", "Add tags to the vocabulary")
+            .body::<CreateTags>()
+            .answer::<TagsCreated>(201, "The tags were added")
+            .errors(&[409]),
+        Route::post("/tags/update", org_admin::update_tags)
+            .doc("update_tags", "tags", "Change tags of the vocabulary")
+            .body::<UpdateTags>()
+            .answer::<TagsUpdated>(200, "The tags were changed")
+            .errors(&[404, 409]),
+        Route::post("/tags/delete", org_admin::delete_tags)
+            .doc("delete_tags", "tags", "Remove tags from the vocabulary")
+            .body::<DeleteTags>()
+            .answer::<TagsDeleted>(200, "The tags were removed")
+            .errors(&[404, 409]),
+        Route::get("/members", org_admin::list_members)
+            .doc("list_members", "members", "The org's members")
+            .answer::<Vec<MemberView>>(200, "Every member"),
+        Route::patch("/members/{email}", org_admin::patch_member)
+            .doc("update_member", "members", "Change a member's role, profile tags or seat")
+            .body::<MemberPatch>()
+            .answer::<MemberView>(200, "The member")
+            .errors(&[409]),
+        Route::get("/me", org_admin::me)
+            .doc("get_me", "members", "Who the key belongs to")
+            .answer::<MeView>(200, "The caller's member"),
+        Route::patch("/me", org_admin::patch_me)
+            .doc("update_me", "members", "Set your own profile tags")
+            .body::<MePatch>()
+            .answer::<MemberView>(200, "The caller's member"),
+        Route::get("/teams", org_admin::list_teams)
+            .doc("list_teams", "teams", "The org's teams")
+            .answer::<Vec<TeamView>>(200, "Every team"),
+        Route::post("/teams", org_admin::create_team)
+            .doc("create_team", "teams", "Create a team whose tags its members inherit")
+            .body::<NewTeam>()
+            .answer::<TeamView>(201, "The team")
+            .errors(&[409]),
+        Route::get("/teams/{name}", org_admin::get_team)
+            .doc("get_team", "teams", "One team with its members")
+            .answer::<TeamDetail>(200, "The team"),
+        Route::patch("/teams/{name}", org_admin::patch_team)
+            .doc("update_team", "teams", "Change a team's tags, description or idp_only flag")
+            .body::<TeamPatch>()
+            .answer::<TeamView>(200, "The team")
+            .errors(&[409]),
+        Route::delete("/teams/{name}", org_admin::delete_team)
+            .doc("delete_team", "teams", "Delete a team and its memberships")
+            .empty(204, "The team is gone"),
+        Route::post("/teams/{name}/members", org_admin::add_team_member)
+            .doc("add_team_member", "teams", "Add a member to a team by hand")
+            .body::<AddTeamMember>()
+            .answer::<TeamMemberView>(201, "The membership")
+            .errors(&[409]),
+        Route::delete("/teams/{name}/members/{email}", org_admin::remove_team_member)
+            .doc("remove_team_member", "teams", "Remove a member's manual membership of a team")
+            .empty(204, "The membership is gone")
+            .errors(&[409]),
+        // ---- a member's keys
+        Route::post("/keys", keys::create)
+            .doc("create_key", "keys", "Create a key for the caller's member; the secret is shown once")
+            .body::<CreateKey>()
+            .answer::<KeyCreated>(201, "The key and its secret")
+            .errors(&[409]),
+        Route::get("/keys", keys::list)
+            .doc("list_keys", "keys", "The caller's member's keys")
+            .answer::<KeyList>(200, "Every key, active or not"),
+        Route::delete("/keys/{key_id}", keys::revoke)
+            .doc("revoke_key", "keys", "Revoke a key; it stops working at once")
+            .empty(204, "The key is revoked"),
+        // ---- operator
+        Route::post("/admin/orgs", admin::create_org)
+            .doc("create_org", "operator", "Create an org with its owner and the owner's first key")
+            .access(Operator)
+            .body::<CreateOrg>()
+            .answer::<CreatedOrg>(201, "The org and its owner's key")
+            .errors(&[403, 409]),
+        Route::get("/admin/orgs/{org_id}", admin::get_org)
+            .doc("get_org", "operator", "An org with its effective limits")
+            .access(Operator)
+            .answer::<OrgView>(200, "The org"),
+        Route::patch("/admin/orgs/{org_id}", admin::patch_org)
+            .doc("patch_org", "operator", "Change an org's tier, seats, suspension or limits")
+            .access(Operator)
+            .body::<PatchOrg>()
+            .answer::<OrgView>(200, "The org")
+            .errors(&[409]),
+        Route::post("/admin/orgs/{org_id}/members", admin::add_member)
+            .doc("add_member", "operator", "Add an active member and issue its first key")
+            .access(Operator)
+            .body::<AddMember>()
+            .answer::<AddedMember>(201, "The member and its key")
+            .errors(&[403, 409, 429]),
+        Route::post("/admin/orgs/{org_id}/members/{email}/keys", admin::reset_key)
+            .doc("reset_key", "operator", "Issue a member a new key (the key reset)")
+            .access(Operator)
+            .optional_body::<ResetKey>()
+            .answer::<IssuedKey>(201, "The new key")
+            .errors(&[403, 409]),
+        Route::post("/admin/members/unblock", admin::unblock_member)
+            .doc("unblock_member", "operator", "Lift a member's strike block")
+            .access(Operator)
+            .body::<UnblockMember>()
+            .answer::<Unblocked>(200, "The block is lifted"),
+        Route::get("/admin/feedback", admin::feedback_org)
+            .doc("feedback_org", "operator", "The org that receives feedback")
+            .access(Operator)
+            .answer::<FeedbackOrg>(200, "The feedback org's id"),
+        Route::post("/admin/orgs/{org_id}/idp", admin::set_idp)
+            .doc("set_idp", "operator", "Turn the identity-provider enrollment on or off")
+            .access(Operator)
+            .body::<IdpEnrollment>()
+            .answer::<IdpEnrollment>(200, "The enrollment"),
+        Route::post("/admin/orgs/{org_id}/idp/sync", admin::idp_sync)
+            .doc("idp_sync", "operator", "The identity provider's view of team membership")
+            .access(Operator)
+            .body::<IdpSync>()
+            .answer::<IdpSyncAnswer>(200, "Memberships added and removed")
+            .errors(&[403, 409]),
+        Route::post("/admin/master-key/rotate", admin::rotate_master_key)
+            .doc("rotate_master_key", "operator", "Make a new master key current and re-wrap every data key")
+            .access(Operator)
+            .body::<RotateMasterKey>()
+            .answer::<MasterKeyRotated>(200, "Every data key is wrapped by the new key")
+            .errors(&[409]),
+        Route::get("/admin/stats", ui::stats)
+            .doc("operator_stats", "operator", "What the operator page shows: orgs' open tasks and leases, actors, group commits, limit refusals")
+            .access(Access::OperatorOrSession)
+            .answer::<OperatorStats>(200, "The figures, from memory"),
+        // ---- the operator page (HTML)
+        Route::get("/admin/ui", ui::page)
+            .doc("operator_page", "operator", "The operator page; without a session, its sign-in form")
+            .access(Public)
+            .html(200, "The page, for a signed-in operator")
+            .html(401, "The sign-in form")
+            .errors(&[404]),
+        Route::post("/admin/ui/login", ui::login)
+            .doc("operator_login", "operator", "Sign in to the operator page with the operator token")
+            .access(Public)
+            .form::<ui::LoginForm>()
+            .empty(303, "Signed in: the session cookie is set and the page follows")
+            .html(401, "A wrong token: the form again, no cookie")
+            .errors(&[404]),
+        Route::post("/admin/ui/logout", ui::logout)
+            .doc("operator_logout", "operator", "End the operator page's session")
+            .access(Public)
+            .empty(303, "Signed out: the cookie is cleared and the form follows")
+            .errors(&[404]),
+    ]
+}
+
 pub fn router(state: AppState) -> Router {
-    let admin = Router::new()
-        .route("/orgs", post(admin::create_org))
-        .route(
-            "/orgs/{org_id}",
-            get(admin::get_org).patch(admin::patch_org),
-        )
-        .route("/orgs/{org_id}/members", post(admin::add_member))
-        .route(
-            "/orgs/{org_id}/members/{email}/keys",
-            post(admin::reset_key),
-        )
-        .route("/members/unblock", post(admin::unblock_member))
-        .route("/feedback", get(admin::feedback_org))
-        .route("/orgs/{org_id}/idp", post(admin::set_idp))
-        .route("/orgs/{org_id}/idp/sync", post(admin::idp_sync))
-        .route("/master-key/rotate", post(admin::rotate_master_key))
-        .route("/stats", get(ui::stats))
-        .route("/ui", get(ui::page))
-        .route("/ui/login", post(ui::login))
-        .route("/ui/logout", post(ui::logout));
+    let api = routes()
+        .into_iter()
+        .fold(Router::new(), |router, route| route.register(router));
     #[cfg(feature = "test-hooks")]
-    let admin = admin
-        .route("/orgs/{org_id}/crash", post(admin::crash))
-        .route("/test/clock", post(admin::advance_clock))
-        .route("/test/store", post(admin::store_outage));
+    let api = api
+        .route("/admin/orgs/{org_id}/crash", post(admin::crash))
+        .route("/admin/test/clock", post(admin::advance_clock))
+        .route("/admin/test/store", post(admin::store_outage));
 
     // MCP's transport is a service of its own, behind the same key check.
     let mcp = Router::new()
@@ -93,46 +318,7 @@ pub fn router(state: AppState) -> Router {
 
     Router::new()
         .merge(mcp)
-        .route(
-            "/healthz",
-            get(|| async { Json(json!({ "status": "ok" })) }),
-        )
-        .route("/tasks", post(tasks::create).get(tasks::list))
-        .route("/tasks/update", post(tasks::update))
-        .route("/tasks/get", post(tasks::get))
-        .route("/tasks/claim", post(tasks::claim))
-        .route("/tasks/search", post(tasks::search))
-        .route("/org/dek", get(keys::org_dek).put(keys::put_org_dek))
-        .route("/quota", get(org_admin::quota))
-        .route("/feedback", post(org_admin::send_feedback))
-        .route(
-            "/tags",
-            get(org_admin::list_tags).post(org_admin::create_tags),
-        )
-        .route("/tags/update", post(org_admin::update_tags))
-        .route("/tags/delete", post(org_admin::delete_tags))
-        .route("/members", get(org_admin::list_members))
-        .route("/members/{email}", patch(org_admin::patch_member))
-        .route("/me", get(org_admin::me).patch(org_admin::patch_me))
-        .route(
-            "/teams",
-            get(org_admin::list_teams).post(org_admin::create_team),
-        )
-        .route(
-            "/teams/{name}",
-            get(org_admin::get_team)
-                .patch(org_admin::patch_team)
-                .delete(org_admin::delete_team),
-        )
-        .route("/teams/{name}/members", post(org_admin::add_team_member))
-        .route(
-            "/teams/{name}/members/{email}",
-            delete(org_admin::remove_team_member),
-        )
-        .route("/keys", post(keys::create).get(keys::list))
-        .route("/keys/{key_id}", delete(keys::revoke))
-        .route("/metrics", get(metrics::render))
-        .nest("/admin", admin)
+        .merge(api)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not found") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")

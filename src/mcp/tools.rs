@@ -64,7 +64,11 @@ struct TeamMember {
 }
 
 fn schema<T: JsonSchema>() -> Arc<JsonObject> {
-    match serde_json::to_value(schemars::schema_for!(T)) {
+    let mut schema = serde_json::to_value(schemars::schema_for!(T));
+    if let Ok(schema) = &mut schema {
+        crate::http::drop_null_defaults(schema);
+    }
+    match schema {
         Ok(Value::Object(mut schema)) => {
             // Clients read the properties; the generator's bookkeeping stays out.
             schema.remove("$schema");

@@ -26,9 +26,18 @@ fn default_max_attempts() -> u8 {
 /// `POST /tasks`: 1 to 25 tasks, created together or not at all.
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(example = create_example())]
 pub struct CreateTasks {
     #[schemars(length(min = 1, max = 25))]
     pub tasks: Vec<NewTask>,
+}
+
+/// Two tasks, the second waiting on the first.
+fn create_example() -> Value {
+    serde_json::json!({ "tasks": [
+        { "ref": "report", "title": "Write the report", "priority": 2 },
+        { "title": "Review the report", "blocked_by": ["ref:report"] },
+    ]})
 }
 
 /// A create item's blocker: an existing task, or `ref:<name>` naming another
@@ -51,6 +60,7 @@ impl JsonSchema for BlockerRef {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "type": "string",
+            "pattern": "^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|ref:.+)$",
             "description": "a task UUID, or `ref:<name>` naming another item of the same call"
         })
     }

@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::decode::{body, name, reject_unknown, required, Result};
-use super::{Decode, MemberRequest, RequestKind, Timestamp};
+use super::{Decode, MemberRequest, RequestKind, Timestamp, NAME_PATTERN};
 use crate::domain::KeyId;
 
 /// `POST /keys`: a new key for the caller's own member; its secret is shown once.
@@ -13,6 +13,7 @@ use crate::domain::KeyId;
 #[serde(deny_unknown_fields)]
 pub struct CreateKey {
     /// The key's name; tasks it claims are assigned to this name.
+    #[schemars(length(min = 1, max = 200), regex(pattern = NAME_PATTERN))]
     pub name: String,
 }
 

@@ -61,6 +61,16 @@ pub trait MemberRequest: Decode {
     const PAID_FEATURE: Option<&'static str> = None;
 }
 
+/// JSON Schema patterns of the names decoders accept: not blank, no control
+/// character or bidirectional override (see `decode::safe_name`), and for
+/// tags no comma, for teams no `#` or `/`.
+pub(crate) const NAME_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*[^\s\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069][^\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*$";
+pub(crate) const TAG_NAME_PATTERN: &str = r"^[^,\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*[^,\s\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069][^,\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*$";
+pub(crate) const TEAM_NAME_PATTERN: &str = r"^[^#/\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*[^#/\s\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069][^#/\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*$";
+
+/// Text that is not blank.
+pub(crate) const NON_BLANK_PATTERN: &str = r"\S";
+
 /// A free-form JSON object (metadata, output).
 pub type Object = serde_json::Map<String, Value>;
 

@@ -12,7 +12,7 @@ use super::decode::{
     Result,
 };
 use super::teams::{email_set, team_name};
-use super::{Decode, Timestamp, ValidationError};
+use super::{Decode, Timestamp, ValidationError, NAME_PATTERN};
 use crate::domain::account::{Encryption, LimitKey, LimitOverrides, Limits, OrgRecord, Role, Tier};
 use crate::domain::OrgId;
 
@@ -33,11 +33,13 @@ fn seats(v: &Value) -> Result<i64> {
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateOrg {
+    #[schemars(length(min = 1, max = 200), regex(pattern = NAME_PATTERN))]
     pub name: String,
     #[serde(default = "default_tier")]
     pub tier: Tier,
     #[serde(default = "default_encryption")]
     pub encryption: Encryption,
+    #[schemars(email)]
     pub owner_email: String,
     /// Seats billed on pro and enterprise (default 5).
     #[serde(default = "default_seats")]
@@ -92,15 +94,18 @@ impl Decode for CreateOrg {
 #[serde(deny_unknown_fields)]
 pub struct PatchOrg {
     #[serde(default)]
+    #[schemars(with = "Tier")]
     pub tier: Option<Tier>,
     #[serde(default)]
-    #[schemars(range(min = 1, max = 1_000_000))]
+    #[schemars(with = "i64", range(min = 1, max = 1_000_000))]
     pub seats: Option<i64>,
     #[serde(default)]
+    #[schemars(with = "bool")]
     pub suspended: Option<bool>,
     /// Overrides of the tier's numbers: an integer, or `null` for unlimited;
     /// omitted keys keep their current value.
     #[serde(default)]
+    #[schemars(with = "LimitOverrides")]
     pub limits: Option<LimitOverrides>,
 }
 
@@ -191,11 +196,13 @@ pub struct OwnerKey {
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddMember {
+    #[schemars(email)]
     pub email: String,
     #[serde(default = "default_role")]
     pub role: Role,
     /// Default: the email.
     #[serde(default)]
+    #[schemars(length(min = 1, max = 200), regex(pattern = NAME_PATTERN))]
     pub key_name: Option<String>,
 }
 
@@ -241,6 +248,7 @@ pub struct AddedMember {
 pub struct ResetKey {
     /// Default: the member's email.
     #[serde(default)]
+    #[schemars(length(min = 1, max = 200), regex(pattern = NAME_PATTERN))]
     pub key_name: Option<String>,
 }
 
@@ -317,6 +325,7 @@ pub struct IdpSyncAnswer {
 #[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UnblockMember {
+    #[schemars(email)]
     pub email: String,
 }
 

@@ -6,7 +6,10 @@ use serde_json::Value;
 
 use super::decode::{body, boolean, err, optional, optional_body, present, reject_unknown, Result};
 use super::tags::tag_names;
-use super::{Decode, MemberRequest, RequestKind, Timestamp, ValidationError};
+use super::{
+    Decode, MemberRequest, RequestKind, Timestamp, ValidationError, NON_BLANK_PATTERN,
+    TAG_NAME_PATTERN,
+};
 use crate::domain::account::{Role, Tier};
 use crate::domain::TaskId;
 
@@ -15,13 +18,20 @@ use crate::domain::TaskId;
 /// `PATCH /members/{email}`: at least one field.
 #[derive(Debug, Clone, PartialEq, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("minProperties" = 1))]
 pub struct MemberPatch {
     #[serde(default)]
+    #[schemars(with = "Role")]
     pub role: Option<Role>,
     #[serde(default)]
+    #[schemars(
+        with = "Vec<String>",
+        inner(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN))
+    )]
     pub profile_tags: Option<Vec<String>>,
     /// Seat-billed plans (pro, enterprise) only.
     #[serde(default)]
+    #[schemars(with = "bool")]
     pub seated: Option<bool>,
 }
 
@@ -56,6 +66,7 @@ impl Decode for MemberPatch {
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MePatch {
+    #[schemars(inner(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN)))]
     pub profile_tags: Vec<String>,
 }
 
@@ -147,6 +158,7 @@ pub const MAX_FIRST_LINE_CHARS: usize = 256;
 #[serde(deny_unknown_fields)]
 pub struct SendFeedback {
     /// At most 4,096 characters; the first line at most 256.
+    #[schemars(length(min = 1, max = 4096), regex(pattern = NON_BLANK_PATTERN))]
     pub message: String,
     #[serde(rename = "type", default)]
     pub kind: FeedbackKind,

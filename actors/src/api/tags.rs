@@ -9,7 +9,7 @@ use super::decode::{
     batch, boolean, description, err, object, optional, reject_unknown, safe_name, string_list,
     Result,
 };
-use super::{Decode, MemberRequest, RequestKind, Timestamp};
+use super::{Decode, MemberRequest, RequestKind, Timestamp, TAG_NAME_PATTERN};
 use crate::domain::admin::{self, Tag};
 
 pub const MAX_TAG_NAME: usize = 64;
@@ -51,6 +51,7 @@ pub struct CreateTags {
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewTag {
+    #[schemars(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN))]
     pub name: String,
     /// Only members holding the tag may claim its work, and users cannot give it to themselves.
     #[serde(default)]
@@ -60,6 +61,7 @@ pub struct NewTag {
     pub is_default: bool,
     /// At most 200 characters; required for a strict tag.
     #[serde(default)]
+    #[schemars(length(max = 200))]
     pub description: Option<String>,
 }
 
@@ -75,13 +77,17 @@ pub struct UpdateTags {
 #[serde(deny_unknown_fields)]
 pub struct TagPatch {
     /// The tag to change.
+    #[schemars(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN))]
     pub name: String,
     #[serde(default)]
+    #[schemars(with = "bool")]
     pub strict: Option<bool>,
     #[serde(rename = "default", default)]
+    #[schemars(with = "bool")]
     pub is_default: Option<bool>,
     /// `null` clears it.
     #[serde(default)]
+    #[schemars(length(max = 200))]
     pub description: Option<Option<String>>,
 }
 
@@ -89,7 +95,10 @@ pub struct TagPatch {
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteTags {
-    #[schemars(length(min = 1, max = 25))]
+    #[schemars(
+        length(min = 1, max = 25),
+        inner(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN))
+    )]
     pub names: Vec<String>,
 }
 

@@ -23,6 +23,9 @@ pub const MAX_WAIT_SECONDS: u32 = 30;
 pub const DEFAULT_LIST_LIMIT: u32 = 50;
 pub const MAX_LIST_LIMIT: u32 = 200;
 
+/// A comma-separated list of statuses, as the list query takes it.
+const STATUS_LIST_PATTERN: &str = "^(pending|in_progress|paused|feedback|blocked|completed|failed|canceled)(,(pending|in_progress|paused|feedback|blocked|completed|failed|canceled))*$";
+
 fn default_list_limit() -> u32 {
     DEFAULT_LIST_LIMIT
 }
@@ -289,7 +292,7 @@ impl Decode for GetTasks {
 pub struct ListTasks {
     /// Statuses to keep, comma-separated.
     #[serde(rename = "status", default)]
-    #[schemars(with = "Option<String>")]
+    #[schemars(with = "Option<String>", regex(pattern = STATUS_LIST_PATTERN))]
     pub statuses: Vec<TaskStatus>,
     #[serde(rename = "parent_task_id", default)]
     pub parent: Option<TaskId>,
@@ -556,6 +559,20 @@ mod tests {
                 .unwrap()
                 .include_context
         );
+    }
+
+    #[test]
+    fn the_status_list_pattern_names_every_status() {
+        for status in TaskStatus::ALL {
+            let name = status.to_string();
+            assert_eq!(
+                STATUS_LIST_PATTERN.matches(&format!("({name}|")).count()
+                    + STATUS_LIST_PATTERN.matches(&format!("|{name}|")).count()
+                    + STATUS_LIST_PATTERN.matches(&format!("|{name})")).count(),
+                2,
+                "{name} in {STATUS_LIST_PATTERN}"
+            );
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::decode::{
     body, boolean, description, email, err, optional, present, reject_unknown, safe_name, Result,
 };
 use super::tags::tag_names;
-use super::{Decode, MemberRequest, RequestKind, Timestamp};
+use super::{Decode, MemberRequest, RequestKind, Timestamp, TAG_NAME_PATTERN, TEAM_NAME_PATTERN};
 use crate::domain::admin::{Membership, Team};
 
 pub const MAX_TEAM_NAME: usize = 32;
@@ -46,11 +46,14 @@ pub fn team_name(v: &Value, field: &str) -> Result<String> {
 #[serde(deny_unknown_fields)]
 pub struct NewTeam {
     /// At most 32 characters, stored lowercased; no `#` or `/`.
+    #[schemars(length(min = 1, max = 32), regex(pattern = TEAM_NAME_PATTERN))]
     pub name: String,
     /// Tags from the org's vocabulary that members of the team inherit.
     #[serde(default)]
+    #[schemars(inner(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN)))]
     pub tags: Vec<String>,
     #[serde(default)]
+    #[schemars(length(max = 200))]
     pub description: Option<String>,
     /// Membership managed only by the identity provider's sync.
     #[serde(default)]
@@ -86,11 +89,17 @@ impl Decode for NewTeam {
 #[serde(deny_unknown_fields)]
 pub struct TeamPatch {
     #[serde(default)]
+    #[schemars(
+        with = "Vec<String>",
+        inner(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN))
+    )]
     pub tags: Option<Vec<String>>,
     /// `null` clears it.
     #[serde(default)]
+    #[schemars(length(max = 200))]
     pub description: Option<Option<String>>,
     #[serde(default)]
+    #[schemars(with = "bool")]
     pub idp_only: Option<bool>,
 }
 
@@ -115,6 +124,7 @@ impl Decode for TeamPatch {
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddTeamMember {
+    #[schemars(email)]
     pub email: String,
 }
 

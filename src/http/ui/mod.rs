@@ -95,6 +95,14 @@ pub async fn page(State(state): State<AppState>, headers: HeaderMap) -> Result<R
     ))
 }
 
+/// The sign-in form's fields.
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)] // only its schema is used; the form is read by `login`
+pub struct LoginForm {
+    /// The operator token.
+    token: String,
+}
+
 /// `POST /admin/ui/login` (form `token=...`): the right token opens a
 /// session and goes back to the page; a wrong one shows the form again.
 pub async fn login(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {

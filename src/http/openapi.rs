@@ -1,0 +1,785 @@
+//! The OpenAPI 3.1 document, built once from the router's own route table.
+//!
+//! Each [`Route`] pairs a handler with what the document says of it: its
+//! operation id, summary and tag, who may call it, the request type it
+//! decodes (a JSON body or the query string) and the answer type of each
+//! status. The router registers exactly the routes of that table, so a
+//! route cannot be served without being documented, nor documented without
+//! being served. Schemas come from the `api` types through schemars (JSON
+//! Schema 2020-12, the dialect of OpenAPI 3.1): requests as they are read,
+//! answers as they are written; their definitions go to
+//! `components/schemas`. Nothing here is a hand-written schema of a type.
+
+use std::collections::BTreeSet;
+use std::sync::LazyLock;
+
+use axum::handler::Handler;
+use axum::http::{header, Method};
+use axum::response::IntoResponse;
+use axum::routing::{on, MethodFilter, MethodRouter};
+use schemars::generate::SchemaSettings;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde_json::{json, Map, Value};
+use taskq_actors::ErrorBody;
+
+use super::AppState;
+
+/// The schema of a type, from a generator (a `$ref` when it is named).
+type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
+
+fn subschema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.subschema_for::<T>()
+}
+
+/// The object schema of a type itself, properties inline (for a query).
+fn object_schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    T::json_schema(generator)
+}
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone.
+    Public,
+    /// A member's key in `X-Api-Key`.
+    Member,
+    /// The operator token as `Authorization: Bearer`.
+    Operator,
+    /// The operator token, or the operator page's session cookie.
+    OperatorOrSession,
+}
+
+/// What a route answers with a given status.
+enum Answer {
+    Json(SchemaFn),
+    Text,
+    Html,
+    Empty,
+}
+
+/// The request a route decodes, besides its path parameters.
+enum Input {
+    None,
+    /// A JSON body; `false` when an absent body reads as `{}`.
+    Body(SchemaFn, bool),
+    /// An HTML form (`application/x-www-form-urlencoded`).
+    Form(SchemaFn),
+    Query(SchemaFn),
+}
+
+/// One operation: a method and path, its handler, and its documentation.
+pub struct Route {
+    pub method: Method,
+    /// The path template; axum and OpenAPI both write parameters `{name}`.
+    pub path: &'static str,
+    handler: MethodRouter<AppState>,
+    id: &'static str,
+    summary: &'static str,
+    tag: &'static str,
+    access: Access,
+    input: Input,
+    answers: Vec<(u16, &'static str, Answer)>,
+    errors: Vec<u16>,
+}
+
+impl Route {
+    fn new<H, T>(method: Method, filter: MethodFilter, path: &'static str, handler: H) -> Self
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        Self {
+            method,
+            path,
+            handler: on(filter, handler),
+            id: "",
+            summary: "",
+            tag: "",
+            access: Access::Member,
+            input: Input::None,
+            answers: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    pub fn get<H: Handler<T, AppState>, T: 'static>(path: &'static str, handler: H) -> Self {
+        Self::new(Method::GET, MethodFilter::GET, path, handler)
+    }
+
+    pub fn post<H: Handler<T, AppState>, T: 'static>(path: &'static str, handler: H) -> Self {
+        Self::new(Method::POST, MethodFilter::POST, path, handler)
+    }
+
+    pub fn put<H: Handler<T, AppState>, T: 'static>(path: &'static str, handler: H) -> Self {
+        Self::new(Method::PUT, MethodFilter::PUT, path, handler)
+    }
+
+    pub fn patch<H: Handler<T, AppState>, T: 'static>(path: &'static str, handler: H) -> Self {
+        Self::new(Method::PATCH, MethodFilter::PATCH, path, handler)
+    }
+
+    pub fn delete<H: Handler<T, AppState>, T: 'static>(path: &'static str, handler: H) -> Self {
+        Self::new(Method::DELETE, MethodFilter::DELETE, path, handler)
+    }
+
+    /// The operation id (the MCP tool's name where there is one), its tag
+    /// and a one-line summary.
+    pub fn doc(mut self, id: &'static str, tag: &'static str, summary: &'static str) -> Self {
+        (self.id, self.tag, self.summary) = (id, tag, summary);
+        self
+    }
+
+    pub fn access(mut self, access: Access) -> Self {
+        self.access = access;
+        self
+    }
+
+    /// The JSON body, decoded into `T`.
+    pub fn body<T: JsonSchema>(mut self) -> Self {
+        self.input = Input::Body(subschema::<T>, true);
+        self
+    }
+
+    /// A JSON body decoded into `T` that may be left out (read as `{}`).
+    pub fn optional_body<T: JsonSchema>(mut self) -> Self {
+        self.input = Input::Body(subschema::<T>, false);
+        self
+    }
+
+    /// A form body (`application/x-www-form-urlencoded`) with the fields of `T`.
+    pub fn form<T: JsonSchema>(mut self) -> Self {
+        self.input = Input::Form(subschema::<T>);
+        self
+    }
+
+    /// The query string, decoded into `T`: one parameter per field.
+    pub fn query<T: JsonSchema>(mut self) -> Self {
+        self.input = Input::Query(object_schema::<T>);
+        self
+    }
+
+    /// A JSON answer of type `T` with `status`.
+    pub fn answer<T: JsonSchema>(mut self, status: u16, description: &'static str) -> Self {
+        self.answers
+            .push((status, description, Answer::Json(subschema::<T>)));
+        self
+    }
+
+    /// An answer without a body.
+    pub fn empty(mut self, status: u16, description: &'static str) -> Self {
+        self.answers.push((status, description, Answer::Empty));
+        self
+    }
+
+    /// A plain-text answer.
+    pub fn text(mut self, status: u16, description: &'static str) -> Self {
+        self.answers.push((status, description, Answer::Text));
+        self
+    }
+
+    /// An HTML page.
+    pub fn html(mut self, status: u16, description: &'static str) -> Self {
+        self.answers.push((status, description, Answer::Html));
+        self
+    }
+
+    /// Error statuses of this route beyond those every route of its kind
+    /// can give (see [`Route::error_statuses`]).
+    pub fn errors(mut self, statuses: &[u16]) -> Self {
+        self.errors.extend_from_slice(statuses);
+        self
+    }
+
+    /// Adds the route to a router.
+    pub fn register(self, router: axum::Router<AppState>) -> axum::Router<AppState> {
+        router.route(self.path, self.handler)
+    }
+
+    fn path_params(&self) -> impl Iterator<Item = &'static str> {
+        self.path
+            .split('/')
+            .filter_map(|s| s.strip_prefix('{')?.strip_suffix('}'))
+    }
+
+    /// Every error status the route can answer: those of its access (a bad
+    /// key, a suspended org, a limit, an overload or outage), of its input
+    /// (a malformed body, query or path; a body too large), and its own.
+    fn error_statuses(&self) -> BTreeSet<u16> {
+        let mut statuses: BTreeSet<u16> = self.errors.iter().copied().collect();
+        match self.access {
+            Access::Public => {}
+            Access::Member => statuses.extend([401, 403, 429, 503]),
+            // The operator routes are all 404 when no token is configured.
+            Access::Operator | Access::OperatorOrSession => statuses.extend([401, 404, 503]),
+        }
+        let has_path = self.path_params().next().is_some();
+        match self.input {
+            Input::Body(..) | Input::Form(_) => statuses.extend([400, 413]),
+            Input::Query(_) => {
+                statuses.insert(400);
+            }
+            Input::None if has_path => {
+                statuses.insert(400);
+            }
+            Input::None => {}
+        }
+        if has_path {
+            statuses.insert(404);
+        }
+        statuses
+    }
+}
+
+/// What each error status means, for the document.
+fn error_description(status: u16) -> &'static str {
+    match status {
+        400 => "Malformed JSON, a body or query of the wrong shape, or a bad path parameter; `error` names the field",
+        401 => "Missing, unknown or revoked key (or operator token)",
+        403 => "Not allowed: the caller's role, a suspended org, a blocked member, or a feature outside the plan (`upgrade: true`)",
+        404 => "No such resource (or, for operator routes, no operator token configured)",
+        409 => "Conflicts with the current state (an existing name or id, a rule of the org's state)",
+        413 => "The request body is over 2 MiB; the connection is closed",
+        429 => "A rate, monthly or tier limit refused the request; per-minute limits send `Retry-After`",
+        500 => "A stored value failed its integrity check (`code: ciphertext_binding_failure`)",
+        503 => "Overloaded, restarting, a dependency or the store unavailable; retry after `Retry-After` seconds",
+        _ => "Error",
+    }
+}
+
+fn path_param_description(name: &str) -> &'static str {
+    match name {
+        "org_id" => "The org's id (a UUID)",
+        "email" => "A member's email",
+        "name" => "A team's name",
+        "key_id" => "The key's id",
+        _ => "A path parameter",
+    }
+}
+
+/// The document, built and serialized once.
+static DOCUMENT: LazyLock<String> = LazyLock::new(|| document(&super::routes()).to_string());
+
+/// `GET /openapi.json`.
+pub async fn serve() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        DOCUMENT.as_str(),
+    )
+}
+
+/// Builds the OpenAPI document of `routes`.
+pub fn document(routes: &[Route]) -> Value {
+    // Requests are described as they are read, answers as they are
+    // written (a field left out when empty is not required in an answer).
+    let mut requests = generator(SchemaSettings::draft2020_12().for_deserialize());
+    let mut answers = generator(SchemaSettings::draft2020_12().for_serialize());
+    let mut paths = Map::new();
+    for route in routes {
+        let operation = operation(route, &mut requests, &mut answers);
+        let item = paths
+            .entry(route.path)
+            .or_insert_with(|| Value::Object(Map::new()));
+        item[route.method.as_str().to_lowercase()] = operation;
+    }
+    let mut schemas = requests.take_definitions(true);
+    let answer_schemas = answers.take_definitions(true);
+    let renamed = merge_definitions(&mut schemas, answer_schemas);
+    let mut schemas = Value::Object(schemas);
+    drop_null_defaults(&mut schemas);
+    let mut document = json!({
+        "openapi": "3.1.0",
+        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+        "info": {
+            "title": "taskq",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "A task-queue service for fleets of AI agents and the people who work beside them. Members authenticate with `X-Api-Key`; the operator API (`/admin/*`, `/metrics`) with `Authorization: Bearer <operator token>`. Every error is JSON with an `error` string (`ErrorBody`). `POST /mcp` speaks the Model Context Protocol (streamable HTTP, JSON-RPC 2.0) with the same key and is not described here: its tools are listed by the protocol itself.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "ApiKey": { "type": "apiKey", "in": "header", "name": "X-Api-Key" },
+                "OperatorToken": { "type": "http", "scheme": "bearer" },
+                "OperatorSession": {
+                    "type": "apiKey",
+                    "in": "cookie",
+                    "name": "taskq_operator",
+                    "description": "The operator page's session, set by `POST /admin/ui/login`",
+                },
+            },
+        },
+    });
+    // Answers were generated with the answers' names: point them at the
+    // renamed definitions (requests keep theirs).
+    for item in document["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+    {
+        for operation in item
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|o| o.values_mut())
+        {
+            rename_refs(&mut operation["responses"], &renamed);
+        }
+    }
+    document
+}
+
+fn generator(settings: SchemaSettings) -> SchemaGenerator {
+    settings
+        .with(|s| {
+            s.definitions_path = "/components/schemas".into();
+            s.meta_schema = None;
+        })
+        .into_generator()
+}
+
+/// Moves the answers' definitions next to the requests'. A type described
+/// the same both ways is kept once; one that differs (a field optional in
+/// a request but always written in an answer) gets its answer form under
+/// `<Name>Answer`. Returns those renamings.
+fn merge_definitions(
+    schemas: &mut Map<String, Value>,
+    answers: Map<String, Value>,
+) -> Vec<(String, String)> {
+    let mut renamed = Vec::new();
+    for (name, schema) in &answers {
+        if schemas.get(name).is_some_and(|s| s != schema) {
+            renamed.push((name.clone(), format!("{name}Answer")));
+        }
+    }
+    for (name, mut schema) in answers {
+        rename_refs(&mut schema, &renamed);
+        let name = renamed
+            .iter()
+            .find(|(from, _)| *from == name)
+            .map_or(name, |(_, to)| to.clone());
+        schemas.insert(name, schema);
+    }
+    renamed
+}
+
+/// Removes `"default": null` from schemas that do not admit `null`: an
+/// optional field whose absence means "unchanged" but which refuses an
+/// explicit `null` has no default value to advertise.
+pub(crate) fn drop_null_defaults(value: &mut Value) {
+    match value {
+        Value::Object(object) => {
+            if object.get("default").is_some_and(Value::is_null) && !admits_null(object) {
+                object.remove("default");
+            }
+            object.values_mut().for_each(drop_null_defaults);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_null_defaults),
+        _ => {}
+    }
+}
+
+fn admits_null(schema: &Map<String, Value>) -> bool {
+    let null = json!("null");
+    match schema.get("type") {
+        Some(Value::Array(types)) if types.contains(&null) => return true,
+        Some(t) if *t == null => return true,
+        _ => {}
+    }
+    ["anyOf", "oneOf"].iter().any(|k| {
+        schema
+            .get(*k)
+            .and_then(Value::as_array)
+            .is_some_and(|options| options.iter().any(|o| o.get("type") == Some(&null)))
+    })
+}
+
+/// Points the `$ref`s of an answer schema at renamed definitions.
+fn rename_refs(value: &mut Value, renamed: &[(String, String)]) {
+    match value {
+        Value::Object(object) => {
+            for (key, v) in object.iter_mut() {
+                if key == "$ref" {
+                    let Value::String(target) = v else { continue };
+                    let name = target.strip_prefix(SCHEMAS).unwrap_or_default();
+                    if let Some((_, to)) = renamed.iter().find(|(from, _)| from == name) {
+                        *target = format!("{SCHEMAS}{to}");
+                    }
+                } else {
+                    rename_refs(v, renamed);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| rename_refs(v, renamed)),
+        _ => {}
+    }
+}
+
+/// Where a `$ref` points for a named schema.
+const SCHEMAS: &str = "#/components/schemas/";
+
+/// The operation object of a route.
+fn operation(
+    route: &Route,
+    requests: &mut SchemaGenerator,
+    answers: &mut SchemaGenerator,
+) -> Value {
+    let mut operation = Map::new();
+    operation.insert("operationId".into(), route.id.into());
+    operation.insert("summary".into(), route.summary.into());
+    operation.insert("tags".into(), json!([route.tag]));
+    let security = match route.access {
+        Access::Public => json!([]),
+        Access::Member => json!([{ "ApiKey": [] }]),
+        Access::Operator => json!([{ "OperatorToken": [] }]),
+        Access::OperatorOrSession => json!([{ "OperatorToken": [] }, { "OperatorSession": [] }]),
+    };
+    operation.insert("security".into(), security);
+    let mut parameters: Vec<Value> = route
+        .path_params()
+        .map(|name| {
+            json!({
+                "name": name,
+                "in": "path",
+                "required": true,
+                "description": path_param_description(name),
+                "schema": { "type": "string", "minLength": 1 },
+            })
+        })
+        .collect();
+    match route.input {
+        Input::None => {}
+        Input::Body(schema, required) => {
+            operation.insert(
+                "requestBody".into(),
+                json!({
+                    "required": required,
+                    "content": { "application/json": { "schema": schema(requests) } },
+                }),
+            );
+        }
+        Input::Form(schema) => {
+            operation.insert(
+                "requestBody".into(),
+                json!({
+                    "required": true,
+                    "content": {
+                        "application/x-www-form-urlencoded": { "schema": schema(requests) }
+                    },
+                }),
+            );
+        }
+        Input::Query(schema) => parameters.extend(query_parameters(schema(requests))),
+    }
+    if !parameters.is_empty() {
+        operation.insert("parameters".into(), parameters.into());
+    }
+    let mut responses = Map::new();
+    for (status, description, answer) in &route.answers {
+        let mut response = json!({ "description": description });
+        match answer {
+            Answer::Json(schema) => {
+                response["content"] = json!({ "application/json": { "schema": schema(answers) } });
+            }
+            Answer::Text => {
+                response["content"] = json!({ "text/plain": { "schema": { "type": "string" } } });
+            }
+            Answer::Html => {
+                response["content"] = json!({ "text/html": { "schema": { "type": "string" } } });
+            }
+            Answer::Empty => {}
+        }
+        responses.insert(status.to_string(), response);
+    }
+    let error = answers.subschema_for::<ErrorBody>();
+    for status in route.error_statuses() {
+        let mut response = json!({
+            "description": error_description(status),
+            "content": { "application/json": { "schema": error } },
+        });
+        if matches!(status, 429 | 503) {
+            response["headers"] = json!({
+                "Retry-After": {
+                    "description": "Seconds to wait before retrying",
+                    "schema": { "type": "integer", "minimum": 0 },
+                }
+            });
+        }
+        responses.insert(status.to_string(), response);
+    }
+    operation.insert("responses".into(), responses.into());
+    operation.into()
+}
+
+/// One query parameter per property of a request's object schema. A query
+/// value is never `null` (absent is how a client leaves a field unset), so
+/// the `null` alternative of an optional field is dropped.
+fn query_parameters(schema: Schema) -> Vec<Value> {
+    let schema = schema.to_value();
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let Some(properties) = schema["properties"].as_object() else {
+        return Vec::new();
+    };
+    properties
+        .iter()
+        .map(|(name, property)| {
+            let mut property = property.clone();
+            let description = property
+                .as_object_mut()
+                .and_then(|p| p.remove("description"));
+            drop_null(&mut property);
+            // A default that is not a query value (an empty list, `null`)
+            // only says "absent".
+            if let Some(p) = property.as_object_mut() {
+                if p.get("default")
+                    .is_some_and(|d| d.is_null() || d.is_array())
+                {
+                    p.remove("default");
+                }
+            }
+            let mut parameter = json!({
+                "name": name,
+                "in": "query",
+                "required": required.contains(&name.as_str()),
+                "schema": property,
+            });
+            if let Some(description) = description {
+                parameter["description"] = description;
+            }
+            parameter
+        })
+        .collect()
+}
+
+/// Removes `null` from a schema's types (`["string", "null"]` → `"string"`,
+/// `anyOf: [X, {type: null}]` → `X`).
+fn drop_null(schema: &mut Value) {
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    if let Some(Value::Array(types)) = object.get_mut("type") {
+        types.retain(|t| t != "null");
+        if types.len() == 1 {
+            let only = types.remove(0);
+            object.insert("type".into(), only);
+        }
+    }
+    if let Some(Value::Array(options)) = object.get("anyOf") {
+        let rest: Vec<Value> = options
+            .iter()
+            .filter(|o| o.get("type") != Some(&json!("null")))
+            .cloned()
+            .collect();
+        if rest.len() == 1 {
+            object.remove("anyOf");
+            if let Some(Value::Object(only)) = rest.into_iter().next() {
+                for (k, v) in only {
+                    object.entry(k).or_insert(v);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn operations(document: &Value) -> Vec<(String, String, &Value)> {
+        let mut out = Vec::new();
+        for (path, item) in document["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("a path item") {
+                out.push((method.to_uppercase(), path.clone(), operation));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_route_is_one_operation_and_nothing_else_is() {
+        let routes = crate::http::routes();
+        let document = document(&routes);
+        let served: BTreeSet<(String, String)> = routes
+            .iter()
+            .map(|r| (r.method.to_string(), r.path.to_owned()))
+            .collect();
+        assert_eq!(served.len(), routes.len(), "a route is in the table twice");
+        let documented: BTreeSet<(String, String)> = operations(&document)
+            .into_iter()
+            .map(|(m, p, _)| (m, p))
+            .collect();
+        assert_eq!(served, documented);
+        let ids: BTreeSet<&str> = routes.iter().map(|r| r.id).collect();
+        assert_eq!(ids.len(), routes.len(), "operation ids are unique");
+        for route in &routes {
+            assert!(!route.id.is_empty() && !route.summary.is_empty() && !route.tag.is_empty());
+            assert!(
+                route.answers.iter().any(|(s, ..)| (200..400).contains(s)),
+                "{} {} has a success answer",
+                route.method,
+                route.path
+            );
+        }
+    }
+
+    /// The router is built from the table: the only routes registered
+    /// beside it are `/mcp` (a JSON-RPC transport, described in the
+    /// document's description) and the test hooks.
+    #[test]
+    fn the_router_registers_nothing_outside_the_table() {
+        let source = include_str!("mod.rs");
+        let mut calls: Vec<usize> = [".route(", ".route_service(", ".nest("]
+            .iter()
+            .flat_map(|call| source.match_indices(call).map(|(i, _)| i))
+            .collect();
+        calls.sort_unstable();
+        let registered: Vec<&str> = calls
+            .into_iter()
+            .map(|i| {
+                let rest = &source[i..];
+                let start = rest.find('"').map_or(0, |s| s + 1);
+                let end = rest[start..].find('"').map_or(start, |e| start + e);
+                &rest[start..end]
+            })
+            .collect();
+        assert_eq!(
+            registered,
+            [
+                "/admin/orgs/{org_id}/crash",
+                "/admin/test/clock",
+                "/admin/test/store",
+                "/mcp"
+            ],
+            "register routes through `routes()` so that the document has them"
+        );
+        for other in [
+            "admin.rs",
+            "keys.rs",
+            "org_admin.rs",
+            "tasks.rs",
+            "metrics.rs",
+            "ui/mod.rs",
+        ] {
+            let source = std::fs::read_to_string(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("src/http")
+                    .join(other),
+            )
+            .expect("read the handlers");
+            assert!(!source.contains(".route("), "{other} registers a route");
+        }
+    }
+
+    #[test]
+    fn every_ref_resolves_and_errors_are_error_bodies() {
+        let document = document(&crate::http::routes());
+        fn walk(v: &Value, schemas: &Map<String, Value>) {
+            match v {
+                Value::Object(o) => {
+                    if let Some(Value::String(r)) = o.get("$ref") {
+                        let name = r.strip_prefix(SCHEMAS).expect("refs point at components");
+                        assert!(schemas.contains_key(name), "{r} is defined");
+                    }
+                    o.values().for_each(|v| walk(v, schemas));
+                }
+                Value::Array(a) => a.iter().for_each(|v| walk(v, schemas)),
+                _ => {}
+            }
+        }
+        let schemas = document["components"]["schemas"].as_object().unwrap();
+        walk(&document, schemas);
+        for (method, path, operation) in operations(&document) {
+            for (status, response) in operation["responses"].as_object().unwrap() {
+                // The operator page answers its sign-in form as HTML.
+                let html = response["content"].get("text/html").is_some();
+                if (status.starts_with('4') || status.starts_with('5')) && !html {
+                    assert_eq!(
+                        response["content"]["application/json"]["schema"]["$ref"],
+                        "#/components/schemas/ErrorBody",
+                        "{method} {path} {status}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn security_follows_the_path() {
+        let document = document(&crate::http::routes());
+        for (method, path, operation) in operations(&document) {
+            // The operator page signs in by itself; its figures take the
+            // token or the page's session.
+            let page = path.starts_with("/admin/ui");
+            let expected = if page {
+                json!([])
+            } else if path == "/admin/stats" {
+                json!([{ "OperatorToken": [] }, { "OperatorSession": [] }])
+            } else if path.starts_with("/admin/") || path == "/metrics" {
+                json!([{ "OperatorToken": [] }])
+            } else if path == "/healthz" || path == "/openapi.json" {
+                json!([])
+            } else {
+                json!([{ "ApiKey": [] }])
+            };
+            assert_eq!(operation["security"], expected, "{method} {path}");
+            let has_401 = operation["responses"].get("401").is_some();
+            if !page {
+                assert_eq!(has_401, expected != json!([]), "{method} {path}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_list_query_has_a_parameter_per_field() {
+        let document = document(&crate::http::routes());
+        let mut generator = SchemaSettings::draft2020_12().into_generator();
+        let list = object_schema::<taskq_actors::api::ListTasks>(&mut generator).to_value();
+        let fields: BTreeSet<&str> = list["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let parameters = document["paths"]["/tasks"]["get"]["parameters"]
+            .as_array()
+            .unwrap();
+        let names: BTreeSet<&str> = parameters
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, fields);
+        for p in parameters {
+            assert_eq!(p["in"], "query");
+            let schema = p["schema"].to_string();
+            assert!(
+                !schema.contains("null"),
+                "a query value is never null: {schema}"
+            );
+        }
+    }
+
+    #[test]
+    fn answers_and_requests_keep_their_own_forms() {
+        let document = document(&crate::http::routes());
+        let schemas = &document["components"]["schemas"];
+        // Left out when there is none: optional in the answer.
+        let detail = schemas["TaskDetail"].to_string();
+        assert!(
+            !schemas["TaskDetail"]["required"]
+                .as_array()
+                .is_some_and(|r| r.contains(&json!("history"))),
+            "{detail}"
+        );
+        // Defaulted in a request: optional there.
+        let claim = &schemas["ClaimRequest"];
+        assert!(claim.get("required").is_none(), "{claim}");
+        // Optional but never null: no `null` default is advertised.
+        let role = &schemas["MemberPatch"]["properties"]["role"];
+        assert!(role.get("default").is_none(), "{role}");
+        assert_eq!(schemas["MemberPatch"]["minProperties"], 1);
+        assert_eq!(document["openapi"], "3.1.0");
+    }
+}
