@@ -9,7 +9,6 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use reqwest::Method;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::task::JoinHandle;
@@ -34,19 +33,8 @@ fn claim_in_background(srv: &TestServer, key: &str, body: Value) -> JoinHandle<V
 
 /// Claims waiting in the server, from `/metrics`.
 async fn waiters(srv: &TestServer) -> u64 {
-    let (status, metrics) = srv
-        .raw(
-            Method::GET,
-            "/metrics",
-            &[("authorization", &format!("Bearer {}", srv.admin_token))],
-            None,
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK);
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("taskq_claim_waiters "))
-        .and_then(|n| n.trim().parse().ok())
+    srv.metric("taskq_claim_waiters")
+        .await
         .expect("the waiters gauge")
 }
 

@@ -265,25 +265,15 @@ backend_tests!(
         }
 
         // No crash loop: the org's actor restarted a handful of times at most.
-        let (status, metrics) = srv
-            .raw(
-                Method::GET,
-                "/metrics",
-                &[("authorization", &format!("Bearer {}", srv.admin_token))],
-                None,
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK);
-        let restarts: u64 = metrics
-            .lines()
-            .find_map(|l| l.strip_prefix("taskq_actor_restarts_total "))
-            .and_then(|n| n.trim().parse().ok())
+        let restarts = srv
+            .metric("taskq_actor_restarts_total")
+            .await
             .expect("the restart counter");
         assert!(
             restarts <= 3,
             "org actors restarted {restarts} times:\n{}",
             srv.server_log()
         );
-        assert!(metrics.contains("taskq_store_up 1"), "{metrics}");
+        assert_eq!(srv.metric("taskq_store_up").await, Some(1));
     }
 );

@@ -201,6 +201,8 @@ mod tests {
             blocked_by: Vec::new(),
             parent: None,
             lease: Some(lease::grant(now, seconds)),
+            attempts: 0,
+            max_attempts: lease::DEFAULT_MAX_ATTEMPTS,
         }
     }
 

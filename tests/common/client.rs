@@ -87,6 +87,18 @@ impl TestServer {
             .await
     }
 
+    /// An unlabelled counter or gauge from `GET /metrics`.
+    pub async fn metric(&self, name: &str) -> Option<u64> {
+        let auth = format!("Bearer {}", self.admin_token);
+        let (status, text) = self
+            .raw(Method::GET, "/metrics", &[("authorization", &auth)], None)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|n| n.trim().parse().ok())
+    }
+
     /// POST with a raw (possibly malformed) body.
     pub async fn post_raw(&self, key: &str, path: &str, body: &str) -> (StatusCode, String) {
         self.raw(
