@@ -277,6 +277,12 @@ async fn seed(srv: &TestServer) -> Seeded {
         }
     }
     assert!(refused >= 1, "the write limit refused nothing");
+    // A claim is a write too, and its refusal counts like any other.
+    let (status, body) = srv
+        .post(&limited.owner_key, "/tasks/claim", json!({}))
+        .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    refused += 1;
 
     #[cfg(feature = "test-hooks")]
     {

@@ -472,7 +472,12 @@ impl Engine {
                 .call(&message, Some(self.inner.call_timeout + wait))
                 .await
             {
-                Ok(CallResult::Success(outcome)) => return Ok((outcome, guard)),
+                Ok(CallResult::Success(outcome)) => {
+                    if let Err(EngineError::Limit(_)) = &outcome.result {
+                        self.inner.refusals.count(org);
+                    }
+                    return Ok((outcome, guard));
+                }
                 Ok(CallResult::Timeout) => return Err(EngineError::Timeout),
                 Ok(CallResult::SenderError) => {
                     // The actor stopped before it answered: in an outage,
@@ -499,9 +504,6 @@ impl Engine {
     ) -> Result<T, EngineError> {
         let (outcome, _in_flight) = self.ask(org, message).await?;
         self.committed(outcome.commit).await?;
-        if let Err(EngineError::Limit(_)) = &outcome.result {
-            self.inner.refusals.count(org);
-        }
         outcome.result
     }
 
