@@ -325,7 +325,13 @@ async fn expected_org(srv: &TestServer, org: &Org, stats: &Value) -> BTreeMap<St
             "/admin/stats and GET /tasks disagree on {status}: {listed}"
         );
     }
-    for field in ["leases", "leases_expiring", "restarts", "refusals"] {
+    for field in [
+        "leases",
+        "leases_expiring",
+        "waiting_claims",
+        "restarts",
+        "refusals",
+    ] {
         out.insert(field.to_owned(), listed[field].to_string());
     }
     out.insert("name".into(), str_field(listed, "name"));

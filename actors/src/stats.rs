@@ -32,6 +32,8 @@ pub struct OrgSnapshot {
     /// The earliest lease expiries (ms), at most `EXPIRY_SAMPLE`, earliest
     /// first.
     pub earliest_expiries: Vec<i64>,
+    /// Claims waiting for a task (long polls).
+    pub waiting_claims: usize,
     /// `OpenTasks::version` when taken.
     version: u64,
 }
@@ -60,15 +62,16 @@ impl OrgSnapshots {
     /// Records `open` as the org's state, unless nothing changed since the
     /// last time. Reuses the snapshot's buffer: no allocation once it is big
     /// enough.
-    pub fn publish(&self, org: OrgId, open: &OpenTasks) {
+    pub fn publish(&self, org: OrgId, open: &OpenTasks, waiting_claims: usize) {
         if self
             .by_org
             .get(&org)
-            .is_some_and(|s| s.version == open.version())
+            .is_some_and(|s| s.version == open.version() && s.waiting_claims == waiting_claims)
         {
             return;
         }
         let mut snapshot = self.by_org.entry(org).or_default();
+        snapshot.waiting_claims = waiting_claims;
         snapshot.version = open.version();
         snapshot.counts = open.counts();
         snapshot.leases = open.lease_count();
@@ -76,6 +79,11 @@ impl OrgSnapshots {
         snapshot
             .earliest_expiries
             .extend(open.lease_expiries().take(EXPIRY_SAMPLE));
+    }
+
+    /// Claims waiting for a task, over all orgs.
+    pub fn waiting_claims(&self) -> usize {
+        self.by_org.iter().map(|e| e.value().waiting_claims).sum()
     }
 
     /// Pending tasks per org.
@@ -213,7 +221,7 @@ mod tests {
         let mut open = OpenTasks::default();
         open.put(leased(0, 30));
         open.put(leased(0, 300));
-        snapshots.publish(org, &open);
+        snapshots.publish(org, &open, 0);
         let (_, s) = snapshots.all().pop().unwrap();
         assert_eq!((s.counts.in_progress, s.leases), (2, 2));
         assert_eq!(s.leases_expiring_by(60_000), (1, true));
@@ -221,7 +229,7 @@ mod tests {
         for _ in 0..EXPIRY_SAMPLE {
             open.put(leased(0, 10));
         }
-        snapshots.publish(org, &open);
+        snapshots.publish(org, &open, 0);
         let (_, s) = snapshots.all().pop().unwrap();
         assert_eq!(s.leases_expiring_by(60_000), (EXPIRY_SAMPLE, false));
         assert_eq!(snapshots.queue_depths(), [(org, 0)]);

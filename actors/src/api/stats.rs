@@ -93,6 +93,8 @@ pub struct OrgStats {
     /// `leases_expiring` is a lower bound.
     pub leases_expiring_exact: bool,
     pub next_lease_expiry: Option<Timestamp>,
+    /// Claims waiting for a task (long polls).
+    pub waiting_claims: usize,
     /// Actor failures of this org.
     pub restarts: u64,
     pub last_restart_error: Option<String>,

@@ -121,7 +121,6 @@ struct Inner {
     /// Each org's open tasks and leases, published by its actor.
     snapshots: Arc<OrgSnapshots>,
     refusals: Refusals,
-    claim_waiters: Arc<DashMap<OrgId, usize>>,
     /// Set when the server begins to stop: claims no longer wait.
     draining: Arc<std::sync::atomic::AtomicBool>,
     clock: Arc<dyn Clock>,
@@ -186,12 +185,10 @@ impl Engine {
         let routes: Routes = Arc::new(DashMap::new());
         let stats = Arc::new(ActorStats::default());
         let snapshots = Arc::new(OrgSnapshots::default());
-        let claim_waiters = Arc::new(DashMap::new());
         let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let deps = OrgDeps {
             snapshots: snapshots.clone(),
             draining: draining.clone(),
-            claim_waiters: claim_waiters.clone(),
             store: store.clone(),
             health: health.clone(),
             writers: writers.clone(),
@@ -224,7 +221,6 @@ impl Engine {
                 stats,
                 snapshots,
                 refusals: Refusals::default(),
-                claim_waiters,
                 draining,
                 clock: config.clock,
                 cursors: CursorSigner::default(),
@@ -265,7 +261,7 @@ impl Engine {
 
     /// Claims waiting for a task (long polls), over all orgs.
     pub fn claim_waiters(&self) -> usize {
-        self.inner.claim_waiters.iter().map(|e| *e.value()).sum()
+        self.inner.snapshots.waiting_claims()
     }
 
     /// Whether the store is marked unavailable.

@@ -65,6 +65,7 @@ impl Engine {
                 next_lease_expiry: snapshot
                     .and_then(|s| s.earliest_expiries.first().copied())
                     .map(Timestamp),
+                waiting_claims: snapshot.map_or(0, |s| s.waiting_claims),
                 restarts: failure.map_or(0, |f| f.count),
                 last_restart_error: failure.map(|f| f.last_error.clone()),
                 last_restart_at: failure.map(|f| Timestamp(f.last_at)),

@@ -64,8 +64,6 @@ pub struct OrgDeps {
     /// Each org's open tasks by status and its leases, published for the
     /// operator (`/metrics`, `/admin/stats`).
     pub snapshots: Arc<OrgSnapshots>,
-    /// Claims waiting for a task per org, published for `/metrics`.
-    pub claim_waiters: Arc<dashmap::DashMap<OrgId, usize>>,
     /// Set when the server begins to stop: claims no longer wait.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -250,9 +248,8 @@ impl Actor for OrgActor {
         state.usage = records.usage.unwrap_or_default();
         tracing::info!(org_id = %org, open_tasks = state.open.len(), "org actor started");
         self.expire_leases(state).await?;
-        self.publish_depth(state);
-        // A predecessor that failed left its waiters' count behind.
-        deps.claim_waiters.remove(&org);
+        // Also replaces what a predecessor that failed left behind.
+        self.publish(state);
         let period = (deps.idle_after / 2).max(Duration::from_millis(200));
         myself.send_interval(period, || OrgMsg::IdleTick);
         Ok(())
@@ -264,7 +261,7 @@ impl Actor for OrgActor {
         state: &mut OrgState,
     ) -> Result<(), ActorProcessingErr> {
         self.release_waiters(state);
-        self.deps.claim_waiters.remove(&state.org);
+        self.publish(state);
         if state.open.has_leases() {
             // A claim reached us while we drained: someone must expire it.
             (self.events)(OrgEvent::StoppedHoldingLeases { org: state.org });
@@ -479,8 +476,7 @@ impl Actor for OrgActor {
         }
         self.serve_waiters(state).await;
         self.arm_lease_timer(&myself, state);
-        self.publish_depth(state);
-        self.publish_waiters(state);
+        self.publish(state);
         Ok(())
     }
 }
@@ -525,16 +521,12 @@ impl OrgActor {
     /// Publishes the open tasks by status and the leases (skipped when
     /// they did not change): true while the actor is stopped, since every
     /// change of the org passes through it.
-    fn publish_depth(&self, state: &OrgState) {
-        self.deps.snapshots.publish(state.org, &state.open);
-    }
-
-    fn publish_waiters(&self, state: &mut OrgState) {
-        let waiting = state.waiters.len();
-        if state.waiters.published != waiting {
-            self.deps.claim_waiters.insert(state.org, waiting);
-            state.waiters.published = waiting;
-        }
+    /// Publishes the org's open tasks, leases and waiting claims for the
+    /// operator; skipped when none changed.
+    fn publish(&self, state: &OrgState) {
+        self.deps
+            .snapshots
+            .publish(state.org, &state.open, state.waiters.len());
     }
 
     /// Arms the single lease timer for the earliest expiry, unless one that

@@ -41,8 +41,6 @@ pub(super) struct Waiters {
     queue: VecDeque<Waiter>,
     /// The pending queue's version when the waiters last looked at it.
     seen_version: u64,
-    /// The count last published for `/metrics`.
-    pub published: usize,
 }
 
 impl Waiters {

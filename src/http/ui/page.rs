@@ -237,7 +237,7 @@ fn global_fields(s: &OperatorStats) -> Vec<Figure> {
 }
 
 /// The per-org columns: header, `data-field`, and whether it is text.
-const ORG_COLUMNS: [(&str, &str, bool); 14] = [
+const ORG_COLUMNS: [(&str, &str, bool); 15] = [
     ("Org", "name", true),
     ("Tier", "tier", true),
     ("Actor", "actor_alive", true),
@@ -248,6 +248,7 @@ const ORG_COLUMNS: [(&str, &str, bool); 14] = [
     ("Feedback", "feedback", false),
     ("Leases", "leases", false),
     ("Expiring ≤60 s", "leases_expiring", false),
+    ("Waiting claims", "waiting_claims", false),
     ("Restarts", "restarts", false),
     ("Last restart", "last_restart_at", true),
     ("Last error", "last_restart_error", true),
@@ -273,6 +274,7 @@ fn org_text(o: &OrgStats, field: &str) -> String {
             let plus = if o.leases_expiring_exact { "" } else { "+" };
             format!("{}{plus}", o.leases_expiring)
         }
+        "waiting_claims" => o.waiting_claims.to_string(),
         "restarts" => o.restarts.to_string(),
         "last_restart_at" => or_dash(
             o.last_restart_at
