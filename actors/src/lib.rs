@@ -15,6 +15,7 @@ pub mod clock;
 pub mod crypto;
 mod directory;
 pub mod domain;
+pub mod embed;
 mod engine;
 pub mod error;
 pub mod filter;

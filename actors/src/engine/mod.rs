@@ -39,6 +39,7 @@ use crate::domain::account::{Caller, KeyRecord, LimitKey, Role};
 use crate::domain::usage::RequestKind;
 use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
+use crate::embed::Embedder;
 use crate::filter::{ContentFilter, TermFilter};
 use crate::health::StoreHealth;
 use crate::org::{parse_api_key, OrgDeps, OrgMsg, Outcome, Reply};
@@ -63,6 +64,9 @@ pub struct EngineConfig {
     pub call_timeout: Duration,
     /// Judges feedback messages.
     pub feedback_filter: Arc<dyn ContentFilter>,
+    /// Turns task text into vectors for search, near-duplicates and prior
+    /// art; `None`: managed orgs read as not configured.
+    pub embedder: Option<Arc<dyn Embedder>>,
     /// The org receiving feedback; `None`: the `taskq-feedback` org.
     pub feedback_org: Option<OrgId>,
     /// Requests one org may have in flight; more are refused as overloaded.
@@ -92,6 +96,7 @@ impl EngineConfig {
             clock: Arc::new(SystemClock),
             call_timeout: Duration::from_secs(30),
             feedback_filter: Arc::new(TermFilter::builtin([])),
+            embedder: None,
             feedback_org: None,
             org_in_flight: 1024,
             writer_queue: 4096,
