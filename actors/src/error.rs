@@ -137,6 +137,8 @@ pub enum EngineError {
     },
     #[error("the feedback content filter is unavailable; retry later")]
     FilterUnavailable,
+    #[error("the embedding model is unavailable; retry later")]
+    EmbedderUnavailable,
     /// An org's in-flight requests or a writer's queue are at their bound.
     #[error("overloaded")]
     Overloaded,
@@ -202,6 +204,7 @@ impl EngineError {
             }
             EngineError::CiphertextBinding { .. } => ErrorCode::Corrupt,
             EngineError::FilterUnavailable
+            | EngineError::EmbedderUnavailable
             | EngineError::ActorUnavailable
             | EngineError::StoreUnavailable
             | EngineError::Timeout => ErrorCode::Unavailable,
@@ -218,6 +221,7 @@ impl EngineError {
                 Some(1)
             }
             EngineError::StoreUnavailable => Some(2),
+            EngineError::EmbedderUnavailable => Some(5),
             _ => None,
         }
     }

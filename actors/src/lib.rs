@@ -20,6 +20,7 @@ mod engine;
 pub mod error;
 pub mod filter;
 mod health;
+mod meaning;
 mod org;
 mod reader;
 mod stats;

@@ -136,6 +136,14 @@ pub async fn render(State(state): State<AppState>, _: Operator) -> Result<Respon
     let _ = writeln!(out, "taskq_store_up {}", u8::from(!engine.store_down()));
     let _ = writeln!(out, "# TYPE taskq_claim_waiters gauge");
     let _ = writeln!(out, "taskq_claim_waiters {}", engine.claim_waiters());
+    if let Some(m) = engine.meaning_stats() {
+        let _ = writeln!(out, "# TYPE taskq_embedding_backlog gauge");
+        let _ = writeln!(out, "taskq_embedding_backlog {}", m.backlog);
+        let _ = writeln!(out, "# TYPE taskq_search_index_tasks gauge");
+        let _ = writeln!(out, "taskq_search_index_tasks {}", m.indexed_tasks);
+        let _ = writeln!(out, "# TYPE taskq_search_index_bytes gauge");
+        let _ = writeln!(out, "taskq_search_index_bytes {}", m.index_bytes);
+    }
     let _ = writeln!(out, "# TYPE taskq_queue_depth gauge");
     for (org, depth) in engine.queue_depths() {
         let _ = writeln!(out, "taskq_queue_depth{{org_id=\"{org}\"}} {depth}");

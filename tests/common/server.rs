@@ -100,6 +100,11 @@ impl Builder {
             }
         };
         let mut env = self.env;
+        // Tests that want meaning choose an embedder; the rest must not pick
+        // up a model installed in the working directory.
+        if !env.iter().any(|(k, _)| k == "TASKQ_EMBEDDINGS") {
+            env.push(("TASKQ_EMBEDDINGS".into(), "none".into()));
+        }
         if let Some(secs) = self.idle_secs {
             env.push(("TASKQ_ORG_IDLE_SECS".into(), secs.to_string()));
         }

@@ -22,6 +22,24 @@ pub struct CreatedItem {
     /// `pending`, or `blocked` while a blocker is live.
     pub status: TaskStatus,
     pub created_at: Timestamp,
+    /// Open tasks that say nearly the same (score 0.9 or more), best
+    /// first; absent when there are none or they could not be found in
+    /// time (managed orgs with an embedder only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub similar_open_tasks: Option<Vec<SimilarTask>>,
+    /// Tags of the nearest tasks that this one lacks, from the vocabulary;
+    /// advisory (managed orgs with an embedder only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suggested_tags: Option<Vec<String>>,
+}
+
+/// An open task close in meaning to a new one.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SimilarTask {
+    pub task_id: TaskId,
+    pub title: Text,
+    /// Cosine similarity, in [-1, 1].
+    pub score: f32,
 }
 
 /// `POST /tasks/update` answer; `partial` (HTTP 207) when any item failed.
@@ -196,6 +214,20 @@ pub struct ClaimContext {
     /// The parent, its parent, and so on (up to three).
     pub parent_chain: Vec<ParentLink>,
     pub blockers: Vec<BlockerLink>,
+    /// Completed tasks close in meaning, with their output, best first;
+    /// best effort (paid tiers, managed orgs with an embedder).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prior_art: Option<Vec<PriorArt>>,
+}
+
+/// A completed task close in meaning to the claimed one.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct PriorArt {
+    pub task_id: TaskId,
+    pub title: Text,
+    pub output: Option<Object>,
+    /// Cosine similarity, in [-1, 1].
+    pub score: f32,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]

@@ -13,8 +13,7 @@ use std::sync::Arc;
 
 use super::Engine;
 use crate::api::{
-    MasterKeyRotated, OrgDekCreated, OrgDekView, PutOrgDek, SearchAnswer, SearchTasks, Timestamp,
-    Unavailable,
+    MasterKeyRotated, OrgDekCreated, OrgDekView, PutOrgDek, Timestamp, Unavailable,
 };
 use crate::crypto::Keyring;
 use crate::domain::account::{Caller, Encryption, Role};
@@ -36,22 +35,6 @@ impl Engine {
     ) -> Result<Option<Unavailable>, EngineError> {
         let entry = self.inner.directory.get(caller.org_id).await?;
         Ok((entry.record.encryption == Encryption::Byok).then(|| Unavailable::because("byok")))
-    }
-
-    /// `POST /tasks/search`. No embedder is configured in this build of the
-    /// server, so a managed org hears `not_configured`.
-    pub async fn search_tasks(
-        &self,
-        caller: &Caller,
-        _request: SearchTasks,
-    ) -> Result<SearchAnswer, EngineError> {
-        self.admit(caller, RequestKind::Read).await?;
-        if let Some(unavailable) = self.unreadable_content(caller).await? {
-            return Ok(SearchAnswer::Unavailable(unavailable));
-        }
-        Ok(SearchAnswer::Unavailable(Unavailable::because(
-            "not_configured",
-        )))
     }
 
     /// `GET /org/dek`: the BYOK org's enrolled data key.

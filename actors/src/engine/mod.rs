@@ -16,6 +16,7 @@
 mod admin;
 mod feedback;
 mod keys;
+mod meaning;
 mod org_admin;
 mod stats;
 mod tasks;
@@ -42,6 +43,7 @@ use crate::error::EngineError;
 use crate::embed::Embedder;
 use crate::filter::{ContentFilter, TermFilter};
 use crate::health::StoreHealth;
+use crate::meaning::Meaning;
 use crate::org::{parse_api_key, OrgDeps, OrgMsg, Outcome, Reply};
 use crate::reader::TaskReader;
 use crate::stats::{OrgSnapshots, Refusals};
@@ -67,6 +69,9 @@ pub struct EngineConfig {
     /// Turns task text into vectors for search, near-duplicates and prior
     /// art; `None`: managed orgs read as not configured.
     pub embedder: Option<Arc<dyn Embedder>>,
+    /// The longest a create waits for its tasks' vectors, to answer with
+    /// near-duplicates and suggested tags.
+    pub create_budget: Duration,
     /// The org receiving feedback; `None`: the `taskq-feedback` org.
     pub feedback_org: Option<OrgId>,
     /// Requests one org may have in flight; more are refused as overloaded.
@@ -97,6 +102,7 @@ impl EngineConfig {
             call_timeout: Duration::from_secs(30),
             feedback_filter: Arc::new(TermFilter::builtin([])),
             embedder: None,
+            create_budget: Duration::from_millis(250),
             feedback_org: None,
             org_in_flight: 1024,
             writer_queue: 4096,
@@ -137,6 +143,9 @@ struct Inner {
     feedback_filter: Arc<dyn ContentFilter>,
     /// Grouped reads of claimed tasks.
     reader: TaskReader,
+    /// Task vectors; `None` without an embedder.
+    meaning: Option<Arc<Meaning>>,
+    create_budget: Duration,
     /// The feedback org and the system caller that files feedback there,
     /// settled once at start.
     feedback: OnceLock<(OrgId, Caller)>,
@@ -201,6 +210,12 @@ impl Engine {
             clock: config.clock.clone(),
             idle_after: config.idle_after,
         };
+        let meaning = config
+            .embedder
+            .map(|e| Arc::new(Meaning::new(e, store.clone(), directory.clone())));
+        if let Some(m) = &meaning {
+            writer_tasks.push(m.start());
+        }
         let (supervisor, _) = Actor::spawn(
             None,
             Supervisor {
@@ -217,6 +232,8 @@ impl Engine {
             inner: Arc::new(Inner {
                 health,
                 reader: TaskReader::start(store.clone(), config.reader_queue),
+                meaning: meaning.clone(),
+                create_budget: config.create_budget,
                 store,
                 writers,
                 writer_tasks: std::sync::Mutex::new(Vec::new()),

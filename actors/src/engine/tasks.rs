@@ -52,13 +52,14 @@ impl Engine {
         caller: &Caller,
         request: CreateTasks,
     ) -> Result<CreateAnswer, EngineError> {
-        let results = self
+        let mut results = self
             .request(caller.org_id, |reply| OrgMsg::CreateTasks {
                 caller: caller.clone(),
                 request: request.clone(),
                 reply,
             })
             .await?;
+        self.enrich_created(caller.org_id, &mut results).await;
         Ok(CreateAnswer {
             created: results.len(),
             results,
@@ -77,6 +78,13 @@ impl Engine {
                 reply,
             })
             .await?;
+        let reworded = request
+            .updates
+            .iter()
+            .filter(|u| u.title.is_some() || u.description.is_some())
+            .map(|u| u.task_id)
+            .collect();
+        self.note_words(caller.org_id, reworded).await;
         Ok(UpdateAnswer::new(results))
     }
 
@@ -255,7 +263,17 @@ impl Engine {
         // the content can be read while the claim commits. A task created an
         // instant ago may not be committed yet: then read again after.
         let reader = &self.inner.reader;
-        let (commit, read) = tokio::join!(self.committed(commit), reader.get(org, id));
+        let prior_art = async {
+            if !request.include_context {
+                return None;
+            }
+            self.prior_art(org, id).await.unwrap_or_else(|e| {
+                tracing::debug!(%org, error = %e, "claim context without prior art");
+                None
+            })
+        };
+        let (commit, read, prior_art) =
+            tokio::join!(self.committed(commit), reader.get(org, id), prior_art);
         commit?;
         let mut task = match self.stored(read)? {
             Some(t) => t,
@@ -294,6 +312,7 @@ impl Engine {
             Some(ClaimContext {
                 parent_chain,
                 blockers,
+                prior_art,
             })
         } else {
             None

@@ -189,6 +189,8 @@ impl OrgActor {
                 task_id: id,
                 status,
                 created_at: Timestamp(now),
+                similar_open_tasks: None,
+                suggested_tags: None,
             });
             work.inserted.push(stored);
         }

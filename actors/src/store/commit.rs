@@ -377,6 +377,23 @@ impl Store {
                     });
                     qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
                     qb.build().execute(&mut *tx).await?;
+                    // A vector made from the old words no longer says what
+                    // the task is about; without it the task is embedded again.
+                    if matches!(field, ContentField::Title | ContentField::Description) {
+                        let mut qb = QueryBuilder::new(
+                            "DELETE FROM task_vectors WHERE (org_id, task_id) IN (VALUES ",
+                        );
+                        let mut keys = qb.separated(", ");
+                        for ((org, task), _) in chunk {
+                            keys.push("(")
+                                .push_bind_unseparated(org.to_string())
+                                .push_unseparated(", ")
+                                .push_bind_unseparated(task.to_string())
+                                .push_unseparated(")");
+                        }
+                        qb.push(")");
+                        qb.build().execute(&mut *tx).await?;
+                    }
                 }
             }
             for chunk in plan.events.chunks(ROWS_PER_STATEMENT) {

@@ -146,6 +146,7 @@ mod tasks;
 #[cfg(test)]
 mod tests;
 mod usage;
+mod vectors;
 
 pub use commit::{WriteBatch, WriteOp};
 pub use keys::ClientDek;

@@ -1,0 +1,551 @@
+//! Meaning: task vectors for search, near-duplicates and prior art, made
+//! off the request path.
+//!
+//! A create or an update of a title or description only notes the task's
+//! id here once it has committed; the embedding worker (one task for the
+//! whole server) reads the task's current words from the store, embeds
+//! them in batches, seals and stores each vector and puts it into the
+//! org's in-memory index. Nothing here ever holds an org actor up: claims
+//! and writes go on while a model runs, and an embedder that is down only
+//! leaves tasks waiting for their vectors.
+//!
+//! An org's index is loaded from the store the first time anything needs
+//! it; tasks with no vector by the current model (created while no
+//! embedder ran, or under another model, or whose words changed) are noted
+//! then, so they are embedded in the background. BYOK orgs are never
+//! embedded: the server cannot read their words.
+//!
+//! Orgs take turns, a batch at a time, so one org's backlog does not starve
+//! another; a search or a create that waits for its org moves it to the
+//! front.
+
+pub mod index;
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::sync::{Notify, OnceCell};
+use tokio::time::Instant;
+
+use crate::directory::OrgDirectory;
+use crate::domain::{OrgId, StoredTask, TaskId};
+use crate::embed::{EmbedError, Embedder};
+use crate::error::EngineError;
+use crate::store::Store;
+use crate::views;
+use index::{OrgIndex, Query, Scored};
+
+/// Texts per embedder call.
+const BATCH: usize = 32;
+/// Characters of a task's words that are embedded (MiniLM reads 256
+/// tokens, about 1,000 characters of English; endpoints are spared more).
+const MAX_TEXT_CHARS: usize = 2_000;
+/// The longest an embedder call may take before it counts as down.
+const EMBED_TIMEOUT: Duration = Duration::from_secs(60);
+/// Waits between retries while the embedder is down.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+/// Entries whose neighbours are waiting to be looked for, at most.
+const MAX_REFRESHES: usize = 1_024;
+/// The sealed field a vector is bound to.
+const VECTOR_FIELD: &str = "vector";
+
+/// The ids an org has waiting, in order, and how many are being embedded.
+#[derive(Default)]
+struct Pending {
+    order: VecDeque<TaskId>,
+    ids: HashSet<TaskId>,
+    in_flight: usize,
+}
+
+struct OrgMeaning {
+    loaded: OnceCell<()>,
+    index: RwLock<OrgIndex>,
+    pending: Mutex<Pending>,
+}
+
+pub struct Meaning {
+    embedder: Arc<dyn Embedder>,
+    store: Store,
+    directory: Arc<OrgDirectory>,
+    orgs: DashMap<OrgId, Arc<OrgMeaning>>,
+    /// Orgs with ids waiting, each at most once, in turn.
+    turns: Mutex<VecDeque<OrgId>>,
+    /// Entries of loaded indexes whose neighbours should be looked for.
+    refreshes: Mutex<VecDeque<(OrgId, TaskId)>>,
+    /// Ids waiting across all orgs.
+    backlog: AtomicUsize,
+    /// The last batch failed because the embedder or the store was down.
+    down: AtomicBool,
+    /// Wakes the worker when there is work.
+    wake: Notify,
+    /// The worker finished a batch.
+    progress: Notify,
+}
+
+/// What the worker does with a batch that failed.
+enum Failure {
+    /// Put it back and wait: the embedder or the store is down.
+    Retry(String),
+    /// Give up on it until the org's index is loaded again.
+    Drop(String),
+}
+
+impl From<EngineError> for Failure {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::StoreUnavailable => Failure::Retry(e.to_string()),
+            EngineError::Store(ref s) if s.is_unavailable() => Failure::Retry(e.to_string()),
+            other => Failure::Drop(other.to_string()),
+        }
+    }
+}
+
+impl From<crate::store::StoreError> for Failure {
+    fn from(e: crate::store::StoreError) -> Self {
+        EngineError::from(e).into()
+    }
+}
+
+impl From<EmbedError> for Failure {
+    fn from(e: EmbedError) -> Self {
+        match e {
+            EmbedError::Unavailable(_) => Failure::Retry(e.to_string()),
+            EmbedError::BadAnswer(_) => Failure::Drop(e.to_string()),
+        }
+    }
+}
+
+/// The words of a task that are embedded: its title and description.
+fn task_text(cipher: &crate::crypto::OrgCipher, t: &StoredTask) -> Result<String, EngineError> {
+    let mut text = views::title(cipher, t)?
+        .as_plain()
+        .unwrap_or_default()
+        .to_owned();
+    if let Some(d) = views::description(cipher, t)? {
+        if let Some(d) = d.as_plain() {
+            text.push('\n');
+            text.push_str(d);
+        }
+    }
+    Ok(clip(text))
+}
+
+fn clip(mut text: String) -> String {
+    if let Some((cut, _)) = text.char_indices().nth(MAX_TEXT_CHARS) {
+        text.truncate(cut);
+    }
+    text
+}
+
+fn to_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn from_bytes(b: &[u8]) -> Option<Vec<f32>> {
+    (b.len() % 4 == 0).then(|| {
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    })
+}
+
+impl Meaning {
+    pub fn new(embedder: Arc<dyn Embedder>, store: Store, directory: Arc<OrgDirectory>) -> Self {
+        Meaning {
+            embedder,
+            store,
+            directory,
+            orgs: DashMap::new(),
+            turns: Mutex::default(),
+            refreshes: Mutex::default(),
+            backlog: AtomicUsize::new(0),
+            down: AtomicBool::new(false),
+            wake: Notify::new(),
+            progress: Notify::new(),
+        }
+    }
+
+    /// Starts the embedding worker.
+    pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(self.clone().run())
+    }
+
+    /// Ids waiting for a vector, across all orgs.
+    pub fn backlog(&self) -> usize {
+        self.backlog.load(Ordering::Relaxed)
+    }
+
+    /// Whether the worker is waiting for the embedder (or the store) to
+    /// answer again.
+    pub fn is_down(&self) -> bool {
+        self.down.load(Ordering::Relaxed)
+    }
+
+    fn entry(&self, org: OrgId) -> Arc<OrgMeaning> {
+        self.orgs
+            .entry(org)
+            .or_insert_with(|| {
+                Arc::new(OrgMeaning {
+                    loaded: OnceCell::new(),
+                    index: RwLock::default(),
+                    pending: Mutex::default(),
+                })
+            })
+            .clone()
+    }
+
+    /// Notes tasks whose words are new or changed; the worker embeds them.
+    pub fn note(&self, org: OrgId, ids: impl IntoIterator<Item = TaskId>) {
+        let om = self.entry(org);
+        let mut added = 0;
+        {
+            let mut p = om.pending.lock().expect("not poisoned");
+            for id in ids {
+                if p.ids.insert(id) {
+                    p.order.push_back(id);
+                    added += 1;
+                }
+            }
+        }
+        if added > 0 {
+            self.backlog.fetch_add(added, Ordering::Relaxed);
+            self.take_turn(org, false);
+        }
+    }
+
+    /// Queues the org for the worker; `urgent` puts it first.
+    fn take_turn(&self, org: OrgId, urgent: bool) {
+        let mut turns = self.turns.lock().expect("not poisoned");
+        match turns.iter().position(|o| *o == org) {
+            Some(i) if urgent && i > 0 => {
+                turns.remove(i);
+                turns.push_front(org);
+            }
+            Some(_) => {}
+            None if urgent => turns.push_front(org),
+            None => turns.push_back(org),
+        }
+        drop(turns);
+        self.wake.notify_one();
+    }
+
+    /// The org's index, loaded from the store on first use.
+    async fn loaded(&self, org: OrgId) -> Result<Arc<OrgMeaning>, EngineError> {
+        let om = self.entry(org);
+        om.loaded.get_or_try_init(|| self.load(org, &om)).await?;
+        Ok(om)
+    }
+
+    async fn load(&self, org: OrgId, om: &OrgMeaning) -> Result<(), EngineError> {
+        let entry = self.directory.get(org).await?;
+        if !entry.cipher.is_managed() {
+            return Ok(());
+        }
+        let model = self.embedder.model();
+        let stored = self.store.org_vectors(org, model).await?;
+        let missing = self.store.unembedded_tasks(org, model).await?;
+        let mut loaded = 0;
+        {
+            let mut index = om.index.write().expect("not poisoned");
+            for v in &stored {
+                let bytes = entry.cipher.open(v.task_id, VECTOR_FIELD, &v.sealed);
+                let Some(vector) = bytes.ok().and_then(|b| from_bytes(&b)) else {
+                    tracing::warn!(%org, task = %v.task_id, "stored vector does not open; it is made again");
+                    continue;
+                };
+                if index.load(v.task_id, v.created_at, &vector).is_ok() {
+                    loaded += 1;
+                }
+            }
+        }
+        tracing::debug!(%org, loaded, missing = missing.len(), "org index loaded");
+        self.note(org, missing);
+        Ok(())
+    }
+
+    /// Waits until the org has no task waiting for a vector, or `within`
+    /// has passed; loads the org's index first.
+    pub async fn settle(&self, org: OrgId, within: Duration) -> Result<(), EngineError> {
+        let deadline = Instant::now() + within;
+        let om = self.loaded(org).await?;
+        self.take_turn(org, true);
+        loop {
+            let progress = self.progress.notified();
+            {
+                let p = om.pending.lock().expect("not poisoned");
+                if p.order.is_empty() && p.in_flight == 0 {
+                    return Ok(());
+                }
+            }
+            if tokio::time::timeout_at(deadline, progress).await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Waits until every one of `ids` is in the org's index, or `within`
+    /// has passed; false if some are not.
+    pub async fn indexed(&self, org: OrgId, ids: &[TaskId], within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        let Ok(Ok(om)) = tokio::time::timeout_at(deadline, self.loaded(org)).await else {
+            return false;
+        };
+        self.take_turn(org, true);
+        loop {
+            let progress = self.progress.notified();
+            {
+                let index = om.index.read().expect("not poisoned");
+                if ids.iter().all(|id| index.contains(*id)) {
+                    return true;
+                }
+            }
+            if tokio::time::timeout_at(deadline, progress).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Embeds a search query.
+    pub async fn query(&self, text: &str) -> Result<Query, EngineError> {
+        let embedded = tokio::time::timeout(
+            EMBED_TIMEOUT,
+            self.embedder.embed(vec![clip(text.to_owned())]),
+        )
+        .await
+        .map_err(|_| EngineError::EmbedderUnavailable)?;
+        match embedded {
+            Ok(mut v) if v.len() == 1 => Ok(Query::new(&v.swap_remove(0))),
+            Ok(_) | Err(EmbedError::BadAnswer(_)) => Err(EngineError::Internal(
+                "the embedder answered badly".into(),
+            )),
+            Err(EmbedError::Unavailable(e)) => {
+                tracing::warn!(error = %e, "search query not embedded");
+                Err(EngineError::EmbedderUnavailable)
+            }
+        }
+    }
+
+    /// The `k` tasks of the org nearest to `query`, best first, among those
+    /// created at or after `since`.
+    pub async fn search(
+        &self,
+        org: OrgId,
+        query: &Query,
+        k: usize,
+        since: Option<i64>,
+    ) -> Result<Vec<Scored>, EngineError> {
+        let om = self.loaded(org).await?;
+        let index = om.index.read().expect("not poisoned");
+        if index.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(index.top(query, k, since, &[]))
+    }
+
+    /// A task's neighbours, if its org's index is loaded and they are
+    /// known; never waits. Unknown neighbours are looked for in the
+    /// background, so a later call may have them.
+    pub fn neighbours(&self, org: OrgId, task: TaskId) -> Option<Vec<Scored>> {
+        let om = self.orgs.get(&org).map(|e| e.clone());
+        let Some(om) = om.filter(|om| om.loaded.initialized()) else {
+            // Load the index in the background for the next time.
+            self.take_turn(org, false);
+            return None;
+        };
+        let index = om.index.read().expect("not poisoned");
+        if let Some(n) = index.neighbours(task) {
+            return Some(n.to_vec());
+        }
+        if index.lacks_neighbours(task) {
+            let mut r = self.refreshes.lock().expect("not poisoned");
+            if r.len() < MAX_REFRESHES && !r.contains(&(org, task)) {
+                r.push_back((org, task));
+                self.wake.notify_one();
+            }
+        }
+        None
+    }
+
+    async fn run(self: Arc<Self>) {
+        let mut retry = RETRY_FIRST;
+        loop {
+            self.refresh_some();
+            let Some((org, ids)) = self.next_batch().await else {
+                self.wake.notified().await;
+                continue;
+            };
+            let n = ids.len();
+            let outcome = self.embed_batch(org, &ids).await;
+            let om = self.entry(org);
+            match outcome {
+                Ok(()) => {
+                    if self.down.swap(false, Ordering::Relaxed) {
+                        tracing::info!("embedder answers again");
+                    }
+                    retry = RETRY_FIRST;
+                    self.finish(&om, n);
+                }
+                Err(Failure::Drop(e)) => {
+                    tracing::warn!(%org, tasks = n, error = %e, "tasks not embedded");
+                    self.finish(&om, n);
+                }
+                Err(Failure::Retry(e)) => {
+                    if !self.down.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(error = %e, "embedding paused until the embedder answers");
+                    }
+                    {
+                        let mut p = om.pending.lock().expect("not poisoned");
+                        for id in ids.into_iter().rev() {
+                            if p.ids.insert(id) {
+                                p.order.push_front(id);
+                                self.backlog.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        p.in_flight -= n;
+                    }
+                    self.progress.notify_waiters();
+                    self.take_turn(org, false);
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(RETRY_MAX);
+                }
+            }
+        }
+    }
+
+    fn finish(&self, om: &OrgMeaning, n: usize) {
+        om.pending.lock().expect("not poisoned").in_flight -= n;
+        self.progress.notify_waiters();
+    }
+
+    /// Up to `BATCH` ids of the org whose turn it is; its index is loaded
+    /// first (which may note more ids).
+    async fn next_batch(&self) -> Option<(OrgId, Vec<TaskId>)> {
+        loop {
+            let org = self.turns.lock().expect("not poisoned").pop_front()?;
+            let om = match self.loaded(org).await {
+                Ok(om) => om,
+                Err(e) => {
+                    tracing::warn!(%org, error = %e, "org index not loaded");
+                    let fail: Failure = e.into();
+                    if let Failure::Retry(_) = fail {
+                        self.take_turn(org, false);
+                        tokio::time::sleep(RETRY_FIRST).await;
+                    }
+                    continue;
+                }
+            };
+            let mut p = om.pending.lock().expect("not poisoned");
+            let n = p.order.len().min(BATCH);
+            let ids: Vec<TaskId> = p.order.drain(..n).collect();
+            for id in &ids {
+                p.ids.remove(id);
+            }
+            p.in_flight += n;
+            let more = !p.order.is_empty();
+            drop(p);
+            self.backlog.fetch_sub(n, Ordering::Relaxed);
+            if more {
+                self.turns.lock().expect("not poisoned").push_back(org);
+            }
+            if n > 0 {
+                return Some((org, ids));
+            }
+            self.progress.notify_waiters();
+        }
+    }
+
+    /// Looks for the neighbours of entries a claim asked about.
+    fn refresh_some(&self) {
+        let batch: Vec<(OrgId, TaskId)> = {
+            let mut r = self.refreshes.lock().expect("not poisoned");
+            let n = r.len().min(BATCH);
+            r.drain(..n).collect()
+        };
+        for (org, task) in batch {
+            if let Some(om) = self.orgs.get(&org).map(|e| e.clone()) {
+                om.index.write().expect("not poisoned").refresh(task);
+            }
+        }
+    }
+
+    async fn embed_batch(&self, org: OrgId, ids: &[TaskId]) -> Result<(), Failure> {
+        let entry = self.directory.get(org).await?;
+        let cipher = &entry.cipher;
+        if !cipher.is_managed() {
+            return Ok(());
+        }
+        let tasks = self.store.tasks(org, ids).await?;
+        let mut texts = Vec::with_capacity(tasks.len());
+        for t in &tasks {
+            texts.push(task_text(cipher, t)?);
+        }
+        if texts.is_empty() {
+            return Ok(());
+        }
+        let vectors = tokio::time::timeout(EMBED_TIMEOUT, self.embedder.embed(texts))
+            .await
+            .map_err(|_| Failure::Retry("the embedder did not answer in time".into()))??;
+        if vectors.len() != tasks.len() {
+            return Err(Failure::Drop(format!(
+                "{} vectors for {} texts",
+                vectors.len(),
+                tasks.len()
+            )));
+        }
+        let mut sealed = Vec::with_capacity(tasks.len());
+        let mut normalised = Vec::with_capacity(tasks.len());
+        for (t, mut v) in tasks.iter().zip(vectors) {
+            if !index::normalise(&mut v) {
+                v.iter_mut().for_each(|x| *x = 0.0);
+            }
+            let id = t.header.task_id;
+            sealed.push((id, cipher.seal(id, VECTOR_FIELD, &to_bytes(&v))));
+            normalised.push((id, t.header.created_at, v));
+        }
+        self.store
+            .put_vectors(org, self.embedder.model(), &sealed)
+            .await?;
+        let om = self.entry(org);
+        let mut index = om.index.write().expect("not poisoned");
+        for (id, created_at, v) in normalised {
+            if let Err(e) = index.insert(id, created_at, &v) {
+                return Err(Failure::Drop(e.to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes the loaded indexes hold, and how many tasks they hold.
+    pub fn footprint(&self) -> (usize, usize) {
+        self.orgs
+            .iter()
+            .map(|e| {
+                let index = e.index.read().expect("not poisoned");
+                (index.bytes(), index.len())
+            })
+            .fold((0, 0), |(b, n), (b2, n2)| (b + b2, n + n2))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectors_round_trip_through_bytes() {
+        let v = vec![0.25f32, -1.5, 3.0e-7];
+        assert_eq!(from_bytes(&to_bytes(&v)).unwrap(), v);
+        assert!(from_bytes(&[1, 2, 3]).is_none());
+    }
+
+    #[test]
+    fn clip_keeps_whole_characters() {
+        let long = "é".repeat(MAX_TEXT_CHARS + 5);
+        assert_eq!(clip(long).chars().count(), MAX_TEXT_CHARS);
+        assert_eq!(clip("short".into()), "short");
+    }
+}
