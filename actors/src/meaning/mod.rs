@@ -146,7 +146,7 @@ fn to_bytes(v: &[f32]) -> Vec<u8> {
 }
 
 fn from_bytes(b: &[u8]) -> Option<Vec<f32>> {
-    (b.len() % 4 == 0).then(|| {
+    b.len().is_multiple_of(4).then(|| {
         b.chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect()
@@ -319,9 +319,9 @@ impl Meaning {
         .map_err(|_| EngineError::EmbedderUnavailable)?;
         match embedded {
             Ok(mut v) if v.len() == 1 => Ok(Query::new(&v.swap_remove(0))),
-            Ok(_) | Err(EmbedError::BadAnswer(_)) => Err(EngineError::Internal(
-                "the embedder answered badly".into(),
-            )),
+            Ok(_) | Err(EmbedError::BadAnswer(_)) => {
+                Err(EngineError::Internal("the embedder answered badly".into()))
+            }
             Err(EmbedError::Unavailable(e)) => {
                 tracing::warn!(error = %e, "search query not embedded");
                 Err(EngineError::EmbedderUnavailable)
