@@ -12,9 +12,7 @@
 use std::sync::Arc;
 
 use super::Engine;
-use crate::api::{
-    MasterKeyRotated, OrgDekCreated, OrgDekView, PutOrgDek, Timestamp, Unavailable,
-};
+use crate::api::{MasterKeyRotated, OrgDekCreated, OrgDekView, PutOrgDek, Timestamp, Unavailable};
 use crate::crypto::Keyring;
 use crate::domain::account::{Caller, Encryption, Role};
 use crate::domain::error::RuleError;

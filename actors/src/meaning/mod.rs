@@ -48,6 +48,9 @@ const EMBED_TIMEOUT: Duration = Duration::from_secs(60);
 /// Waits between retries while the embedder is down.
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
+/// Beyond this many tasks waiting, new vectors are indexed without looking
+/// for their neighbours.
+const NEIGHBOURS_BACKLOG: usize = 64;
 /// Entries whose neighbours are waiting to be looked for, at most.
 const MAX_REFRESHES: usize = 1_024;
 /// The sealed field a vector is bound to.
@@ -509,12 +512,20 @@ impl Meaning {
         self.store
             .put_vectors(org, self.embedder.model(), &sealed)
             .await?;
+        // Finding neighbours costs a scan of the org per task: worth it for
+        // tasks just created, which a create is waiting on, not for a
+        // backlog (a bulk load, a new model), whose neighbours are found
+        // when a claim first asks for them.
+        let with_neighbours = self.backlog() <= NEIGHBOURS_BACKLOG;
         let om = self.entry(org);
         let mut index = om.index.write().expect("not poisoned");
         for (id, created_at, v) in normalised {
-            if let Err(e) = index.insert(id, created_at, &v) {
-                return Err(Failure::Drop(e.to_string()));
-            }
+            let put = if with_neighbours {
+                index.insert(id, created_at, &v)
+            } else {
+                index.load(id, created_at, &v)
+            };
+            put.map_err(|e| Failure::Drop(e.to_string()))?;
         }
         Ok(())
     }

@@ -1,6 +1,6 @@
 //! The HTTP side of the bench: client settings, timing one request, short
 //! error texts for the report, and an agent's view of the task routes
-//! (create, claim, complete) with the bodies it sends and reads.
+//! (create, claim, complete, search) with the bodies it sends and reads.
 
 use std::error::Error as StdError;
 use std::fmt::Write as _;
@@ -82,6 +82,7 @@ pub(super) struct Routes {
     claim: Url,
     update: Url,
     full_page: Url,
+    search: Url,
 }
 
 impl Routes {
@@ -91,6 +92,7 @@ impl Routes {
             claim: endpoint(base, "/tasks/claim")?,
             update: endpoint(base, "/tasks/update")?,
             full_page: endpoint(base, "/tasks?full=true&limit=200")?,
+            search: endpoint(base, "/tasks/search")?,
         })
     }
 }
@@ -195,6 +197,57 @@ impl AgentApi {
         Ok((page.next_cursor, body.len(), latency))
     }
 
+    /// Creates one task per `(title, description)`; answers their ids, in
+    /// the same order.
+    pub(super) async fn create_described(
+        &self,
+        tasks: &[(String, String)],
+    ) -> Result<(Vec<String>, Duration), String> {
+        let tasks: Vec<DescribedTask<'_>> = tasks
+            .iter()
+            .map(|(title, description)| DescribedTask { title, description })
+            .collect();
+        let body =
+            serde_json::to_vec(&DescribedBody { tasks: &tasks }).map_err(|e| e.to_string())?;
+        let (body, latency) =
+            exchange(self.post(&self.routes.tasks, body), StatusCode::CREATED).await?;
+        let created: Created = serde_json::from_slice(&body).map_err(|e| {
+            truncate(&format!(
+                "unexpected create response ({e}): {}",
+                lossy(&body)
+            ))
+        })?;
+        if created.results.len() != tasks.len() {
+            return Err(format!(
+                "{} tasks created for {} sent",
+                created.results.len(),
+                tasks.len()
+            ));
+        }
+        let ids = created.results.into_iter().map(|r| r.task_id).collect();
+        Ok((ids, latency))
+    }
+
+    /// `POST /tasks/search`: the ids of the tasks recalled, best first.
+    pub(super) async fn search(
+        &self,
+        query: &str,
+        limit: u8,
+    ) -> Result<(Vec<String>, Duration), String> {
+        let body = serde_json::to_vec(&SearchBody { query, limit }).map_err(|e| e.to_string())?;
+        let (body, latency) =
+            exchange(self.post(&self.routes.search, body), StatusCode::OK).await?;
+        // Any other answer (search not configured, say) is an error here.
+        let found: SearchResults = serde_json::from_slice(&body).map_err(|e| {
+            truncate(&format!(
+                "unexpected search response ({e}): {}",
+                lossy(&body)
+            ))
+        })?;
+        let ids = found.results.into_iter().map(|r| r.task_id).collect();
+        Ok((ids, latency))
+    }
+
     /// Claims the next task; `None` when the queue is empty.
     pub(super) async fn claim(&self) -> Result<(Option<Claimed>, Duration), String> {
         let request = self.post(&self.routes.claim, CLAIM_BODY);
@@ -245,6 +298,43 @@ struct NewTask {
 struct TaskMetadata {
     bench: bool,
     seq: u64,
+}
+
+#[derive(Serialize)]
+struct DescribedBody<'a> {
+    tasks: &'a [DescribedTask<'a>],
+}
+
+#[derive(Serialize)]
+struct DescribedTask<'a> {
+    title: &'a str,
+    description: &'a str,
+}
+
+#[derive(Deserialize)]
+struct Created {
+    results: Vec<CreatedTask>,
+}
+
+#[derive(Deserialize)]
+struct CreatedTask {
+    task_id: String,
+}
+
+#[derive(Serialize)]
+struct SearchBody<'a> {
+    query: &'a str,
+    limit: u8,
+}
+
+#[derive(Deserialize)]
+struct SearchResults {
+    results: Vec<SearchHit>,
+}
+
+#[derive(Deserialize)]
+struct SearchHit {
+    task_id: String,
 }
 
 #[derive(Deserialize)]

@@ -91,8 +91,23 @@ impl Admin {
         self.gauge("taskq_claim_waiters").await
     }
 
+    /// The search gauges from one `GET /metrics`; `None` when the server
+    /// has no embedder (it shows none of them) or did not answer.
+    pub(super) async fn search_gauges(&self) -> Option<SearchGauges> {
+        let text = self.metrics().await?;
+        Some(SearchGauges {
+            backlog: gauge_in(&text, "taskq_embedding_backlog")?,
+            index_tasks: gauge_in(&text, "taskq_search_index_tasks")?,
+            index_bytes: gauge_in(&text, "taskq_search_index_bytes")?,
+        })
+    }
+
     /// An unlabelled gauge or counter from `GET /metrics`.
     async fn gauge(&self, name: &str) -> Option<u64> {
+        gauge_in(&self.metrics().await?, name)
+    }
+
+    async fn metrics(&self) -> Option<String> {
         let response = self
             .client
             .get(format!("{}/metrics", self.base))
@@ -100,10 +115,7 @@ impl Admin {
             .send()
             .await
             .ok()?;
-        let text = response.text().await.ok()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
+        response.text().await.ok()
     }
 
     /// `PATCH /admin/orgs/{id}`: lifts the rate and volume limits.
@@ -142,6 +154,23 @@ impl Admin {
         })?;
         Ok(key.api_key)
     }
+}
+
+fn gauge_in(metrics: &str, name: &str) -> Option<u64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// What `/metrics` says about search.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SearchGauges {
+    /// Tasks waiting for a vector.
+    pub(super) backlog: u64,
+    /// Vectors held in memory, and their bytes.
+    pub(super) index_tasks: u64,
+    pub(super) index_bytes: u64,
 }
 
 /// A bootstrapped org and its agents' keys.

@@ -33,6 +33,10 @@
 //!   - `longpoll`: every agent long-polls an empty org; the server's CPU
 //!     while they all wait, then how soon a created task reaches a waiting
 //!     agent (see `longpoll`).
+//!   - `search`: recall@3 and MRR of `POST /tasks/search` on a compiled-in
+//!     evaluation set (builtin model, the same through an endpoint, and a
+//!     keyword baseline), then search latency in orgs of `--search-sizes`
+//!     tasks (see `search`). It starts its own servers, one per phase.
 //! - Figures, per operation: `count` is the number of successful requests,
 //!   `errors` the failed ones (transport error, 30 s timeout, or an
 //!   unexpected status: a 207 partial update is an error), `per_sec` is
@@ -50,17 +54,20 @@
 //! This module holds the flags, the checks on them and the run from start
 //! to report; `server` the server the bench starts itself, `bootstrap` the
 //! operator API and the orgs and keys of a run, `api` the HTTP client and
-//! the agents' requests, `scenarios` the measured phases, `stats` their
-//! figures and progress line, and `report` the results and their table.
+//! the agents' requests, `scenarios` the measured phases, `longpoll` and
+//! `search` the scenarios of their names, `stats` their figures and
+//! progress line, and `report` the results and their table.
 
 mod api;
 mod bootstrap;
 mod longpoll;
 mod report;
 mod scenarios;
+mod search;
 mod server;
 mod stats;
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, ensure, Context as _};
@@ -74,6 +81,11 @@ use scenarios::{
 };
 use server::Server;
 use stats::Op;
+
+use crate::embed::DEFAULT_MODEL_DIR;
+
+/// The largest org the `search` scenario fills.
+const MAX_SEARCH_SIZE: u64 = 1_000_000;
 
 /// Load-test the task API: throughput and latency of create, claim and
 /// complete with many concurrent agents, or server memory with many orgs.
@@ -140,6 +152,24 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     pub settle: u64,
 
+    /// The builtin model's folder (`search` scenario): its servers run it,
+    /// and the bench serves it as an embeddings endpoint.
+    #[arg(long, env = "TASKQ_EMBEDDINGS_MODEL_DIR", default_value = DEFAULT_MODEL_DIR)]
+    pub model_dir: PathBuf,
+
+    /// An OpenAI-compatible embeddings endpoint's base URL for the `search`
+    /// scenario's endpoint phase, instead of the one the bench serves itself.
+    #[arg(long)]
+    pub embeddings_url: Option<String>,
+
+    /// The model name sent to --embeddings-url [default: all-MiniLM-L6-v2].
+    #[arg(long, requires = "embeddings_url")]
+    pub embeddings_model: Option<String>,
+
+    /// Org sizes (tasks) at which the `search` scenario measures latency.
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+    pub search_sizes: Vec<u64>,
+
     /// Print one JSON document with all results instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -163,6 +193,10 @@ pub enum Scenario {
     /// seconds pass idle, then for --duration seconds how soon a task created
     /// one at a time reaches a waiting agent.
     Longpoll,
+    /// Relevance of search (builtin model, endpoint, keyword baseline) on
+    /// the compiled-in evaluation set, then search latency for --agents
+    /// agents over --duration seconds in orgs of --search-sizes tasks.
+    Search,
 }
 
 /// SQLite `synchronous` pragma of a spawned server.
@@ -186,6 +220,15 @@ impl SqliteSynchronous {
 /// Runs the benchmark described by `args` and prints its results.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     validate(&args)?;
+    if args.scenario == Scenario::Search {
+        // Its phases start servers of their own; an interrupted run's
+        // servers are killed and removed as they are dropped.
+        let summary = tokio::select! {
+            summary = search::run(&args) => summary?,
+            Ok(()) = tokio::signal::ctrl_c() => return Err(anyhow!("interrupted")),
+        };
+        return print_report(&args, &search_report(&args, summary));
+    }
 
     let mut server = None;
     let (base, token) = match &args.url {
@@ -217,13 +260,44 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
     }
 
-    let report = outcome?;
+    print_report(&args, &outcome?)
+}
+
+fn print_report(args: &BenchArgs, report: &Report) -> anyhow::Result<()> {
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", serde_json::to_string_pretty(report)?);
     } else {
-        print!("{}", render_table(&report));
+        print!("{}", render_table(report));
     }
     Ok(())
+}
+
+fn search_report(args: &BenchArgs, summary: search::SearchSummary) -> Report {
+    Report {
+        scenario: Scenario::Search,
+        url: "one spawned server per phase".to_owned(),
+        server: "spawned",
+        database: Some(
+            args.database_url
+                .clone()
+                .unwrap_or_else(|| "a fresh SQLite file per server".to_owned()),
+        ),
+        sqlite_synchronous: args.sqlite_synchronous.map(SqliteSynchronous::as_env),
+        orgs: 1,
+        agents: args.agents,
+        concurrency: args.concurrency,
+        duration_secs: args.duration,
+        tasks_per_org: None,
+        bootstrap_secs: 0.0,
+        phases: Vec::new(),
+        ops: Vec::new(),
+        cycles: None,
+        memory: None,
+        actors_alive_end: None,
+        actors_alive_settled: None,
+        longpoll: None,
+        search: Some(summary),
+    }
 }
 
 fn validate(args: &BenchArgs) -> anyhow::Result<()> {
@@ -237,6 +311,27 @@ fn validate(args: &BenchArgs) -> anyhow::Result<()> {
             args.agents,
             args.orgs
         );
+    }
+    if args.scenario == Scenario::Search {
+        ensure!(
+            args.url.is_none(),
+            "--scenario search starts its own servers, one per embedder: drop --url"
+        );
+        ensure!(!args.search_sizes.is_empty(), "--search-sizes needs a size");
+        for &size in &args.search_sizes {
+            ensure!(
+                (1..=MAX_SEARCH_SIZE).contains(&size),
+                "--search-sizes: {size} is not from 1 to {MAX_SEARCH_SIZE}"
+            );
+        }
+        if let Some(url) = &args.embeddings_url {
+            let parsed =
+                Url::parse(url).with_context(|| format!("invalid --embeddings-url {url:?}"))?;
+            ensure!(
+                matches!(parsed.scheme(), "http" | "https"),
+                "--embeddings-url must be an http(s) URL, not {url:?}"
+            );
+        }
     }
     if args.scenario == Scenario::Cycle {
         ensure!(
@@ -288,6 +383,7 @@ async fn execute(
         actors_alive_end: None,
         actors_alive_settled: None,
         longpoll: None,
+        search: None,
     };
 
     match args.scenario {
@@ -341,6 +437,7 @@ async fn execute(
             report.longpoll = Some(summary);
             report.add_phase(phase, &[Op::Create]);
         }
+        Scenario::Search => return Err(anyhow!("the search scenario runs on servers of its own")),
         Scenario::IdleOrgs => {
             let result = idle_orgs_phase(base, token, args, &run_id).await?;
             report.add_phase(

@@ -34,6 +34,7 @@ pub(super) struct Report {
     pub(super) actors_alive_end: Option<u64>,
     pub(super) actors_alive_settled: Option<u64>,
     pub(super) longpoll: Option<super::longpoll::LongPollSummary>,
+    pub(super) search: Option<super::search::SearchSummary>,
 }
 
 #[derive(Serialize)]
@@ -46,16 +47,16 @@ pub(super) struct PhaseReport {
 pub(super) struct OpReport {
     op: &'static str,
     phase: &'static str,
-    count: u64,
-    errors: u64,
-    per_sec: f64,
-    p50_ms: Option<f64>,
-    p99_ms: Option<f64>,
-    max_ms: Option<f64>,
+    pub(super) count: u64,
+    pub(super) errors: u64,
+    pub(super) per_sec: f64,
+    pub(super) p50_ms: Option<f64>,
+    pub(super) p99_ms: Option<f64>,
+    pub(super) max_ms: Option<f64>,
     /// Tasks carried by the successful requests.
-    items: u64,
+    pub(super) items: u64,
     items_per_sec: f64,
-    error_samples: Vec<String>,
+    pub(super) error_samples: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -112,7 +113,7 @@ impl Report {
     }
 }
 
-fn op_report(op: Op, phase: &'static str, stats: OpStats, wall: Duration) -> OpReport {
+pub(super) fn op_report(op: Op, phase: &'static str, stats: OpStats, wall: Duration) -> OpReport {
     let OpStats {
         mut latencies_us,
         errors,
@@ -215,11 +216,13 @@ pub(super) fn render_table(report: &Report) -> String {
         let _ = writeln!(out);
     }
 
-    let _ = writeln!(
-        out,
-        "\n{:<10} {:>9} {:>8} {:>10} {:>8} {:>8} {:>8}",
-        "op", "count", "errors", "per_sec", "p50_ms", "p99_ms", "max_ms"
-    );
+    if !report.ops.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{:<10} {:>9} {:>8} {:>10} {:>8} {:>8} {:>8}",
+            "op", "count", "errors", "per_sec", "p50_ms", "p99_ms", "max_ms"
+        );
+    }
     for op in &report.ops {
         let _ = writeln!(
             out,
@@ -236,6 +239,10 @@ pub(super) fn render_table(report: &Report) -> String {
 
     if let Some(longpoll) = &report.longpoll {
         let _ = write!(out, "\n{}", longpoll.render());
+    }
+
+    if let Some(search) = &report.search {
+        let _ = write!(out, "\n{}", search.render());
     }
 
     if let Some(memory) = &report.memory {
@@ -299,6 +306,7 @@ fn scenario_name(scenario: Scenario) -> &'static str {
         Scenario::IdleOrgs => "idle-orgs",
         Scenario::BigPages => "big-pages",
         Scenario::Longpoll => "longpoll",
+        Scenario::Search => "search",
     }
 }
 

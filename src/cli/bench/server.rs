@@ -1,6 +1,8 @@
 //! The server the bench starts when no `--url` is given: `taskq serve`
 //! from this same binary, in a fresh temporary directory holding its
-//! database, master key and log, stopped and removed at the end.
+//! database, master key and log, stopped and removed at the end. A
+//! scenario may start several, one after another, each with environment
+//! variables of its own (the `search` scenario's embedders).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -27,6 +29,14 @@ pub(super) struct Server {
 
 impl Server {
     pub(super) async fn start(args: &BenchArgs) -> anyhow::Result<Self> {
+        Self::start_with_env(args, &[]).await
+    }
+
+    /// A server with `env` set on top of what it inherits from the bench.
+    pub(super) async fn start_with_env(
+        args: &BenchArgs,
+        env: &[(&str, String)],
+    ) -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(format!(
             "taskq-bench-{}-{}",
             std::process::id(),
@@ -35,7 +45,7 @@ impl Server {
         tokio::fs::create_dir(&dir)
             .await
             .with_context(|| format!("creating {}", dir.display()))?;
-        match Self::launch(args, &dir).await {
+        match Self::launch(args, &dir, env).await {
             Ok(server) => Ok(server),
             Err(e) => {
                 // A server that failed to start has exited or been killed.
@@ -45,7 +55,7 @@ impl Server {
         }
     }
 
-    async fn launch(args: &BenchArgs, dir: &Path) -> anyhow::Result<Self> {
+    async fn launch(args: &BenchArgs, dir: &Path, env: &[(&str, String)]) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("locating the taskq binary")?;
         let database = args
             .database_url
@@ -65,6 +75,7 @@ impl Server {
         if let Some(secs) = args.org_idle_secs {
             command = command.env("TASKQ_ORG_IDLE_SECS", secs.to_string());
         }
+        command = command.envs(env.iter().map(|(key, value)| (*key, value.as_str())));
         let process = match command.spawn().await {
             Ok(process) => process,
             Err(StartError::OpenLog { path, source }) => {
@@ -143,5 +154,16 @@ impl Server {
         tokio::fs::remove_dir_all(&self.dir)
             .await
             .with_context(|| format!("removing {}", self.dir.display()))
+    }
+}
+
+impl Drop for Server {
+    /// A server dropped without `stop` (the run failed or was interrupted
+    /// while a scenario held it) is killed by its process handle; its
+    /// directory goes too.
+    fn drop(&mut self) {
+        if self.dir.exists() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }

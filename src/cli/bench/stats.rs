@@ -22,10 +22,11 @@ pub(super) enum Op {
     Complete,
     Cycle,
     Page,
+    Search,
 }
 
 impl Op {
-    const COUNT: usize = 7;
+    const COUNT: usize = 8;
 
     pub(super) fn name(self) -> &'static str {
         match self {
@@ -36,6 +37,7 @@ impl Op {
             Op::Complete => "complete",
             Op::Cycle => "cycle",
             Op::Page => "page",
+            Op::Search => "search",
         }
     }
 }
