@@ -352,7 +352,7 @@ mod tests {
     #[test]
     fn dot_counts_every_component() {
         let a: Vec<i8> = (0..37).map(|i| (i * 7 % 255) as i8).collect();
-        let b: Vec<i8> = (0..37).map(|i| (i * 13 % 200) as i8 - 100).collect();
+        let b: Vec<i8> = (0..37).map(|i| ((i * 13 % 200) - 100) as i8).collect();
         let plain: i32 = a
             .iter()
             .zip(&b)
