@@ -5,9 +5,10 @@
 //! 384-dimension MiniLM vector costs 388 bytes instead of 1,536 and a
 //! cosine is an integer dot product times two scales. The error this adds
 //! to a score is about 0.005, far below what separates related tasks from
-//! unrelated ones. A scan over 100,000 tasks reads 39 MB and takes a few
-//! milliseconds, so brute force serves an org up to that size; see
-//! `taskq bench --scenario search` for the figures.
+//! unrelated ones. A search over 100,000 tasks (a 39 MB scan) took 6.8 ms
+//! at the median and 13 ms at p99 on a 2-core machine, 1.4 ms at 10,000
+//! (`taskq bench --scenario search`): brute force serves an org up to that
+//! size. No approximate index is built for larger orgs.
 //!
 //! Each entry can keep its nearest neighbours (`NEIGHBOURS`, scoring at
 //! least `NEIGHBOUR_MIN_SCORE`), found by one scan when it is inserted and

@@ -274,16 +274,27 @@ fn print_report(args: &BenchArgs, report: &Report) -> anyhow::Result<()> {
 
 fn search_report(args: &BenchArgs, summary: search::SearchSummary) -> Report {
     Report {
-        scenario: Scenario::Search,
         url: "one spawned server per phase".to_owned(),
-        server: "spawned",
         database: Some(
             args.database_url
                 .clone()
                 .unwrap_or_else(|| "a fresh SQLite file per server".to_owned()),
         ),
-        sqlite_synchronous: args.sqlite_synchronous.map(SqliteSynchronous::as_env),
         orgs: 1,
+        search: Some(summary),
+        ..blank_report(args)
+    }
+}
+
+/// A report holding the run's settings and no figures yet.
+fn blank_report(args: &BenchArgs) -> Report {
+    Report {
+        scenario: args.scenario,
+        url: String::new(),
+        server: "spawned",
+        database: None,
+        sqlite_synchronous: args.sqlite_synchronous.map(SqliteSynchronous::as_env),
+        orgs: args.orgs,
         agents: args.agents,
         concurrency: args.concurrency,
         duration_secs: args.duration,
@@ -296,7 +307,7 @@ fn search_report(args: &BenchArgs, summary: search::SearchSummary) -> Report {
         actors_alive_end: None,
         actors_alive_settled: None,
         longpoll: None,
-        search: Some(summary),
+        search: None,
     }
 }
 
@@ -357,7 +368,6 @@ async fn execute(
     };
 
     let mut report = Report {
-        scenario: args.scenario,
         url: base.to_owned(),
         server: if server.is_some() {
             "spawned"
@@ -365,25 +375,13 @@ async fn execute(
             "external"
         },
         database: server.map(|s| s.database.clone()),
-        sqlite_synchronous: args.sqlite_synchronous.map(SqliteSynchronous::as_env),
-        orgs: args.orgs,
         agents: if args.scenario == Scenario::IdleOrgs {
             0
         } else {
             args.agents
         },
-        concurrency: args.concurrency,
-        duration_secs: args.duration,
         tasks_per_org: (args.scenario == Scenario::Cycle).then_some(args.tasks_per_org),
-        bootstrap_secs: 0.0,
-        phases: Vec::new(),
-        ops: Vec::new(),
-        cycles: None,
-        memory: None,
-        actors_alive_end: None,
-        actors_alive_settled: None,
-        longpoll: None,
-        search: None,
+        ..blank_report(args)
     };
 
     match args.scenario {
