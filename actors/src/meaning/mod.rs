@@ -275,19 +275,12 @@ impl Meaning {
     pub async fn settle(&self, org: OrgId, within: Duration) -> Result<(), EngineError> {
         let deadline = Instant::now() + within;
         let om = self.loaded(org).await?;
-        self.take_turn(org, true);
-        loop {
-            let progress = self.progress.notified();
-            {
-                let p = om.pending.lock().expect("not poisoned");
-                if p.order.is_empty() && p.in_flight == 0 {
-                    return Ok(());
-                }
-            }
-            if tokio::time::timeout_at(deadline, progress).await.is_err() {
-                return Ok(());
-            }
-        }
+        self.until(org, deadline, || {
+            let p = om.pending.lock().expect("not poisoned");
+            p.order.is_empty() && p.in_flight == 0
+        })
+        .await;
+        Ok(())
     }
 
     /// Waits until every one of `ids` is in the org's index, or `within`
@@ -297,17 +290,24 @@ impl Meaning {
         let Ok(Ok(om)) = tokio::time::timeout_at(deadline, self.loaded(org)).await else {
             return false;
         };
+        self.until(org, deadline, || {
+            let index = om.index.read().expect("not poisoned");
+            ids.iter().all(|id| index.contains(*id))
+        })
+        .await
+    }
+
+    /// Puts the org first and waits until `done` holds after a batch, or
+    /// `deadline` passes; whether it holds.
+    async fn until(&self, org: OrgId, deadline: Instant, done: impl Fn() -> bool) -> bool {
         self.take_turn(org, true);
         loop {
             let progress = self.progress.notified();
-            {
-                let index = om.index.read().expect("not poisoned");
-                if ids.iter().all(|id| index.contains(*id)) {
-                    return true;
-                }
+            if done() {
+                return true;
             }
             if tokio::time::timeout_at(deadline, progress).await.is_err() {
-                return false;
+                return done();
             }
         }
     }

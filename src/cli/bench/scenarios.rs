@@ -11,13 +11,12 @@ use reqwest::Client;
 
 use super::api::{http_client, AgentApi, Routes, BIG_BATCH};
 use super::bootstrap::{Admin, Agent};
-use super::stats::{AgentOutcome, Op, Phase, PhaseResult, Stats};
+use super::stats::{AgentOutcome, Op, Phase, PhaseResult, Stats, ERROR_BACKOFF};
 use super::BenchArgs;
 
 /// Items per create request (the API's batch maximum).
 const BATCH: u64 = 25;
 /// Pause after a failed request, so a dead server is not hammered in a loop.
-const ERROR_BACKOFF: Duration = Duration::from_millis(20);
 /// Tasks created in every org of the `idle-orgs` scenario.
 const IDLE_ORG_TASKS: u64 = 3;
 /// What the tasks a fill creates carry.
@@ -63,17 +62,7 @@ pub(super) async fn create_fixed_phase(
                     Content::Small => api.create(seq, count).await,
                     Content::Largest => api.create_big(seq, count).await,
                 };
-                match created {
-                    Ok(latency) => {
-                        outcome.stats.op(Op::Create).ok(latency, count);
-                        progress.add(count);
-                    }
-                    Err(e) => {
-                        outcome.stats.op(Op::Create).err(e);
-                        progress.error();
-                        tokio::time::sleep(ERROR_BACKOFF).await;
-                    }
-                }
+                outcome.record(Op::Create, &progress, created, count).await;
             }
             outcome
         });
@@ -98,17 +87,9 @@ pub(super) async fn create_timed_phase(
         phase.tasks.spawn(async move {
             let mut outcome = AgentOutcome::default();
             while Instant::now() < deadline {
-                match api.create(seq, BATCH).await {
-                    Ok(latency) => {
-                        outcome.stats.op(Op::Create).ok(latency, BATCH);
-                        progress.add(BATCH);
-                    }
-                    Err(e) => {
-                        outcome.stats.op(Op::Create).err(e);
-                        progress.error();
-                        tokio::time::sleep(ERROR_BACKOFF).await;
-                    }
-                }
+                outcome
+                    .record(Op::Create, &progress, api.create(seq, BATCH).await, BATCH)
+                    .await;
                 seq += BATCH;
             }
             outcome

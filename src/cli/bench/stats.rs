@@ -106,6 +106,34 @@ pub(super) struct AgentOutcome {
     pub(super) drained_at: Option<Duration>,
 }
 
+/// How long an agent waits after a failed request, so a failing server is
+/// not hammered.
+pub(super) const ERROR_BACKOFF: Duration = Duration::from_millis(20);
+
+impl AgentOutcome {
+    /// Counts one request of `op` carrying `items`; after a failure the
+    /// agent backs off a moment.
+    pub(super) async fn record(
+        &mut self,
+        op: Op,
+        progress: &Progress,
+        result: Result<Duration, String>,
+        items: u64,
+    ) {
+        match result {
+            Ok(latency) => {
+                self.stats.op(op).ok(latency, items);
+                progress.add(items);
+            }
+            Err(e) => {
+                self.stats.op(op).err(e);
+                progress.error();
+                tokio::time::sleep(ERROR_BACKOFF).await;
+            }
+        }
+    }
+}
+
 /// Counters read by the progress line.
 #[derive(Default)]
 pub(super) struct Progress {

@@ -25,7 +25,6 @@ const SCALE_LIMIT: u8 = 3;
 /// with its size even when the embedder is free.
 const SCALE_EMBED_TIMEOUT: Duration = Duration::from_secs(1_800);
 /// Pause after a failed request, so a dead server is not hammered.
-const ERROR_BACKOFF: Duration = Duration::from_millis(20);
 const BAG_OF_WORDS_MODEL: &str = "bench-bag-of-words";
 
 #[derive(Serialize)]
@@ -117,17 +116,14 @@ async fn measure_scale(
                 let new: Vec<(String, String)> = (first..first + count)
                     .map(|n| generated_task(&eval, n))
                     .collect();
-                match api.create_described(&new).await {
-                    Ok((_, latency)) => {
-                        outcome.stats.op(Op::Create).ok(latency, count);
-                        progress.add(count);
-                    }
-                    Err(e) => {
-                        outcome.stats.op(Op::Create).err(e);
-                        progress.error();
-                        tokio::time::sleep(ERROR_BACKOFF).await;
-                    }
-                }
+                outcome
+                    .record(
+                        Op::Create,
+                        &progress,
+                        api.create_described(&new).await.map(|(_, latency)| latency),
+                        count,
+                    )
+                    .await;
             }
             outcome
         });
@@ -172,17 +168,16 @@ async fn measure_scale(
             while Instant::now() < deadline {
                 let query = &eval.queries[next % eval.queries.len()].query;
                 next += 1;
-                match api.search(query, SCALE_LIMIT).await {
-                    Ok((_, latency)) => {
-                        outcome.stats.op(Op::Search).ok(latency, 1);
-                        progress.add(1);
-                    }
-                    Err(e) => {
-                        outcome.stats.op(Op::Search).err(e);
-                        progress.error();
-                        tokio::time::sleep(ERROR_BACKOFF).await;
-                    }
-                }
+                outcome
+                    .record(
+                        Op::Search,
+                        &progress,
+                        api.search(query, SCALE_LIMIT)
+                            .await
+                            .map(|(_, latency)| latency),
+                        1,
+                    )
+                    .await;
             }
             outcome
         });
