@@ -19,6 +19,7 @@ mod dek;
 mod keys;
 mod operator;
 mod org;
+mod reports;
 mod search;
 mod stats;
 mod tags;
@@ -39,6 +40,7 @@ pub use dek::*;
 pub use keys::*;
 pub use operator::*;
 pub use org::*;
+pub use reports::*;
 pub use search::*;
 pub use stats::*;
 pub use tags::*;
@@ -82,6 +84,15 @@ pub struct Timestamp(pub i64);
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&crate::clock::format_ms(self.0))
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Timestamp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        chrono::DateTime::parse_from_rfc3339(&s)
+            .map(|t| Timestamp(t.timestamp_millis()))
+            .map_err(serde::de::Error::custom)
     }
 }
 
