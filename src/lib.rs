@@ -10,14 +10,15 @@ pub mod cli;
 pub mod embed;
 pub mod http;
 pub mod keyfiles;
+pub mod llm;
 pub mod mcp;
 pub mod moderation;
 pub mod process;
 
 /// Installs ring as rustls's process-wide crypto provider: the server's
-/// TLS and every outgoing HTTPS connection (moderation and embeddings
-/// endpoints, MCP bridge, bench) use it. Call once before building an HTTP
-/// client; later calls do nothing.
+/// TLS and every outgoing HTTPS connection (moderation, embeddings and
+/// chat endpoints, MCP bridge, bench) use it. Call once before building an
+/// HTTP client; later calls do nothing.
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }

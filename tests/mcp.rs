@@ -130,6 +130,10 @@ backend_tests!(
             "send_feedback",
             "get_quota",
             "search_tasks",
+            "get_insights",
+            "list_runbooks",
+            "get_standup",
+            "plan_tasks",
             "get_org_dek",
             "put_org_dek",
         ];

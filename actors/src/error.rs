@@ -38,6 +38,8 @@ pub enum ErrorCode {
     /// Too much is queued; retry later.
     Overloaded,
     Internal,
+    /// A model the request depends on gave nothing usable.
+    BadGateway,
 }
 
 /// Which limit refused a request.
@@ -154,6 +156,12 @@ pub enum EngineError {
     Store(StoreError),
     #[error("internal error: {0}")]
     Internal(String),
+    /// The planner's model gave no usable plan; the call was charged.
+    #[error("the planner produced no usable plan")]
+    NoUsablePlan {
+        reason: String,
+        plan_calls_remaining: Option<i64>,
+    },
 }
 
 impl From<RuleError> for EngineError {
@@ -210,6 +218,7 @@ impl EngineError {
             | EngineError::Timeout => ErrorCode::Unavailable,
             EngineError::Overloaded => ErrorCode::Overloaded,
             EngineError::Store(_) | EngineError::Internal(_) => ErrorCode::Internal,
+            EngineError::NoUsablePlan { .. } => ErrorCode::BadGateway,
         }
     }
 
@@ -242,6 +251,12 @@ impl EngineError {
                 code: "ciphertext_binding_failure",
                 task_id: *task_id,
                 field,
+            }),
+            EngineError::NoUsablePlan {
+                plan_calls_remaining,
+                ..
+            } => Some(ErrorDetail::Planner {
+                plan_calls_remaining: *plan_calls_remaining,
             }),
             _ => None,
         };
@@ -301,7 +316,8 @@ impl JsonSchema for ErrorBody {
                 "limit": { "type": "integer" },
                 "window_seconds": { "type": "integer" },
                 "tier": tier,
-                "resets": { "type": "string", "format": "date-time" }
+                "resets": { "type": "string", "format": "date-time" },
+                "plan_calls_remaining": { "type": ["integer", "null"] }
             }
         })
     }
@@ -328,6 +344,10 @@ pub enum ErrorDetail {
         code: &'static str,
         task_id: TaskId,
         field: &'static str,
+    },
+    /// The planner failed; the call still counts.
+    Planner {
+        plan_calls_remaining: Option<i64>,
     },
 }
 

@@ -9,11 +9,13 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use taskq_actors::embed::Embedder;
 use taskq_actors::filter::{ContentFilter, NoFilter, TermFilter};
+use taskq_actors::llm::ChatModel;
 use taskq_actors::{Engine, EngineConfig};
 
 use crate::embed::{BuiltinEmbedder, EndpointEmbedder, DEFAULT_MODEL_DIR};
 use crate::http::{router, AppState};
 use crate::keyfiles::KeySource;
+use crate::llm::ChatEndpoint;
 use crate::moderation::ModerationEndpoint;
 use crate::process::READY_PREFIX;
 
@@ -88,6 +90,42 @@ pub struct ServeArgs {
     /// near-duplicates and suggested tags; beyond it they are left out.
     #[arg(long, env = "TASKQ_EMBEDDINGS_CREATE_BUDGET_MS", default_value_t = 250)]
     pub embeddings_create_budget_ms: u64,
+    /// An OpenAI-compatible chat endpoint's base URL for the planner and
+    /// the report writers (unset: no planner, reports from templates).
+    #[arg(long, env = "TASKQ_LLM_URL")]
+    pub llm_url: Option<String>,
+    /// The model name sent to the chat endpoint.
+    #[arg(long, env = "TASKQ_LLM_MODEL", default_value = "default")]
+    pub llm_model: String,
+    /// Bearer token for the chat endpoint.
+    #[arg(long, env = "TASKQ_LLM_API_KEY", hide_env_values = true)]
+    pub llm_api_key: Option<String>,
+    /// Seconds one chat completion may take.
+    #[arg(long, env = "TASKQ_LLM_TIMEOUT_SECS", default_value_t = 120)]
+    pub llm_timeout_secs: u64,
+    /// Whether reports are computed on their schedule (`on`, `off`); the
+    /// operator's recompute works either way.
+    #[arg(long, env = "TASKQ_REPORTS_SCHEDULE", default_value = "on")]
+    pub reports_schedule: String,
+}
+
+fn chat_model(args: &ServeArgs) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
+    let Some(url) = &args.llm_url else {
+        tracing::info!(
+            "TASKQ_LLM_URL is unset: the planner is not enabled; reports use their templates"
+        );
+        return Ok(None);
+    };
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        bail!("TASKQ_LLM_URL must be an http(s) URL, not {url}");
+    }
+    tracing::info!(model = %args.llm_model, "a language model for the planner and reports");
+    Ok(Some(Arc::new(ChatEndpoint::new(
+        url,
+        args.llm_model.clone(),
+        args.llm_api_key.clone(),
+        Duration::from_secs(args.llm_timeout_secs.max(1)),
+    )?)))
 }
 
 fn feedback_filter(args: &ServeArgs) -> anyhow::Result<Arc<dyn ContentFilter>> {
@@ -205,6 +243,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     config.feedback_filter = feedback_filter(&args)?;
     config.embedder = embedder(&args).await?;
     config.create_budget = Duration::from_millis(args.embeddings_create_budget_ms);
+    config.chat = chat_model(&args)?;
+    config.report_schedule = match args.reports_schedule.as_str() {
+        "on" => true,
+        "off" => false,
+        other => bail!("TASKQ_REPORTS_SCHEDULE must be on or off, not {other}"),
+    };
     config.feedback_org = match &args.feedback_org {
         Some(id) => Some(
             id.parse()

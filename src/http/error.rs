@@ -38,6 +38,7 @@ fn status(code: ErrorCode) -> StatusCode {
         ErrorCode::Conflict => StatusCode::CONFLICT,
         ErrorCode::Corrupt | ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorCode::Unavailable | ErrorCode::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::BadGateway => StatusCode::BAD_GATEWAY,
     }
 }
 

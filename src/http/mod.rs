@@ -10,6 +10,7 @@ mod keys;
 mod metrics;
 mod openapi;
 mod org_admin;
+mod reports;
 mod tasks;
 mod ui;
 
@@ -126,6 +127,27 @@ pub fn routes() -> Vec<Route> {
             .body::<SearchTasks>()
             .answer::<SearchAnswer>(200, "The best matches, or `{available: false, reason}`")
             .errors(&[500]),
+        Route::post("/tasks/plan", reports::plan)
+            .doc("plan_tasks", "reports", "Turn a goal into a task graph grounded on the org's history (pro and enterprise)")
+            .body::<PlanRequest>()
+            .answer::<PlanAnswer>(200, "The plan, the tasks created if asked, or `{available: false, reason}`")
+            .errors(&[429, 502]),
+        // ---- reports
+        Route::get("/insights", reports::insights)
+            .doc("get_insights", "reports", "Flow insights: stuck and churning tasks, throughput, cycle times, failure rates, agents (paid plans)")
+            .query::<InsightsQuery>()
+            .answer::<InsightsAnswer>(200, "The last computed insights, or `{available: false, reason}`")
+            .errors(&[500]),
+        Route::get("/runbooks", reports::runbooks)
+            .doc("list_runbooks", "reports", "Runbooks distilled from clusters of completed tasks (pro and enterprise)")
+            .query::<RunbooksQuery>()
+            .answer::<RunbooksAnswer>(200, "The runbooks, newest first, or `{available: false, reason}`")
+            .errors(&[500]),
+        Route::get("/standup", reports::standup)
+            .doc("get_standup", "reports", "A standup report of the org or a team, with its history (paid plans)")
+            .query::<StandupQuery>()
+            .answer::<StandupAnswer>(200, "The report, or `{available: false, reason}`")
+            .errors(&[404, 500]),
         // ---- the org's data key
         Route::get("/org/dek", keys::org_dek)
             .doc("get_org_dek", "keys", "A BYOK org's wrapped data key")
@@ -266,6 +288,12 @@ pub fn routes() -> Vec<Route> {
             .body::<IdpSync>()
             .answer::<IdpSyncAnswer>(200, "Memberships added and removed")
             .errors(&[403, 409]),
+        Route::post("/admin/orgs/{org_id}/recompute", reports::recompute)
+            .doc("recompute_reports", "operator", "Compute an org's reports now instead of waiting for the schedule")
+            .access(Operator)
+            .optional_body::<Recompute>()
+            .answer::<Recomputed>(200, "The reports computed (those that apply to the org's plan and encryption)")
+            .errors(&[503]),
         Route::post("/admin/master-key/rotate", admin::rotate_master_key)
             .doc("rotate_master_key", "operator", "Make a new master key current and re-wrap every data key")
             .access(Operator)

@@ -241,6 +241,7 @@ fn error_description(status: u16) -> &'static str {
         413 => "The request body is over 2 MiB; the connection is closed",
         429 => "A rate, monthly or tier limit refused the request; per-minute limits send `Retry-After`",
         500 => "A stored value failed its integrity check (`code: ciphertext_binding_failure`)",
+        502 => "The planner's model gave no usable plan; the call still counts (`plan_calls_remaining`)",
         503 => "Overloaded, restarting, a dependency or the store unavailable; retry after `Retry-After` seconds",
         _ => "Error",
     }

@@ -11,9 +11,10 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 use taskq_actors::api::{
-    AddTeamMember, ClaimRequest, CreateTags, CreateTasks, DeleteTags, GetTasks, ListTasks, MePatch,
-    MemberPatch, MemberRequest, NewTeam, PutOrgDek, RequestKind, SearchTasks, SendFeedback,
-    TeamPatch, UpdateTags, UpdateTasks, TEAMS,
+    AddTeamMember, ClaimRequest, CreateTags, CreateTasks, DeleteTags, GetTasks, InsightsQuery,
+    ListTasks, MePatch, MemberPatch, MemberRequest, NewTeam, PlanRequest, PutOrgDek, RequestKind,
+    RunbooksQuery, SearchTasks, SendFeedback, StandupQuery, TeamPatch, UpdateTags, UpdateTasks,
+    TEAMS,
 };
 use taskq_actors::{Caller, Engine, EngineError, ValidationError};
 
@@ -210,6 +211,29 @@ pub static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
             schema::<SearchTasks>(),
         )
         .with_annotations(read()),
+        tool(
+            "get_insights",
+            "Flow insights over the last 30 days: stuck and churning tasks, throughput, cycle times, failure rates by tag, per-agent figures, and failure clusters on pro and enterprise. Paid plans; {available: false, reason: not_computed_yet} before the first computation.",
+            schema::<InsightsQuery>(),
+        )
+        .with_annotations(read()),
+        tool(
+            "list_runbooks",
+            "Runbooks distilled from clusters of the org's completed tasks, newest first (pro and enterprise; {available: false, reason: byok} for client-encrypted orgs).",
+            schema::<RunbooksQuery>(),
+        )
+        .with_annotations(read()),
+        tool(
+            "get_standup",
+            "A standup report: scope `org` or `team:<name>`, cadence daily, weekly or monthly, period YYYY-MM-DD, YYYY-Www or YYYY-MM; the headline figures with their change since the previous report, a body, and up to 10 earlier reports. Paid plans.",
+            schema::<StandupQuery>(),
+        )
+        .with_annotations(read()),
+        tool(
+            "plan_tasks",
+            "Turn a goal into a task graph grounded on the org's history (similar tasks, cycle time, the tag that fails most, the best runbook); with create: true the drafted tasks are created. Pro and enterprise; each call counts against the monthly plan allowance.",
+            schema::<PlanRequest>(),
+        ),
         tool(
             "get_org_dek",
             "A client-encrypted (BYOK) org's data key, wrapped by the org's KMS, with its kms_key_id. Errors when the org's keys are managed by the server (clients must not encrypt) or none is enrolled yet.",
@@ -480,6 +504,34 @@ pub async fn call(
             async {
                 let request = decode::<SearchTasks>(e, c, args).await?;
                 body(e.search_tasks(c, request).await?)
+            }
+            .await
+        }
+        "get_insights" => {
+            async {
+                decode::<InsightsQuery>(e, c, args).await?;
+                body(e.insights(c).await?)
+            }
+            .await
+        }
+        "list_runbooks" => {
+            async {
+                decode::<RunbooksQuery>(e, c, args).await?;
+                body(e.runbooks(c).await?)
+            }
+            .await
+        }
+        "get_standup" => {
+            async {
+                let request = decode::<StandupQuery>(e, c, args).await?;
+                body(e.standup(c, request).await?)
+            }
+            .await
+        }
+        "plan_tasks" => {
+            async {
+                let request = decode::<PlanRequest>(e, c, args).await?;
+                body(e.plan_tasks(c, request).await?)
             }
             .await
         }

@@ -105,6 +105,11 @@ impl Builder {
         if !env.iter().any(|(k, _)| k == "TASKQ_EMBEDDINGS") {
             env.push(("TASKQ_EMBEDDINGS".into(), "none".into()));
         }
+        // Reports are computed when a test asks (the operator's recompute),
+        // so moving the clock never computes one behind its back.
+        if !env.iter().any(|(k, _)| k == "TASKQ_REPORTS_SCHEDULE") {
+            env.push(("TASKQ_REPORTS_SCHEDULE".into(), "off".into()));
+        }
         if let Some(secs) = self.idle_secs {
             env.push(("TASKQ_ORG_IDLE_SECS".into(), secs.to_string()));
         }
@@ -259,6 +264,7 @@ impl TestServer {
             START_TIMEOUT,
         )
         .env("TASKQ_EMBEDDINGS", "none")
+        .env("TASKQ_REPORTS_SCHEDULE", "off")
         .env("RUST_LOG", "info")
         .env_remove("TASKQ_MASTER_KEY")
         .env_remove("TASKQ_LISTEN")

@@ -27,6 +27,7 @@ EXPECTED = {
     "update_member", "get_me", "update_me", "list_teams", "get_team",
     "create_team", "update_team", "delete_team", "add_team_member",
     "remove_team_member", "send_feedback", "get_quota", "search_tasks",
+    "get_insights", "list_runbooks", "get_standup", "plan_tasks",
     "get_org_dek", "put_org_dek",
 }
 

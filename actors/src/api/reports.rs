@@ -252,6 +252,7 @@ impl Scope {
 
 /// `GET /standup` query: which report.
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct StandupQuery {
     /// `org` (default) or `team:<name>`.
     #[schemars(with = "Option<String>", regex(pattern = r"^(org|team:.*\S.*)$"))]
@@ -318,6 +319,7 @@ impl Decode for StandupQuery {
 
 /// `GET /insights`'s (empty) query.
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct InsightsQuery {}
 
 impl MemberRequest for InsightsQuery {
@@ -326,13 +328,15 @@ impl MemberRequest for InsightsQuery {
 }
 
 impl Decode for InsightsQuery {
-    fn decode(_: &Value) -> Result<Self> {
+    fn decode(v: &Value) -> Result<Self> {
+        reject_unknown(optional_body(v)?, "", &[])?;
         Ok(InsightsQuery {})
     }
 }
 
 /// `GET /runbooks`'s (empty) query.
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RunbooksQuery {}
 
 impl MemberRequest for RunbooksQuery {
@@ -341,7 +345,8 @@ impl MemberRequest for RunbooksQuery {
 }
 
 impl Decode for RunbooksQuery {
-    fn decode(_: &Value) -> Result<Self> {
+    fn decode(v: &Value) -> Result<Self> {
+        reject_unknown(optional_body(v)?, "", &[])?;
         Ok(RunbooksQuery {})
     }
 }

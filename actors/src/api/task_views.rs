@@ -218,6 +218,20 @@ pub struct ClaimContext {
     /// best effort (paid tiers, managed orgs with an embedder).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prior_art: Option<Vec<PriorArt>>,
+    /// The runbook that best fits the task; best effort (pro and
+    /// enterprise managed orgs, once runbooks are distilled).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runbook: Option<RunbookContext>,
+}
+
+/// A runbook distilled from the org's completed work.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct RunbookContext {
+    pub topic: String,
+    pub body: String,
+    /// How well it fits: cosine similarity, or the share of shared terms
+    /// without vectors.
+    pub score: f32,
 }
 
 /// A completed task close in meaning to the claimed one.

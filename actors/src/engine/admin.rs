@@ -67,7 +67,9 @@ impl Engine {
                 api_key: format_api_key(key_id, &secret),
             },
         };
+        let org = record.org_id;
         self.inner.directory.refresh(record)?;
+        self.report_on(org);
         Ok(created)
     }
 

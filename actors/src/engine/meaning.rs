@@ -107,7 +107,7 @@ impl Engine {
         Ok(SearchAnswer::Results { results })
     }
 
-    async fn tasks_by_id(
+    pub(super) async fn tasks_by_id(
         &self,
         org: OrgId,
         hits: &[Scored],

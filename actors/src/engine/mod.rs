@@ -18,6 +18,7 @@ mod feedback;
 mod keys;
 mod meaning;
 mod org_admin;
+mod reports;
 mod stats;
 mod tasks;
 
@@ -43,9 +44,12 @@ use crate::embed::Embedder;
 use crate::error::EngineError;
 use crate::filter::{ContentFilter, TermFilter};
 use crate::health::StoreHealth;
+use crate::llm::ChatModel;
 use crate::meaning::Meaning;
 use crate::org::{parse_api_key, OrgDeps, OrgMsg, Outcome, Reply};
 use crate::reader::TaskReader;
+use crate::reports::actor::{ReportsKeeper, ReportsRef};
+use crate::reports::compute::Reporter;
 use crate::stats::{OrgSnapshots, Refusals};
 use crate::store::{Store, StoreError};
 use crate::supervisor::{ActorStats, Route, Routes, Supervisor, SupervisorMsg};
@@ -72,6 +76,12 @@ pub struct EngineConfig {
     /// The longest a create waits for its tasks' vectors, to answer with
     /// near-duplicates and suggested tags.
     pub create_budget: Duration,
+    /// The language model of the planner and the report writers; `None`:
+    /// the planner answers `not_enabled`, reports use their templates.
+    pub chat: Option<Arc<dyn ChatModel>>,
+    /// Whether reports are computed on their schedule (besides the
+    /// operator's recompute).
+    pub report_schedule: bool,
     /// The org receiving feedback; `None`: the `taskq-feedback` org.
     pub feedback_org: Option<OrgId>,
     /// Requests one org may have in flight; more are refused as overloaded.
@@ -103,6 +113,8 @@ impl EngineConfig {
             feedback_filter: Arc::new(TermFilter::builtin([])),
             embedder: None,
             create_budget: Duration::from_millis(250),
+            chat: None,
+            report_schedule: true,
             feedback_org: None,
             org_in_flight: 1024,
             writer_queue: 4096,
@@ -146,6 +158,11 @@ struct Inner {
     /// Task vectors; `None` without an embedder.
     meaning: Option<Arc<Meaning>>,
     create_budget: Duration,
+    /// Computes and reads reports; the reports actor calls it on schedule.
+    reporter: Arc<Reporter>,
+    /// The live reports actor (its keeper replaces it if it fails).
+    reports: ReportsRef,
+    reports_keeper: ActorRef<()>,
     /// The feedback org and the system caller that files feedback there,
     /// settled once at start.
     feedback: OnceLock<(OrgId, Caller)>,
@@ -228,12 +245,34 @@ impl Engine {
         .await
         .map_err(|e| EngineError::Internal(format!("supervisor failed to start: {e}")))?;
         let _ = supervisor_cell.set(supervisor.clone());
+        let reporter = Arc::new(Reporter::new(
+            store.clone(),
+            directory.clone(),
+            meaning.clone(),
+            config.chat,
+            config.clock.clone(),
+        ));
+        let reports: ReportsRef = Arc::default();
+        let (reports_keeper, _) = Actor::spawn(
+            None,
+            ReportsKeeper {
+                reporter: reporter.clone(),
+                scheduled: config.report_schedule,
+                current: reports.clone(),
+            },
+            (),
+        )
+        .await
+        .map_err(|e| EngineError::Internal(format!("the reports actor failed to start: {e}")))?;
         let engine = Engine {
             inner: Arc::new(Inner {
                 health,
                 reader: TaskReader::start(store.clone(), config.reader_queue),
                 meaning: meaning.clone(),
                 create_budget: config.create_budget,
+                reporter,
+                reports,
+                reports_keeper,
                 store,
                 writers,
                 writer_tasks: std::sync::Mutex::new(Vec::new()),
@@ -372,6 +411,7 @@ impl Engine {
             tracing::warn!(error = %e, "writes still queued at shutdown could not be flushed");
         }
         self.inner.supervisor.stop(None);
+        self.inner.reports_keeper.stop(None);
         for t in std::mem::take(&mut *self.inner.writer_tasks.lock().expect("not poisoned")) {
             t.abort();
         }

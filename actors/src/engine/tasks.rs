@@ -309,10 +309,19 @@ impl Engine {
                     output: views::output(cipher, &b)?,
                 });
             }
+            let title = views::title(cipher, &task)?;
+            let runbook = self
+                .runbook_context(org, id, &title)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::debug!(%org, error = %e, "claim context without a runbook");
+                    None
+                });
             Some(ClaimContext {
                 parent_chain,
                 blockers,
                 prior_art,
+                runbook,
             })
         } else {
             None

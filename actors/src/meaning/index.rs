@@ -290,6 +290,14 @@ impl OrgIndex {
         best
     }
 
+    /// An entry's vector as stored (unit length, up to quantisation).
+    pub fn vector(&self, id: TaskId) -> Option<Vec<f32>> {
+        let slot = *self.slots.get(&id)?;
+        let scale = self.scales[slot];
+        let codes = &self.codes[slot * self.dim..(slot + 1) * self.dim];
+        Some(codes.iter().map(|&c| f32::from(c) * scale).collect())
+    }
+
     /// The entry's neighbours, best first; `None` when they have not been
     /// looked for since it was loaded (or it is not here).
     pub fn neighbours(&self, id: TaskId) -> Option<&[Scored]> {

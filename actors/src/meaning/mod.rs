@@ -21,7 +21,7 @@
 
 pub mod index;
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -314,6 +314,11 @@ impl Meaning {
 
     /// Embeds a search query.
     pub async fn query(&self, text: &str) -> Result<Query, EngineError> {
+        Ok(Query::new(&self.embed_text(text).await?))
+    }
+
+    /// One text's vector, unit length (all zeros when it has no direction).
+    pub async fn embed_text(&self, text: &str) -> Result<Vec<f32>, EngineError> {
         let embedded = tokio::time::timeout(
             EMBED_TIMEOUT,
             self.embedder.embed(vec![clip(text.to_owned())]),
@@ -321,12 +326,18 @@ impl Meaning {
         .await
         .map_err(|_| EngineError::EmbedderUnavailable)?;
         match embedded {
-            Ok(mut v) if v.len() == 1 => Ok(Query::new(&v.swap_remove(0))),
+            Ok(mut v) if v.len() == 1 => {
+                let mut v = v.swap_remove(0);
+                if !index::normalise(&mut v) {
+                    v.iter_mut().for_each(|x| *x = 0.0);
+                }
+                Ok(v)
+            }
             Ok(_) | Err(EmbedError::BadAnswer(_)) => {
                 Err(EngineError::Internal("the embedder answered badly".into()))
             }
             Err(EmbedError::Unavailable(e)) => {
-                tracing::warn!(error = %e, "search query not embedded");
+                tracing::warn!(error = %e, "text not embedded");
                 Err(EngineError::EmbedderUnavailable)
             }
         }
@@ -347,6 +358,32 @@ impl Meaning {
             return Ok(Vec::new());
         }
         Ok(index.top(query, k, since, &[]))
+    }
+
+    /// The vectors of these tasks that the org's index holds, loading it
+    /// first if needed (for the report writers, which may wait).
+    pub async fn vectors(
+        &self,
+        org: OrgId,
+        ids: &[TaskId],
+    ) -> Result<HashMap<TaskId, Vec<f32>>, EngineError> {
+        let om = self.loaded(org).await?;
+        let index = om.index.read().expect("not poisoned");
+        Ok(ids
+            .iter()
+            .filter_map(|id| index.vector(*id).map(|v| (*id, v)))
+            .collect())
+    }
+
+    /// A task's vector if its org's index is loaded and holds it; never
+    /// waits.
+    pub fn vector_now(&self, org: OrgId, task: TaskId) -> Option<Vec<f32>> {
+        let om = self.orgs.get(&org).map(|e| e.clone())?;
+        if !om.loaded.initialized() {
+            return None;
+        }
+        let index = om.index.read().expect("not poisoned");
+        index.vector(task)
     }
 
     /// A task's neighbours, if its org's index is loaded and they are

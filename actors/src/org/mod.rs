@@ -424,7 +424,7 @@ impl Actor for OrgActor {
             OrgMsg::GetQuota { reply } => {
                 serve!(self, state, reply, read, |work| Ok(self.quota(state)))
             }
-            OrgMsg::ChargePlan { reply } => serve!(self, state, reply, None, |work| {
+            OrgMsg::ChargePlan { reply } => serve!(self, state, reply, write, |work| {
                 self.charge_plan(state, &mut work)
             }),
             OrgMsg::AddMember { member, reply } => serve!(self, state, reply, None, |work| {

@@ -1,7 +1,14 @@
 //! Reports: insights, failure clusters, runbooks and standups, computed
-//! from the store by the reports actor, and the planner's pure parts.
+//! from the store by the reports actor (`actor.rs`, writing through
+//! `compute.rs`), and the planner's pure parts (`plan.rs`). The figures,
+//! clusters, periods and prompts are pure functions, unit-tested.
 
-#![allow(dead_code)] // wired in by the reports actor
-
+pub mod actor;
+pub mod cluster;
+pub mod compute;
+mod cpu;
 pub mod history;
+pub mod insights;
 pub mod period;
+pub mod plan;
+pub mod standup;

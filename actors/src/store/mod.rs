@@ -141,6 +141,7 @@ mod commit;
 mod connect;
 mod keys;
 mod org_records;
+mod reports;
 mod rows;
 mod tasks;
 #[cfg(test)]
@@ -150,6 +151,7 @@ mod vectors;
 
 pub use commit::{WriteBatch, WriteOp};
 pub use keys::ClientDek;
+pub use reports::ReportKey;
 
 /// A row type that both backends can decode.
 trait BackendRow: Send + Unpin + for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> {}

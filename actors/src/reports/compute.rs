@@ -1,0 +1,744 @@
+//! The report writer: reads an org's history from the store, computes its
+//! reports with the pure functions beside this module, words labels,
+//! runbooks and standups through the language model when one is configured
+//! (the built-in templates otherwise, or when it fails), and stores each
+//! report sealed with the org's data key.
+//!
+//! It never asks an org actor for anything, so computing a report never
+//! holds a claim up; the reports actor calls it one org at a time.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::cluster::{self, Item, Source};
+use super::cpu::Background;
+use super::history::TaskHistory;
+use super::insights::{self, WINDOW_DAYS};
+use super::period::Period;
+use super::standup::{self, TeamScope};
+use crate::api::{
+    Cadence, FailureCluster, Headline, Insights, ReportKind, Runbook, Scope, StandupEntry, Text,
+    Timestamp, RUNBOOK_SOURCES,
+};
+use crate::clock::Clock;
+use crate::crypto::OrgCipher;
+use crate::directory::{OrgDirectory, OrgEntry};
+use crate::domain::account::{Encryption, Tier};
+use crate::domain::{OrgId, StoredTask, TaskId, TaskStatus};
+use crate::error::EngineError;
+use crate::llm::{ChatMessage, ChatModel};
+use crate::meaning::Meaning;
+use crate::store::{ReportKey, Store, StoreError};
+use crate::views;
+
+pub const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+/// History read for a computation: the previous month's standup and the
+/// runbooks' window.
+const HISTORY_MS: i64 = 92 * DAY_MS;
+/// Runbooks are distilled from tasks completed this far back.
+const RUNBOOK_WINDOW_MS: i64 = 90 * DAY_MS;
+/// Completed tasks a cluster needs to become a runbook, and failed tasks
+/// to become a failure cluster.
+const RUNBOOK_MIN_MEMBERS: usize = 3;
+const FAILURE_CLUSTER_MIN_MEMBERS: usize = 2;
+const MAX_RUNBOOKS: usize = 20;
+const MAX_FAILURE_CLUSTERS: usize = 10;
+/// Sources a runbook is written from.
+const RUNBOOK_WRITE_SOURCES: usize = 15;
+/// Titles listed in a standup body or a label prompt.
+const STANDUP_TITLES: usize = 30;
+const LABEL_TITLES: usize = 20;
+/// The field reports are sealed under.
+const SEAL_FIELD: &str = "report";
+
+pub const INSIGHTS: &str = "insights";
+pub const FAILURE_CLUSTERS: &str = "failure_clusters";
+pub const RUNBOOKS: &str = "runbooks";
+pub const STANDUP: &str = "standup";
+
+/// A runbook as stored: the answer plus what claims and the planner match
+/// it by.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredRunbook {
+    #[serde(flatten)]
+    pub runbook: Runbook,
+    /// The mean of its members' vectors, unit length; `None` when they had
+    /// none.
+    pub centroid: Option<Vec<f32>>,
+    /// Words and tags shared by most of its members.
+    pub terms: Vec<String>,
+}
+
+/// Reports that apply to an org of this tier and encryption.
+pub fn applies(kind: ReportKind, tier: Tier, encryption: Encryption) -> bool {
+    let managed = encryption == Encryption::Managed;
+    let pro = matches!(tier, Tier::Pro | Tier::Enterprise);
+    match kind {
+        ReportKind::Insights => tier.is_paid(),
+        ReportKind::Standup => tier.is_paid() && managed,
+        ReportKind::Runbooks | ReportKind::FailureClusters => pro && managed,
+    }
+}
+
+/// The store's name of a report kind.
+pub fn stored_kind(kind: ReportKind) -> &'static str {
+    match kind {
+        ReportKind::Insights => INSIGHTS,
+        ReportKind::FailureClusters => FAILURE_CLUSTERS,
+        ReportKind::Runbooks => RUNBOOKS,
+        ReportKind::Standup => STANDUP,
+    }
+}
+
+/// The id a report's seal is bound to: a digest of its key, so a sealed
+/// body opens only under the key it was written for.
+fn binding(key: &ReportKey) -> TaskId {
+    let digest = Sha256::digest(
+        format!(
+            "{}\n{}\n{}\n{}",
+            key.kind, key.scope, key.cadence, key.period
+        )
+        .as_bytes(),
+    );
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    TaskId(uuid::Uuid::from_bytes(bytes))
+}
+
+pub fn seal<T: Serialize>(cipher: &OrgCipher, key: &ReportKey, report: &T) -> Vec<u8> {
+    let json = serde_json::to_vec(report).expect("reports serialize");
+    cipher.seal(binding(key), SEAL_FIELD, &json)
+}
+
+pub fn open<T: for<'de> Deserialize<'de>>(
+    cipher: &OrgCipher,
+    key: &ReportKey,
+    sealed: &[u8],
+) -> Result<T, EngineError> {
+    let json = cipher.open(binding(key), SEAL_FIELD, sealed).map_err(|_| {
+        EngineError::Internal(format!("a stored {} report does not open", key.kind))
+    })?;
+    serde_json::from_slice(&json)
+        .map_err(|e| EngineError::Store(StoreError::Corrupt(format!("{} report: {e}", key.kind))))
+}
+
+pub fn standup_key(scope: &str, cadence: Cadence, period: &str) -> ReportKey {
+    ReportKey {
+        kind: STANDUP,
+        scope: scope.to_owned(),
+        cadence: cadence.as_str().to_owned(),
+        period: period.to_owned(),
+    }
+}
+
+/// Plain text of a title or description; an envelope has none.
+fn plain(text: Option<Text>) -> Option<String> {
+    match text {
+        Some(Text::Plain(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// An output as one line of text: its `summary` or `result` when that is a
+/// string, else its compact JSON.
+fn output_text(output: Option<crate::api::Object>) -> Option<String> {
+    let output = output?;
+    for field in ["summary", "result", "text", "answer"] {
+        if let Some(serde_json::Value::String(s)) = output.get(field) {
+            return Some(s.clone());
+        }
+    }
+    Some(serde_json::Value::Object(output).to_string())
+}
+
+fn round(x: f64, places: i32) -> f64 {
+    let f = 10f64.powi(places);
+    (x * f).round() / f
+}
+
+/// Unit-length mean of vectors of one length; `None` if there are none.
+pub fn centroid<'a>(vectors: impl Iterator<Item = &'a Vec<f32>>) -> Option<Vec<f32>> {
+    let mut sum: Option<Vec<f32>> = None;
+    for v in vectors {
+        match &mut sum {
+            None => sum = Some(v.clone()),
+            Some(s) if s.len() == v.len() => s.iter_mut().zip(v).for_each(|(a, b)| *a += b),
+            Some(_) => return None,
+        }
+    }
+    let mut sum = sum?;
+    crate::meaning::index::normalise(&mut sum).then_some(sum)
+}
+
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return 0.0;
+    }
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Jaccard similarity of two term lists.
+pub fn overlap(a: &[String], b: &[String]) -> f32 {
+    let a: HashSet<&String> = a.iter().collect();
+    let b: HashSet<&String> = b.iter().collect();
+    let union = a.union(&b).count();
+    if union == 0 {
+        return 0.0;
+    }
+    a.intersection(&b).count() as f32 / union as f32
+}
+
+pub struct Reporter {
+    pub(crate) store: Store,
+    pub(crate) directory: Arc<OrgDirectory>,
+    pub(crate) meaning: Option<Arc<Meaning>>,
+    pub(crate) chat: Option<Arc<dyn ChatModel>>,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// Each org's runbooks, for claim context and the planner; filled when
+    /// they are computed or first read.
+    runbooks: DashMap<OrgId, Arc<Vec<StoredRunbook>>>,
+    cpu: Background,
+}
+
+impl Reporter {
+    pub fn new(
+        store: Store,
+        directory: Arc<OrgDirectory>,
+        meaning: Option<Arc<Meaning>>,
+        chat: Option<Arc<dyn ChatModel>>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            store,
+            directory,
+            meaning,
+            chat,
+            clock,
+            runbooks: DashMap::new(),
+            cpu: Background::start(),
+        }
+    }
+
+    /// Computes and stores the reports of `kinds` that apply to the org;
+    /// answers those computed.
+    pub async fn compute(
+        &self,
+        org: OrgId,
+        kinds: &[ReportKind],
+        scheduled: bool,
+    ) -> Result<Vec<ReportKind>, EngineError> {
+        let entry = self.directory.get(org).await?;
+        let kinds: Vec<ReportKind> = kinds
+            .iter()
+            .copied()
+            .filter(|k| applies(*k, entry.record.tier, entry.record.encryption))
+            .collect();
+        if kinds.is_empty() {
+            return Ok(kinds);
+        }
+        let now = self.clock.now_ms();
+        let histories = Arc::new(self.store.task_histories(org, now - HISTORY_MS).await?);
+        for kind in &kinds {
+            match kind {
+                ReportKind::Insights => {
+                    let all = histories.clone();
+                    let report = self.cpu.run(move || insights::insights(&all, now)).await?;
+                    let key = ReportKey::single(INSIGHTS);
+                    self.put(org, &entry, &key, now, &report).await?;
+                }
+                ReportKind::FailureClusters => {
+                    let clusters = self.failure_clusters(org, &entry, &histories, now).await?;
+                    let key = ReportKey::single(FAILURE_CLUSTERS);
+                    self.put(org, &entry, &key, now, &clusters).await?;
+                }
+                ReportKind::Runbooks => {
+                    let runbooks = self.distil_runbooks(org, &entry, &histories, now).await?;
+                    let key = ReportKey::single(RUNBOOKS);
+                    self.put(org, &entry, &key, now, &runbooks).await?;
+                    self.runbooks.insert(org, Arc::new(runbooks));
+                }
+                ReportKind::Standup => {
+                    self.standups(org, &entry, &histories, now, scheduled)
+                        .await?;
+                }
+            }
+        }
+        Ok(kinds)
+    }
+
+    async fn put<T: Serialize>(
+        &self,
+        org: OrgId,
+        entry: &OrgEntry,
+        key: &ReportKey,
+        now: i64,
+        report: &T,
+    ) -> Result<(), EngineError> {
+        let sealed = seal(&entry.cipher, key, report);
+        Ok(self.store.put_report(org, key, now, sealed).await?)
+    }
+
+    /// The org's stored insights, if computed.
+    pub async fn insights(
+        &self,
+        org: OrgId,
+        cipher: &OrgCipher,
+    ) -> Result<Option<Insights>, EngineError> {
+        let key = ReportKey::single(INSIGHTS);
+        let Some(stored) = self.store.report(org, &key).await? else {
+            return Ok(None);
+        };
+        open(cipher, &key, &stored.body).map(Some)
+    }
+
+    pub async fn failure_clusters_of(
+        &self,
+        org: OrgId,
+        cipher: &OrgCipher,
+    ) -> Result<Option<Vec<FailureCluster>>, EngineError> {
+        let key = ReportKey::single(FAILURE_CLUSTERS);
+        let Some(stored) = self.store.report(org, &key).await? else {
+            return Ok(None);
+        };
+        open(cipher, &key, &stored.body).map(Some)
+    }
+
+    /// The org's runbooks, from the cache or the store.
+    pub async fn runbooks_of(
+        &self,
+        org: OrgId,
+        cipher: &OrgCipher,
+    ) -> Result<Arc<Vec<StoredRunbook>>, EngineError> {
+        if let Some(cached) = self.runbooks.get(&org) {
+            return Ok(cached.clone());
+        }
+        let key = ReportKey::single(RUNBOOKS);
+        let runbooks: Vec<StoredRunbook> = match self.store.report(org, &key).await? {
+            Some(stored) => open(cipher, &key, &stored.body)?,
+            None => Vec::new(),
+        };
+        let runbooks = Arc::new(runbooks);
+        self.runbooks.insert(org, runbooks.clone());
+        Ok(runbooks)
+    }
+
+    /// The org's runbooks if they are in memory; never waits.
+    pub fn runbooks_now(&self, org: OrgId) -> Option<Arc<Vec<StoredRunbook>>> {
+        self.runbooks.get(&org).map(|r| r.clone())
+    }
+
+    /// Reads tasks' content and vectors for clustering.
+    async fn items(
+        &self,
+        org: OrgId,
+        entry: &OrgEntry,
+        tasks: &[&TaskHistory],
+    ) -> Result<(Vec<Item>, HashMap<TaskId, StoredTask>), EngineError> {
+        let ids: Vec<TaskId> = tasks.iter().map(|t| t.task_id).collect();
+        let mut stored = HashMap::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            for t in self.store.tasks(org, chunk).await? {
+                stored.insert(t.header.task_id, t);
+            }
+        }
+        let mut vectors = match &self.meaning {
+            Some(m) => m.vectors(org, &ids).await.unwrap_or_default(),
+            None => HashMap::new(),
+        };
+        let mut items = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            let Some(s) = stored.get(&t.task_id) else {
+                continue;
+            };
+            let Some(title) = plain(Some(views::title(&entry.cipher, s)?)) else {
+                continue;
+            };
+            items.push(Item {
+                task_id: t.task_id,
+                at: t.finished_at().unwrap_or(t.updated_at),
+                title,
+                tags: t.tags.clone(),
+                vector: vectors.remove(&t.task_id),
+            });
+        }
+        Ok((items, stored))
+    }
+
+    /// Clusters items on the reports thread, handing them back.
+    async fn clusters(
+        &self,
+        items: Vec<Item>,
+        min_size: usize,
+    ) -> Result<(Vec<Item>, Vec<Vec<usize>>), EngineError> {
+        self.cpu
+            .run(move || {
+                let clusters = cluster::cluster(&items, min_size);
+                (items, clusters)
+            })
+            .await
+    }
+
+    async fn ask(&self, messages: Vec<ChatMessage>) -> Option<String> {
+        let chat = self.chat.as_ref()?;
+        match chat.complete(messages).await {
+            Ok(answer) => Some(answer),
+            Err(e) => {
+                tracing::warn!(error = %e, "report written from its template");
+                None
+            }
+        }
+    }
+
+    async fn label(&self, items: &[Item], members: &[usize]) -> String {
+        let titles: Vec<String> = members
+            .iter()
+            .take(LABEL_TITLES)
+            .map(|&i| items[i].title.clone())
+            .collect();
+        if self.chat.is_some() {
+            if let Some(label) = self
+                .ask(cluster::label_prompt(&titles))
+                .await
+                .and_then(|a| cluster::read_label(&a))
+            {
+                return label;
+            }
+        }
+        cluster::template_label(items, members)
+    }
+
+    async fn failure_clusters(
+        &self,
+        org: OrgId,
+        entry: &OrgEntry,
+        histories: &[TaskHistory],
+        now: i64,
+    ) -> Result<Vec<FailureCluster>, EngineError> {
+        let since = now - i64::from(WINDOW_DAYS) * DAY_MS;
+        let failed: Vec<&TaskHistory> = histories
+            .iter()
+            .filter(|t| t.status == TaskStatus::Failed)
+            .filter(|t| t.finished_at().is_some_and(|at| at >= since && at <= now))
+            .collect();
+        let total = failed.len();
+        let (items, _) = self.items(org, entry, &failed).await?;
+        let (items, groups) = self.clusters(items, FAILURE_CLUSTER_MIN_MEMBERS).await?;
+        let mut clusters = Vec::new();
+        for members in groups.into_iter().take(MAX_FAILURE_CLUSTERS) {
+            clusters.push(FailureCluster {
+                label: self.label(&items, &members).await,
+                count: members.len() as u64,
+                share_pct: round(members.len() as f64 * 100.0 / total.max(1) as f64, 1),
+            });
+        }
+        Ok(clusters)
+    }
+
+    async fn distil_runbooks(
+        &self,
+        org: OrgId,
+        entry: &OrgEntry,
+        histories: &[TaskHistory],
+        now: i64,
+    ) -> Result<Vec<StoredRunbook>, EngineError> {
+        let since = now - RUNBOOK_WINDOW_MS;
+        let completed: Vec<&TaskHistory> = histories
+            .iter()
+            .filter(|t| t.status == TaskStatus::Completed)
+            .filter(|t| t.finished_at().is_some_and(|at| at >= since && at <= now))
+            .collect();
+        let (items, stored) = self.items(org, entry, &completed).await?;
+        let mut runbooks = Vec::new();
+        let (items, clusters) = self.clusters(items, RUNBOOK_MIN_MEMBERS).await?;
+        for members in clusters.into_iter().take(MAX_RUNBOOKS) {
+            let mut sources = Vec::new();
+            for &i in members.iter().take(RUNBOOK_WRITE_SOURCES) {
+                let item = &items[i];
+                let Some(t) = stored.get(&item.task_id) else {
+                    continue;
+                };
+                sources.push(Source {
+                    task_id: item.task_id,
+                    title: item.title.clone(),
+                    description: plain(views::description(&entry.cipher, t)?),
+                    output: output_text(views::output(&entry.cipher, t)?),
+                });
+            }
+            let label = cluster::template_label(&items, &members);
+            let written = match self.chat.is_some() {
+                true => self
+                    .ask(cluster::runbook_prompt(&label, &sources))
+                    .await
+                    .and_then(|a| cluster::read_runbook(&a)),
+                false => None,
+            };
+            let (topic, body) =
+                written.unwrap_or_else(|| cluster::template_runbook(&label, &sources));
+            let vectors: Vec<&Vec<f32>> = members
+                .iter()
+                .filter_map(|&i| items[i].vector.as_ref())
+                .collect();
+            let centroid = if vectors.len() == members.len() {
+                centroid(vectors.into_iter())
+            } else {
+                None
+            };
+            runbooks.push(StoredRunbook {
+                runbook: Runbook {
+                    runbook_id: uuid::Uuid::now_v7().to_string(),
+                    topic,
+                    body,
+                    computed_at: Timestamp(now),
+                    member_count: members.len() as u64,
+                    source_task_ids: members
+                        .iter()
+                        .take(RUNBOOK_SOURCES)
+                        .map(|&i| items[i].task_id)
+                        .collect(),
+                },
+                centroid,
+                terms: shared_terms(&items, &members),
+            });
+        }
+        Ok(runbooks)
+    }
+
+    /// The standups of the last complete day, week and month, for the org
+    /// and each team. A scheduled run leaves a week's or month's report
+    /// that is already stored as it is; a recompute writes them again.
+    async fn standups(
+        &self,
+        org: OrgId,
+        entry: &OrgEntry,
+        histories: &[TaskHistory],
+        now: i64,
+        scheduled: bool,
+    ) -> Result<(), EngineError> {
+        let teams = self.store.org_teams(org).await?;
+        let memberships = self.store.org_memberships(org).await?;
+        let mut scopes: Vec<(Scope, Option<TeamScope>)> = vec![(Scope::Org, None)];
+        for team in teams {
+            let emails = memberships
+                .iter()
+                .filter(|m| m.team == team.name)
+                .map(|m| m.email.clone())
+                .collect();
+            scopes.push((
+                Scope::Team(team.name.clone()),
+                Some(TeamScope {
+                    tags: team.tags.clone(),
+                    emails,
+                }),
+            ));
+        }
+        let threshold = insights::stuck_threshold_ms(insights::median_cycle_ms(histories, now));
+        for (scope, team) in &scopes {
+            let scope_key = scope.key();
+            let tasks: Vec<TaskHistory> = match team {
+                None => histories.to_vec(),
+                Some(team) => histories
+                    .iter()
+                    .filter(|t| standup::in_team(t, team))
+                    .cloned()
+                    .collect(),
+            };
+            for cadence in Cadence::ALL {
+                let period = Period::containing(cadence, now).previous();
+                let key = standup_key(&scope_key, cadence, &period.to_string());
+                if scheduled
+                    && cadence != Cadence::Daily
+                    && self.store.report(org, &key).await?.is_some()
+                {
+                    continue;
+                }
+                let previous_key = standup_key(&scope_key, cadence, &period.previous().to_string());
+                let previous: Option<StandupEntry> =
+                    match self.store.report(org, &previous_key).await? {
+                        Some(stored) => open(&entry.cipher, &previous_key, &stored.body).ok(),
+                        None => None,
+                    };
+                let headline = standup::headline(
+                    &tasks,
+                    &scope_key,
+                    period,
+                    now,
+                    threshold,
+                    previous.as_ref().map(|p| &p.headline),
+                );
+                let body = self
+                    .standup_body(org, entry, &tasks, period, &headline)
+                    .await?;
+                let report = StandupEntry {
+                    scope: scope_key.clone(),
+                    period: period.to_string(),
+                    cadence,
+                    computed_at: Timestamp(now),
+                    headline,
+                    body,
+                };
+                self.put(org, entry, &key, now, &report).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn standup_body(
+        &self,
+        org: OrgId,
+        entry: &OrgEntry,
+        tasks: &[TaskHistory],
+        period: Period,
+        headline: &Headline,
+    ) -> Result<String, EngineError> {
+        let (start, end) = period.bounds();
+        let finished = |status: TaskStatus| -> Vec<TaskId> {
+            tasks
+                .iter()
+                .filter(|t| t.status == status)
+                .filter(|t| t.finished_at().is_some_and(|at| at >= start && at < end))
+                .take(STANDUP_TITLES)
+                .map(|t| t.task_id)
+                .collect()
+        };
+        let (completed, failed) = (
+            finished(TaskStatus::Completed),
+            finished(TaskStatus::Failed),
+        );
+        let mut wanted = completed.clone();
+        wanted.extend(&failed);
+        let stored: HashMap<TaskId, StoredTask> = self
+            .store
+            .tasks(org, &wanted)
+            .await?
+            .into_iter()
+            .map(|t| (t.header.task_id, t))
+            .collect();
+        let titles = |ids: &[TaskId]| -> Result<Vec<String>, EngineError> {
+            let mut out = Vec::new();
+            for id in ids {
+                if let Some(t) = stored.get(id) {
+                    if let Some(title) = plain(Some(views::title(&entry.cipher, t)?)) {
+                        out.push(title);
+                    }
+                }
+            }
+            Ok(out)
+        };
+        let (completed, failed) = (titles(&completed)?, titles(&failed)?);
+        if self.chat.is_some() {
+            if let Some(body) = self
+                .ask(standup::standup_prompt(headline, &completed, &failed))
+                .await
+                .map(|b| b.trim().to_owned())
+                .filter(|b| !b.is_empty())
+            {
+                return Ok(body);
+            }
+        }
+        Ok(standup::template_body(headline, &completed, &failed))
+    }
+}
+
+/// Terms (title words and `tag:` entries) carried by at least half of a
+/// cluster's members.
+fn shared_terms(items: &[Item], members: &[usize]) -> Vec<String> {
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for &i in members {
+        for term in cluster::terms(&items[i].title, &items[i].tags) {
+            *counts.entry(term).or_default() += 1;
+        }
+    }
+    let mut shared: Vec<String> = counts
+        .into_iter()
+        .filter(|(_, n)| n * 2 >= members.len())
+        .map(|(t, _)| t)
+        .collect();
+    shared.sort();
+    shared
+}
+
+/// The runbook that best fits a task or a goal: by vector when both have
+/// one, else by shared terms; `None` below the thresholds.
+pub fn best_runbook<'a>(
+    runbooks: &'a [StoredRunbook],
+    vector: Option<&[f32]>,
+    terms: &[String],
+) -> Option<(&'a StoredRunbook, f32)> {
+    const VECTOR_MATCH: f32 = 0.5;
+    const TERM_MATCH: f32 = 0.2;
+    runbooks
+        .iter()
+        .filter_map(|r| match (vector, &r.centroid) {
+            (Some(v), Some(c)) => Some((r, dot(v, c))).filter(|(_, s)| *s >= VECTOR_MATCH),
+            _ => Some((r, overlap(terms, &r.terms))).filter(|(_, s)| *s >= TERM_MATCH),
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runbook(topic: &str, centroid: Option<Vec<f32>>, terms: &[&str]) -> StoredRunbook {
+        StoredRunbook {
+            runbook: Runbook {
+                runbook_id: topic.to_owned(),
+                topic: topic.to_owned(),
+                body: String::new(),
+                computed_at: Timestamp(0),
+                member_count: 3,
+                source_task_ids: Vec::new(),
+            },
+            centroid,
+            terms: terms.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_best_runbook_matches_by_vector_or_by_terms() {
+        let books = [
+            runbook("tls", Some(vec![1.0, 0.0]), &["certificate", "rotate"]),
+            runbook("db", Some(vec![0.0, 1.0]), &["database", "migrate"]),
+        ];
+        let (best, score) = best_runbook(&books, Some(&[0.6, 0.8]), &[]).unwrap();
+        assert_eq!((best.runbook.topic.as_str(), score), ("db", 0.8));
+        assert!(best_runbook(&books, Some(&[-1.0, 0.0]), &[]).is_none());
+        let terms = vec![
+            "rotate".to_owned(),
+            "certificate".to_owned(),
+            "x".to_owned(),
+        ];
+        let (best, _) = best_runbook(&books, None, &terms).unwrap();
+        assert_eq!(best.runbook.topic, "tls");
+        assert!(best_runbook(&books, None, &["unrelated".to_owned()]).is_none());
+    }
+
+    #[test]
+    fn reports_open_only_under_their_own_key() {
+        let org = OrgId(uuid::Uuid::now_v7());
+        let cipher = crate::crypto::MasterKey::from_bytes(&[7; 32]);
+        let wrapped = cipher.new_wrapped_dek(org);
+        let cipher = cipher.unwrap_dek(org, &wrapped.bytes).unwrap();
+        let a = standup_key("org", Cadence::Daily, "2026-11-23");
+        let b = standup_key("org", Cadence::Daily, "2026-11-22");
+        let sealed = seal(&cipher, &a, &vec![1, 2, 3]);
+        assert_eq!(
+            open::<Vec<i32>>(&cipher, &a, &sealed).unwrap(),
+            vec![1, 2, 3]
+        );
+        assert!(open::<Vec<i32>>(&cipher, &b, &sealed).is_err());
+        assert!(!String::from_utf8_lossy(&sealed).contains("1,2,3"));
+    }
+
+    #[test]
+    fn centroids_are_unit_means() {
+        let c = centroid([vec![1.0, 0.0], vec![0.0, 1.0]].iter()).unwrap();
+        assert!((c[0] - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-6);
+        assert!(centroid([vec![1.0], vec![1.0, 0.0]].iter()).is_none());
+        assert!(centroid(std::iter::empty()).is_none());
+    }
+}
