@@ -369,8 +369,8 @@ pub struct PlanRequest {
     /// At most this many drafted tasks (default 8; above 25 reads as 25).
     #[schemars(with = "Option<u32>", range(min = 1))]
     pub max_tasks: u8,
-    /// Also create the drafted tasks (default false).
-    #[schemars(with = "Option<bool>")]
+    /// Also create the drafted tasks (default false; null is refused).
+    #[serde(default)]
     pub create: bool,
 }
 

@@ -43,7 +43,7 @@ impl Admin {
         })
     }
 
-    async fn call(
+    pub(super) async fn call(
         &self,
         method: Method,
         path: &str,

@@ -33,6 +33,10 @@
 //!   - `longpoll`: every agent long-polls an empty org; the server's CPU
 //!     while they all wait, then how soon a created task reaches a waiting
 //!     agent (see `longpoll`).
+//!   - `reports`: seeds `--report-orgs` orgs of `--report-tasks` tasks,
+//!     then claim+complete cycles alone and again while the operator's
+//!     recompute runs org after org; reports the change in claim p99
+//!     (see `reports`).
 //!   - `search`: recall@3 and MRR of `POST /tasks/search` on a compiled-in
 //!     evaluation set (builtin model, the same through an endpoint, and a
 //!     keyword baseline), then search latency in orgs of `--search-sizes`
@@ -62,6 +66,7 @@ mod api;
 mod bootstrap;
 mod longpoll;
 mod report;
+mod reports;
 mod scenarios;
 mod search;
 mod server;
@@ -170,6 +175,14 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
     pub search_sizes: Vec<u64>,
 
+    /// Orgs the `reports` scenario seeds and recomputes.
+    #[arg(long, default_value_t = 1_000)]
+    pub report_orgs: usize,
+
+    /// Tasks in each of those orgs (60% completed, 10% failed).
+    #[arg(long, default_value_t = 1_000)]
+    pub report_tasks: u64,
+
     /// Print one JSON document with all results instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -197,6 +210,10 @@ pub enum Scenario {
     /// the compiled-in evaluation set, then search latency for --agents
     /// agents over --duration seconds in orgs of --search-sizes tasks.
     Search,
+    /// --report-orgs orgs of --report-tasks tasks each, then claim+complete
+    /// cycles for --duration seconds alone and again while the operator's
+    /// recompute runs org after org: the change in claim p99.
+    Reports,
 }
 
 /// SQLite `synchronous` pragma of a spawned server.
@@ -308,6 +325,7 @@ fn blank_report(args: &BenchArgs) -> Report {
         actors_alive_settled: None,
         longpoll: None,
         search: None,
+        reports: None,
     }
 }
 
@@ -344,7 +362,7 @@ fn validate(args: &BenchArgs) -> anyhow::Result<()> {
             );
         }
     }
-    if args.scenario == Scenario::Cycle {
+    if matches!(args.scenario, Scenario::Cycle | Scenario::Reports) {
         ensure!(
             args.tasks_per_org >= 1,
             "--tasks-per-org must be at least 1"
@@ -380,7 +398,8 @@ async fn execute(
         } else {
             args.agents
         },
-        tasks_per_org: (args.scenario == Scenario::Cycle).then_some(args.tasks_per_org),
+        tasks_per_org: matches!(args.scenario, Scenario::Cycle | Scenario::Reports)
+            .then_some(args.tasks_per_org),
         ..blank_report(args)
     };
 
@@ -434,6 +453,21 @@ async fn execute(
                 longpoll::longpoll_phase(base, &admin, &agents, deadline, process).await?;
             report.longpoll = Some(summary);
             report.add_phase(phase, &[Op::Create]);
+        }
+        Scenario::Reports => {
+            let admin = Admin::new(base, token, args.concurrency)?;
+            let started = Instant::now();
+            let orgs = bootstrap(&admin, args, &run_id).await?;
+            report.bootstrap_secs = started.elapsed().as_secs_f64();
+            let agents = agents_of(&orgs);
+            let created =
+                create_fixed_phase(base, &agents, args.tasks_per_org, Content::Small).await?;
+            report.add_phase(created, &[Op::Create]);
+            let (summary, phases) = reports::run(base, &admin, &agents, args, &run_id).await?;
+            report.reports = Some(summary);
+            for phase in phases {
+                report.add_phase(phase, &[Op::Claim, Op::Complete, Op::Cycle]);
+            }
         }
         Scenario::Search => return Err(anyhow!("the search scenario runs on servers of its own")),
         Scenario::IdleOrgs => {

@@ -35,6 +35,7 @@ pub(super) struct Report {
     pub(super) actors_alive_settled: Option<u64>,
     pub(super) longpoll: Option<super::longpoll::LongPollSummary>,
     pub(super) search: Option<super::search::SearchSummary>,
+    pub(super) reports: Option<super::reports::ReportsSummary>,
 }
 
 #[derive(Serialize)]
@@ -241,6 +242,9 @@ pub(super) fn render_table(report: &Report) -> String {
         let _ = write!(out, "\n{}", longpoll.render());
     }
 
+    if let Some(reports) = &report.reports {
+        let _ = write!(out, "\n{}", reports.render());
+    }
     if let Some(search) = &report.search {
         let _ = write!(out, "\n{}", search.render());
     }
@@ -307,6 +311,7 @@ fn scenario_name(scenario: Scenario) -> &'static str {
         Scenario::BigPages => "big-pages",
         Scenario::Longpoll => "longpoll",
         Scenario::Search => "search",
+        Scenario::Reports => "reports",
     }
 }
 

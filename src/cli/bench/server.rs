@@ -29,7 +29,13 @@ pub(super) struct Server {
 
 impl Server {
     pub(super) async fn start(args: &BenchArgs) -> anyhow::Result<Self> {
-        Self::start_with_env(args, &[]).await
+        // The reports scenario measures recomputes it asks for itself; the
+        // schedule would add runs of its own at random moments.
+        let env: &[(&str, String)] = match args.scenario {
+            super::Scenario::Reports => &[("TASKQ_REPORTS_SCHEDULE", "off".to_owned())],
+            _ => &[],
+        };
+        Self::start_with_env(args, env).await
     }
 
     /// A server with `env` set on top of what it inherits from the bench.

@@ -23,10 +23,11 @@ pub(super) enum Op {
     Cycle,
     Page,
     Search,
+    Recompute,
 }
 
 impl Op {
-    const COUNT: usize = 8;
+    const COUNT: usize = 9;
 
     pub(super) fn name(self) -> &'static str {
         match self {
@@ -38,12 +39,13 @@ impl Op {
             Op::Cycle => "cycle",
             Op::Page => "page",
             Op::Search => "search",
+            Op::Recompute => "recompute",
         }
     }
 }
 
 /// One operation's raw figures, recorded by one agent.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct OpStats {
     pub(super) latencies_us: Vec<u32>,
     pub(super) errors: u64,
