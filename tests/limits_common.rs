@@ -312,20 +312,6 @@ pub fn first_of_next_month(now: DateTime<Utc>) -> DateTime<Utc> {
         .expect("a valid date")
 }
 
-/// `POST /admin/test/clock` `{advance_seconds}` (cargo feature `test-hooks`);
-/// returns the server's new `now`.
-pub async fn advance_clock(srv: &TestServer, seconds: i64) -> DateTime<Utc> {
-    let (status, body) = srv
-        .admin(
-            Method::POST,
-            "/admin/test/clock",
-            Some(json!({ "advance_seconds": seconds })),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "advancing the clock: {body}");
-    ts(&body, "now")
-}
-
 // ------------------------------------------------------------- feedback
 
 /// A reader's key into the operator's feedback org.

@@ -17,52 +17,38 @@ mod search_stub;
 use std::time::{Duration, Instant};
 
 use chat_stub::ChatStub;
-use chrono::{Datelike, TimeZone, Utc};
+use chrono::{TimeZone, Utc};
 use common::*;
 
 const HOUR: i64 = 3600;
 const DAY: i64 = 24 * HOUR;
 
-/// The server's clock, moved forward by the test hook; it remembers how
-/// far, so a test can reach a known time of day.
+/// The server's clock, moved forward by the test hook, which answers the
+/// server's new time; a test reaches a known time of day through it.
 struct Clock {
-    offset: i64,
+    now: chrono::DateTime<Utc>,
 }
 
 impl Clock {
     fn new() -> Self {
-        Clock { offset: 0 }
+        Clock { now: Utc::now() }
     }
 
     async fn advance(&mut self, srv: &TestServer, seconds: i64) {
-        let (status, body) = srv
-            .admin(
-                reqwest::Method::POST,
-                "/admin/test/clock",
-                Some(json!({ "advance_seconds": seconds })),
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK, "advancing the clock: {body}");
-        self.offset += seconds;
+        self.now = advance_clock(srv, seconds).await;
     }
 
-    fn now(&self) -> chrono::DateTime<Utc> {
-        Utc::now() + chrono::Duration::seconds(self.offset)
-    }
-
-    /// Moves to 01:00 UTC of the next day (a Monday, if `monday`).
-    async fn next_morning(&mut self, srv: &TestServer, monday: bool) {
-        let now = self.now();
-        let mut day = now.date_naive() + chrono::Days::new(1);
-        while monday && day.weekday() != chrono::Weekday::Mon {
-            day = day + chrono::Days::new(1);
-        }
+    /// Moves to 01:00 UTC of the next day.
+    async fn next_morning(&mut self, srv: &TestServer) {
+        self.advance(srv, 0).await;
+        let day = self.now.date_naive() + chrono::Days::new(1);
         let target = Utc.from_utc_datetime(&day.and_hms_opt(1, 0, 0).unwrap());
-        self.advance(srv, (target - now).num_seconds() + 1).await;
+        self.advance(srv, (target - self.now).num_seconds() + 1)
+            .await;
     }
 
     fn day(&self) -> String {
-        self.now().format("%Y-%m-%d").to_string()
+        self.now.format("%Y-%m-%d").to_string()
     }
 }
 
@@ -473,7 +459,7 @@ backend_tests!(
         );
 
         // Day one: two completed (one of the team's), one failed, one open.
-        clock.next_morning(&srv, false).await;
+        clock.next_morning(&srv).await;
         let day_one = clock.day();
         let t1 = srv
             .create_task(
@@ -501,7 +487,7 @@ backend_tests!(
             )
             .await;
         }
-        clock.next_morning(&srv, false).await;
+        clock.next_morning(&srv).await;
         let day_two = clock.day();
         assert_eq!(
             recompute(&srv, &org, &["standup"]).await,
@@ -536,7 +522,7 @@ backend_tests!(
                     "assignee": "member@example.com" }),
         )
         .await;
-        clock.next_morning(&srv, false).await;
+        clock.next_morning(&srv).await;
         recompute(&srv, &org, &["standup"]).await;
         // The most recent report of any cadence: the day's.
         let report = get_ok(&srv, owner, "/standup").await;

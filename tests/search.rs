@@ -291,7 +291,7 @@ backend_tests!(
         let dev = srv.create_org("dev").await;
         let old_free = srv.new_task(&free.owner_key, "Renew the domain name").await;
         let old_dev = srv.new_task(&dev.owner_key, "Renew the domain name").await;
-        advance(&srv, 91 * 24 * 3600).await;
+        advance_clock(&srv, 91 * 24 * 3600).await;
         let new_free = srv
             .new_task(&free.owner_key, "Renew the domain name again")
             .await;
@@ -311,17 +311,6 @@ backend_tests!(
         let _ = old_free;
     }
 );
-
-async fn advance(srv: &TestServer, seconds: i64) {
-    let (status, body) = srv
-        .admin(
-            reqwest::Method::POST,
-            "/admin/test/clock",
-            Some(json!({ "advance_seconds": seconds })),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "advancing the clock: {body}");
-}
 
 backend_tests!(results_never_cross_orgs, |backend: Backend| async move {
     let (srv, _stub) = with_stub(backend).await;

@@ -451,6 +451,20 @@ pub fn ids(items: &[Value]) -> Vec<String> {
     items.iter().map(|t| str_field(t, "task_id")).collect()
 }
 
+/// `POST /admin/test/clock` `{advance_seconds}` (cargo feature `test-hooks`);
+/// returns the server's new `now`.
+pub async fn advance_clock(srv: &TestServer, seconds: i64) -> DateTime<Utc> {
+    let (status, body) = srv
+        .admin(
+            Method::POST,
+            "/admin/test/clock",
+            Some(json!({ "advance_seconds": seconds })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "advancing the clock: {body}");
+    ts(&body, "now")
+}
+
 /// Polls `check` until it returns `Some`, failing after `timeout`.
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
 where

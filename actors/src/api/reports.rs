@@ -317,6 +317,11 @@ impl Decode for StandupQuery {
     }
 }
 
+/// A query that takes no parameters refuses any.
+fn no_fields(v: &Value) -> Result<()> {
+    reject_unknown(optional_body(v)?, "", &[])
+}
+
 /// `GET /insights`'s (empty) query.
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -329,8 +334,7 @@ impl MemberRequest for InsightsQuery {
 
 impl Decode for InsightsQuery {
     fn decode(v: &Value) -> Result<Self> {
-        reject_unknown(optional_body(v)?, "", &[])?;
-        Ok(InsightsQuery {})
+        no_fields(v).map(|()| InsightsQuery {})
     }
 }
 
@@ -346,8 +350,7 @@ impl MemberRequest for RunbooksQuery {
 
 impl Decode for RunbooksQuery {
     fn decode(v: &Value) -> Result<Self> {
-        reject_unknown(optional_body(v)?, "", &[])?;
-        Ok(RunbooksQuery {})
+        no_fields(v).map(|()| RunbooksQuery {})
     }
 }
 

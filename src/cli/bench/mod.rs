@@ -403,34 +403,39 @@ async fn execute(
         ..blank_report(args)
     };
 
+    let admin = Admin::new(base, token, args.concurrency)?;
+    // The orgs and agents every scenario but `idle-orgs` runs with.
+    let agents = if args.scenario == Scenario::IdleOrgs {
+        Vec::new()
+    } else {
+        let started = Instant::now();
+        let orgs = bootstrap(&admin, args, &run_id).await?;
+        report.bootstrap_secs = started.elapsed().as_secs_f64();
+        agents_of(&orgs)
+    };
+    let deadline = Duration::from_secs(args.duration);
     match args.scenario {
-        Scenario::Cycle | Scenario::Create => {
-            let admin = Admin::new(base, token, args.concurrency)?;
-            let started = Instant::now();
-            let orgs = bootstrap(&admin, args, &run_id).await?;
-            report.bootstrap_secs = started.elapsed().as_secs_f64();
-            let agents = agents_of(&orgs);
-
+        Scenario::Cycle | Scenario::Reports => {
+            let created =
+                create_fixed_phase(base, &agents, args.tasks_per_org, Content::Small).await?;
+            report.add_phase(created, &[Op::Create]);
             if args.scenario == Scenario::Cycle {
-                let created =
-                    create_fixed_phase(base, &agents, args.tasks_per_org, Content::Small).await?;
-                report.add_phase(created, &[Op::Create]);
-                let deadline = Duration::from_secs(args.duration);
                 let cycled = cycle_phase(base, &agents, deadline).await?;
                 report.cycles = Some(CycleSummary::new(&cycled, agents.len()));
                 report.add_phase(cycled, &[Op::Claim, Op::Complete, Op::Cycle]);
             } else {
-                let deadline = Duration::from_secs(args.duration);
-                let created = create_timed_phase(base, &agents, deadline).await?;
-                report.add_phase(created, &[Op::Create]);
+                let (summary, phases) = reports::run(base, &admin, &agents, args, &run_id).await?;
+                report.reports = Some(summary);
+                for phase in phases {
+                    report.add_phase(phase, &[Op::Claim, Op::Complete, Op::Cycle]);
+                }
             }
         }
+        Scenario::Create => {
+            let created = create_timed_phase(base, &agents, deadline).await?;
+            report.add_phase(created, &[Op::Create]);
+        }
         Scenario::BigPages => {
-            let admin = Admin::new(base, token, args.concurrency)?;
-            let started = Instant::now();
-            let orgs = bootstrap(&admin, args, &run_id).await?;
-            report.bootstrap_secs = started.elapsed().as_secs_f64();
-            let agents = agents_of(&orgs);
             let created =
                 create_fixed_phase(base, &agents, args.big_tasks, Content::Largest).await?;
             report.add_phase(created, &[Op::Create]);
@@ -438,36 +443,14 @@ async fn execute(
             if let Some(process) = process {
                 process.reset_peak_rss().await;
             }
-            let deadline = Duration::from_secs(args.duration);
             let read = big_pages_phase(base, &agents, deadline).await?;
             report.add_phase(read, &[Op::Page]);
         }
         Scenario::Longpoll => {
-            let admin = Admin::new(base, token, args.concurrency)?;
-            let started = Instant::now();
-            let orgs = bootstrap(&admin, args, &run_id).await?;
-            report.bootstrap_secs = started.elapsed().as_secs_f64();
-            let agents = agents_of(&orgs);
-            let deadline = Duration::from_secs(args.duration);
             let (summary, phase) =
                 longpoll::longpoll_phase(base, &admin, &agents, deadline, process).await?;
             report.longpoll = Some(summary);
             report.add_phase(phase, &[Op::Create]);
-        }
-        Scenario::Reports => {
-            let admin = Admin::new(base, token, args.concurrency)?;
-            let started = Instant::now();
-            let orgs = bootstrap(&admin, args, &run_id).await?;
-            report.bootstrap_secs = started.elapsed().as_secs_f64();
-            let agents = agents_of(&orgs);
-            let created =
-                create_fixed_phase(base, &agents, args.tasks_per_org, Content::Small).await?;
-            report.add_phase(created, &[Op::Create]);
-            let (summary, phases) = reports::run(base, &admin, &agents, args, &run_id).await?;
-            report.reports = Some(summary);
-            for phase in phases {
-                report.add_phase(phase, &[Op::Claim, Op::Complete, Op::Cycle]);
-            }
         }
         Scenario::Search => return Err(anyhow!("the search scenario runs on servers of its own")),
         Scenario::IdleOrgs => {
