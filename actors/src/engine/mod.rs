@@ -245,13 +245,18 @@ impl Engine {
         .await
         .map_err(|e| EngineError::Internal(format!("supervisor failed to start: {e}")))?;
         let _ = supervisor_cell.set(supervisor.clone());
-        let reporter = Arc::new(Reporter::new(
-            store.clone(),
-            directory.clone(),
-            meaning.clone(),
-            config.chat,
-            config.clock.clone(),
-        ));
+        let reporter = Arc::new(
+            Reporter::start(
+                store.clone(),
+                &config.database_url,
+                &config.store,
+                directory.clone(),
+                meaning.clone(),
+                config.chat,
+                config.clock.clone(),
+            )
+            .await?,
+        );
         let reports: ReportsRef = Arc::default();
         let (reports_keeper, _) = Actor::spawn(
             None,
@@ -412,6 +417,7 @@ impl Engine {
         }
         self.inner.supervisor.stop(None);
         self.inner.reports_keeper.stop(None);
+        self.inner.reporter.close().await;
         for t in std::mem::take(&mut *self.inner.writer_tasks.lock().expect("not poisoned")) {
             t.abort();
         }

@@ -6,8 +6,9 @@
 //! hash of its id, and each later one a period after the last, so 10,000
 //! orgs do not all recompute in the same second. Scheduled work is paced:
 //! after each job the actor rests three times as long as the job took, so
-//! it takes at most a quarter of a core, and its CPU work (clustering,
-//! figures) runs on one low-priority thread. A `ReportsKeeper` supervises
+//! it takes at most a quarter of a core, and every computation (store
+//! reads, decryption, figures, clustering) runs on the reports' own
+//! low-priority thread. A `ReportsKeeper` supervises
 //! it and starts a new one if it fails.
 
 use std::collections::{BTreeSet, HashSet};
@@ -29,6 +30,9 @@ const TICK: Duration = Duration::from_secs(5);
 const REFRESH_ORGS: Duration = Duration::from_secs(300);
 /// Rest after a scheduled job, as a multiple of its duration.
 const REST_FACTOR: u32 = 3;
+/// Rest after a recompute the operator asked for: the answer is not
+/// delayed, the next recompute is.
+const ASKED_REST_FACTOR: u32 = 1;
 
 /// A scheduled job: which reports, how often.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -151,7 +155,12 @@ impl ReportsActor {
         }
         state.due.pop_first();
         let started = Instant::now();
-        if let Err(e) = self.reporter.compute(org, job.reports(), true).await {
+        let reports = job.reports().to_vec();
+        if let Err(e) = self
+            .reporter
+            .compute_in_background(org, reports, true)
+            .await
+        {
             tracing::warn!(%org, job = ?job, error = %e, "scheduled reports not computed");
         }
         // The next run a period on, skipping periods missed while down.
@@ -196,7 +205,8 @@ impl Actor for ReportsActor {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ReportsMsg::Recompute { org, kinds, reply } => {
-                let result = self.reporter.compute(org, &kinds, false).await;
+                let started = Instant::now();
+                let result = self.reporter.compute_in_background(org, kinds, false).await;
                 if let Ok(done) = &result {
                     // Computed now: the schedule starts again from here.
                     let now = self.now();
@@ -208,6 +218,9 @@ impl Actor for ReportsActor {
                     }
                 }
                 let _ = reply.send(result);
+                // Asked-for work rests too (as long as it ran), so a
+                // recompute of every org leaves the claims their cores.
+                tokio::time::sleep(started.elapsed() * ASKED_REST_FACTOR).await;
             }
             ReportsMsg::OrgAdded(org) => self.add_org(state, org),
             ReportsMsg::Tick => {
@@ -263,5 +276,31 @@ impl Actor for ReportsKeeper {
             self.spawn_worker(&myself).await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_runs_spread_over_the_period() {
+        // 10,000 orgs' first insights fall within six hours, about 28 a
+        // minute; no minute holds more than twice that.
+        let mut per_minute = vec![0u32; 6 * 60];
+        for i in 0..10_000u128 {
+            let org = OrgId(uuid::Uuid::from_u128(
+                i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835),
+            ));
+            let offset = Job::Insights.offset_ms(org);
+            assert!((0..Job::Insights.every_ms()).contains(&offset));
+            per_minute[(offset / 60_000) as usize] += 1;
+        }
+        let busiest = per_minute.iter().max().copied().unwrap_or_default();
+        assert!(busiest < 56, "{busiest} first runs in one minute");
+        for job in Job::ALL {
+            let org = OrgId(uuid::Uuid::new_v4());
+            assert_eq!(job.offset_ms(org), job.offset_ms(org), "stable for an org");
+        }
     }
 }

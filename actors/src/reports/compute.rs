@@ -32,7 +32,7 @@ use crate::domain::{OrgId, StoredTask, TaskId, TaskStatus};
 use crate::error::EngineError;
 use crate::llm::{ChatMessage, ChatModel};
 use crate::meaning::Meaning;
-use crate::store::{ReportKey, Store, StoreError};
+use crate::store::{ReportKey, Store, StoreError, StoreOptions};
 use crate::views;
 
 pub const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -52,6 +52,10 @@ const RUNBOOK_WRITE_SOURCES: usize = 15;
 /// Titles listed in a standup body or a label prompt.
 const STANDUP_TITLES: usize = 30;
 const LABEL_TITLES: usize = 20;
+/// Connections of the reports' own pool.
+const WORK_CONNECTIONS: u32 = 2;
+/// Orgs whose runbooks are kept in memory for claims and the planner.
+const CACHED_ORGS: usize = 1_024;
 /// The field reports are sealed under.
 const SEAL_FIELD: &str = "report";
 
@@ -71,6 +75,17 @@ pub struct StoredRunbook {
     pub centroid: Option<Vec<f32>>,
     /// Words and tags shared by most of its members.
     pub terms: Vec<String>,
+}
+
+/// The reports of one computation, sealed, written together at its end.
+#[derive(Default)]
+struct Written(Vec<(ReportKey, Vec<u8>)>);
+
+impl Written {
+    fn add<T: Serialize>(&mut self, entry: &OrgEntry, key: ReportKey, report: &T) {
+        let sealed = seal(&entry.cipher, &key, report);
+        self.0.push((key, sealed));
+    }
 }
 
 /// Reports that apply to an org of this tier and encryption.
@@ -193,7 +208,11 @@ pub fn overlap(a: &[String], b: &[String]) -> f32 {
 }
 
 pub struct Reporter {
+    /// The server's store: reads for the routes and the schedule.
     pub(crate) store: Store,
+    /// A pool of its own, made on the reports thread: what computations read
+    /// and write through.
+    work: Store,
     pub(crate) directory: Arc<OrgDirectory>,
     pub(crate) meaning: Option<Arc<Meaning>>,
     pub(crate) chat: Option<Arc<dyn ChatModel>>,
@@ -201,26 +220,58 @@ pub struct Reporter {
     /// Each org's runbooks, for claim context and the planner; filled when
     /// they are computed or first read.
     runbooks: DashMap<OrgId, Arc<Vec<StoredRunbook>>>,
-    cpu: Background,
+    background: Background,
 }
 
 impl Reporter {
-    pub fn new(
+    /// Starts the reports thread and connects its pool (`database_url`, a
+    /// couple of connections) from there.
+    pub async fn start(
         store: Store,
+        database_url: &str,
+        options: &StoreOptions,
         directory: Arc<OrgDirectory>,
         meaning: Option<Arc<Meaning>>,
         chat: Option<Arc<dyn ChatModel>>,
         clock: Arc<dyn Clock>,
-    ) -> Self {
-        Self {
+    ) -> Result<Self, EngineError> {
+        let background = Background::start()?;
+        let options = StoreOptions {
+            max_connections: WORK_CONNECTIONS,
+            ..options.clone()
+        };
+        let url = database_url.to_owned();
+        let work = background
+            .run(async move { Store::connect(&url, &options).await })
+            .await??;
+        Ok(Self {
             store,
+            work,
             directory,
             meaning,
             chat,
             clock,
             runbooks: DashMap::new(),
-            cpu: Background::start(),
-        }
+            background,
+        })
+    }
+
+    /// Closes the reports' own pool (at shutdown).
+    pub async fn close(&self) {
+        self.work.close().await;
+    }
+
+    /// [`Reporter::compute`] on the reports thread.
+    pub async fn compute_in_background(
+        self: &Arc<Self>,
+        org: OrgId,
+        kinds: Vec<ReportKind>,
+        scheduled: bool,
+    ) -> Result<Vec<ReportKind>, EngineError> {
+        let reporter = self.clone();
+        self.background
+            .run(async move { reporter.compute(org, &kinds, scheduled).await })
+            .await?
     }
 
     /// Computes and stores the reports of `kinds` that apply to the org;
@@ -241,45 +292,39 @@ impl Reporter {
             return Ok(kinds);
         }
         let now = self.clock.now_ms();
-        let histories = Arc::new(self.store.task_histories(org, now - HISTORY_MS).await?);
+        let histories = self.work.task_histories(org, now - HISTORY_MS).await?;
+        let mut written = Written::default();
+        let mut new_runbooks = None;
         for kind in &kinds {
             match kind {
                 ReportKind::Insights => {
-                    let all = histories.clone();
-                    let report = self.cpu.run(move || insights::insights(&all, now)).await?;
-                    let key = ReportKey::single(INSIGHTS);
-                    self.put(org, &entry, &key, now, &report).await?;
+                    let report = insights::insights(&histories, now);
+                    written.add(&entry, ReportKey::single(INSIGHTS), &report);
                 }
                 ReportKind::FailureClusters => {
                     let clusters = self.failure_clusters(org, &entry, &histories, now).await?;
-                    let key = ReportKey::single(FAILURE_CLUSTERS);
-                    self.put(org, &entry, &key, now, &clusters).await?;
+                    written.add(&entry, ReportKey::single(FAILURE_CLUSTERS), &clusters);
                 }
                 ReportKind::Runbooks => {
                     let runbooks = self.distil_runbooks(org, &entry, &histories, now).await?;
-                    let key = ReportKey::single(RUNBOOKS);
-                    self.put(org, &entry, &key, now, &runbooks).await?;
-                    self.runbooks.insert(org, Arc::new(runbooks));
+                    written.add(&entry, ReportKey::single(RUNBOOKS), &runbooks);
+                    new_runbooks = Some(runbooks);
                 }
                 ReportKind::Standup => {
-                    self.standups(org, &entry, &histories, now, scheduled)
+                    self.standups(org, &entry, &histories, now, scheduled, &mut written)
                         .await?;
                 }
             }
         }
+        self.work.put_reports(org, now, &written.0).await?;
+        // Orgs whose runbooks are in use get the new ones; the others are
+        // read when first needed.
+        if let Some(runbooks) = new_runbooks {
+            if self.runbooks.contains_key(&org) {
+                self.cache_runbooks(org, Arc::new(runbooks));
+            }
+        }
         Ok(kinds)
-    }
-
-    async fn put<T: Serialize>(
-        &self,
-        org: OrgId,
-        entry: &OrgEntry,
-        key: &ReportKey,
-        now: i64,
-        report: &T,
-    ) -> Result<(), EngineError> {
-        let sealed = seal(&entry.cipher, key, report);
-        Ok(self.store.put_report(org, key, now, sealed).await?)
     }
 
     /// The org's stored insights, if computed.
@@ -322,8 +367,21 @@ impl Reporter {
             None => Vec::new(),
         };
         let runbooks = Arc::new(runbooks);
-        self.runbooks.insert(org, runbooks.clone());
+        self.cache_runbooks(org, runbooks.clone());
         Ok(runbooks)
+    }
+
+    /// Keeps an org's runbooks in memory, at most `CACHED_ORGS` orgs' worth
+    /// (another org's are dropped to make room; they are read again when
+    /// next needed).
+    fn cache_runbooks(&self, org: OrgId, runbooks: Arc<Vec<StoredRunbook>>) {
+        self.runbooks.insert(org, runbooks);
+        if self.runbooks.len() > CACHED_ORGS {
+            let other = self.runbooks.iter().map(|e| *e.key()).find(|o| *o != org);
+            if let Some(other) = other {
+                self.runbooks.remove(&other);
+            }
+        }
     }
 
     /// The org's runbooks if they are in memory; never waits.
@@ -341,7 +399,7 @@ impl Reporter {
         let ids: Vec<TaskId> = tasks.iter().map(|t| t.task_id).collect();
         let mut stored = HashMap::with_capacity(ids.len());
         for chunk in ids.chunks(500) {
-            for t in self.store.tasks(org, chunk).await? {
+            for t in self.work.tasks(org, chunk).await? {
                 stored.insert(t.header.task_id, t);
             }
         }
@@ -366,20 +424,6 @@ impl Reporter {
             });
         }
         Ok((items, stored))
-    }
-
-    /// Clusters items on the reports thread, handing them back.
-    async fn clusters(
-        &self,
-        items: Vec<Item>,
-        min_size: usize,
-    ) -> Result<(Vec<Item>, Vec<Vec<usize>>), EngineError> {
-        self.cpu
-            .run(move || {
-                let clusters = cluster::cluster(&items, min_size);
-                (items, clusters)
-            })
-            .await
     }
 
     async fn ask(&self, messages: Vec<ChatMessage>) -> Option<String> {
@@ -426,7 +470,7 @@ impl Reporter {
             .collect();
         let total = failed.len();
         let (items, _) = self.items(org, entry, &failed).await?;
-        let (items, groups) = self.clusters(items, FAILURE_CLUSTER_MIN_MEMBERS).await?;
+        let groups = cluster::cluster(&items, FAILURE_CLUSTER_MIN_MEMBERS);
         let mut clusters = Vec::new();
         for members in groups.into_iter().take(MAX_FAILURE_CLUSTERS) {
             clusters.push(FailureCluster {
@@ -453,7 +497,7 @@ impl Reporter {
             .collect();
         let (items, stored) = self.items(org, entry, &completed).await?;
         let mut runbooks = Vec::new();
-        let (items, clusters) = self.clusters(items, RUNBOOK_MIN_MEMBERS).await?;
+        let clusters = cluster::cluster(&items, RUNBOOK_MIN_MEMBERS);
         for members in clusters.into_iter().take(MAX_RUNBOOKS) {
             let mut sources = Vec::new();
             for &i in members.iter().take(RUNBOOK_WRITE_SOURCES) {
@@ -517,9 +561,10 @@ impl Reporter {
         histories: &[TaskHistory],
         now: i64,
         scheduled: bool,
+        written: &mut Written,
     ) -> Result<(), EngineError> {
-        let teams = self.store.org_teams(org).await?;
-        let memberships = self.store.org_memberships(org).await?;
+        let teams = self.work.org_teams(org).await?;
+        let memberships = self.work.org_memberships(org).await?;
         let mut scopes: Vec<(Scope, Option<TeamScope>)> = vec![(Scope::Org, None)];
         for team in teams {
             let emails = memberships
@@ -551,13 +596,13 @@ impl Reporter {
                 let key = standup_key(&scope_key, cadence, &period.to_string());
                 if scheduled
                     && cadence != Cadence::Daily
-                    && self.store.report(org, &key).await?.is_some()
+                    && self.work.report(org, &key).await?.is_some()
                 {
                     continue;
                 }
                 let previous_key = standup_key(&scope_key, cadence, &period.previous().to_string());
                 let previous: Option<StandupEntry> =
-                    match self.store.report(org, &previous_key).await? {
+                    match self.work.report(org, &previous_key).await? {
                         Some(stored) => open(&entry.cipher, &previous_key, &stored.body).ok(),
                         None => None,
                     };
@@ -580,7 +625,7 @@ impl Reporter {
                     headline,
                     body,
                 };
-                self.put(org, entry, &key, now, &report).await?;
+                written.add(entry, key, &report);
             }
         }
         Ok(())
@@ -611,7 +656,7 @@ impl Reporter {
         let mut wanted = completed.clone();
         wanted.extend(&failed);
         let stored: HashMap<TaskId, StoredTask> = self
-            .store
+            .work
             .tasks(org, &wanted)
             .await?
             .into_iter()

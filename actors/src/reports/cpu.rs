@@ -1,48 +1,77 @@
-//! One low-priority thread for the reports' CPU work (clustering, figures),
-//! so a recompute of many orgs yields both cores to claims: the thread runs
-//! at the lowest priority the OS gives an unprivileged thread (niceness 19
-//! on Linux), and only ever one job at a time.
+//! The reports' own low-priority runtime: one OS thread, at the lowest
+//! priority the OS gives an unprivileged thread (`SCHED_IDLE` on Linux,
+//! else the lowest niceness), running a current-thread tokio runtime. Everything a report computation
+//! does runs there: its store reads (through a pool of its own, whose
+//! SQLite connection threads inherit the priority), decryption, the
+//! figures and the clustering. So a recompute of many orgs takes whatever
+//! CPU the claims leave, not the other way round.
 
-use std::sync::mpsc;
+use std::future::Future;
 
 use crate::error::EngineError;
 
-type Job = Box<dyn FnOnce() + Send>;
-
 pub struct Background {
-    jobs: mpsc::Sender<Job>,
+    handle: tokio::runtime::Handle,
 }
 
 impl Background {
-    pub fn start() -> Self {
-        let (jobs, inbox) = mpsc::channel::<Job>();
+    pub fn start() -> Result<Self, EngineError> {
+        let (tx, rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("taskq-reports".into())
             .spawn(move || {
-                use thread_priority::{set_current_thread_priority, ThreadPriority};
-                if let Err(e) = set_current_thread_priority(ThreadPriority::Min) {
-                    tracing::debug!(error = ?e, "the reports thread keeps its priority");
-                }
-                while let Ok(job) = inbox.recv() {
-                    // A job that panics drops its answer; the thread goes on.
-                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-                }
+                lower_priority();
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                let _ = tx.send(Ok(runtime.handle().clone()));
+                runtime.block_on(std::future::pending::<()>());
             })
-            .expect("the reports thread starts");
-        Self { jobs }
+            .map_err(|e| EngineError::Internal(format!("the reports thread: {e}")))?;
+        let handle = rx
+            .recv()
+            .map_err(|_| EngineError::Internal("the reports thread did not start".into()))?
+            .map_err(|e| EngineError::Internal(format!("the reports runtime: {e}")))?;
+        Ok(Self { handle })
     }
 
-    /// Runs `f` on the reports thread and waits for its result.
-    pub async fn run<R: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> R + Send + 'static,
-    ) -> Result<R, EngineError> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(move || {
-            let _ = tx.send(f());
-        });
-        let failed = || EngineError::Internal("a report computation failed".into());
-        self.jobs.send(job).map_err(|_| failed())?;
-        rx.await.map_err(|_| failed())
+    /// Runs `work` on the reports thread and waits for its result.
+    pub async fn run<F>(&self, work: F) -> Result<F::Output, EngineError>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle
+            .spawn(work)
+            .await
+            .map_err(|_| EngineError::Internal("a report computation failed".into()))
+    }
+}
+
+/// On Linux, `SCHED_IDLE`: the thread runs only when a core would
+/// otherwise be idle, and threads it starts (its pool's SQLite connection
+/// threads) inherit that. Elsewhere, or if refused, the lowest niceness.
+fn lower_priority() {
+    use thread_priority::{set_current_thread_priority, ThreadPriority};
+    #[cfg(target_os = "linux")]
+    {
+        use thread_priority::unix::{
+            set_thread_priority_and_policy, thread_native_id, NormalThreadSchedulePolicy,
+            ThreadSchedulePolicy,
+        };
+        let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+        if set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle).is_ok() {
+            return;
+        }
+    }
+    if let Err(e) = set_current_thread_priority(ThreadPriority::Min) {
+        tracing::debug!(error = ?e, "the reports thread keeps its priority");
     }
 }

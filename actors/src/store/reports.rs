@@ -103,29 +103,35 @@ impl ReportRow {
 }
 
 impl Store {
-    /// Stores or replaces a report.
-    pub async fn put_report(
+    /// Stores or replaces reports of one org, computed at `computed_at`,
+    /// in one statement: a recompute costs the store one write.
+    pub async fn put_reports(
         &self,
         org: OrgId,
-        key: &ReportKey,
         computed_at: i64,
-        body: Vec<u8>,
+        reports: &[(ReportKey, Vec<u8>)],
     ) -> Result<()> {
-        let sql = "INSERT INTO reports (org_id, kind, scope, cadence, period, computed_at, body) \
-                   VALUES ($1, $2, $3, $4, $5, $6, $7) \
-                   ON CONFLICT (org_id, kind, scope, cadence, period) DO UPDATE \
-                   SET computed_at = excluded.computed_at, body = excluded.body";
+        if reports.is_empty() {
+            return Ok(());
+        }
         on_pool!(self, pool => {
-            sqlx::query(sql)
-                .bind(org.to_string())
-                .bind(key.kind)
-                .bind(&key.scope)
-                .bind(&key.cadence)
-                .bind(&key.period)
-                .bind(computed_at)
-                .bind(body)
-                .execute(pool)
-                .await?;
+            let mut qb = sqlx::QueryBuilder::new(
+                "INSERT INTO reports (org_id, kind, scope, cadence, period, computed_at, body) ",
+            );
+            qb.push_values(reports, |mut b, (key, body)| {
+                b.push_bind(org.to_string())
+                    .push_bind(key.kind)
+                    .push_bind(key.scope.clone())
+                    .push_bind(key.cadence.clone())
+                    .push_bind(key.period.clone())
+                    .push_bind(computed_at)
+                    .push_bind(body.clone());
+            });
+            qb.push(
+                " ON CONFLICT (org_id, kind, scope, cadence, period) DO UPDATE \
+                 SET computed_at = excluded.computed_at, body = excluded.body",
+            );
+            qb.build().execute(pool).await?;
         });
         Ok(())
     }
