@@ -317,42 +317,37 @@ impl Decode for StandupQuery {
     }
 }
 
-/// A query that takes no parameters refuses any.
-fn no_fields(v: &Value) -> Result<()> {
-    reject_unknown(optional_body(v)?, "", &[])
+/// A route's query that takes no parameters (and refuses any).
+macro_rules! empty_query {
+    ($(#[$doc:meta])* $name:ident, $feature:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, JsonSchema)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {}
+
+        impl MemberRequest for $name {
+            const KIND: RequestKind = RequestKind::Read;
+            const PAID_FEATURE: Option<&'static str> = Some($feature);
+        }
+
+        impl Decode for $name {
+            fn decode(v: &Value) -> Result<Self> {
+                reject_unknown(optional_body(v)?, "", &[]).map(|()| $name {})
+            }
+        }
+    };
 }
 
-/// `GET /insights`'s (empty) query.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct InsightsQuery {}
-
-impl MemberRequest for InsightsQuery {
-    const KIND: RequestKind = RequestKind::Read;
-    const PAID_FEATURE: Option<&'static str> = Some(INSIGHTS);
-}
-
-impl Decode for InsightsQuery {
-    fn decode(v: &Value) -> Result<Self> {
-        no_fields(v).map(|()| InsightsQuery {})
-    }
-}
-
-/// `GET /runbooks`'s (empty) query.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RunbooksQuery {}
-
-impl MemberRequest for RunbooksQuery {
-    const KIND: RequestKind = RequestKind::Read;
-    const PAID_FEATURE: Option<&'static str> = Some(RUNBOOKS);
-}
-
-impl Decode for RunbooksQuery {
-    fn decode(v: &Value) -> Result<Self> {
-        no_fields(v).map(|()| RunbooksQuery {})
-    }
-}
+empty_query!(
+    /// `GET /insights`'s (empty) query.
+    InsightsQuery,
+    INSIGHTS
+);
+empty_query!(
+    /// `GET /runbooks`'s (empty) query.
+    RunbooksQuery,
+    RUNBOOKS
+);
 
 pub const MAX_GOAL_CHARS: usize = 2_000;
 pub const MAX_CONTEXT_CHARS: usize = 8_000;

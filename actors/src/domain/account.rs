@@ -41,6 +41,11 @@ impl Tier {
         self != Tier::Free
     }
 
+    /// Runbooks, failure clusters and planning.
+    pub fn has_pro_features(self) -> bool {
+        matches!(self, Tier::Pro | Tier::Enterprise)
+    }
+
     /// The tier's numbers before operator overrides (`None`: unlimited).
     pub fn default_limits(self, seats: i64) -> Limits {
         let seats = seats.max(1);
@@ -246,6 +251,17 @@ impl OrgRecord {
         }
     }
 
+    /// Runbooks and planning need pro or enterprise.
+    pub fn require_pro_plan(&self, feature: &str) -> Result<(), RuleError> {
+        if self.tier.has_pro_features() {
+            Ok(())
+        } else {
+            Err(RuleError::UpgradeRequired(format!(
+                "{feature} need the pro or enterprise plan"
+            )))
+        }
+    }
+
     /// The tier's numbers with the operator's overrides applied.
     pub fn effective_limits(&self) -> Limits {
         let mut limits = self.tier.default_limits(self.seats);
@@ -306,6 +322,32 @@ mod tests {
         let eff = org.effective_limits();
         assert_eq!(eff.get(LimitKey::WritesPerMinute), None);
         assert_eq!(eff.get(LimitKey::ReadsPerMinute), Some(120));
+    }
+
+    #[test]
+    fn plan_gates_follow_the_tier() {
+        let gates = |tier: Tier| {
+            let org = OrgRecord {
+                org_id: OrgId::new_v7(),
+                name: "x".into(),
+                tier,
+                encryption: Encryption::Managed,
+                seats: 5,
+                suspended: false,
+                limit_overrides: LimitOverrides::new(),
+                wrapped_dek: None,
+                idp_enrolled: false,
+                created_at: 0,
+            };
+            (
+                org.require_paid_plan("teams").is_ok(),
+                org.require_pro_plan("runbooks").is_ok(),
+            )
+        };
+        assert_eq!(gates(Tier::Free), (false, false));
+        assert_eq!(gates(Tier::Dev), (true, false));
+        assert_eq!(gates(Tier::Pro), (true, true));
+        assert_eq!(gates(Tier::Enterprise), (true, true));
     }
 }
 

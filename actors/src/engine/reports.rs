@@ -14,7 +14,7 @@ use crate::api::{
     StandupEntry, StandupQuery, StandupReport, Text, Unavailable, INSIGHTS, PLANNING, RUNBOOKS,
     STANDUP, STANDUP_HISTORY,
 };
-use crate::domain::account::{Caller, Encryption, Role, Tier};
+use crate::domain::account::{Caller, Encryption, Role};
 use crate::domain::usage::RequestKind;
 use crate::domain::{OrgId, TaskId};
 use crate::error::EngineError;
@@ -34,12 +34,7 @@ impl Engine {
     /// Refuses a feature of the pro and enterprise plans to other tiers.
     async fn require_pro(&self, caller: &Caller, feature: &str) -> Result<(), EngineError> {
         let entry = self.inner.directory.get(caller.org_id).await?;
-        if matches!(entry.record.tier, Tier::Pro | Tier::Enterprise) {
-            return Ok(());
-        }
-        Err(EngineError::UpgradeRequired(format!(
-            "{feature} need the pro or enterprise plan"
-        )))
+        Ok(entry.record.require_pro_plan(feature)?)
     }
 
     /// `GET /insights`.
@@ -113,7 +108,13 @@ impl Engine {
             None => {
                 let cadence = query.cadence.map(Cadence::as_str);
                 let mut recent = store
-                    .recent_reports(org, compute::STANDUP, &scope, cadence, 3)
+                    .recent_reports(
+                        org,
+                        crate::api::ReportKind::Standup.as_str(),
+                        &scope,
+                        cadence,
+                        3,
+                    )
                     .await?;
                 // Computed together, the shortest cadence answers first.
                 recent.sort_by_key(|r| {
@@ -134,7 +135,7 @@ impl Engine {
         let earlier = store
             .recent_reports(
                 org,
-                compute::STANDUP,
+                crate::api::ReportKind::Standup.as_str(),
                 &scope,
                 query.cadence.map(Cadence::as_str),
                 STANDUP_HISTORY * 3 + 1,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
-use super::compute::{stored_kind, Reporter};
+use super::compute::Reporter;
 use crate::api::ReportKind;
 use crate::domain::OrgId;
 use crate::error::EngineError;
@@ -114,7 +114,7 @@ impl ReportsActor {
                 continue;
             }
             for job in Job::ALL {
-                let due = match last.get(&(org, stored_kind(job.dated_by()).to_owned())) {
+                let due = match last.get(&(org, job.dated_by().as_str().to_owned())) {
                     Some(at) => at + job.every_ms(),
                     None => now + job.offset_ms(org),
                 };

@@ -15,10 +15,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::cluster::{self, Item, Source};
-use super::cpu::Background;
 use super::history::TaskHistory;
 use super::insights::{self, WINDOW_DAYS};
 use super::period::Period;
+use super::runtime::Background;
 use super::standup::{self, TeamScope};
 use crate::api::{
     Cadence, FailureCluster, Headline, Insights, ReportKind, Runbook, Scope, StandupEntry, Text,
@@ -59,11 +59,6 @@ const CACHED_ORGS: usize = 1_024;
 /// The field reports are sealed under.
 const SEAL_FIELD: &str = "report";
 
-pub const INSIGHTS: &str = "insights";
-pub const FAILURE_CLUSTERS: &str = "failure_clusters";
-pub const RUNBOOKS: &str = "runbooks";
-pub const STANDUP: &str = "standup";
-
 /// A runbook as stored: the answer plus what claims and the planner match
 /// it by.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -91,21 +86,11 @@ impl Written {
 /// Reports that apply to an org of this tier and encryption.
 pub fn applies(kind: ReportKind, tier: Tier, encryption: Encryption) -> bool {
     let managed = encryption == Encryption::Managed;
-    let pro = matches!(tier, Tier::Pro | Tier::Enterprise);
+    let pro = tier.has_pro_features();
     match kind {
         ReportKind::Insights => tier.is_paid(),
         ReportKind::Standup => tier.is_paid() && managed,
         ReportKind::Runbooks | ReportKind::FailureClusters => pro && managed,
-    }
-}
-
-/// The store's name of a report kind.
-pub fn stored_kind(kind: ReportKind) -> &'static str {
-    match kind {
-        ReportKind::Insights => INSIGHTS,
-        ReportKind::FailureClusters => FAILURE_CLUSTERS,
-        ReportKind::Runbooks => RUNBOOKS,
-        ReportKind::Standup => STANDUP,
     }
 }
 
@@ -143,7 +128,7 @@ pub fn open<T: for<'de> Deserialize<'de>>(
 
 pub fn standup_key(scope: &str, cadence: Cadence, period: &str) -> ReportKey {
     ReportKey {
-        kind: STANDUP,
+        kind: ReportKind::Standup.as_str(),
         scope: scope.to_owned(),
         cadence: cadence.as_str().to_owned(),
         period: period.to_owned(),
@@ -299,15 +284,27 @@ impl Reporter {
             match kind {
                 ReportKind::Insights => {
                     let report = insights::insights(&histories, now);
-                    written.add(&entry, ReportKey::single(INSIGHTS), &report);
+                    written.add(
+                        &entry,
+                        ReportKey::single(ReportKind::Insights.as_str()),
+                        &report,
+                    );
                 }
                 ReportKind::FailureClusters => {
                     let clusters = self.failure_clusters(org, &entry, &histories, now).await?;
-                    written.add(&entry, ReportKey::single(FAILURE_CLUSTERS), &clusters);
+                    written.add(
+                        &entry,
+                        ReportKey::single(ReportKind::FailureClusters.as_str()),
+                        &clusters,
+                    );
                 }
                 ReportKind::Runbooks => {
                     let runbooks = self.distil_runbooks(org, &entry, &histories, now).await?;
-                    written.add(&entry, ReportKey::single(RUNBOOKS), &runbooks);
+                    written.add(
+                        &entry,
+                        ReportKey::single(ReportKind::Runbooks.as_str()),
+                        &runbooks,
+                    );
                     new_runbooks = Some(runbooks);
                 }
                 ReportKind::Standup => {
@@ -333,7 +330,7 @@ impl Reporter {
         org: OrgId,
         cipher: &OrgCipher,
     ) -> Result<Option<Insights>, EngineError> {
-        let key = ReportKey::single(INSIGHTS);
+        let key = ReportKey::single(ReportKind::Insights.as_str());
         let Some(stored) = self.store.report(org, &key).await? else {
             return Ok(None);
         };
@@ -345,7 +342,7 @@ impl Reporter {
         org: OrgId,
         cipher: &OrgCipher,
     ) -> Result<Option<Vec<FailureCluster>>, EngineError> {
-        let key = ReportKey::single(FAILURE_CLUSTERS);
+        let key = ReportKey::single(ReportKind::FailureClusters.as_str());
         let Some(stored) = self.store.report(org, &key).await? else {
             return Ok(None);
         };
@@ -361,7 +358,7 @@ impl Reporter {
         if let Some(cached) = self.runbooks.get(&org) {
             return Ok(cached.clone());
         }
-        let key = ReportKey::single(RUNBOOKS);
+        let key = ReportKey::single(ReportKind::Runbooks.as_str());
         let runbooks: Vec<StoredRunbook> = match self.store.report(org, &key).await? {
             Some(stored) => open(cipher, &key, &stored.body)?,
             None => Vec::new(),

@@ -6,9 +6,9 @@
 pub mod actor;
 pub mod cluster;
 pub mod compute;
-mod cpu;
 pub mod history;
 pub mod insights;
 pub mod period;
 pub mod plan;
+mod runtime;
 pub mod standup;
