@@ -33,12 +33,27 @@ impl TaskReader {
 
     /// One task, or `None` if the org has no such task.
     pub async fn get(&self, org: OrgId, task: TaskId) -> Result<Option<StoredTask>, StoreError> {
+        self.ask(org, task).await?.wait().await
+    }
+
+    /// Queues the read of one task and answers the read's outcome, to be
+    /// awaited later: reads queued together are served by one query.
+    pub async fn ask(&self, org: OrgId, task: TaskId) -> Result<Answer, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.tx
             .send((org, task, reply))
             .await
             .map_err(|_| StoreError::WriterGone)?;
-        answer.await.map_err(|_| StoreError::WriterGone)?
+        Ok(Answer(answer))
+    }
+}
+
+/// A queued read's outcome.
+pub struct Answer(oneshot::Receiver<Result<Option<StoredTask>, StoreError>>);
+
+impl Answer {
+    pub async fn wait(self) -> Result<Option<StoredTask>, StoreError> {
+        self.0.await.map_err(|_| StoreError::WriterGone)?
     }
 }
 

@@ -81,10 +81,11 @@ impl WriteSlot<'_> {
 }
 
 impl Writers {
-    /// Starts `store.writer_count()` writer tasks, each with a queue of
-    /// `queue_bound` batches.
+    /// Starts `lane_count` writer tasks, each with a queue of `queue_bound`
+    /// batches.
     pub fn start(
         store: Store,
+        lane_count: usize,
         health: Arc<StoreHealth>,
         queue_bound: usize,
         on_failure: FailureHook,
@@ -92,7 +93,7 @@ impl Writers {
         let mut lanes = Vec::new();
         let mut handles = Vec::new();
         let stats = Arc::new(WriterStats::default());
-        for _ in 0..store.writer_count() {
+        for _ in 0..lane_count.max(1) {
             let (tx, rx) = mpsc::channel(queue_bound.max(1));
             let (finished_tx, finished) = watch::channel(0);
             let reloading = Arc::new(Mutex::new(HashSet::new()));

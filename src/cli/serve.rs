@@ -57,6 +57,10 @@ pub struct ServeArgs {
     /// Write batches a writer queues; more answer 503 `overloaded`.
     #[arg(long, env = "TASKQ_WRITER_QUEUE", default_value_t = 4096)]
     pub writer_queue: usize,
+    /// Group-commit lanes on PostgreSQL, each committing on its own
+    /// connection (SQLite has one writer whatever this says).
+    #[arg(long, env = "TASKQ_PG_WRITERS", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=32))]
+    pub pg_writers: u16,
     /// SQLite `synchronous` mode: FULL survives machine crashes, NORMAL only process crashes.
     #[arg(long, env = "TASKQ_SQLITE_SYNCHRONOUS", default_value = "FULL")]
     pub sqlite_synchronous: String,
@@ -240,6 +244,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     config.org_in_flight = args.org_max_in_flight.max(1);
     config.writer_queue = args.writer_queue.max(1);
     config.store.sqlite_full_sync = sqlite_full_sync;
+    config.store.pg_writers = usize::from(args.pg_writers);
     config.feedback_filter = feedback_filter(&args)?;
     config.embedder = embedder(&args).await?;
     config.create_budget = Duration::from_millis(args.embeddings_create_budget_ms);

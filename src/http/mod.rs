@@ -118,9 +118,9 @@ pub fn routes() -> Vec<Route> {
             .answer::<GetAnswer>(200, "The tasks found and the ids not found")
             .errors(&[500]),
         Route::post("/tasks/claim", tasks::claim)
-            .doc("claim_task", "tasks", "Take the next pending task under a time-limited lease")
+            .doc("claim_task", "tasks", "Take the next pending task (or up to `count` tasks) under a time-limited lease")
             .optional_body::<ClaimRequest>()
-            .answer::<Option<ClaimedTask>>(200, "The claimed task with its lease, or `null` when nothing is waiting")
+            .answer::<ClaimAnswer>(200, "The claimed task with its lease, or `null` when nothing is waiting; with `count`, `{tasks: [...]}`, each with its own lease")
             .errors(&[500]),
         Route::post("/tasks/search", tasks::search)
             .doc("search_tasks", "tasks", "Recall tasks by meaning from the org's history")

@@ -4,7 +4,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use taskq_actors::api::{
-    ClaimRequest, ClaimedTask, CreateAnswer, CreateTasks, GetAnswer, GetTasks, ListAnswer,
+    ClaimAnswer, ClaimRequest, CreateAnswer, CreateTasks, GetAnswer, GetTasks, ListAnswer,
     ListTasks, SearchAnswer, SearchTasks, UpdateAnswer, UpdateTasks,
 };
 
@@ -52,13 +52,13 @@ pub async fn list(
     Ok(Json(state.engine.list_tasks(&caller, query).await?))
 }
 
-/// The claimed task, or `null` when nothing matches.
+/// The claimed task or `null`; with `count`, `{tasks: [...]}`.
 pub async fn claim(
     State(state): State<AppState>,
     Auth(caller): Auth,
     Body(request): Body<ClaimRequest>,
-) -> Result<Json<Option<ClaimedTask>>, ApiError> {
-    Ok(Json(state.engine.claim(&caller, request).await?))
+) -> Result<Json<ClaimAnswer>, ApiError> {
+    Ok(Json(state.engine.claim_answer(&caller, request).await?))
 }
 
 pub async fn search(

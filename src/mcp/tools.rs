@@ -111,7 +111,7 @@ pub static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
         .with_annotations(read()),
         tool(
             "claim_task",
-            "Take the next pending task to work on (optionally only with given tags) under a time-limited lease. Returns the task with its lease_id and a briefing context, or null when nothing is waiting (after up to wait_seconds of waiting for one, when given).",
+            "Take the next pending task to work on (optionally only with given tags) under a time-limited lease. Returns the task with its lease_id and a briefing context, or null when nothing is waiting (after up to wait_seconds of waiting for one, when given). With count (1 to 25), claims up to that many tasks, each with its own lease, and returns {tasks: [...]}.",
             schema::<ClaimRequest>(),
         ),
         tool(
@@ -368,7 +368,7 @@ pub async fn call(
         "claim_task" => {
             async {
                 let request = decode::<ClaimRequest>(e, c, args).await?;
-                body(e.claim(c, request).await?)
+                body(e.claim_answer(c, request).await?)
             }
             .await
         }

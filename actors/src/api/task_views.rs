@@ -209,6 +209,21 @@ pub struct ClaimedTask {
     pub context: Option<ClaimContext>,
 }
 
+/// `POST /tasks/claim` with `count`: the tasks claimed (possibly none).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ClaimedTasks {
+    pub tasks: Vec<ClaimedTask>,
+}
+
+/// The answer to a claim: without `count`, the task or `null`; with it,
+/// `{tasks: [...]}`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ClaimAnswer {
+    One(Option<Box<ClaimedTask>>),
+    Batch(ClaimedTasks),
+}
+
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct ClaimContext {
     /// The parent, its parent, and so on (up to three).

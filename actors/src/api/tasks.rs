@@ -20,6 +20,8 @@ pub const DEFAULT_LEASE_SECONDS: u32 = 14_400;
 pub const MAX_LEASE_SECONDS: u32 = 259_200;
 /// The longest a claim may wait for a task to become pending.
 pub const MAX_WAIT_SECONDS: u32 = 30;
+/// The most tasks one batch claim takes.
+pub const MAX_CLAIM_COUNT: u32 = 25;
 pub const DEFAULT_LIST_LIMIT: u32 = 50;
 pub const MAX_LIST_LIMIT: u32 = 200;
 
@@ -435,6 +437,18 @@ pub struct ClaimRequest {
     #[serde(default)]
     #[schemars(range(min = 0, max = 30))]
     pub wait_seconds: u32,
+    /// Claim up to this many tasks, each with its own lease; the answer is
+    /// then `{tasks: [...]}`. Without it, one task or `null`.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 25))]
+    pub count: Option<u32>,
+}
+
+impl ClaimRequest {
+    /// How many tasks this request may claim.
+    pub fn limit(&self) -> usize {
+        self.count.unwrap_or(1) as usize
+    }
 }
 
 fn default_lease_seconds() -> u32 {
@@ -452,6 +466,7 @@ impl Default for ClaimRequest {
             lease_seconds: DEFAULT_LEASE_SECONDS,
             include_context: true,
             wait_seconds: 0,
+            count: None,
         }
     }
 }
@@ -466,7 +481,13 @@ impl Decode for ClaimRequest {
         reject_unknown(
             obj,
             "",
-            &["tags", "lease_seconds", "include_context", "wait_seconds"],
+            &[
+                "tags",
+                "lease_seconds",
+                "include_context",
+                "wait_seconds",
+                "count",
+            ],
         )?;
         Ok(ClaimRequest {
             tags: present(obj, "tags")
@@ -498,6 +519,18 @@ impl Decode for ClaimRequest {
                         return Err(err(
                             "wait_seconds",
                             format!("must be an integer from 0 to {MAX_WAIT_SECONDS}"),
+                        ))
+                    }
+                },
+            },
+            count: match present(obj, "count") {
+                None => None,
+                Some(v) => match v.as_u64() {
+                    Some(n) if (1..=u64::from(MAX_CLAIM_COUNT)).contains(&n) => Some(n as u32),
+                    _ => {
+                        return Err(err(
+                            "count",
+                            format!("must be an integer from 1 to {MAX_CLAIM_COUNT}"),
                         ))
                     }
                 },
@@ -536,6 +569,20 @@ mod tests {
         for bad in [json!(31), json!(-1), json!(1.5), json!("5"), json!(true)] {
             let e = claim(json!({ "wait_seconds": bad })).unwrap_err();
             assert!(e.0.contains("wait_seconds"), "{bad}: {}", e.0);
+        }
+    }
+
+    #[test]
+    fn claim_bounds_count() {
+        let claim = |v: Value| ClaimRequest::decode(&v);
+        assert_eq!(claim(Value::Null).unwrap().count, None);
+        assert_eq!(claim(Value::Null).unwrap().limit(), 1);
+        assert_eq!(claim(json!({"count": null})).unwrap().count, None);
+        assert_eq!(claim(json!({"count": 1})).unwrap().count, Some(1));
+        assert_eq!(claim(json!({"count": 25})).unwrap().limit(), 25);
+        for bad in [json!(0), json!(26), json!(-1), json!(2.5), json!("3")] {
+            let e = claim(json!({ "count": bad })).unwrap_err();
+            assert!(e.0.contains("count"), "{bad}: {}", e.0);
         }
     }
 

@@ -208,6 +208,7 @@ impl Engine {
         let health = Arc::new(StoreHealth::default());
         let (writers, mut writer_tasks) = Writers::start(
             store.clone(),
+            store.writer_count(config.store.pg_writers),
             health.clone(),
             config.writer_queue,
             on_failure,

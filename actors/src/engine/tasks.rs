@@ -5,14 +5,15 @@ use std::time::Duration;
 
 use super::Engine;
 use crate::api::{
-    BlockerLink, ClaimContext, ClaimRequest, ClaimedTask, CreateAnswer, CreateTasks, Dependency,
-    GetAnswer, GetTasks, ListAnswer, ListTasks, ListedTask, ParentLink, TaskDetail, UpdateAnswer,
-    UpdateTasks,
+    BlockerLink, ClaimAnswer, ClaimContext, ClaimRequest, ClaimedTask, ClaimedTasks, CreateAnswer,
+    CreateTasks, Dependency, GetAnswer, GetTasks, ListAnswer, ListTasks, ListedTask, ParentLink,
+    PriorArt, TaskDetail, UpdateAnswer, UpdateTasks,
 };
+use crate::crypto::OrgCipher;
 use crate::domain::account::Caller;
 use crate::domain::order::ListKey;
 use crate::domain::usage::RequestKind;
-use crate::domain::TaskId;
+use crate::domain::{OrgId, StoredTask, TaskId};
 use crate::error::EngineError;
 use crate::org::{OrgMsg, Outcome};
 use crate::views;
@@ -236,12 +237,43 @@ impl Engine {
         Ok(ListAnswer { tasks, next_cursor })
     }
 
-    /// Claims the next pending task; `None` when nothing matches.
+    /// Claims the next pending task; `None` when nothing matches. A
+    /// `count` in the request is ignored: see [`Engine::claim_answer`].
     pub async fn claim(
         &self,
         caller: &Caller,
         request: ClaimRequest,
     ) -> Result<Option<ClaimedTask>, EngineError> {
+        let request = ClaimRequest {
+            count: None,
+            ..request
+        };
+        Ok(self.claim_tasks(caller, request).await?.pop())
+    }
+
+    /// `POST /tasks/claim` as the contract answers it: without `count`, the
+    /// task or `None`; with it, up to `count` tasks, each with its own lease.
+    pub async fn claim_answer(
+        &self,
+        caller: &Caller,
+        request: ClaimRequest,
+    ) -> Result<ClaimAnswer, EngineError> {
+        let batch = request.count.is_some();
+        let mut tasks = self.claim_tasks(caller, request).await?;
+        Ok(if batch {
+            ClaimAnswer::Batch(ClaimedTasks { tasks })
+        } else {
+            ClaimAnswer::One(tasks.pop().map(Box::new))
+        })
+    }
+
+    /// Claims up to `request.limit()` tasks in one turn of the org actor
+    /// and one commit, and answers them in claim order.
+    async fn claim_tasks(
+        &self,
+        caller: &Caller,
+        request: ClaimRequest,
+    ) -> Result<Vec<ClaimedTask>, EngineError> {
         let org = caller.org_id;
         let wait = Duration::from_secs(u64::from(request.wait_seconds));
         let (Outcome { result, commit }, _in_flight) = self
@@ -252,84 +284,126 @@ impl Engine {
             })
             .await?;
         let claimed = match result {
-            Ok(Some(claimed)) => claimed,
+            Ok(claimed) if !claimed.is_empty() => claimed,
             other => {
                 self.committed(commit).await?;
-                return other.map(|_| None);
+                return other.map(|_| Vec::new());
             }
         };
-        let id = claimed.header.task_id;
-        // The claim changes only the header, which the actor handed back, so
-        // the content can be read while the claim commits. A task created an
-        // instant ago may not be committed yet: then read again after.
+        // A claim changes only headers, which the actor handed back, so the
+        // content can be read while the claim commits. A task created an
+        // instant ago may not be committed yet: then read again after. Every
+        // read is queued before any is awaited, so one query serves them.
         let reader = &self.inner.reader;
+        let reads = async {
+            let mut asked = Vec::with_capacity(claimed.len());
+            for c in &claimed {
+                asked.push(reader.ask(org, c.header.task_id).await);
+            }
+            let mut found = Vec::with_capacity(asked.len());
+            for answer in asked {
+                found.push(match answer {
+                    Ok(answer) => answer.wait().await,
+                    Err(e) => Err(e),
+                });
+            }
+            found
+        };
         let prior_art = async {
+            let mut found = Vec::new();
             if !request.include_context {
-                return None;
+                return found;
             }
-            self.prior_art(org, id).await.unwrap_or_else(|e| {
-                tracing::debug!(%org, error = %e, "claim context without prior art");
-                None
-            })
+            for c in &claimed {
+                found.push(
+                    self.prior_art(org, c.header.task_id)
+                        .await
+                        .unwrap_or_else(|e| {
+                            tracing::debug!(%org, error = %e, "claim context without prior art");
+                            None
+                        }),
+                );
+            }
+            found
         };
-        let (commit, read, prior_art) =
-            tokio::join!(self.committed(commit), reader.get(org, id), prior_art);
+        let (commit, reads, prior_art) = tokio::join!(self.committed(commit), reads, prior_art);
         commit?;
-        let mut task = match self.stored(read)? {
-            Some(t) => t,
-            None => self
-                .stored(reader.get(org, id).await)?
-                .ok_or_else(|| EngineError::Internal("claimed task vanished".into()))?,
-        };
-        task.header = claimed.header;
         let entry = self.inner.directory.get(org).await?;
-        let cipher = &entry.cipher;
-        let context = if request.include_context {
-            let store = &self.inner.store;
-            let mut parent_chain = Vec::new();
-            let mut next = task.header.parent;
-            while let Some(parent) = next.filter(|_| parent_chain.len() < PARENT_CHAIN_DEPTH) {
-                let Some(p) = self.stored(store.tasks(org, &[parent]).await)?.pop() else {
-                    break;
-                };
-                parent_chain.push(ParentLink {
-                    task_id: p.header.task_id,
-                    title: views::title(cipher, &p)?,
-                    description: views::description(cipher, &p)?,
-                    status: p.header.status,
-                });
-                next = p.header.parent;
-            }
-            let mut blockers = Vec::new();
-            for b in self.stored(store.tasks(org, &task.header.blocked_by).await)? {
-                blockers.push(BlockerLink {
-                    task_id: b.header.task_id,
-                    title: views::title(cipher, &b)?,
-                    status: b.header.status,
-                    output: views::output(cipher, &b)?,
-                });
-            }
-            let title = views::title(cipher, &task)?;
-            let runbook = self
-                .runbook_context(org, id, &title)
-                .await
-                .unwrap_or_else(|e| {
-                    tracing::debug!(%org, error = %e, "claim context without a runbook");
-                    None
-                });
-            Some(ClaimContext {
-                parent_chain,
-                blockers,
-                prior_art,
-                runbook,
-            })
-        } else {
-            None
-        };
-        Ok(Some(ClaimedTask {
-            task: views::task_view(cipher, &task)?,
-            lease_id: claimed.lease.lease_id,
-            context,
-        }))
+        let mut prior_art = prior_art.into_iter();
+        let mut tasks = Vec::with_capacity(claimed.len());
+        for (claimed, read) in claimed.into_iter().zip(reads) {
+            let id = claimed.header.task_id;
+            let mut task = match self.stored(read)? {
+                Some(t) => t,
+                None => self
+                    .stored(reader.get(org, id).await)?
+                    .ok_or_else(|| EngineError::Internal("claimed task vanished".into()))?,
+            };
+            task.header = claimed.header;
+            let context = if request.include_context {
+                let prior_art = prior_art.next().flatten();
+                Some(
+                    self.claim_context(org, &entry.cipher, &task, prior_art)
+                        .await?,
+                )
+            } else {
+                None
+            };
+            tasks.push(ClaimedTask {
+                task: views::task_view(&entry.cipher, &task)?,
+                lease_id: claimed.lease.lease_id,
+                context,
+            });
+        }
+        Ok(tasks)
+    }
+
+    /// A claimed task's briefing: its parent chain, its blockers with their
+    /// outputs, prior art and the best runbook.
+    async fn claim_context(
+        &self,
+        org: OrgId,
+        cipher: &OrgCipher,
+        task: &StoredTask,
+        prior_art: Option<Vec<PriorArt>>,
+    ) -> Result<ClaimContext, EngineError> {
+        let store = &self.inner.store;
+        let mut parent_chain = Vec::new();
+        let mut next = task.header.parent;
+        while let Some(parent) = next.filter(|_| parent_chain.len() < PARENT_CHAIN_DEPTH) {
+            let Some(p) = self.stored(store.tasks(org, &[parent]).await)?.pop() else {
+                break;
+            };
+            parent_chain.push(ParentLink {
+                task_id: p.header.task_id,
+                title: views::title(cipher, &p)?,
+                description: views::description(cipher, &p)?,
+                status: p.header.status,
+            });
+            next = p.header.parent;
+        }
+        let mut blockers = Vec::new();
+        for b in self.stored(store.tasks(org, &task.header.blocked_by).await)? {
+            blockers.push(BlockerLink {
+                task_id: b.header.task_id,
+                title: views::title(cipher, &b)?,
+                status: b.header.status,
+                output: views::output(cipher, &b)?,
+            });
+        }
+        let title = views::title(cipher, task)?;
+        let runbook = self
+            .runbook_context(org, task.header.task_id, &title)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::debug!(%org, error = %e, "claim context without a runbook");
+                None
+            });
+        Ok(ClaimContext {
+            parent_chain,
+            blockers,
+            prior_art,
+            runbook,
+        })
     }
 }

@@ -43,10 +43,11 @@ pub enum OrgMsg {
         request: UpdateTasks,
         reply: Reply<Vec<UpdateResult>>,
     },
+    /// Claims up to `request.limit()` tasks (none when nothing matches).
     ClaimNext {
         caller: Caller,
         request: ClaimRequest,
-        reply: Reply<Option<Claimed>>,
+        reply: Reply<Vec<Claimed>>,
     },
     /// Admits a request served from the store (get, list, keys).
     Admit {

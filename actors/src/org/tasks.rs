@@ -471,7 +471,7 @@ impl OrgActor {
         Ok(())
     }
 
-    pub(super) fn claim_next(
+    fn claim_next(
         &self,
         state: &mut OrgState,
         work: &mut Work,
@@ -502,6 +502,25 @@ impl OrgActor {
         let header = h.clone();
         work.put(state, h);
         Some(Claimed { header, lease })
+    }
+
+    /// Claims up to `request.limit()` tasks in this turn, each with its own
+    /// lease, in claim order.
+    pub(super) fn claim_up_to(
+        &self,
+        state: &mut OrgState,
+        work: &mut Work,
+        caller: &Caller,
+        request: &ClaimRequest,
+    ) -> Vec<Claimed> {
+        let mut claimed = Vec::with_capacity(request.limit());
+        while claimed.len() < request.limit() {
+            match self.claim_next(state, work, caller, request) {
+                Some(c) => claimed.push(c),
+                None => break,
+            }
+        }
+        claimed
     }
 
     /// Returns every task whose lease ran out to `pending`, or fails it

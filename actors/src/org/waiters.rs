@@ -30,7 +30,7 @@ use crate::writer::Commit;
 pub(super) struct Waiter {
     caller: Caller,
     request: ClaimRequest,
-    reply: Reply<Option<Claimed>>,
+    reply: Reply<Vec<Claimed>>,
     deadline: Instant,
     /// The commit of the claim's own usage, answered with `null`.
     usage: Option<Commit>,
@@ -62,7 +62,7 @@ impl OrgActor {
         state: &mut OrgState,
         caller: Caller,
         request: ClaimRequest,
-        reply: Reply<Option<Claimed>>,
+        reply: Reply<Vec<Claimed>>,
     ) {
         let (slot, mut work) = match self.begin(state, Some(Admission::write())) {
             Ok(begun) => begun,
@@ -74,12 +74,12 @@ impl OrgActor {
                 return;
             }
         };
-        let claimed = self.claim_next(state, &mut work, &caller, &request);
+        let claimed = self.claim_up_to(state, &mut work, &caller, &request);
         let draining = self
             .deps
             .draining
             .load(std::sync::atomic::Ordering::Relaxed);
-        if claimed.is_some() || request.wait_seconds == 0 || draining {
+        if !claimed.is_empty() || request.wait_seconds == 0 || draining {
             self.finish(state, slot, work, Ok(claimed), reply);
             return;
         }
@@ -120,18 +120,21 @@ impl OrgActor {
             let mut work = Work::default();
             let w = &state.waiters.queue[i];
             let (caller, request) = (w.caller.clone(), w.request.clone());
-            let Some(claimed) = self.claim_next(state, &mut work, &caller, &request) else {
+            let claimed = self.claim_up_to(state, &mut work, &caller, &request);
+            if claimed.is_empty() {
                 i += 1;
                 continue;
-            };
+            }
             let waiter = state.waiters.queue.remove(i).expect("the waiter looked at");
             let commit = slot.submit(work.into_batch(state));
             let answer = Outcome {
-                result: Ok(Some(claimed.clone())),
+                result: Ok(claimed.clone()),
                 commit: Some(commit),
             };
             if waiter.reply.send(answer).is_err() {
-                self.release(state, &claimed).await;
+                for c in &claimed {
+                    self.release(state, c).await;
+                }
             }
         }
     }
@@ -177,7 +180,7 @@ impl OrgActor {
         state.waiters.queue = waiting;
         for w in due {
             let _ = w.reply.send(Outcome {
-                result: Ok(None),
+                result: Ok(Vec::new()),
                 commit: w.usage,
             });
         }
@@ -187,7 +190,7 @@ impl OrgActor {
     pub(super) fn release_waiters(&self, state: &mut OrgState) {
         for w in state.waiters.queue.drain(..) {
             let _ = w.reply.send(Outcome {
-                result: Ok(None),
+                result: Ok(Vec::new()),
                 commit: w.usage,
             });
         }

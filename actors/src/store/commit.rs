@@ -53,8 +53,23 @@ pub struct WriteBatch {
 }
 
 /// Rows per multi-row statement: well under both backends' bind limits
-/// (SQLite 32766, PostgreSQL 65535) at 18 columns.
-const ROWS_PER_STATEMENT: usize = 500;
+/// (SQLite 32766, PostgreSQL 65535) at 20 columns.
+const ROWS_PER_STATEMENT: usize = 256;
+
+/// The rows of each multi-row statement, and how many rows of NULLs pad it
+/// to the next power of two. A statement's text depends only on its number
+/// of rows, so padding leaves nine texts per statement kind: each is
+/// prepared once per connection and then comes from the statement cache,
+/// where unpadded statements of every size from 1 to 256 would evict each
+/// other and be parsed again on most commits. The NULL rows match nothing
+/// (`WHERE v.column1 IS NOT NULL`, or a join on `column1`).
+pub(super) fn padded<T>(items: &[T]) -> impl Iterator<Item = Vec<Option<&T>>> {
+    items.chunks(ROWS_PER_STATEMENT).map(|chunk| {
+        let mut rows: Vec<Option<&T>> = chunk.iter().map(Some).collect();
+        rows.resize(chunk.len().next_power_of_two(), None);
+        rows
+    })
+}
 
 /// The latest value of one content field, per task.
 type ContentValues<'a> = HashMap<(OrgId, TaskId), &'a Option<Vec<u8>>>;
@@ -65,6 +80,8 @@ type ContentValues<'a> = HashMap<(OrgId, TaskId), &'a Option<Vec<u8>>>;
 /// keep their order, so the result is the same as applying them in turn.
 struct CommitPlan<'a> {
     accounts: Vec<(OrgId, &'a WriteOp)>,
+    /// The latest counters of each org.
+    usage: HashMap<OrgId, &'a Usage>,
     inserts: Vec<(OrgId, &'a StoredTask)>,
     headers: HashMap<(OrgId, TaskId), (OrgId, &'a TaskHeader)>,
     content: Vec<(ContentField, ContentValues<'a>)>,
@@ -75,6 +92,7 @@ impl<'a> CommitPlan<'a> {
     fn new(batches: &[&'a WriteBatch]) -> Self {
         let mut plan = CommitPlan {
             accounts: Vec::new(),
+            usage: HashMap::new(),
             inserts: Vec::new(),
             headers: HashMap::new(),
             content: Vec::new(),
@@ -107,11 +125,8 @@ impl<'a> CommitPlan<'a> {
                     WriteOp::InsertEvents(events) => {
                         plan.events.extend(events.iter().map(|e| (org, e)));
                     }
-                    WriteOp::SaveUsage(_) => {
-                        // Only the latest counters of an org matter.
-                        plan.accounts
-                            .retain(|(o, op)| !(*o == org && matches!(op, WriteOp::SaveUsage(_))));
-                        plan.accounts.push((org, op));
+                    WriteOp::SaveUsage(usage) => {
+                        plan.usage.insert(org, usage);
                     }
                     other => plan.accounts.push((org, other)),
                 }
@@ -144,6 +159,28 @@ macro_rules! push_header {
             .push_bind(h.lease_seconds)
             .push_bind(h.attempts)
             .push_bind(h.max_attempts)
+    }};
+}
+
+/// A padding row for `push_header!`: NULLs of the same types.
+macro_rules! push_null_header {
+    ($b:expr) => {{
+        $b.push_bind(None::<String>)
+            .push_bind(None::<String>)
+            .push_bind(None::<String>)
+            .push_bind(None::<i64>)
+            .push_bind(None::<i64>)
+            .push_bind(None::<String>)
+            .push_bind(None::<String>)
+            .push_bind(None::<String>)
+            .push_bind(None::<String>)
+            .push_bind(None::<i64>)
+            .push_bind(None::<i64>)
+            .push_bind(None::<String>)
+            .push_bind(None::<i64>)
+            .push_bind(None::<i64>)
+            .push_bind(None::<i64>)
+            .push_bind(None::<i64>)
     }};
 }
 
@@ -305,47 +342,74 @@ impl Store {
                             .execute(&mut *tx)
                             .await?;
                     }
-                    WriteOp::SaveUsage(u) => {
-                        sqlx::query(
-                            "INSERT INTO org_usage (org_id, month, requests, tasks, plans, read_tat, write_tat) \
-                             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (org_id) DO UPDATE SET \
-                             month = excluded.month, requests = excluded.requests, tasks = excluded.tasks, \
-                             plans = excluded.plans, read_tat = excluded.read_tat, write_tat = excluded.write_tat",
-                        )
-                        .bind(&org)
-                        .bind(&u.month)
-                        .bind(u.requests)
-                        .bind(u.tasks)
-                        .bind(u.plans)
-                        .bind(i64::try_from(u.read_tat).unwrap_or(i64::MAX))
-                        .bind(i64::try_from(u.write_tat).unwrap_or(i64::MAX))
-                        .execute(&mut *tx)
-                        .await?;
-                    }
                     WriteOp::InsertTasks(_)
+                    | WriteOp::SaveUsage(_)
                     | WriteOp::UpdateHeader(_)
                     | WriteOp::SetContent { .. }
                     | WriteOp::InsertEvents(_) => unreachable!("task ops are planned apart"),
                 }
             }
-            for chunk in plan.inserts.chunks(ROWS_PER_STATEMENT) {
+            let usage: Vec<_> = plan.usage.iter().collect();
+            for rows in padded(&usage) {
+                let mut qb = QueryBuilder::new(
+                    "INSERT INTO org_usage (org_id, month, requests, tasks, plans, read_tat, write_tat) \
+                     SELECT * FROM (",
+                );
+                qb.push_values(rows, |mut b, row| match row {
+                    Some((org, u)) => {
+                        b.push_bind(org.to_string())
+                            .push_bind(u.month.clone())
+                            .push_bind(u.requests)
+                            .push_bind(u.tasks)
+                            .push_bind(u.plans)
+                            .push_bind(i64::try_from(u.read_tat).unwrap_or(i64::MAX))
+                            .push_bind(i64::try_from(u.write_tat).unwrap_or(i64::MAX));
+                    }
+                    None => {
+                        b.push_bind(None::<String>)
+                            .push_bind(None::<String>)
+                            .push_bind(None::<i64>)
+                            .push_bind(None::<i64>)
+                            .push_bind(None::<i64>)
+                            .push_bind(None::<i64>)
+                            .push_bind(None::<i64>);
+                    }
+                });
+                qb.push(
+                    ") AS v WHERE v.column1 IS NOT NULL ON CONFLICT (org_id) DO UPDATE SET \
+                     month = excluded.month, requests = excluded.requests, tasks = excluded.tasks, \
+                     plans = excluded.plans, read_tat = excluded.read_tat, write_tat = excluded.write_tat",
+                );
+                qb.build().execute(&mut *tx).await?;
+            }
+            for rows in padded(&plan.inserts) {
                 let mut qb = QueryBuilder::new(
                     "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, \
                      assignee, tags, blocked_by, parent_task_id, created_at, updated_at, \
                      lease_id, lease_expires_at, lease_seconds, attempts, max_attempts, \
-                     title, description, metadata, output) ",
+                     title, description, metadata, output) SELECT * FROM (",
                 );
-                qb.push_values(chunk, |mut b, (org, t)| {
-                    push_header!(b, org, &t.header)
-                        .push_bind(t.title.clone())
-                        .push_bind(t.description.clone())
-                        .push_bind(t.metadata.clone())
-                        .push_bind(t.output.clone());
+                qb.push_values(rows, |mut b, row| match row {
+                    Some((org, t)) => {
+                        push_header!(b, org, &t.header)
+                            .push_bind(t.title.clone())
+                            .push_bind(t.description.clone())
+                            .push_bind(t.metadata.clone())
+                            .push_bind(t.output.clone());
+                    }
+                    None => {
+                        push_null_header!(b)
+                            .push_bind(None::<Vec<u8>>)
+                            .push_bind(None::<Vec<u8>>)
+                            .push_bind(None::<Vec<u8>>)
+                            .push_bind(None::<Vec<u8>>);
+                    }
                 });
+                qb.push(") AS v WHERE v.column1 IS NOT NULL");
                 qb.build().execute(&mut *tx).await?;
             }
             let headers: Vec<_> = plan.headers.values().collect();
-            for chunk in headers.chunks(ROWS_PER_STATEMENT) {
+            for rows in padded(&headers) {
                 let mut qb = QueryBuilder::new(
                     "UPDATE tasks SET status = v.column3, status_rank = v.column4, \
                      priority = v.column5, assignee = v.column6, tags = v.column7, \
@@ -353,8 +417,13 @@ impl Store {
                      lease_id = v.column12, lease_expires_at = v.column13, \
                      lease_seconds = v.column14, attempts = v.column15 FROM (",
                 );
-                qb.push_values(chunk, |mut b, (org, header)| {
-                    push_header!(b, org, *header);
+                qb.push_values(rows, |mut b, row| match row {
+                    Some((org, header)) => {
+                        push_header!(b, org, *header);
+                    }
+                    None => {
+                        push_null_header!(b);
+                    }
                 });
                 qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
                 qb.build().execute(&mut *tx).await?;
@@ -368,12 +437,19 @@ impl Store {
                     ContentField::Note => continue,
                 };
                 let values: Vec<_> = values.iter().collect();
-                for chunk in values.chunks(ROWS_PER_STATEMENT) {
+                for rows in padded(&values) {
                     let mut qb = QueryBuilder::new(format!("UPDATE tasks SET {column} = v.column3 FROM ("));
-                    qb.push_values(chunk, |mut b, ((org, task), value)| {
-                        b.push_bind(org.to_string())
-                            .push_bind(task.to_string())
-                            .push_bind((**value).clone());
+                    qb.push_values(&rows, |mut b, row| match row {
+                        Some(((org, task), value)) => {
+                            b.push_bind(org.to_string())
+                                .push_bind(task.to_string())
+                                .push_bind((**value).clone());
+                        }
+                        None => {
+                            b.push_bind(None::<String>)
+                                .push_bind(None::<String>)
+                                .push_bind(None::<Vec<u8>>);
+                        }
                     });
                     qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
                     qb.build().execute(&mut *tx).await?;
@@ -384,7 +460,7 @@ impl Store {
                             "DELETE FROM task_vectors WHERE (org_id, task_id) IN (VALUES ",
                         );
                         let mut keys = qb.separated(", ");
-                        for ((org, task), _) in chunk {
+                        for ((org, task), _) in rows.iter().flatten() {
                             keys.push("(")
                                 .push_bind_unseparated(org.to_string())
                                 .push_unseparated(", ")
@@ -396,20 +472,32 @@ impl Store {
                     }
                 }
             }
-            for chunk in plan.events.chunks(ROWS_PER_STATEMENT) {
+            for rows in padded(&plan.events) {
                 let mut qb = QueryBuilder::new(
                     "INSERT INTO task_events (org_id, task_id, from_status, to_status, \
-                     agent_id, at, note) ",
+                     agent_id, at, note) SELECT * FROM (",
                 );
-                qb.push_values(chunk, |mut b, (org, e)| {
-                    b.push_bind(org.to_string())
-                        .push_bind(e.task_id.to_string())
-                        .push_bind(e.from_status.map(|s| s.as_str()))
-                        .push_bind(e.to_status.as_str())
-                        .push_bind(e.agent_id.clone())
-                        .push_bind(e.at)
-                        .push_bind(e.note.clone());
+                qb.push_values(rows, |mut b, row| match row {
+                    Some((org, e)) => {
+                        b.push_bind(org.to_string())
+                            .push_bind(e.task_id.to_string())
+                            .push_bind(e.from_status.map(|s| s.as_str()))
+                            .push_bind(e.to_status.as_str())
+                            .push_bind(e.agent_id.clone())
+                            .push_bind(e.at)
+                            .push_bind(e.note.clone());
+                    }
+                    None => {
+                        b.push_bind(None::<String>)
+                            .push_bind(None::<String>)
+                            .push_bind(None::<String>)
+                            .push_bind(None::<String>)
+                            .push_bind(None::<String>)
+                            .push_bind(None::<i64>)
+                            .push_bind(None::<Vec<u8>>);
+                    }
                 });
+                qb.push(") AS v WHERE v.column1 IS NOT NULL");
                 qb.build().execute(&mut *tx).await?;
             }
             tx.commit().await?;

@@ -40,6 +40,10 @@ impl Store {
             let pool = SqlitePoolOptions::new()
                 .max_connections(options.max_connections)
                 .min_connections(1)
+                // A connection is a file handle of this process: nothing on
+                // the other side can drop it, so pinging it on every acquire
+                // (a round trip to its thread) only costs.
+                .test_before_acquire(false)
                 .acquire_timeout(Duration::from_secs(10))
                 .connect_with(connect)
                 .await?;
@@ -56,11 +60,12 @@ impl Store {
     }
 
     /// How many group-commit writers this backend benefits from. SQLite has
-    /// one writer whatever we do; PostgreSQL commits in parallel.
-    pub fn writer_count(&self) -> usize {
+    /// one writer whatever we do; PostgreSQL commits in parallel, on
+    /// `pg_writers` lanes.
+    pub fn writer_count(&self, pg_writers: usize) -> usize {
         match self {
             Store::Sqlite(_) => 1,
-            Store::Postgres(_) => 4,
+            Store::Postgres(_) => pg_writers.max(1),
         }
     }
 

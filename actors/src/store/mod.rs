@@ -87,6 +87,8 @@ pub struct StoreOptions {
     /// `synchronous=FULL` (durable against machine crashes) unless false.
     pub sqlite_full_sync: bool,
     pub max_connections: u32,
+    /// Group-commit lanes on PostgreSQL (SQLite always has one).
+    pub pg_writers: usize,
 }
 
 impl Default for StoreOptions {
@@ -94,6 +96,7 @@ impl Default for StoreOptions {
         Self {
             sqlite_full_sync: true,
             max_connections: 8,
+            pg_writers: 4,
         }
     }
 }
@@ -116,9 +119,12 @@ macro_rules! on_pool {
 }
 
 /// A value bound into a query whose arguments are only known at run time.
+#[derive(Clone)]
 enum Arg {
     Text(String),
     Int(i64),
+    /// A NULL of type text.
+    NullText,
 }
 
 /// Binds `$args`, a `Vec<Arg>`, to `$query` in order.
@@ -129,6 +135,7 @@ macro_rules! bind_args {
             q = match a {
                 Arg::Text(s) => q.bind(s),
                 Arg::Int(i) => q.bind(i),
+                Arg::NullText => q.bind(None::<String>),
             };
         }
         q

@@ -76,7 +76,10 @@ impl Store {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let pairs: Vec<String> = (0..keys.len())
+        // Padded with NULL keys to a power of two, so the text of the query
+        // takes a few forms, each prepared once (see `commit::padded`).
+        let slots = keys.len().next_power_of_two();
+        let pairs: Vec<String> = (0..slots)
             .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
             .collect();
         // A join with the key list, not `(org_id, task_id) IN (...)`, which
@@ -95,6 +98,7 @@ impl Store {
             .iter()
             .flat_map(|(org, task)| [org.to_string(), task.to_string()])
             .map(Arg::Text)
+            .chain(std::iter::repeat_n(Arg::NullText, 2 * (slots - keys.len())))
             .collect();
         let rows: Vec<OrgTaskRow> = self.fetch_all(&sql, args).await?;
         records(rows)

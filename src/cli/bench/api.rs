@@ -261,16 +261,32 @@ impl AgentApi {
         Ok((claimed, latency))
     }
 
-    /// Completes a claimed task.
-    pub(super) async fn complete(&self, task: &Claimed) -> Result<Duration, String> {
+    /// Claims up to `count` tasks with one request (`count` in the body).
+    pub(super) async fn claim_batch(&self, count: u32) -> Result<(Vec<Claimed>, Duration), String> {
+        let body = format!(r#"{{"lease_seconds":300,"include_context":false,"count":{count}}}"#);
+        let (body, latency) = exchange(self.post(&self.routes.claim, body), StatusCode::OK).await?;
+        let claimed: ClaimedBatch = serde_json::from_slice(&body).map_err(|e| {
+            truncate(&format!(
+                "unexpected batch claim response ({e}): {}",
+                lossy(&body)
+            ))
+        })?;
+        Ok((claimed.tasks, latency))
+    }
+
+    /// Completes claimed tasks with one update request.
+    pub(super) async fn complete(&self, tasks: &[Claimed]) -> Result<Duration, String> {
         let body = serde_json::to_vec(&UpdateBody {
-            updates: [Completion {
-                task_id: &task.task_id,
-                status: "completed",
-                note: "done",
-                output: CompletionOutput { ok: true },
-                lease_id: task.lease_id.as_deref(),
-            }],
+            updates: tasks
+                .iter()
+                .map(|task| Completion {
+                    task_id: &task.task_id,
+                    status: "completed",
+                    note: "done",
+                    output: CompletionOutput { ok: true },
+                    lease_id: task.lease_id.as_deref(),
+                })
+                .collect(),
         })
         .map_err(|e| e.to_string())?;
         let (_, latency) = exchange(self.post(&self.routes.update, body), StatusCode::OK).await?;
@@ -357,7 +373,12 @@ impl Claimed {
 
 #[derive(Serialize)]
 struct UpdateBody<'a> {
-    updates: [Completion<'a>; 1],
+    updates: Vec<Completion<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ClaimedBatch {
+    tasks: Vec<Claimed>,
 }
 
 #[derive(Serialize)]

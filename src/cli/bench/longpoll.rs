@@ -146,7 +146,7 @@ pub(super) async fn longpoll_phase(
                 };
                 log.claims.push((task.task_id.clone(), at));
                 let claimed = super::api::Claimed::new(task.task_id, task.lease_id);
-                if let Err(e) = api.complete(&claimed).await {
+                if let Err(e) = api.complete(std::slice::from_ref(&claimed)).await {
                     log.errors.push(e);
                 }
             }

@@ -143,6 +143,12 @@ pub struct BenchArgs {
     #[arg(long, visible_alias = "prefill", default_value_t = 20_000)]
     pub tasks_per_org: u64,
 
+    /// Tasks each agent claims per request in the `cycle` scenario (1 to
+    /// 25). Above 1, an agent claims with `count` and completes what it got
+    /// in one update; every task is still one cycle.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=25))]
+    pub claim_batch: u32,
+
     /// Tasks with the largest allowed content created in every org
     /// (`big-pages` scenario).
     #[arg(long, default_value_t = 200)]
@@ -316,6 +322,7 @@ fn blank_report(args: &BenchArgs) -> Report {
         concurrency: args.concurrency,
         duration_secs: args.duration,
         tasks_per_org: None,
+        claim_batch: None,
         bootstrap_secs: 0.0,
         phases: Vec::new(),
         ops: Vec::new(),
@@ -400,6 +407,7 @@ async fn execute(
         },
         tasks_per_org: matches!(args.scenario, Scenario::Cycle | Scenario::Reports)
             .then_some(args.tasks_per_org),
+        claim_batch: (args.scenario == Scenario::Cycle).then_some(args.claim_batch),
         ..blank_report(args)
     };
 
@@ -420,7 +428,7 @@ async fn execute(
                 create_fixed_phase(base, &agents, args.tasks_per_org, Content::Small).await?;
             report.add_phase(created, &[Op::Create]);
             if args.scenario == Scenario::Cycle {
-                let cycled = cycle_phase(base, &agents, deadline).await?;
+                let cycled = cycle_phase(base, &agents, deadline, args.claim_batch).await?;
                 report.cycles = Some(CycleSummary::new(&cycled, agents.len()));
                 report.add_phase(cycled, &[Op::Claim, Op::Complete, Op::Cycle]);
             } else {

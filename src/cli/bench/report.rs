@@ -25,6 +25,8 @@ pub(super) struct Report {
     pub(super) concurrency: usize,
     pub(super) duration_secs: u64,
     pub(super) tasks_per_org: Option<u64>,
+    /// Tasks claimed per request in the `cycle` scenario.
+    pub(super) claim_batch: Option<u32>,
     pub(super) bootstrap_secs: f64,
     pub(super) phases: Vec<PhaseReport>,
     pub(super) ops: Vec<OpReport>,
@@ -72,8 +74,9 @@ pub(super) struct CycleSummary {
 
 impl CycleSummary {
     pub(super) fn new(phase: &PhaseResult, agents: usize) -> Self {
-        let cycles = &phase.stats.ops[Op::Cycle as usize];
-        let count = cycles.latencies_us.len() as u64;
+        // A cycle is one task claimed and completed: with `--claim-batch`
+        // one request pair carries several.
+        let count = phase.stats.ops[Op::Cycle as usize].items;
         CycleSummary {
             count,
             per_sec: rate(count, phase.wall),
@@ -174,6 +177,9 @@ pub(super) fn render_table(report: &Report) -> String {
     }
     if let Some(tasks) = report.tasks_per_org {
         let _ = write!(out, ", tasks per org {tasks}");
+    }
+    if let Some(batch) = report.claim_batch.filter(|b| *b > 1) {
+        let _ = write!(out, ", claim batch {batch}");
     }
     let _ = writeln!(out);
     let database = report

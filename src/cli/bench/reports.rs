@@ -258,10 +258,10 @@ pub(super) async fn run(
     let orgs = seed(base, admin, args, run_id).await?;
     let seed_secs = started.elapsed().as_secs_f64();
     let duration = Duration::from_secs(args.duration);
-    let alone = cycle_phase(base, agents, duration).await?;
+    let alone = cycle_phase(base, agents, duration, 1).await?;
     eprintln!("[recompute] one org after another while the cycles run");
     let (during, (recomputes, wall)) = tokio::join!(
-        cycle_phase(base, agents, duration),
+        cycle_phase(base, agents, duration, 1),
         recompute_loop(admin, &orgs, duration)
     );
     let during = during?;

@@ -141,6 +141,7 @@ pub(super) async fn cycle_phase(
     base: &str,
     agents: &[Agent],
     duration: Duration,
+    claim_batch: u32,
 ) -> anyhow::Result<PhaseResult> {
     let routes = Routes::new(base)?;
     let mut phase = Phase::start("cycle", "cycles");
@@ -154,18 +155,21 @@ pub(super) async fn cycle_phase(
             let stats = &mut outcome.stats;
             while Instant::now() < deadline {
                 let cycle_started = Instant::now();
-                let task = match api.claim().await {
-                    Ok((claimed, latency)) => {
-                        stats
-                            .op(Op::Claim)
-                            .ok(latency, u64::from(claimed.is_some()));
-                        match claimed {
-                            Some(task) => task,
-                            None => {
-                                outcome.drained_at = Some(started.elapsed());
-                                break;
-                            }
+                let claimed = if claim_batch == 1 {
+                    api.claim()
+                        .await
+                        .map(|(c, l)| (c.into_iter().collect::<Vec<_>>(), l))
+                } else {
+                    api.claim_batch(claim_batch).await
+                };
+                let tasks = match claimed {
+                    Ok((tasks, latency)) => {
+                        stats.op(Op::Claim).ok(latency, tasks.len() as u64);
+                        if tasks.is_empty() {
+                            outcome.drained_at = Some(started.elapsed());
+                            break;
                         }
+                        tasks
                     }
                     Err(e) => {
                         stats.op(Op::Claim).err(e);
@@ -175,11 +179,12 @@ pub(super) async fn cycle_phase(
                         continue;
                     }
                 };
-                match api.complete(&task).await {
+                let n = tasks.len() as u64;
+                match api.complete(&tasks).await {
                     Ok(latency) => {
-                        stats.op(Op::Complete).ok(latency, 1);
-                        stats.op(Op::Cycle).ok(cycle_started.elapsed(), 1);
-                        progress.add(1);
+                        stats.op(Op::Complete).ok(latency, n);
+                        stats.op(Op::Cycle).ok(cycle_started.elapsed(), n);
+                        progress.add(n);
                     }
                     Err(e) => {
                         stats.op(Op::Complete).err(e);
@@ -296,7 +301,7 @@ async fn idle_org(
     };
     // Completing releases the lease, so the org's actor may go idle.
     if let Some(task) = claimed {
-        match api.complete(&task).await {
+        match api.complete(std::slice::from_ref(&task)).await {
             Ok(latency) => stats.op(Op::Complete).ok(latency, 1),
             Err(e) => {
                 stats.op(Op::Complete).err(e);
