@@ -35,7 +35,7 @@ use crate::domain::OrgId;
 use crate::error::EngineError;
 use crate::health::StoreHealth;
 use crate::stats::WriterStats;
-use crate::store::{Store, StoreError, WriteBatch};
+use crate::store::{Store, StoreError, WriteBatch, WriterConn};
 
 /// Resolves once the batch is durable (or failed).
 pub type Commit = oneshot::Receiver<Result<(), StoreError>>;
@@ -199,10 +199,12 @@ async fn wait_for_lane(lane: &Lane) -> Result<(), StoreError> {
         .map_err(|_| StoreError::WriterGone)
 }
 
-/// Commits batches, unless a test simulates an outage, and records the
-/// transaction.
+/// Commits batches on the lane's own connection (taken again after a
+/// failure, which may have broken it), unless a test simulates an outage,
+/// and records the transaction.
 async fn apply(
     store: &Store,
+    conn: &mut Option<WriterConn>,
     health: &StoreHealth,
     stats: &WriterStats,
     batches: &[&WriteBatch],
@@ -211,7 +213,16 @@ async fn apply(
         return Err(StoreError::Unavailable("simulated outage".into()));
     }
     let start = Instant::now();
-    let result = store.apply(batches).await;
+    let result = match conn {
+        Some(c) => c.apply(batches).await,
+        None => match store.writer_conn().await {
+            Ok(c) => conn.insert(c).apply(batches).await,
+            Err(e) => Err(e),
+        },
+    };
+    if result.is_err() {
+        *conn = None;
+    }
     let rows = batches.iter().map(|b| b.ops.len()).sum();
     stats.record(batches.len(), rows, start.elapsed(), result.is_ok());
     result
@@ -227,6 +238,7 @@ async fn run(
     stats: Arc<WriterStats>,
 ) {
     let is_reloading = |org: &OrgId| reloading.lock().expect("not poisoned").contains(org);
+    let mut conn = None;
     let mut queued = Vec::with_capacity(64);
     while rx.recv_many(&mut queued, MAX_BATCHES_PER_COMMIT).await > 0 {
         let taken = queued.len() as u64;
@@ -240,7 +252,7 @@ async fn run(
         }
         if !accepted.is_empty() {
             let batches: Vec<&WriteBatch> = accepted.iter().map(|(b, _)| b).collect();
-            match apply(&store, &health, &stats, &batches).await {
+            match apply(&store, &mut conn, &health, &stats, &batches).await {
                 Ok(()) => {
                     for (_, reply) in accepted {
                         let _ = reply.send(Ok(()));
@@ -266,7 +278,7 @@ async fn run(
                             let _ = reply.send(Err(StoreError::OrgReloading));
                             continue;
                         }
-                        let result = apply(&store, &health, &stats, &[&batch]).await;
+                        let result = apply(&store, &mut conn, &health, &stats, &[&batch]).await;
                         if let Err(e) = &result {
                             health.observe(e);
                             tracing::error!(org_id = %batch.org, error = %e, "commit failed; org will reload from the store");

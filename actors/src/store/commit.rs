@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use sqlx::QueryBuilder;
+use sqlx::pool::PoolConnection;
+use sqlx::{Postgres, QueryBuilder, Sqlite};
 
 use super::rows::{self, OrgRow};
 use super::{Result, Store};
@@ -184,14 +185,13 @@ macro_rules! push_null_header {
     }};
 }
 
-impl Store {
-    /// Commits every batch in one transaction. The batches' changes are
-    /// coalesced first (see `CommitPlan`), so a group commit of many requests
-    /// costs a handful of statements, not a few per request.
-    pub async fn apply(&self, batches: &[&WriteBatch]) -> Result<()> {
-        let plan = CommitPlan::new(batches);
-        on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
+/// The statements of a `CommitPlan`, in one transaction on `$conn`, for
+/// either backend.
+macro_rules! commit_plan {
+    ($conn:ident, $plan:ident) => {{
+        let plan = $plan;
+        {
+            let mut tx = sqlx::Connection::begin(&mut **$conn).await?;
             for (org, op) in &plan.accounts {
                 let org = org.to_string();
                 match op {
@@ -502,6 +502,45 @@ impl Store {
             }
             tx.commit().await?;
             Ok(())
+        }
+    }};
+}
+
+/// A connection a group-commit writer keeps from one commit to the next.
+/// With SQLite, a connection's page cache stays valid across its own
+/// commits but is dropped whenever another connection has written, so a
+/// writer that took any idle connection for each commit read most of the
+/// pages it changed back from the file; with PostgreSQL, its prepared
+/// statements stay with it.
+pub enum WriterConn {
+    Sqlite(PoolConnection<Sqlite>),
+    Postgres(PoolConnection<Postgres>),
+}
+
+impl Store {
+    /// A connection for a writer to keep.
+    pub async fn writer_conn(&self) -> Result<WriterConn> {
+        Ok(match self {
+            Store::Sqlite(pool) => WriterConn::Sqlite(pool.acquire().await?),
+            Store::Postgres(pool) => WriterConn::Postgres(pool.acquire().await?),
         })
+    }
+
+    /// Commits batches on a connection of the pool: see [`WriterConn::apply`].
+    pub async fn apply(&self, batches: &[&WriteBatch]) -> Result<()> {
+        self.writer_conn().await?.apply(batches).await
+    }
+}
+
+impl WriterConn {
+    /// Commits every batch in one transaction. The batches' changes are
+    /// coalesced first (see `CommitPlan`), so a group commit of many
+    /// requests costs a handful of statements, not a few per request.
+    pub async fn apply(&mut self, batches: &[&WriteBatch]) -> Result<()> {
+        let plan = CommitPlan::new(batches);
+        match self {
+            WriterConn::Sqlite(conn) => commit_plan!(conn, plan),
+            WriterConn::Postgres(conn) => commit_plan!(conn, plan),
+        }
     }
 }

@@ -31,6 +31,9 @@ impl Store {
                     SqliteSynchronous::Normal
                 })
                 .busy_timeout(Duration::from_secs(10))
+                // Statement journals (a multi-row UPDATE keeps one, to undo
+                // itself alone) in memory rather than in temporary files.
+                .pragma("temp_store", "memory")
                 .pragma("cache_size", "-32768");
             if let Some(dir) = connect.get_filename().parent() {
                 if !dir.as_os_str().is_empty() {

@@ -156,7 +156,7 @@ mod tests;
 mod usage;
 mod vectors;
 
-pub use commit::{WriteBatch, WriteOp};
+pub use commit::{WriteBatch, WriteOp, WriterConn};
 pub use keys::ClientDek;
 pub use reports::ReportKey;
 
