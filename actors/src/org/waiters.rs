@@ -32,7 +32,7 @@ pub(super) struct Waiter {
     request: ClaimRequest,
     reply: Reply<Vec<Claimed>>,
     deadline: Instant,
-    /// The commit of the claim's own usage, answered with `null`.
+    /// The commit of the claim's own usage, answered when nothing came.
     usage: Option<Commit>,
 }
 

@@ -57,8 +57,8 @@ pub struct WriteBatch {
 /// (SQLite 32766, PostgreSQL 65535) at 20 columns.
 const ROWS_PER_STATEMENT: usize = 256;
 
-/// The rows of each multi-row statement, and how many rows of NULLs pad it
-/// to the next power of two. A statement's text depends only on its number
+/// The rows of each multi-row statement (`Some`), padded with `None` rows
+/// (bound as NULLs) to the next power of two. A statement's text depends only on its number
 /// of rows, so padding leaves nine texts per statement kind: each is
 /// prepared once per connection and then comes from the statement cache,
 /// where unpadded statements of every size from 1 to 256 would evict each

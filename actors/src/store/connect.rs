@@ -68,7 +68,7 @@ impl Store {
     pub fn writer_count(&self, pg_writers: usize) -> usize {
         match self {
             Store::Sqlite(_) => 1,
-            Store::Postgres(_) => pg_writers.max(1),
+            Store::Postgres(_) => pg_writers,
         }
     }
 
