@@ -5,7 +5,9 @@ use taskq::cli::{bench, keys, mcp, models, serve, Cli, Command};
 use tracing_subscriber::EnvFilter;
 
 // Many small, short-lived allocations per request (JSON, rows, messages):
-// mimalloc serves them with less contention than the system allocator.
+// mimalloc serves them with less contention than the system allocator. Its
+// `override` feature makes it C's malloc too, so SQLite's allocations on
+// the commit path (the one serial step under load) use it as well.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -19,7 +19,10 @@ use crate::domain::{ContentField, KeyId, OrgId, StoredEvent, StoredTask, TaskHea
 pub enum WriteOp {
     InsertOrg(OrgRecord),
     InsertTasks(Vec<StoredTask>),
-    /// Overwrites every header column of an existing task.
+    /// Overwrites the header columns of an existing task that can change:
+    /// all but its parent and creation (set once, at insert). A column left
+    /// out of the UPDATE spares its indexes: the parent index is not
+    /// rewritten on every claim and completion.
     UpdateHeader(TaskHeader),
     SetContent {
         task_id: TaskId,
@@ -185,14 +188,40 @@ macro_rules! push_null_header {
     }};
 }
 
-/// The statements of a `CommitPlan`, in one transaction on `$conn`, for
-/// either backend.
-macro_rules! commit_plan {
-    ($conn:ident, $plan:ident) => {{
-        let plan = $plan;
+/// Starts one statement of a commit, with `$text` as its first words:
+/// in `each` mode on a builder of its own, in `one` mode appended to the
+/// builder `$one`.
+macro_rules! start_statement {
+    (each $_exec:ident, $qb:ident, $text:expr $(,)?) => {
+        let mut $qb = QueryBuilder::new($text);
+    };
+    (one $one:ident, $qb:ident, $text:expr $(,)?) => {
+        if !$one.sql().is_empty() {
+            $one.push("; ");
+        }
+        $one.push($text);
+        let $qb = &mut $one;
+    };
+}
+
+/// Ends a statement begun by `start_statement!`: in `each` mode executes
+/// it on the connection or transaction `$exec`; in `one` mode it waits in the builder.
+macro_rules! end_statement {
+    (each $exec:ident, $qb:ident) => {
+        $qb.build().execute(&mut *$exec).await?;
+    };
+    (one $_one:ident, $qb:ident) => {
+        let _ = $qb;
+    };
+}
+
+/// The account statements of a `CommitPlan` (orgs, members, keys, tags,
+/// teams: rare, one statement each), each executed on `$exec`, for either
+/// backend.
+macro_rules! account_statements {
+    ($exec:expr, $plan:ident) => {{
         {
-            let mut tx = sqlx::Connection::begin(&mut **$conn).await?;
-            for (org, op) in &plan.accounts {
+            for (org, op) in &$plan.accounts {
                 let org = org.to_string();
                 match op {
                     WriteOp::InsertOrg(record) => {
@@ -213,7 +242,7 @@ macro_rules! commit_plan {
                         .bind(o.master_key_id)
                         .bind(o.created_at)
                         .bind(o.idp_enrolled)
-                        .execute(&mut *tx)
+                        .execute($exec)
                         .await?;
                     }
                     WriteOp::InsertMember(m) => {
@@ -227,7 +256,7 @@ macro_rules! commit_plan {
                         .bind(i64::from(m.seated))
                         .bind(serde_json::to_string(&m.profile_tags).unwrap_or_default())
                         .bind(m.joined_at)
-                        .execute(&mut *tx)
+                        .execute($exec)
                         .await?;
                     }
                     WriteOp::InsertKey(k) => {
@@ -242,14 +271,14 @@ macro_rules! commit_plan {
                         .bind(k.secret_hash.clone())
                         .bind(i64::from(k.active))
                         .bind(k.created_at)
-                        .execute(&mut *tx)
+                        .execute($exec)
                         .await?;
                     }
                     WriteOp::DeactivateKey(key_id) => {
                         sqlx::query("UPDATE api_keys SET active = 0 WHERE org_id = $1 AND key_id = $2")
                             .bind(&org)
                             .bind(key_id.to_string())
-                            .execute(&mut *tx)
+                            .execute($exec)
                             .await?;
                     }
                     WriteOp::UpdateMember(m) => {
@@ -262,7 +291,7 @@ macro_rules! commit_plan {
                         .bind(m.role.as_str())
                         .bind(i64::from(m.seated))
                         .bind(serde_json::to_string(&m.profile_tags).unwrap_or_default())
-                        .execute(&mut *tx)
+                        .execute($exec)
                         .await?;
                     }
                     WriteOp::UpsertTag(t) => {
@@ -279,14 +308,14 @@ macro_rules! commit_plan {
                         .bind(t.description.clone())
                         .bind(&t.created_by)
                         .bind(t.created_at)
-                        .execute(&mut *tx)
+                        .execute($exec)
                         .await?;
                     }
                     WriteOp::DeleteTag(name) => {
                         sqlx::query("DELETE FROM tags WHERE org_id = $1 AND name = $2")
                             .bind(&org)
                             .bind(name)
-                            .execute(&mut *tx)
+                            .execute($exec)
                             .await?;
                     }
                     WriteOp::UpsertTeam(t) => {
@@ -303,19 +332,19 @@ macro_rules! commit_plan {
                         .bind(i64::from(t.idp_only))
                         .bind(&t.created_by)
                         .bind(t.created_at)
-                        .execute(&mut *tx)
+                        .execute($exec)
                         .await?;
                     }
                     WriteOp::DeleteTeam(name) => {
                         sqlx::query("DELETE FROM team_members WHERE org_id = $1 AND team = $2")
                             .bind(&org)
                             .bind(name)
-                            .execute(&mut *tx)
+                            .execute($exec)
                             .await?;
                         sqlx::query("DELETE FROM teams WHERE org_id = $1 AND name = $2")
                             .bind(&org)
                             .bind(name)
-                            .execute(&mut *tx)
+                            .execute($exec)
                             .await?;
                     }
                     WriteOp::UpsertMembership(m) => {
@@ -331,7 +360,7 @@ macro_rules! commit_plan {
                         .bind(i64::from(m.idp))
                         .bind(&m.added_by)
                         .bind(m.added_at)
-                        .execute(&mut *tx)
+                        .execute($exec)
                         .await?;
                     }
                     WriteOp::DeleteMembership { team, email } => {
@@ -339,7 +368,7 @@ macro_rules! commit_plan {
                             .bind(&org)
                             .bind(team)
                             .bind(email)
-                            .execute(&mut *tx)
+                            .execute($exec)
                             .await?;
                     }
                     WriteOp::InsertTasks(_)
@@ -349,9 +378,23 @@ macro_rules! commit_plan {
                     | WriteOp::InsertEvents(_) => unreachable!("task ops are planned apart"),
                 }
             }
+        }
+    }};
+}
+
+/// The task statements of a `CommitPlan` (usage, inserts, headers,
+/// content, events: multi-row, padded), for either backend. In `each`
+/// mode every statement is built and executed on its own on `$target` (a
+/// connection or a transaction); in
+/// `one` mode every statement is appended to the builder `$target`, to run
+/// as one multi-statement query.
+macro_rules! task_statements {
+    ($mode:ident $target:ident, $plan:ident) => {{
+        let plan = &$plan;
+        {
             let usage: Vec<_> = plan.usage.iter().collect();
             for rows in padded(&usage) {
-                let mut qb = QueryBuilder::new(
+                start_statement!($mode $target, qb,
                     "INSERT INTO org_usage (org_id, month, requests, tasks, plans, read_tat, write_tat) \
                      SELECT * FROM (",
                 );
@@ -380,10 +423,10 @@ macro_rules! commit_plan {
                      month = excluded.month, requests = excluded.requests, tasks = excluded.tasks, \
                      plans = excluded.plans, read_tat = excluded.read_tat, write_tat = excluded.write_tat",
                 );
-                qb.build().execute(&mut *tx).await?;
+                end_statement!($mode $target, qb);
             }
             for rows in padded(&plan.inserts) {
-                let mut qb = QueryBuilder::new(
+                start_statement!($mode $target, qb,
                     "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, \
                      assignee, tags, blocked_by, parent_task_id, created_at, updated_at, \
                      lease_id, lease_expires_at, lease_seconds, attempts, max_attempts, \
@@ -406,14 +449,14 @@ macro_rules! commit_plan {
                     }
                 });
                 qb.push(") AS v WHERE v.column1 IS NOT NULL");
-                qb.build().execute(&mut *tx).await?;
+                end_statement!($mode $target, qb);
             }
             let headers: Vec<_> = plan.headers.values().collect();
             for rows in padded(&headers) {
-                let mut qb = QueryBuilder::new(
+                start_statement!($mode $target, qb,
                     "UPDATE tasks SET status = v.column3, status_rank = v.column4, \
                      priority = v.column5, assignee = v.column6, tags = v.column7, \
-                     blocked_by = v.column8, parent_task_id = v.column9, updated_at = v.column11, \
+                     blocked_by = v.column8, updated_at = v.column11, \
                      lease_id = v.column12, lease_expires_at = v.column13, \
                      lease_seconds = v.column14, attempts = v.column15 FROM (",
                 );
@@ -426,7 +469,7 @@ macro_rules! commit_plan {
                     }
                 });
                 qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
-                qb.build().execute(&mut *tx).await?;
+                end_statement!($mode $target, qb);
             }
             for (field, values) in &plan.content {
                 let column = match field {
@@ -438,7 +481,7 @@ macro_rules! commit_plan {
                 };
                 let values: Vec<_> = values.iter().collect();
                 for rows in padded(&values) {
-                    let mut qb = QueryBuilder::new(format!("UPDATE tasks SET {column} = v.column3 FROM ("));
+                    start_statement!($mode $target, qb, format!("UPDATE tasks SET {column} = v.column3 FROM ("));
                     qb.push_values(&rows, |mut b, row| match row {
                         Some(((org, task), value)) => {
                             b.push_bind(org.to_string())
@@ -452,11 +495,11 @@ macro_rules! commit_plan {
                         }
                     });
                     qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
-                    qb.build().execute(&mut *tx).await?;
+                    end_statement!($mode $target, qb);
                     // A vector made from the old words no longer says what
                     // the task is about; without it the task is embedded again.
                     if matches!(field, ContentField::Title | ContentField::Description) {
-                        let mut qb = QueryBuilder::new(
+                        start_statement!($mode $target, qb,
                             "DELETE FROM task_vectors WHERE (org_id, task_id) IN (VALUES ",
                         );
                         let mut keys = qb.separated(", ");
@@ -468,12 +511,12 @@ macro_rules! commit_plan {
                                 .push_unseparated(")");
                         }
                         qb.push(")");
-                        qb.build().execute(&mut *tx).await?;
+                        end_statement!($mode $target, qb);
                     }
                 }
             }
             for rows in padded(&plan.events) {
-                let mut qb = QueryBuilder::new(
+                start_statement!($mode $target, qb,
                     "INSERT INTO task_events (org_id, task_id, from_status, to_status, \
                      agent_id, at, note) SELECT * FROM (",
                 );
@@ -498,10 +541,8 @@ macro_rules! commit_plan {
                     }
                 });
                 qb.push(") AS v WHERE v.column1 IS NOT NULL");
-                qb.build().execute(&mut *tx).await?;
+                end_statement!($mode $target, qb);
             }
-            tx.commit().await?;
-            Ok(())
         }
     }};
 }
@@ -539,8 +580,45 @@ impl WriterConn {
     pub async fn apply(&mut self, batches: &[&WriteBatch]) -> Result<()> {
         let plan = CommitPlan::new(batches);
         match self {
-            WriterConn::Sqlite(conn) => commit_plan!(conn, plan),
-            WriterConn::Postgres(conn) => commit_plan!(conn, plan),
+            WriterConn::Sqlite(conn) => {
+                let result = commit_sqlite(conn, &plan).await;
+                if result.is_err() {
+                    // The transaction may still be open: closing the
+                    // connection rolls it back, where a pooled one would
+                    // carry it to its next user.
+                    conn.close_on_drop();
+                }
+                result
+            }
+            WriterConn::Postgres(conn) => {
+                let mut tx = sqlx::Connection::begin(&mut **conn).await?;
+                account_statements!(&mut *tx, plan);
+                task_statements!(each tx, plan);
+                tx.commit().await?;
+                Ok(())
+            }
         }
     }
+}
+
+/// Commits a plan on SQLite in one round trip to the connection's thread
+/// in the common case: BEGIN, every task statement and COMMIT run as one
+/// multi-statement query, its binds taken in order. sqlx runs each SQLite
+/// connection on a thread of its own and every query is a hand-off there
+/// and back; under load each hand-off waits for a core, and one writer's
+/// commit is what every claim waits for. Account changes (rare) run
+/// before it, one statement each.
+async fn commit_sqlite(conn: &mut PoolConnection<Sqlite>, plan: &CommitPlan<'_>) -> Result<()> {
+    let mut one = QueryBuilder::<Sqlite>::new("");
+    if plan.accounts.is_empty() {
+        one.push("BEGIN IMMEDIATE");
+    } else {
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut **conn).await?;
+        account_statements!(&mut **conn, plan);
+    }
+    task_statements!(one one, plan);
+    start_statement!(one one, commit, "COMMIT");
+    end_statement!(one one, commit);
+    one.build().execute(&mut **conn).await?;
+    Ok(())
 }

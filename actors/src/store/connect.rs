@@ -33,8 +33,12 @@ impl Store {
                 .busy_timeout(Duration::from_secs(10))
                 // Statement journals (a multi-row UPDATE keeps one, to undo
                 // itself alone) in memory rather than in temporary files.
-                .pragma("temp_store", "memory")
-                .pragma("cache_size", "-32768");
+                // The page cache stays at SQLite's default (2 MiB): a
+                // connection's cache is emptied whenever another one has
+                // written, and the writer's every commit walks its cache's
+                // hash table (`pcache1Truncate`), so a larger cache cost
+                // the one serial step more than it saved.
+                .pragma("temp_store", "memory");
             if let Some(dir) = connect.get_filename().parent() {
                 if !dir.as_os_str().is_empty() {
                     std::fs::create_dir_all(dir).map_err(sqlx::Error::Io)?;

@@ -1,5 +1,6 @@
 //! Round trip through the store on each backend: what `apply` writes, every
-//! reader returns unchanged. The PostgreSQL variant runs when
+//! reader returns unchanged, and a commit that fails leaves nothing of
+//! itself behind. The PostgreSQL variant runs when
 //! `TASKQ_TEST_POSTGRES_URL` names a server it may create a database on.
 
 use sqlx::Connection;
@@ -208,6 +209,91 @@ async fn round_trip(store: &Store) {
     assert_eq!(store.member_orgs(&owner.email).await.unwrap(), vec![org_id]);
 }
 
+/// A commit that fails part-way leaves nothing of itself behind, and the
+/// next commit goes through: the failed transaction does not linger on a
+/// connection that returns to the pool (on SQLite it would hold the write
+/// lock, and the next commit would wait for it and fail).
+async fn failed_commit(store: &Store) {
+    let org_id = OrgId::new_v7();
+    let owner = MemberRecord {
+        org_id,
+        email: format!("owner-{org_id}@example.com"),
+        role: Role::Owner,
+        seated: true,
+        profile_tags: Vec::new(),
+        joined_at: 2,
+    };
+    let org = OrgRecord {
+        org_id,
+        name: format!("org-{org_id}"),
+        tier: Tier::Free,
+        encryption: Encryption::Managed,
+        seats: 1,
+        suspended: false,
+        limit_overrides: LimitOverrides::new(),
+        wrapped_dek: None,
+        idp_enrolled: false,
+        created_at: 1,
+    };
+    let key = KeyRecord {
+        key_id: KeyId::new_v7(),
+        org_id,
+        email: owner.email.clone(),
+        name: "first".into(),
+        secret_hash: vec![7; 32],
+        active: true,
+        created_at: 3,
+    };
+    store.insert_org(&org, &owner, &key).await.unwrap();
+    let usage = |requests| Usage {
+        month: "2025-01".into(),
+        requests,
+        tasks: 1,
+        plans: 0,
+        read_tat: 0,
+        write_tat: 0,
+    };
+    let first = header(TaskStatus::Pending, 10);
+    let batch = |ops| WriteBatch { org: org_id, ops };
+    store
+        .apply(&[&batch(vec![
+            WriteOp::InsertTasks(vec![task(first.clone())]),
+            WriteOp::SaveUsage(usage(1)),
+        ])])
+        .await
+        .unwrap();
+
+    // The usage upsert runs, then the insert meets a task id that exists.
+    let second = header(TaskStatus::Pending, 11);
+    let failing = batch(vec![
+        WriteOp::SaveUsage(usage(2)),
+        WriteOp::InsertTasks(vec![task(second.clone()), task(first.clone())]),
+    ]);
+    let mut conn = store.writer_conn().await.unwrap();
+    assert!(conn.apply(&[&failing]).await.is_err());
+    drop(conn);
+    let records = store.load_org(org_id).await.unwrap();
+    assert_eq!(records.usage, Some(usage(1)));
+    assert!(store
+        .tasks(org_id, &[second.task_id])
+        .await
+        .unwrap()
+        .is_empty());
+
+    let third = header(TaskStatus::Pending, 12);
+    store
+        .apply(&[&batch(vec![
+            WriteOp::InsertTasks(vec![task(third.clone())]),
+            WriteOp::SaveUsage(usage(3)),
+        ])])
+        .await
+        .unwrap();
+    let records = store.load_org(org_id).await.unwrap();
+    assert_eq!(records.usage, Some(usage(3)));
+    let open: Vec<TaskId> = records.open_tasks.iter().map(|h| h.task_id).collect();
+    assert_eq!(open, vec![first.task_id, third.task_id]);
+}
+
 /// `url` with its database, if any, replaced by `database`.
 fn with_database(url: &str, database: &str) -> String {
     let (base, query) = url
@@ -232,6 +318,7 @@ async fn round_trip_sqlite() {
         .await
         .unwrap();
     round_trip(&store).await;
+    failed_commit(&store).await;
     store.close().await;
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
@@ -255,6 +342,7 @@ async fn round_trip_postgres() {
         .await
         .unwrap();
     round_trip(&store).await;
+    failed_commit(&store).await;
     store.close().await;
     sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)"))
         .execute(&mut admin)
