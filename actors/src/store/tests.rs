@@ -49,6 +49,31 @@ fn shown<T: std::fmt::Debug>(value: T) -> String {
     format!("{value:?}")
 }
 
+/// The org's owner, as the org's creation stores it.
+fn owner_record(org_id: OrgId, profile_tags: Vec<String>) -> MemberRecord {
+    MemberRecord {
+        org_id,
+        email: format!("owner-{org_id}@example.com"),
+        role: Role::Owner,
+        seated: true,
+        profile_tags,
+        joined_at: 2,
+    }
+}
+
+/// The owner's first key.
+fn first_key(owner: &MemberRecord) -> KeyRecord {
+    KeyRecord {
+        key_id: KeyId::new_v7(),
+        org_id: owner.org_id,
+        email: owner.email.clone(),
+        name: "first".into(),
+        secret_hash: vec![7; 32],
+        active: true,
+        created_at: 3,
+    }
+}
+
 async fn round_trip(store: &Store) {
     let org_id = OrgId::new_v7();
     let mut limit_overrides = LimitOverrides::new();
@@ -68,23 +93,8 @@ async fn round_trip(store: &Store) {
         idp_enrolled: true,
         created_at: 1,
     };
-    let owner = MemberRecord {
-        org_id,
-        email: format!("owner-{org_id}@example.com"),
-        role: Role::Owner,
-        seated: true,
-        profile_tags: vec!["ops".into()],
-        joined_at: 2,
-    };
-    let key = KeyRecord {
-        key_id: KeyId::new_v7(),
-        org_id,
-        email: owner.email.clone(),
-        name: "first".into(),
-        secret_hash: vec![7; 32],
-        active: true,
-        created_at: 3,
-    };
+    let owner = owner_record(org_id, vec!["ops".into()]);
+    let key = first_key(&owner);
     store.insert_org(&org, &owner, &key).await.unwrap();
 
     let parent = header(TaskStatus::Completed, 10);
@@ -215,14 +225,7 @@ async fn round_trip(store: &Store) {
 /// lock, and the next commit would wait for it and fail).
 async fn failed_commit(store: &Store) {
     let org_id = OrgId::new_v7();
-    let owner = MemberRecord {
-        org_id,
-        email: format!("owner-{org_id}@example.com"),
-        role: Role::Owner,
-        seated: true,
-        profile_tags: Vec::new(),
-        joined_at: 2,
-    };
+    let owner = owner_record(org_id, Vec::new());
     let org = OrgRecord {
         org_id,
         name: format!("org-{org_id}"),
@@ -235,15 +238,7 @@ async fn failed_commit(store: &Store) {
         idp_enrolled: false,
         created_at: 1,
     };
-    let key = KeyRecord {
-        key_id: KeyId::new_v7(),
-        org_id,
-        email: owner.email.clone(),
-        name: "first".into(),
-        secret_hash: vec![7; 32],
-        active: true,
-        created_at: 3,
-    };
+    let key = first_key(&owner);
     store.insert_org(&org, &owner, &key).await.unwrap();
     let usage = |requests| Usage {
         month: "2025-01".into(),
@@ -253,15 +248,16 @@ async fn failed_commit(store: &Store) {
         read_tat: 0,
         write_tat: 0,
     };
-    let first = header(TaskStatus::Pending, 10);
     let batch = |ops| WriteBatch { org: org_id, ops };
-    store
-        .apply(&[&batch(vec![
-            WriteOp::InsertTasks(vec![task(first.clone())]),
-            WriteOp::SaveUsage(usage(1)),
-        ])])
-        .await
-        .unwrap();
+    // A task created, and the org's requests counted to `requests`.
+    let created = |header: &TaskHeader, requests| {
+        batch(vec![
+            WriteOp::InsertTasks(vec![task(header.clone())]),
+            WriteOp::SaveUsage(usage(requests)),
+        ])
+    };
+    let first = header(TaskStatus::Pending, 10);
+    store.apply(&[&created(&first, 1)]).await.unwrap();
 
     // The usage upsert runs, then the insert meets a task id that exists.
     let second = header(TaskStatus::Pending, 11);
@@ -281,13 +277,7 @@ async fn failed_commit(store: &Store) {
         .is_empty());
 
     let third = header(TaskStatus::Pending, 12);
-    store
-        .apply(&[&batch(vec![
-            WriteOp::InsertTasks(vec![task(third.clone())]),
-            WriteOp::SaveUsage(usage(3)),
-        ])])
-        .await
-        .unwrap();
+    store.apply(&[&created(&third, 3)]).await.unwrap();
     let records = store.load_org(org_id).await.unwrap();
     assert_eq!(records.usage, Some(usage(3)));
     let open: Vec<TaskId> = records.open_tasks.iter().map(|h| h.task_id).collect();
