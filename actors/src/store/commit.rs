@@ -205,7 +205,8 @@ macro_rules! start_statement {
 }
 
 /// Ends a statement begun by `start_statement!`: in `each` mode executes
-/// it on the connection or transaction `$exec`; in `one` mode it waits in the builder.
+/// it on the connection or transaction `$exec`; in `one` mode it waits in
+/// the builder.
 macro_rules! end_statement {
     (each $exec:ident, $qb:ident) => {
         $qb.build().execute(&mut *$exec).await?;
@@ -385,9 +386,8 @@ macro_rules! account_statements {
 /// The task statements of a `CommitPlan` (usage, inserts, headers,
 /// content, events: multi-row, padded), for either backend. In `each`
 /// mode every statement is built and executed on its own on `$target` (a
-/// connection or a transaction); in
-/// `one` mode every statement is appended to the builder `$target`, to run
-/// as one multi-statement query.
+/// connection or a transaction); in `one` mode every statement is appended
+/// to the builder `$target`, to run as one multi-statement query.
 macro_rules! task_statements {
     ($mode:ident $target:ident, $plan:ident) => {{
         let plan = &$plan;
@@ -617,8 +617,11 @@ async fn commit_sqlite(conn: &mut PoolConnection<Sqlite>, plan: &CommitPlan<'_>)
         account_statements!(&mut **conn, plan);
     }
     task_statements!(one one, plan);
-    start_statement!(one one, commit, "COMMIT");
-    end_statement!(one one, commit);
+    one.push(if one.sql().is_empty() {
+        "COMMIT"
+    } else {
+        "; COMMIT"
+    });
     one.build().execute(&mut **conn).await?;
     Ok(())
 }
