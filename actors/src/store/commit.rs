@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use sqlx::pool::PoolConnection;
-use sqlx::{Postgres, QueryBuilder, Sqlite};
+use sqlx::{PgConnection, QueryBuilder, Sqlite};
 
 use super::rows::{self, OrgRow};
 use super::{Result, Store};
@@ -13,6 +13,8 @@ use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::usage::Usage;
 use crate::domain::{ContentField, KeyId, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId};
+
+mod postgres;
 
 /// One change to persist. A `WriteBatch` of these commits atomically.
 #[derive(Debug, Clone)]
@@ -188,34 +190,6 @@ macro_rules! push_null_header {
     }};
 }
 
-/// Starts one statement of a commit, with `$text` as its first words:
-/// in `each` mode on a builder of its own, in `one` mode appended to the
-/// builder `$one`.
-macro_rules! start_statement {
-    (each $_exec:ident, $qb:ident, $text:expr $(,)?) => {
-        let mut $qb = QueryBuilder::new($text);
-    };
-    (one $one:ident, $qb:ident, $text:expr $(,)?) => {
-        if !$one.sql().is_empty() {
-            $one.push("; ");
-        }
-        $one.push($text);
-        let $qb = &mut $one;
-    };
-}
-
-/// Ends a statement begun by `start_statement!`: in `each` mode executes
-/// it on the connection or transaction `$exec`; in `one` mode it waits in
-/// the builder.
-macro_rules! end_statement {
-    (each $exec:ident, $qb:ident) => {
-        $qb.build().execute(&mut *$exec).await?;
-    };
-    (one $_one:ident, $qb:ident) => {
-        let _ = $qb;
-    };
-}
-
 /// The account statements of a `CommitPlan` (orgs, members, keys, tags,
 /// teams: rare, one statement each), each executed on `$exec`, for either
 /// backend.
@@ -383,179 +357,195 @@ macro_rules! account_statements {
     }};
 }
 
-/// The task statements of a `CommitPlan` (usage, inserts, headers,
-/// content, events: multi-row, padded), for either backend. In `each`
-/// mode every statement is built and executed on its own on `$target` (a
-/// connection or a transaction); in `one` mode every statement is appended
-/// to the builder `$target`, to run as one multi-statement query.
-macro_rules! task_statements {
-    ($mode:ident $target:ident, $plan:ident) => {{
-        let plan = &$plan;
-        {
-            let usage: Vec<_> = plan.usage.iter().collect();
-            for rows in padded(&usage) {
-                start_statement!($mode $target, qb,
-                    "INSERT INTO org_usage (org_id, month, requests, tasks, plans, read_tat, write_tat) \
+/// Starts the next statement of the multi-statement query `one` with
+/// `text`, its first words.
+fn next_statement<'q, 'a>(
+    one: &'q mut QueryBuilder<'a, Sqlite>,
+    text: &str,
+) -> &'q mut QueryBuilder<'a, Sqlite> {
+    if !one.sql().is_empty() {
+        one.push("; ");
+    }
+    one.push(text)
+}
+
+/// Appends the task statements of a `CommitPlan` (usage, inserts, headers,
+/// content, events: multi-row, padded) to the multi-statement query `one`.
+fn push_task_statements(one: &mut QueryBuilder<'_, Sqlite>, plan: &CommitPlan<'_>) {
+    let usage: Vec<_> = plan.usage.iter().collect();
+    for rows in padded(&usage) {
+        let qb = next_statement(
+            one,
+            "INSERT INTO org_usage (org_id, month, requests, tasks, plans, read_tat, write_tat) \
                      SELECT * FROM (",
-                );
-                qb.push_values(rows, |mut b, row| match row {
-                    Some((org, u)) => {
-                        b.push_bind(org.to_string())
-                            .push_bind(u.month.clone())
-                            .push_bind(u.requests)
-                            .push_bind(u.tasks)
-                            .push_bind(u.plans)
-                            .push_bind(i64::try_from(u.read_tat).unwrap_or(i64::MAX))
-                            .push_bind(i64::try_from(u.write_tat).unwrap_or(i64::MAX));
-                    }
-                    None => {
-                        b.push_bind(None::<String>)
-                            .push_bind(None::<String>)
-                            .push_bind(None::<i64>)
-                            .push_bind(None::<i64>)
-                            .push_bind(None::<i64>)
-                            .push_bind(None::<i64>)
-                            .push_bind(None::<i64>);
-                    }
-                });
-                qb.push(
+        );
+        qb.push_values(rows, |mut b, row| match row {
+            Some((org, u)) => {
+                b.push_bind(org.to_string())
+                    .push_bind(u.month.clone())
+                    .push_bind(u.requests)
+                    .push_bind(u.tasks)
+                    .push_bind(u.plans)
+                    .push_bind(i64::try_from(u.read_tat).unwrap_or(i64::MAX))
+                    .push_bind(i64::try_from(u.write_tat).unwrap_or(i64::MAX));
+            }
+            None => {
+                b.push_bind(None::<String>)
+                    .push_bind(None::<String>)
+                    .push_bind(None::<i64>)
+                    .push_bind(None::<i64>)
+                    .push_bind(None::<i64>)
+                    .push_bind(None::<i64>)
+                    .push_bind(None::<i64>);
+            }
+        });
+        qb.push(
                     ") AS v WHERE v.column1 IS NOT NULL ON CONFLICT (org_id) DO UPDATE SET \
                      month = excluded.month, requests = excluded.requests, tasks = excluded.tasks, \
                      plans = excluded.plans, read_tat = excluded.read_tat, write_tat = excluded.write_tat",
                 );
-                end_statement!($mode $target, qb);
-            }
-            for rows in padded(&plan.inserts) {
-                start_statement!($mode $target, qb,
-                    "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, \
+    }
+    for rows in padded(&plan.inserts) {
+        let qb = next_statement(
+            one,
+            "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, \
                      assignee, tags, blocked_by, parent_task_id, created_at, updated_at, \
                      lease_id, lease_expires_at, lease_seconds, attempts, max_attempts, \
                      title, description, metadata, output) SELECT * FROM (",
-                );
-                qb.push_values(rows, |mut b, row| match row {
-                    Some((org, t)) => {
-                        push_header!(b, org, &t.header)
-                            .push_bind(t.title.clone())
-                            .push_bind(t.description.clone())
-                            .push_bind(t.metadata.clone())
-                            .push_bind(t.output.clone());
-                    }
-                    None => {
-                        push_null_header!(b)
-                            .push_bind(None::<Vec<u8>>)
-                            .push_bind(None::<Vec<u8>>)
-                            .push_bind(None::<Vec<u8>>)
-                            .push_bind(None::<Vec<u8>>);
-                    }
-                });
-                qb.push(") AS v WHERE v.column1 IS NOT NULL");
-                end_statement!($mode $target, qb);
+        );
+        qb.push_values(rows, |mut b, row| match row {
+            Some((org, t)) => {
+                push_header!(b, org, &t.header)
+                    .push_bind(t.title.clone())
+                    .push_bind(t.description.clone())
+                    .push_bind(t.metadata.clone())
+                    .push_bind(t.output.clone());
             }
-            let headers: Vec<_> = plan.headers.values().collect();
-            for rows in padded(&headers) {
-                start_statement!($mode $target, qb,
-                    "UPDATE tasks SET status = v.column3, status_rank = v.column4, \
+            None => {
+                push_null_header!(b)
+                    .push_bind(None::<Vec<u8>>)
+                    .push_bind(None::<Vec<u8>>)
+                    .push_bind(None::<Vec<u8>>)
+                    .push_bind(None::<Vec<u8>>);
+            }
+        });
+        qb.push(") AS v WHERE v.column1 IS NOT NULL");
+    }
+    let headers: Vec<_> = plan.headers.values().collect();
+    for rows in padded(&headers) {
+        let qb = next_statement(
+            one,
+            "UPDATE tasks SET status = v.column3, status_rank = v.column4, \
                      priority = v.column5, assignee = v.column6, tags = v.column7, \
                      blocked_by = v.column8, updated_at = v.column11, \
                      lease_id = v.column12, lease_expires_at = v.column13, \
                      lease_seconds = v.column14, attempts = v.column15 FROM (",
-                );
-                qb.push_values(rows, |mut b, row| match row {
-                    Some((org, header)) => {
-                        push_header!(b, org, *header);
-                    }
-                    None => {
-                        push_null_header!(b);
-                    }
-                });
-                qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
-                end_statement!($mode $target, qb);
+        );
+        qb.push_values(rows, |mut b, row| match row {
+            Some((org, header)) => {
+                push_header!(b, org, *header);
             }
-            for (field, values) in &plan.content {
-                let column = match field {
-                    ContentField::Title => "title",
-                    ContentField::Description => "description",
-                    ContentField::Metadata => "metadata",
-                    ContentField::Output => "output",
-                    ContentField::Note => continue,
-                };
-                let values: Vec<_> = values.iter().collect();
-                for rows in padded(&values) {
-                    start_statement!($mode $target, qb, format!("UPDATE tasks SET {column} = v.column3 FROM ("));
-                    qb.push_values(&rows, |mut b, row| match row {
-                        Some(((org, task), value)) => {
-                            b.push_bind(org.to_string())
-                                .push_bind(task.to_string())
-                                .push_bind((**value).clone());
-                        }
-                        None => {
-                            b.push_bind(None::<String>)
-                                .push_bind(None::<String>)
-                                .push_bind(None::<Vec<u8>>);
-                        }
-                    });
-                    qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
-                    end_statement!($mode $target, qb);
-                    // A vector made from the old words no longer says what
-                    // the task is about; without it the task is embedded again.
-                    if matches!(field, ContentField::Title | ContentField::Description) {
-                        start_statement!($mode $target, qb,
-                            "DELETE FROM task_vectors WHERE (org_id, task_id) IN (VALUES ",
-                        );
-                        let mut keys = qb.separated(", ");
-                        for ((org, task), _) in rows.iter().flatten() {
-                            keys.push("(")
-                                .push_bind_unseparated(org.to_string())
-                                .push_unseparated(", ")
-                                .push_bind_unseparated(task.to_string())
-                                .push_unseparated(")");
-                        }
-                        qb.push(")");
-                        end_statement!($mode $target, qb);
-                    }
+            None => {
+                push_null_header!(b);
+            }
+        });
+        qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
+    }
+    for (field, values) in &plan.content {
+        let column = match field {
+            ContentField::Title => "title",
+            ContentField::Description => "description",
+            ContentField::Metadata => "metadata",
+            ContentField::Output => "output",
+            ContentField::Note => continue,
+        };
+        let values: Vec<_> = values.iter().collect();
+        for rows in padded(&values) {
+            let qb = next_statement(
+                one,
+                &format!("UPDATE tasks SET {column} = v.column3 FROM ("),
+            );
+            qb.push_values(&rows, |mut b, row| match row {
+                Some(((org, task), value)) => {
+                    b.push_bind(org.to_string())
+                        .push_bind(task.to_string())
+                        .push_bind((**value).clone());
                 }
-            }
-            for rows in padded(&plan.events) {
-                start_statement!($mode $target, qb,
-                    "INSERT INTO task_events (org_id, task_id, from_status, to_status, \
-                     agent_id, at, note) SELECT * FROM (",
+                None => {
+                    b.push_bind(None::<String>)
+                        .push_bind(None::<String>)
+                        .push_bind(None::<Vec<u8>>);
+                }
+            });
+            qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
+            // A vector made from the old words no longer says what
+            // the task is about; without it the task is embedded again.
+            if matches!(field, ContentField::Title | ContentField::Description) {
+                let qb = next_statement(
+                    one,
+                    "DELETE FROM task_vectors WHERE (org_id, task_id) IN (VALUES ",
                 );
-                qb.push_values(rows, |mut b, row| match row {
-                    Some((org, e)) => {
-                        b.push_bind(org.to_string())
-                            .push_bind(e.task_id.to_string())
-                            .push_bind(e.from_status.map(|s| s.as_str()))
-                            .push_bind(e.to_status.as_str())
-                            .push_bind(e.agent_id.clone())
-                            .push_bind(e.at)
-                            .push_bind(e.note.clone());
-                    }
-                    None => {
-                        b.push_bind(None::<String>)
-                            .push_bind(None::<String>)
-                            .push_bind(None::<String>)
-                            .push_bind(None::<String>)
-                            .push_bind(None::<String>)
-                            .push_bind(None::<i64>)
-                            .push_bind(None::<Vec<u8>>);
-                    }
-                });
-                qb.push(") AS v WHERE v.column1 IS NOT NULL");
-                end_statement!($mode $target, qb);
+                let mut keys = qb.separated(", ");
+                for ((org, task), _) in rows.iter().flatten() {
+                    keys.push("(")
+                        .push_bind_unseparated(org.to_string())
+                        .push_unseparated(", ")
+                        .push_bind_unseparated(task.to_string())
+                        .push_unseparated(")");
+                }
+                qb.push(")");
             }
         }
-    }};
+    }
+    for rows in padded(&plan.events) {
+        let qb = next_statement(
+            one,
+            "INSERT INTO task_events (org_id, task_id, from_status, to_status, \
+                     agent_id, at, note) SELECT * FROM (",
+        );
+        qb.push_values(rows, |mut b, row| match row {
+            Some((org, e)) => {
+                b.push_bind(org.to_string())
+                    .push_bind(e.task_id.to_string())
+                    .push_bind(e.from_status.map(|s| s.as_str()))
+                    .push_bind(e.to_status.as_str())
+                    .push_bind(e.agent_id.clone())
+                    .push_bind(e.at)
+                    .push_bind(e.note.clone());
+            }
+            None => {
+                b.push_bind(None::<String>)
+                    .push_bind(None::<String>)
+                    .push_bind(None::<String>)
+                    .push_bind(None::<String>)
+                    .push_bind(None::<String>)
+                    .push_bind(None::<i64>)
+                    .push_bind(None::<Vec<u8>>);
+            }
+        });
+        qb.push(") AS v WHERE v.column1 IS NOT NULL");
+    }
 }
 
 /// A connection a group-commit writer keeps from one commit to the next.
 /// With SQLite, a connection's page cache stays valid across its own
 /// commits but is dropped whenever another connection has written, so a
 /// writer that took any idle connection for each commit read most of the
-/// pages it changed back from the file; with PostgreSQL, its prepared
-/// statements stay with it.
+/// pages it changed back from the file.
+///
+/// With PostgreSQL, its prepared statements stay with it. PostgreSQL
+/// would also keep a generic plan of the commit statement, made once per
+/// connection and often while the tables are still small: a hash join over
+/// a sequential scan of `tasks`, or a lookup by the wrong index, which
+/// then stays as the table grows and makes every commit read all of an
+/// org's rows (seen under `taskq bench`: 130 cycles/s instead of 6,400).
+/// So a writer's connection plans each commit for its own rows
+/// (`plan_cache_mode = force_custom_plan`); parsing is still done once.
+/// It is taken out of the pool so that the setting never reaches a
+/// reader's connection, and one that failed is closed when dropped.
 pub enum WriterConn {
     Sqlite(PoolConnection<Sqlite>),
-    Postgres(PoolConnection<Postgres>),
+    Postgres(PgConnection),
 }
 
 impl Store {
@@ -563,7 +553,13 @@ impl Store {
     pub async fn writer_conn(&self) -> Result<WriterConn> {
         Ok(match self {
             Store::Sqlite(pool) => WriterConn::Sqlite(pool.acquire().await?),
-            Store::Postgres(pool) => WriterConn::Postgres(pool.acquire().await?),
+            Store::Postgres(pool) => {
+                let mut conn = pool.acquire().await?.detach();
+                sqlx::query("SELECT set_config('plan_cache_mode', 'force_custom_plan', false)")
+                    .execute(&mut conn)
+                    .await?;
+                WriterConn::Postgres(conn)
+            }
         })
     }
 
@@ -591,10 +587,19 @@ impl WriterConn {
                 result
             }
             WriterConn::Postgres(conn) => {
-                let mut tx = sqlx::Connection::begin(&mut **conn).await?;
-                account_statements!(&mut *tx, plan);
-                task_statements!(each tx, plan);
-                tx.commit().await?;
+                let statement = postgres::task_statement(&plan);
+                if plan.accounts.is_empty() {
+                    if let Some(statement) = statement {
+                        statement.execute(&mut *conn).await?;
+                    }
+                } else {
+                    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                    account_statements!(&mut *tx, plan);
+                    if let Some(statement) = statement {
+                        statement.execute(&mut *tx).await?;
+                    }
+                    tx.commit().await?;
+                }
                 Ok(())
             }
         }
@@ -616,7 +621,7 @@ async fn commit_sqlite(conn: &mut PoolConnection<Sqlite>, plan: &CommitPlan<'_>)
         sqlx::query("BEGIN IMMEDIATE").execute(&mut **conn).await?;
         account_statements!(&mut **conn, plan);
     }
-    task_statements!(one one, plan);
+    push_task_statements(&mut one, plan);
     one.push(if one.sql().is_empty() {
         "COMMIT"
     } else {

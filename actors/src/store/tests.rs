@@ -1,6 +1,6 @@
 //! Round trip through the store on each backend: what `apply` writes, every
-//! reader returns unchanged, and a commit that fails leaves nothing of
-//! itself behind. The PostgreSQL variant runs when
+//! reader returns unchanged, later commits change exactly what they name,
+//! and a commit that fails leaves nothing of itself behind. The PostgreSQL variant runs when
 //! `TASKQ_TEST_POSTGRES_URL` names a server it may create a database on.
 
 use sqlx::Connection;
@@ -284,6 +284,125 @@ async fn failed_commit(store: &Store) {
     assert_eq!(open, vec![first.task_id, third.task_id]);
 }
 
+/// A commit that changes tasks stored by an earlier one, for two orgs and
+/// in several batches: per task the last header and the last value of each
+/// content field win, a field left alone keeps its value, a header left
+/// alone stays, events keep their order across batches, and a task whose
+/// title changes loses its vector while the others keep theirs.
+async fn later_changes(store: &Store) {
+    let (first_org, second_org) = (OrgId::new_v7(), OrgId::new_v7());
+    let first = task(header(TaskStatus::Pending, 20));
+    let second = task(header(TaskStatus::Pending, 21));
+    let insert = |org, task: &StoredTask| WriteBatch {
+        org,
+        ops: vec![WriteOp::InsertTasks(vec![task.clone()])],
+    };
+    store
+        .apply(&[&insert(first_org, &first), &insert(second_org, &second)])
+        .await
+        .unwrap();
+    for (org, task) in [(first_org, &first), (second_org, &second)] {
+        store
+            .put_vectors(org, "model", &[(task.header.task_id, vec![9; 8])])
+            .await
+            .unwrap();
+    }
+
+    let id = first.header.task_id;
+    let mut claimed = first.header.clone();
+    claimed.status = TaskStatus::InProgress;
+    claimed.assignee = Some("agent".into());
+    claimed.updated_at = 22;
+    claimed.lease = Some(Lease {
+        lease_id: Uuid::now_v7(),
+        expires_at: 60_000,
+        seconds: 60,
+    });
+    let mut completed = claimed.clone();
+    completed.status = TaskStatus::Completed;
+    completed.assignee = None;
+    completed.updated_at = 23;
+    completed.lease = None;
+    let event = |from, to, at, note: Option<&[u8]>| StoredEvent {
+        task_id: id,
+        from_status: Some(from),
+        to_status: to,
+        agent_id: "agent".into(),
+        at,
+        note: note.map(<[u8]>::to_vec),
+    };
+    let events = [
+        event(TaskStatus::Pending, TaskStatus::InProgress, 22, None),
+        event(
+            TaskStatus::InProgress,
+            TaskStatus::InProgress,
+            22,
+            Some(b"sealed note"),
+        ),
+        event(TaskStatus::InProgress, TaskStatus::Completed, 23, None),
+    ];
+    let set = |field, value: Option<&[u8]>| WriteOp::SetContent {
+        task_id: id,
+        field,
+        value: value.map(<[u8]>::to_vec),
+    };
+    let claim = WriteBatch {
+        org: first_org,
+        ops: vec![
+            WriteOp::UpdateHeader(claimed),
+            set(ContentField::Output, Some(b"draft")),
+            set(ContentField::Metadata, Some(b"{\"a\":1}")),
+            WriteOp::InsertEvents(events[..2].to_vec()),
+        ],
+    };
+    let retitle = WriteBatch {
+        org: second_org,
+        ops: vec![WriteOp::SetContent {
+            task_id: second.header.task_id,
+            field: ContentField::Title,
+            value: Some(b"new title".to_vec()),
+        }],
+    };
+    let complete = WriteBatch {
+        org: first_org,
+        ops: vec![
+            WriteOp::UpdateHeader(completed.clone()),
+            set(ContentField::Output, Some(b"final")),
+            set(ContentField::Metadata, None),
+            WriteOp::InsertEvents(events[2..].to_vec()),
+        ],
+    };
+    store.apply(&[&claim, &retitle, &complete]).await.unwrap();
+
+    let stored = store.tasks(first_org, &[id]).await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].header, completed);
+    assert_eq!(stored[0].title, first.title);
+    assert_eq!(stored[0].output.as_deref(), Some(&b"final"[..]));
+    assert_eq!(stored[0].metadata, None);
+    assert_eq!(
+        shown(store.task_events(first_org, id).await.unwrap()),
+        shown(events.to_vec())
+    );
+    let retitled = store
+        .tasks(second_org, &[second.header.task_id])
+        .await
+        .unwrap();
+    assert_eq!(retitled.len(), 1);
+    assert_eq!(retitled[0].header, second.header);
+    assert_eq!(retitled[0].title, b"new title".to_vec());
+    assert_eq!(retitled[0].metadata, second.metadata);
+    assert_eq!(
+        store.org_vectors(first_org, "model").await.unwrap().len(),
+        1
+    );
+    assert!(store
+        .org_vectors(second_org, "model")
+        .await
+        .unwrap()
+        .is_empty());
+}
+
 /// `url` with its database, if any, replaced by `database`.
 fn with_database(url: &str, database: &str) -> String {
     let (base, query) = url
@@ -309,6 +428,7 @@ async fn round_trip_sqlite() {
         .unwrap();
     round_trip(&store).await;
     failed_commit(&store).await;
+    later_changes(&store).await;
     store.close().await;
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
@@ -333,6 +453,7 @@ async fn round_trip_postgres() {
         .unwrap();
     round_trip(&store).await;
     failed_commit(&store).await;
+    later_changes(&store).await;
     store.close().await;
     sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)"))
         .execute(&mut admin)

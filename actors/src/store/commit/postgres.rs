@@ -1,0 +1,332 @@
+//! A group commit's task changes on PostgreSQL as one statement.
+//!
+//! The extended protocol takes one statement per round trip, and a commit
+//! of usage, headers, content and events took six of them with BEGIN and
+//! COMMIT, each a wake-up of the server's backend and of the writer. Here
+//! every table's rows travel as arrays, one per column, expanded by
+//! `UNNEST` in data-modifying CTEs, so the commit is one statement in its
+//! own implicit transaction: one round trip, and one text, parsed once per
+//! connection whatever the number of rows (and planned for each commit:
+//! see `WriterConn`).
+//!
+//! The CTEs of one statement all see the snapshot taken before it, and a
+//! row changed by two of them keeps only one change. So each task appears
+//! in exactly one of them: a task inserted by this commit is inserted with
+//! its latest header and content, and every other task changed by it gets
+//! one UPDATE row carrying its new header (if any) and each content field
+//! that was set.
+
+use std::collections::{HashMap, HashSet};
+
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::Postgres;
+
+use super::rows::HeaderColumns;
+use super::CommitPlan;
+use crate::domain::{ContentField, OrgId, StoredTask, TaskHeader, TaskId};
+
+/// The statement; its parameters are the columns bound by
+/// [`task_statement`], in order.
+const TASK_STATEMENT: &str = "\
+WITH usage AS (
+  INSERT INTO org_usage (org_id, month, requests, tasks, plans, read_tat, write_tat)
+  SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::int8[])
+  ON CONFLICT (org_id) DO UPDATE SET month = excluded.month, requests = excluded.requests,
+    tasks = excluded.tasks, plans = excluded.plans, read_tat = excluded.read_tat,
+    write_tat = excluded.write_tat
+), inserted AS (
+  INSERT INTO tasks (org_id, task_id, status, status_rank, priority, assignee, tags, blocked_by,
+    parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds, attempts,
+    max_attempts, title, description, metadata, output)
+  SELECT * FROM UNNEST($8::text[], $9::text[], $10::text[], $11::int8[], $12::int8[], $13::text[],
+    $14::text[], $15::text[], $16::text[], $17::int8[], $18::int8[], $19::text[], $20::int8[],
+    $21::int8[], $22::int8[], $23::int8[], $24::bytea[], $25::bytea[], $26::bytea[], $27::bytea[])
+), updated AS (
+  UPDATE tasks SET
+    status = CASE WHEN v.header THEN v.status ELSE tasks.status END,
+    status_rank = CASE WHEN v.header THEN v.status_rank ELSE tasks.status_rank END,
+    priority = CASE WHEN v.header THEN v.priority ELSE tasks.priority END,
+    assignee = CASE WHEN v.header THEN v.assignee ELSE tasks.assignee END,
+    tags = CASE WHEN v.header THEN v.tags ELSE tasks.tags END,
+    blocked_by = CASE WHEN v.header THEN v.blocked_by ELSE tasks.blocked_by END,
+    updated_at = CASE WHEN v.header THEN v.updated_at ELSE tasks.updated_at END,
+    lease_id = CASE WHEN v.header THEN v.lease_id ELSE tasks.lease_id END,
+    lease_expires_at = CASE WHEN v.header THEN v.lease_expires_at ELSE tasks.lease_expires_at END,
+    lease_seconds = CASE WHEN v.header THEN v.lease_seconds ELSE tasks.lease_seconds END,
+    attempts = CASE WHEN v.header THEN v.attempts ELSE tasks.attempts END,
+    title = CASE WHEN v.set_title THEN v.title ELSE tasks.title END,
+    description = CASE WHEN v.set_description THEN v.description ELSE tasks.description END,
+    metadata = CASE WHEN v.set_metadata THEN v.metadata ELSE tasks.metadata END,
+    output = CASE WHEN v.set_output THEN v.output ELSE tasks.output END
+  FROM UNNEST($28::text[], $29::text[], $30::bool[], $31::text[], $32::int8[], $33::int8[],
+    $34::text[], $35::text[], $36::text[], $37::int8[], $38::text[], $39::int8[], $40::int8[],
+    $41::int8[], $42::bool[], $43::bytea[], $44::bool[], $45::bytea[], $46::bool[], $47::bytea[],
+    $48::bool[], $49::bytea[])
+    AS v(org_id, task_id, header, status, status_rank, priority, assignee, tags, blocked_by,
+      updated_at, lease_id, lease_expires_at, lease_seconds, attempts, set_title, title,
+      set_description, description, set_metadata, metadata, set_output, output)
+  WHERE tasks.org_id = v.org_id AND tasks.task_id = v.task_id
+), unembedded AS (
+  DELETE FROM task_vectors USING UNNEST($50::text[], $51::text[]) AS v(org_id, task_id)
+  WHERE task_vectors.org_id = v.org_id AND task_vectors.task_id = v.task_id
+), events AS (
+  INSERT INTO task_events (org_id, task_id, from_status, to_status, agent_id, at, note)
+  SELECT org_id, task_id, from_status, to_status, agent_id, at, note
+  FROM UNNEST($52::text[], $53::text[], $54::text[], $55::text[], $56::text[], $57::int8[],
+    $58::bytea[]) WITH ORDINALITY AS v(org_id, task_id, from_status, to_status, agent_id, at, note, n)
+  ORDER BY v.n
+)
+SELECT 1";
+
+/// The content fields stored in `tasks`, in the statement's order.
+const CONTENT: [ContentField; 4] = [
+    ContentField::Title,
+    ContentField::Description,
+    ContentField::Metadata,
+    ContentField::Output,
+];
+
+/// Header columns as arrays. Every column is nullable here: an UPDATE row
+/// without a new header binds NULLs that its `header` flag leaves unread.
+#[derive(Default)]
+struct HeaderArrays {
+    org: Vec<String>,
+    task: Vec<String>,
+    status: Vec<Option<&'static str>>,
+    status_rank: Vec<Option<i64>>,
+    priority: Vec<Option<i64>>,
+    assignee: Vec<Option<String>>,
+    tags: Vec<Option<String>>,
+    blocked_by: Vec<Option<String>>,
+    parent: Vec<Option<String>>,
+    created_at: Vec<Option<i64>>,
+    updated_at: Vec<Option<i64>>,
+    lease_id: Vec<Option<String>>,
+    lease_expires_at: Vec<Option<i64>>,
+    lease_seconds: Vec<Option<i64>>,
+    attempts: Vec<Option<i64>>,
+    max_attempts: Vec<Option<i64>>,
+}
+
+impl HeaderArrays {
+    fn push(&mut self, org: OrgId, task: TaskId, header: Option<HeaderColumns>) {
+        self.org.push(org.to_string());
+        self.task.push(task.to_string());
+        let h = header.as_ref();
+        self.status.push(h.map(|h| h.status));
+        self.status_rank.push(h.map(|h| h.status_rank));
+        self.priority.push(h.map(|h| h.priority));
+        self.assignee.push(h.and_then(|h| h.assignee.clone()));
+        self.tags.push(h.map(|h| h.tags.clone()));
+        self.blocked_by.push(h.map(|h| h.blocked_by.clone()));
+        self.parent.push(h.and_then(|h| h.parent.clone()));
+        self.created_at.push(h.map(|h| h.created_at));
+        self.updated_at.push(h.map(|h| h.updated_at));
+        self.lease_id.push(h.and_then(|h| h.lease_id.clone()));
+        self.lease_expires_at
+            .push(h.and_then(|h| h.lease_expires_at));
+        self.lease_seconds.push(h.and_then(|h| h.lease_seconds));
+        self.attempts.push(h.map(|h| h.attempts));
+        self.max_attempts.push(h.map(|h| h.max_attempts));
+    }
+}
+
+/// The latest value set for each content field of each task in a plan.
+type SetContent<'a> = HashMap<(OrgId, TaskId), [Option<&'a Option<Vec<u8>>>; 4]>;
+
+fn set_content<'a>(plan: &CommitPlan<'a>) -> SetContent<'a> {
+    let mut set: SetContent<'a> = HashMap::new();
+    for (field, values) in &plan.content {
+        let Some(slot) = CONTENT.iter().position(|f| f == field) else {
+            continue;
+        };
+        for (key, value) in values {
+            set.entry(*key).or_default()[slot] = Some(*value);
+        }
+    }
+    set
+}
+
+/// The header an inserted task is stored with: its latest, but with the
+/// columns set once at insert taken from the insert, as an insert followed
+/// by an UPDATE would leave them.
+fn inserted_header(task: &StoredTask, latest: Option<&TaskHeader>) -> HeaderColumns {
+    let Some(latest) = latest else {
+        return HeaderColumns::from(&task.header);
+    };
+    let first = HeaderColumns::from(&task.header);
+    HeaderColumns {
+        parent: first.parent,
+        created_at: first.created_at,
+        max_attempts: first.max_attempts,
+        ..HeaderColumns::from(latest)
+    }
+}
+
+/// The task changes of `plan` as one statement, or `None` if it has none.
+pub(super) fn task_statement(
+    plan: &CommitPlan<'_>,
+) -> Option<Query<'static, Postgres, PgArguments>> {
+    if plan.usage.is_empty()
+        && plan.inserts.is_empty()
+        && plan.headers.is_empty()
+        && plan.content.is_empty()
+        && plan.events.is_empty()
+    {
+        return None;
+    }
+    let content = set_content(plan);
+
+    let mut usage_org = Vec::with_capacity(plan.usage.len());
+    let mut month = Vec::with_capacity(plan.usage.len());
+    let mut counters: [Vec<i64>; 5] = Default::default();
+    for (org, u) in &plan.usage {
+        usage_org.push(org.to_string());
+        month.push(u.month.clone());
+        counters[0].push(u.requests);
+        counters[1].push(u.tasks);
+        counters[2].push(u.plans);
+        counters[3].push(i64::try_from(u.read_tat).unwrap_or(i64::MAX));
+        counters[4].push(i64::try_from(u.write_tat).unwrap_or(i64::MAX));
+    }
+
+    let mut inserted = HeaderArrays::default();
+    let mut inserted_content: [Vec<Option<Vec<u8>>>; 4] = Default::default();
+    let mut inserted_keys = HashSet::with_capacity(plan.inserts.len());
+    for (org, task) in &plan.inserts {
+        let key = (*org, task.header.task_id);
+        inserted_keys.insert(key);
+        let latest = plan.headers.get(&key).map(|(_, h)| *h);
+        inserted.push(*org, key.1, Some(inserted_header(task, latest)));
+        let set = content.get(&key);
+        let stored = [
+            Some(task.title.clone()),
+            task.description.clone(),
+            task.metadata.clone(),
+            task.output.clone(),
+        ];
+        for (slot, value) in stored.into_iter().enumerate() {
+            inserted_content[slot].push(match set.and_then(|s| s[slot]) {
+                Some(value) => value.clone(),
+                None => value,
+            });
+        }
+    }
+
+    let mut updated = HeaderArrays::default();
+    let mut has_header = Vec::new();
+    let mut set_flags: [Vec<bool>; 4] = Default::default();
+    let mut set_values: [Vec<Option<Vec<u8>>>; 4] = Default::default();
+    let changed = plan
+        .headers
+        .keys()
+        .chain(content.keys())
+        .filter(|key| !inserted_keys.contains(key))
+        .collect::<HashSet<_>>();
+    for key in changed {
+        let header = plan.headers.get(key).map(|(_, h)| HeaderColumns::from(*h));
+        has_header.push(header.is_some());
+        updated.push(key.0, key.1, header);
+        let set = content.get(key);
+        for slot in 0..CONTENT.len() {
+            let value = set.and_then(|s| s[slot]);
+            set_flags[slot].push(value.is_some());
+            set_values[slot].push(value.and_then(Clone::clone));
+        }
+    }
+
+    // A vector made from the old words no longer says what the task is
+    // about; without it the task is embedded again.
+    let (unembedded_org, unembedded_task): (Vec<String>, Vec<String>) = content
+        .iter()
+        .filter(|(_, set)| set[0].is_some() || set[1].is_some())
+        .map(|((org, task), _)| (org.to_string(), task.to_string()))
+        .unzip();
+
+    let mut event_columns = (
+        Vec::with_capacity(plan.events.len()),
+        Vec::with_capacity(plan.events.len()),
+        Vec::with_capacity(plan.events.len()),
+        Vec::with_capacity(plan.events.len()),
+        Vec::with_capacity(plan.events.len()),
+        Vec::with_capacity(plan.events.len()),
+        Vec::with_capacity(plan.events.len()),
+    );
+    for (org, e) in &plan.events {
+        event_columns.0.push(org.to_string());
+        event_columns.1.push(e.task_id.to_string());
+        event_columns.2.push(e.from_status.map(|s| s.as_str()));
+        event_columns.3.push(e.to_status.as_str());
+        event_columns.4.push(e.agent_id.clone());
+        event_columns.5.push(e.at);
+        event_columns.6.push(e.note.clone());
+    }
+
+    let [requests, tasks, plans, read_tat, write_tat] = counters;
+    let [title, description, metadata, output] = inserted_content;
+    let [set_title, set_description, set_metadata, set_output] = set_flags;
+    let [new_title, new_description, new_metadata, new_output] = set_values;
+    let (event_org, event_task, from_status, to_status, agent, at, note) = event_columns;
+    Some(
+        sqlx::query(TASK_STATEMENT)
+            .bind(usage_org)
+            .bind(month)
+            .bind(requests)
+            .bind(tasks)
+            .bind(plans)
+            .bind(read_tat)
+            .bind(write_tat)
+            .bind(inserted.org)
+            .bind(inserted.task)
+            .bind(inserted.status)
+            .bind(inserted.status_rank)
+            .bind(inserted.priority)
+            .bind(inserted.assignee)
+            .bind(inserted.tags)
+            .bind(inserted.blocked_by)
+            .bind(inserted.parent)
+            .bind(inserted.created_at)
+            .bind(inserted.updated_at)
+            .bind(inserted.lease_id)
+            .bind(inserted.lease_expires_at)
+            .bind(inserted.lease_seconds)
+            .bind(inserted.attempts)
+            .bind(inserted.max_attempts)
+            .bind(title)
+            .bind(description)
+            .bind(metadata)
+            .bind(output)
+            .bind(updated.org)
+            .bind(updated.task)
+            .bind(has_header)
+            .bind(updated.status)
+            .bind(updated.status_rank)
+            .bind(updated.priority)
+            .bind(updated.assignee)
+            .bind(updated.tags)
+            .bind(updated.blocked_by)
+            .bind(updated.updated_at)
+            .bind(updated.lease_id)
+            .bind(updated.lease_expires_at)
+            .bind(updated.lease_seconds)
+            .bind(updated.attempts)
+            .bind(set_title)
+            .bind(new_title)
+            .bind(set_description)
+            .bind(new_description)
+            .bind(set_metadata)
+            .bind(new_metadata)
+            .bind(set_output)
+            .bind(new_output)
+            .bind(unembedded_org)
+            .bind(unembedded_task)
+            .bind(event_org)
+            .bind(event_task)
+            .bind(from_status)
+            .bind(to_status)
+            .bind(agent)
+            .bind(at)
+            .bind(note),
+    )
+}
