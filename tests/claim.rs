@@ -3,6 +3,7 @@
 #[macro_use]
 mod common;
 use common::*;
+use reqwest::Method;
 use std::time::Duration;
 
 const EXPIRY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -548,3 +549,89 @@ backend_tests!(
         assert_eq!(history(&task).last().unwrap()["note"], "lease expired");
     }
 );
+
+backend_tests!(claims_answer_content_as_last_changed, |srv| async move {
+    let org = srv.create_org("dev").await;
+    let key = &org.owner_key;
+    let created = srv
+        .create_tasks(
+            key,
+            json!([
+                { "title": "reworded", "description": "old words", "metadata": { "v": 1 } },
+                { "title": "untouched", "description": "kept words", "metadata": { "v": 1 } },
+                { "title": "released", "description": "first words" },
+                { "title": "canceled", "assignee": org.owner_email },
+            ]),
+        )
+        .await;
+    let ids: Vec<String> = created.iter().map(|t| str_field(t, "task_id")).collect();
+    let cache = |stats: &Value| {
+        (
+            stats["claim_cache"]["claims_kept"]
+                .as_u64()
+                .expect("claims_kept"),
+            stats["claim_cache"]["claims_read"]
+                .as_u64()
+                .expect("claims_read"),
+        )
+    };
+    let (status, stats) = srv.admin(Method::GET, "/admin/stats", None).await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    let (kept_before, read_before) = cache(&stats);
+
+    // Changed while pending: the claim shows the change, not the words the
+    // task was created with.
+    srv.update_ok(
+        key,
+        json!({ "task_id": ids[0], "title": "new title", "metadata": { "v": 2 } }),
+    )
+    .await;
+    srv.update_ok(
+        key,
+        json!({ "task_id": ids[3], "status": "canceled", "note": "not needed" }),
+    )
+    .await;
+    let first = srv.claim(key, json!({})).await.expect("a task");
+    assert_eq!(first["task_id"], ids[0].as_str());
+    assert_eq!(first["title"], "new title");
+    assert_eq!(first["description"], "old words");
+    assert_eq!(first["metadata"], json!({ "v": 2 }));
+    let second = srv.claim(key, json!({})).await.expect("a task");
+    assert_eq!(second["task_id"], ids[1].as_str());
+    assert_eq!(second["title"], "untouched");
+    assert_eq!(second["description"], "kept words");
+    assert_eq!(second["metadata"], json!({ "v": 1 }));
+    let third = srv.claim(key, json!({})).await.expect("a task");
+    assert_eq!(third["task_id"], ids[2].as_str());
+    assert_eq!(third["description"], "first words");
+    assert!(
+        srv.claim(key, json!({})).await.is_none(),
+        "the canceled task is not claimed"
+    );
+
+    // Released, reworded and claimed again: the second claim reads the
+    // store and shows the change too.
+    srv.update_ok(
+        key,
+        json!({ "task_id": ids[2], "lease_id": third["lease_id"], "status": "pending" }),
+    )
+    .await;
+    srv.update_ok(
+        key,
+        json!({ "task_id": ids[2], "description": "second words" }),
+    )
+    .await;
+    let again = srv.claim(key, json!({})).await.expect("a task");
+    assert_eq!(again["task_id"], ids[2].as_str());
+    assert_eq!(again["title"], "released");
+    assert_eq!(again["description"], "second words");
+
+    // The untouched task's first claim was answered from what the actor
+    // kept; the reworded task's copy was dropped, and a second claim has
+    // none: both were read from the store.
+    let (_, stats) = srv.admin(Method::GET, "/admin/stats", None).await;
+    let (kept, read) = cache(&stats);
+    assert_eq!(kept - kept_before, 2, "{stats}");
+    assert_eq!(read - read_before, 2, "{stats}");
+    assert_eq!(stats["claim_cache"]["bytes_used"], 0, "{stats}");
+});

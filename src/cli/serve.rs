@@ -57,6 +57,11 @@ pub struct ServeArgs {
     /// Write batches a writer queues; more answer 503 `overloaded`.
     #[arg(long, env = "TASKQ_WRITER_QUEUE", default_value_t = 4096)]
     pub writer_queue: usize,
+    /// MiB of created tasks' content the org actors keep, all orgs
+    /// together, so that a task's first claim answers without a store read;
+    /// 0 keeps none.
+    #[arg(long, env = "TASKQ_CLAIM_CACHE_MB", default_value_t = 64)]
+    pub claim_cache_mb: usize,
     /// Group-commit lanes on PostgreSQL, each committing on its own
     /// connection (SQLite has one writer whatever this says).
     #[arg(long, env = "TASKQ_PG_WRITERS", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=32))]
@@ -243,6 +248,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     config.idle_after = Duration::from_secs(args.org_idle_secs.max(1));
     config.org_in_flight = args.org_max_in_flight.max(1);
     config.writer_queue = args.writer_queue.max(1);
+    config.claim_cache_bytes = args.claim_cache_mb.saturating_mul(1 << 20);
     config.store.sqlite_full_sync = sqlite_full_sync;
     config.store.pg_writers = usize::from(args.pg_writers);
     config.feedback_filter = feedback_filter(&args)?;

@@ -17,6 +17,7 @@ pub struct OperatorStats {
     pub store_up: bool,
     pub actors: ActorFigures,
     pub writer: WriterFigures,
+    pub claim_cache: ClaimCacheFigures,
     /// Requests refused by a limit (429) since the server started.
     pub refusals_total: u64,
     /// Seconds ahead that `leases_expiring` counts.
@@ -64,6 +65,18 @@ pub struct WriterFigures {
     pub latency_ms_p50: f64,
     pub latency_ms_p99: f64,
     pub latency_ms_max: f64,
+}
+
+/// The content of created tasks the org actors keep for their first
+/// claim, all orgs together.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ClaimCacheFigures {
+    pub bytes_used: usize,
+    pub bytes_limit: usize,
+    /// Claims since the server started answered with kept content.
+    pub claims_kept: u64,
+    /// Claims since the server started whose content was read from the store.
+    pub claims_read: u64,
 }
 
 /// One group commit.

@@ -46,7 +46,7 @@ use crate::filter::{ContentFilter, TermFilter};
 use crate::health::StoreHealth;
 use crate::llm::ChatModel;
 use crate::meaning::Meaning;
-use crate::org::{parse_api_key, OrgDeps, OrgMsg, Outcome, Reply};
+use crate::org::{parse_api_key, ContentBudget, OrgDeps, OrgMsg, Outcome, Reply};
 use crate::reader::TaskReader;
 use crate::reports::actor::{ReportsKeeper, ReportsRef};
 use crate::reports::compute::Reporter;
@@ -90,6 +90,9 @@ pub struct EngineConfig {
     pub writer_queue: usize,
     /// Reads the grouped reader queues before senders wait.
     pub reader_queue: usize,
+    /// Bytes of task content the org actors keep, all orgs together, so
+    /// that claims answer without a store read.
+    pub claim_cache_bytes: usize,
     /// Test hook: a master-key rotation stops for good after moving this
     /// many wraps, so a test can kill the process in the middle.
     #[cfg(feature = "test-hooks")]
@@ -119,6 +122,7 @@ impl EngineConfig {
             org_in_flight: 1024,
             writer_queue: 4096,
             reader_queue: 4096,
+            claim_cache_bytes: 64 << 20,
             #[cfg(feature = "test-hooks")]
             rewrap_pause_after: None,
         }
@@ -132,6 +136,8 @@ pub struct Engine {
 
 struct Inner {
     store: Store,
+    /// The org actors' shared budget for claimed tasks' content.
+    content_budget: Arc<ContentBudget>,
     /// Whether the store answers; requests are refused while it does not.
     health: Arc<StoreHealth>,
     writers: Writers,
@@ -218,6 +224,7 @@ impl Engine {
         let stats = Arc::new(ActorStats::default());
         let snapshots = Arc::new(OrgSnapshots::default());
         let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let content_budget = ContentBudget::new(config.claim_cache_bytes);
         let deps = OrgDeps {
             snapshots: snapshots.clone(),
             draining: draining.clone(),
@@ -227,6 +234,7 @@ impl Engine {
             directory: directory.clone(),
             clock: config.clock.clone(),
             idle_after: config.idle_after,
+            content_budget: content_budget.clone(),
         };
         let meaning = config
             .embedder
@@ -272,6 +280,7 @@ impl Engine {
         .map_err(|e| EngineError::Internal(format!("the reports actor failed to start: {e}")))?;
         let engine = Engine {
             inner: Arc::new(Inner {
+                content_budget,
                 health,
                 reader: TaskReader::start(store.clone(), config.reader_queue),
                 meaning: meaning.clone(),

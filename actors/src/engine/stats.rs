@@ -93,6 +93,7 @@ impl Engine {
                 last_restart,
             },
             writer: self.writer_figures(),
+            claim_cache: self.inner.content_budget.figures(),
             refusals_total: self.inner.refusals.total(),
             expiring_window_seconds: EXPIRING_WINDOW_SECONDS,
             orgs,

@@ -16,6 +16,8 @@ use crate::domain::usage::RequestKind;
 use crate::domain::{OrgId, StoredTask, TaskId};
 use crate::error::EngineError;
 use crate::org::{OrgMsg, Outcome};
+use crate::reader::Answer;
+use crate::store::StoreError;
 use crate::views;
 
 /// How many ancestors a claim's context shows.
@@ -25,6 +27,15 @@ const FULL_ROWS_PER_READ: usize = 16;
 /// Sealed content a full page carries before it ends early; its
 /// `next_cursor` goes on from there.
 pub const FULL_PAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Where a claimed task's content comes from.
+enum ClaimContent {
+    /// The org actor still had it from the task's creation.
+    Kept(Box<StoredTask>),
+    /// A read queued on the grouped reader.
+    Asked(Result<Answer, StoreError>),
+}
+use ClaimContent::{Asked, Kept};
 
 /// Which list a cursor belongs to, and where its page ended.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -283,28 +294,35 @@ impl Engine {
                 reply,
             })
             .await?;
-        let claimed = match result {
+        let mut claimed = match result {
             Ok(claimed) if !claimed.is_empty() => claimed,
             other => {
                 self.committed(commit).await?;
                 return other.map(|_| Vec::new());
             }
         };
-        // A claim changes only headers, which the actor handed back, so the
-        // content can be read while the claim commits. A task created an
-        // instant ago may not be committed yet: then read again after. Every
-        // read is queued before any is awaited, so one query serves them.
+        // A claim changes only headers, which the actor handed back with
+        // the content it still had; the rest is read while the claim
+        // commits. A task created an instant ago may not be committed yet:
+        // then read again after. Every read is queued before any is
+        // awaited, so one query serves them.
         let reader = &self.inner.reader;
+        let kept: Vec<Option<Box<StoredTask>>> =
+            claimed.iter_mut().map(|c| c.content.take()).collect();
         let reads = async {
             let mut asked = Vec::with_capacity(claimed.len());
-            for c in &claimed {
-                asked.push(reader.ask(org, c.header.task_id).await);
+            for (c, kept) in claimed.iter().zip(kept) {
+                asked.push(match kept {
+                    Some(content) => Kept(content),
+                    None => Asked(reader.ask(org, c.header.task_id).await),
+                });
             }
             let mut found = Vec::with_capacity(asked.len());
             for answer in asked {
                 found.push(match answer {
-                    Ok(answer) => answer.wait().await,
-                    Err(e) => Err(e),
+                    Kept(content) => Ok(Some(*content)),
+                    Asked(Ok(answer)) => answer.wait().await,
+                    Asked(Err(e)) => Err(e),
                 });
             }
             found

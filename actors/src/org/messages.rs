@@ -14,7 +14,7 @@ use crate::api::{
 use crate::domain::account::{Caller, KeyRecord, MemberRecord, Role};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::usage::RequestKind;
-use crate::domain::{KeyId, Lease, TaskHeader};
+use crate::domain::{KeyId, Lease, StoredTask, TaskHeader};
 use crate::error::EngineError;
 use crate::writer::Commit;
 
@@ -205,4 +205,8 @@ pub struct Claimed {
     /// The claimed task's header as the claim left it.
     pub header: TaskHeader,
     pub lease: Lease,
+    /// The task's content, when the actor still had it from the task's
+    /// creation (its header is the one before the claim); otherwise the
+    /// content is read from the store.
+    pub content: Option<Box<StoredTask>>,
 }

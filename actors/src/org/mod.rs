@@ -1,7 +1,8 @@
 //! The org actor: single owner of one org's hot state.
 //!
-//! It holds the headers of the org's open tasks (never their content), the
-//! pending queue in claim order, the leases ordered by expiry with one timer
+//! It holds the headers of the org's open tasks, the pending queue in
+//! claim order, the content of the tasks it created until they are first
+//! claimed (within a byte budget shared by all orgs: see `content`), the leases ordered by expiry with one timer
 //! for the earliest, the blocker-to-dependents links, the org's members and
 //! keys, its vocabulary and teams, and its usage counters and rate buckets.
 //! Every state change of the org passes through its mailbox, so changes are
@@ -23,6 +24,7 @@
 
 mod access;
 mod admin;
+mod content;
 mod limits;
 mod messages;
 mod tasks;
@@ -36,6 +38,7 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
 
 pub use access::{format_api_key, parse_api_key};
+pub use content::ContentBudget;
 pub use messages::*;
 
 use crate::clock::Clock;
@@ -66,6 +69,8 @@ pub struct OrgDeps {
     pub snapshots: Arc<OrgSnapshots>,
     /// Set when the server begins to stop: claims no longer wait.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// The bytes all orgs' [`content::ContentCache`]s may take together.
+    pub content_budget: Arc<ContentBudget>,
 }
 
 /// What an org actor tells its supervisor.
@@ -91,6 +96,9 @@ pub struct OrgState {
     /// Open tasks (pending, paused, in_progress, feedback, blocked) and
     /// their indexes.
     open: OpenTasks,
+    /// The content of tasks created here and not yet claimed, within a
+    /// budget shared by all orgs.
+    content: content::ContentCache,
     members: HashMap<String, MemberRecord>,
     keys: HashMap<KeyId, KeyRecord>,
     /// The tag vocabulary, by name.
@@ -194,6 +202,7 @@ impl Actor for OrgActor {
             org,
             entry,
             open: OpenTasks::default(),
+            content: content::ContentCache::new(self.deps.content_budget.clone()),
             members: HashMap::new(),
             keys: HashMap::new(),
             lease_timer_at: None,
@@ -505,7 +514,7 @@ impl OrgActor {
     /// answers with the result and the commit.
     fn finish<T>(
         &self,
-        state: &OrgState,
+        state: &mut OrgState,
         slot: WriteSlot<'_>,
         mut work: Work,
         result: Result<T, EngineError>,

@@ -501,7 +501,12 @@ impl OrgActor {
         h.lease = Some(lease);
         let header = h.clone();
         work.put(state, h);
-        Some(Claimed { header, lease })
+        let content = state.content.take(header.task_id);
+        Some(Claimed {
+            header,
+            lease,
+            content,
+        })
     }
 
     /// Claims up to `request.limit()` tasks in this turn, each with its own

@@ -130,7 +130,24 @@ impl Work {
             && !self.save_usage
     }
 
-    pub fn into_batch(self, state: &OrgState) -> WriteBatch {
+    /// The batch to commit. The actor keeps the content of the tasks it
+    /// creates until they are claimed, and drops a copy whose task's
+    /// content changes or that finishes, here, where every message's
+    /// changes pass on their way to the writer.
+    pub fn into_batch(self, state: &mut OrgState) -> WriteBatch {
+        for task in &self.inserted {
+            state.content.keep(task);
+        }
+        for op in &self.content {
+            if let WriteOp::SetContent { task_id, .. } = op {
+                state.content.forget(*task_id);
+            }
+        }
+        for id in &self.changed {
+            if !state.open.contains(*id) {
+                state.content.forget(*id);
+            }
+        }
         let mut ops = Vec::with_capacity(4 + self.changed.len() + self.content.len());
         ops.extend(self.accounts);
         if !self.inserted.is_empty() {
