@@ -44,16 +44,29 @@ impl TaskReader {
             .send((org, task, reply))
             .await
             .map_err(|_| StoreError::WriterGone)?;
-        Ok(Answer(answer))
+        Ok(Answer(Outcome::Queued(answer)))
     }
 }
 
-/// A queued read's outcome.
-pub struct Answer(oneshot::Receiver<Result<Option<StoredTask>, StoreError>>);
+/// A read's outcome: queued, or known without a read.
+pub struct Answer(Outcome);
+
+enum Outcome {
+    Known(Box<StoredTask>),
+    Queued(oneshot::Receiver<Result<Option<StoredTask>, StoreError>>),
+}
 
 impl Answer {
+    /// The outcome of a read that need not be made: the task is at hand.
+    pub fn known(task: Box<StoredTask>) -> Self {
+        Answer(Outcome::Known(task))
+    }
+
     pub async fn wait(self) -> Result<Option<StoredTask>, StoreError> {
-        self.0.await.map_err(|_| StoreError::WriterGone)?
+        match self.0 {
+            Outcome::Known(task) => Ok(Some(*task)),
+            Outcome::Queued(answer) => answer.await.map_err(|_| StoreError::WriterGone)?,
+        }
     }
 }
 

@@ -17,7 +17,6 @@ use crate::domain::{OrgId, StoredTask, TaskId};
 use crate::error::EngineError;
 use crate::org::{OrgMsg, Outcome};
 use crate::reader::Answer;
-use crate::store::StoreError;
 use crate::views;
 
 /// How many ancestors a claim's context shows.
@@ -27,15 +26,6 @@ const FULL_ROWS_PER_READ: usize = 16;
 /// Sealed content a full page carries before it ends early; its
 /// `next_cursor` goes on from there.
 pub const FULL_PAGE_BYTES: usize = 4 * 1024 * 1024;
-
-/// Where a claimed task's content comes from.
-enum ClaimContent {
-    /// The org actor still had it from the task's creation.
-    Kept(Box<StoredTask>),
-    /// A read queued on the grouped reader.
-    Asked(Result<Answer, StoreError>),
-}
-use ClaimContent::{Asked, Kept};
 
 /// Which list a cursor belongs to, and where its page ended.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -313,16 +303,15 @@ impl Engine {
             let mut asked = Vec::with_capacity(claimed.len());
             for (c, kept) in claimed.iter().zip(kept) {
                 asked.push(match kept {
-                    Some(content) => Kept(content),
-                    None => Asked(reader.ask(org, c.header.task_id).await),
+                    Some(content) => Ok(Answer::known(content)),
+                    None => reader.ask(org, c.header.task_id).await,
                 });
             }
             let mut found = Vec::with_capacity(asked.len());
             for answer in asked {
                 found.push(match answer {
-                    Kept(content) => Ok(Some(*content)),
-                    Asked(Ok(answer)) => answer.wait().await,
-                    Asked(Err(e)) => Err(e),
+                    Ok(answer) => answer.wait().await,
+                    Err(e) => Err(e),
                 });
             }
             found

@@ -2,11 +2,12 @@
 //!
 //! It holds the headers of the org's open tasks, the pending queue in
 //! claim order, the content of the tasks it created until they are first
-//! claimed (within a byte budget shared by all orgs: see `content`), the leases ordered by expiry with one timer
-//! for the earliest, the blocker-to-dependents links, the org's members and
-//! keys, its vocabulary and teams, and its usage counters and rate buckets.
-//! Every state change of the org passes through its mailbox, so changes are
-//! totally ordered without locks.
+//! claimed (within a byte budget shared by all orgs: see `content`), the
+//! leases ordered by expiry with one timer for the earliest, the
+//! blocker-to-dependents links, the org's members and keys, its vocabulary
+//! and teams, and its usage counters and rate buckets. Every state change
+//! of the org passes through its mailbox, so changes are totally ordered
+//! without locks.
 //!
 //! A member's request is admitted (limits) and applied in one turn: the
 //! actor takes a slot in its writer lane (or refuses as overloaded, with

@@ -152,16 +152,21 @@ fn set_content<'a>(plan: &CommitPlan<'a>) -> SetContent<'a> {
 /// columns set once at insert taken from the insert, as an insert followed
 /// by an UPDATE would leave them.
 fn inserted_header(task: &StoredTask, latest: Option<&TaskHeader>) -> HeaderColumns {
-    let Some(latest) = latest else {
-        return HeaderColumns::from(&task.header);
-    };
     let first = HeaderColumns::from(&task.header);
-    HeaderColumns {
-        parent: first.parent,
-        created_at: first.created_at,
-        max_attempts: first.max_attempts,
-        ..HeaderColumns::from(latest)
+    match latest {
+        None => first,
+        Some(latest) => HeaderColumns {
+            parent: first.parent,
+            created_at: first.created_at,
+            max_attempts: first.max_attempts,
+            ..HeaderColumns::from(latest)
+        },
     }
+}
+
+/// One column of `rows`, as the array bound for it.
+fn column<T, U>(rows: &[T], value: impl Fn(&T) -> U) -> Vec<U> {
+    rows.iter().map(value).collect()
 }
 
 /// The task changes of `plan` as one statement, or `None` if it has none.
@@ -178,19 +183,8 @@ pub(super) fn task_statement(
     }
     let content = set_content(plan);
 
-    let mut usage_org = Vec::with_capacity(plan.usage.len());
-    let mut month = Vec::with_capacity(plan.usage.len());
-    let mut counters: [Vec<i64>; 5] = Default::default();
-    for (org, u) in &plan.usage {
-        usage_org.push(org.to_string());
-        month.push(u.month.clone());
-        counters[0].push(u.requests);
-        counters[1].push(u.tasks);
-        counters[2].push(u.plans);
-        counters[3].push(i64::try_from(u.read_tat).unwrap_or(i64::MAX));
-        counters[4].push(i64::try_from(u.write_tat).unwrap_or(i64::MAX));
-    }
-
+    let usage: Vec<_> = plan.usage.iter().collect();
+    let tat = |ns: u64| i64::try_from(ns).unwrap_or(i64::MAX);
     let mut inserted = HeaderArrays::default();
     let mut inserted_content: [Vec<Option<Vec<u8>>>; 4] = Default::default();
     let mut inserted_keys = HashSet::with_capacity(plan.inserts.len());
@@ -244,39 +238,19 @@ pub(super) fn task_statement(
         .map(|((org, task), _)| (org.to_string(), task.to_string()))
         .unzip();
 
-    let mut event_columns = (
-        Vec::with_capacity(plan.events.len()),
-        Vec::with_capacity(plan.events.len()),
-        Vec::with_capacity(plan.events.len()),
-        Vec::with_capacity(plan.events.len()),
-        Vec::with_capacity(plan.events.len()),
-        Vec::with_capacity(plan.events.len()),
-        Vec::with_capacity(plan.events.len()),
-    );
-    for (org, e) in &plan.events {
-        event_columns.0.push(org.to_string());
-        event_columns.1.push(e.task_id.to_string());
-        event_columns.2.push(e.from_status.map(|s| s.as_str()));
-        event_columns.3.push(e.to_status.as_str());
-        event_columns.4.push(e.agent_id.clone());
-        event_columns.5.push(e.at);
-        event_columns.6.push(e.note.clone());
-    }
-
-    let [requests, tasks, plans, read_tat, write_tat] = counters;
+    let events = &plan.events;
     let [title, description, metadata, output] = inserted_content;
     let [set_title, set_description, set_metadata, set_output] = set_flags;
     let [new_title, new_description, new_metadata, new_output] = set_values;
-    let (event_org, event_task, from_status, to_status, agent, at, note) = event_columns;
     Some(
         sqlx::query(TASK_STATEMENT)
-            .bind(usage_org)
-            .bind(month)
-            .bind(requests)
-            .bind(tasks)
-            .bind(plans)
-            .bind(read_tat)
-            .bind(write_tat)
+            .bind(column(&usage, |(org, _)| org.to_string()))
+            .bind(column(&usage, |(_, u)| u.month.clone()))
+            .bind(column(&usage, |(_, u)| u.requests))
+            .bind(column(&usage, |(_, u)| u.tasks))
+            .bind(column(&usage, |(_, u)| u.plans))
+            .bind(column(&usage, |(_, u)| tat(u.read_tat)))
+            .bind(column(&usage, |(_, u)| tat(u.write_tat)))
             .bind(inserted.org)
             .bind(inserted.task)
             .bind(inserted.status)
@@ -321,12 +295,12 @@ pub(super) fn task_statement(
             .bind(new_output)
             .bind(unembedded_org)
             .bind(unembedded_task)
-            .bind(event_org)
-            .bind(event_task)
-            .bind(from_status)
-            .bind(to_status)
-            .bind(agent)
-            .bind(at)
-            .bind(note),
+            .bind(column(events, |(org, _)| org.to_string()))
+            .bind(column(events, |(_, e)| e.task_id.to_string()))
+            .bind(column(events, |(_, e)| e.from_status.map(|s| s.as_str())))
+            .bind(column(events, |(_, e)| e.to_status.as_str()))
+            .bind(column(events, |(_, e)| e.agent_id.clone()))
+            .bind(column(events, |(_, e)| e.at))
+            .bind(column(events, |(_, e)| e.note.clone())),
     )
 }
