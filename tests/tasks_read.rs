@@ -24,6 +24,21 @@ fn status_rank(status: &str) -> usize {
 }
 
 /// GET /tasks with the given query (no `?`), expecting 200.
+/// Every task, following `next_cursor` from pages of 4.
+async fn pages_of_four(srv: &TestServer, key: &str) -> Vec<Value> {
+    let mut seen = Vec::new();
+    let mut query = "limit=4".to_string();
+    for _ in 0..100 {
+        let body = page(srv, key, &query).await;
+        seen.extend(body["tasks"].as_array().unwrap().iter().cloned());
+        match body["next_cursor"].as_str() {
+            Some(c) => query = format!("limit=4&cursor={}", encode_query(c)),
+            None => return seen,
+        }
+    }
+    panic!("pagination does not end");
+}
+
 async fn page(srv: &TestServer, key: &str, query: &str) -> Value {
     let (status, body) = srv.get(key, &format!("/tasks?{query}")).await;
     assert_eq!(status, StatusCode::OK, "GET /tasks?{query}: {body}");
@@ -233,6 +248,78 @@ backend_tests!(pagination_covers_every_item_once, |srv| async move {
     assert!(second["next_cursor"].is_null());
     assert_eq!(ids(second["tasks"].as_array().unwrap()), seen[7..].to_vec());
 });
+
+backend_tests!(
+    pages_run_from_open_to_finished_work_and_reopened_tasks_move_back,
+    |mut srv| async move {
+        let org = srv.create_org("dev").await;
+        let key = &org.owner_key;
+        let items: Vec<Value> = (0..9)
+            .map(|i| {
+                json!({ "title": format!("t{i}"), "priority": 1 + (i % 3), "assignee": org.owner_email })
+            })
+            .collect();
+        let created = ids(&srv.create_tasks(key, json!(items)).await);
+        for (id, status) in
+            created[..5]
+                .iter()
+                .zip(["completed", "failed", "completed", "failed", "canceled"])
+        {
+            srv.update_ok(key, json!({ "task_id": id, "status": status, "note": "n" }))
+                .await;
+        }
+        // Pages of 4 follow the single page's order and cross from the
+        // open tasks to the finished ones without losing or repeating any.
+        let statuses = |tasks: &[Value]| {
+            tasks
+                .iter()
+                .map(|t| t["status"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        let listed = pages_of_four(&srv, key).await;
+        assert_eq!(ids(&listed), srv.list_ids(key, "").await);
+        assert_eq!(
+            statuses(&listed),
+            [
+                "pending",
+                "pending",
+                "pending",
+                "pending",
+                "canceled",
+                "completed",
+                "completed",
+                "failed",
+                "failed"
+            ]
+        );
+
+        // A failed task put back to pending is listed with the open work,
+        // once, and no longer among the failed; also after a restart, when
+        // the org's tasks are read back from the store.
+        let reopened = created[1].clone();
+        srv.update_ok(key, json!({ "task_id": reopened, "status": "pending" }))
+            .await;
+        for round in 0..2 {
+            let listed = pages_of_four(&srv, key).await;
+            assert_eq!(listed.len(), 9, "round {round}");
+            let position = ids(&listed).iter().position(|id| *id == reopened);
+            assert!(position.is_some_and(|p| p < 5), "round {round}: {listed:?}");
+            assert_eq!(
+                statuses(&listed).iter().filter(|s| *s == "pending").count(),
+                5,
+                "round {round}"
+            );
+            assert_eq!(
+                srv.list_ids(key, "status=failed").await,
+                [created[3].clone()],
+                "round {round}"
+            );
+            let pending = srv.list_ids(key, "status=pending").await;
+            assert!(pending.contains(&reopened), "round {round}");
+            srv.restart().await;
+        }
+    }
+);
 
 backend_tests!(cursor_is_bound_to_its_query, |srv| async move {
     let org = srv.create_org("dev").await;

@@ -341,6 +341,19 @@ fn query_text(v: &Value) -> String {
 }
 
 impl ListTasks {
+    /// Whether a task with header `h` passes the filters: the same test the
+    /// store's query makes of finished tasks, made here of open ones.
+    pub fn matches(&self, h: &crate::domain::TaskHeader) -> bool {
+        (self.statuses.is_empty() || self.statuses.contains(&h.status))
+            && self.parent.is_none_or(|p| h.parent == Some(p))
+            && self
+                .assignee
+                .as_ref()
+                .is_none_or(|a| h.assignee.as_ref() == Some(a))
+            && self.priority_max.is_none_or(|p| h.priority <= p)
+            && (self.tags.is_empty() || h.tags.iter().any(|t| self.tags.contains(t)))
+    }
+
     /// Query parameters as HTTP gives them; repeated keys accumulate.
     pub fn from_query(params: &[(String, String)]) -> Result<Self> {
         let values: Vec<(&str, Value)> = params
@@ -544,6 +557,50 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn list_filters_match_headers_as_the_store_does() {
+        let parent = TaskId::new_v7();
+        let h = crate::domain::TaskHeader {
+            task_id: TaskId::new_v7(),
+            status: TaskStatus::InProgress,
+            priority: 2,
+            created_at: 1,
+            updated_at: 1,
+            assignee: Some("ann".into()),
+            tags: vec!["gpu".into(), "eu".into()],
+            blocked_by: Vec::new(),
+            parent: Some(parent),
+            lease: None,
+            attempts: 0,
+            max_attempts: 5,
+        };
+        let q = |pairs: &[(&str, &str)]| {
+            let params: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            ListTasks::from_query(&params).unwrap()
+        };
+        assert!(q(&[]).matches(&h));
+        assert!(q(&[("status", "pending,in_progress")]).matches(&h));
+        assert!(!q(&[("status", "pending")]).matches(&h));
+        assert!(q(&[("parent_task_id", &parent.to_string())]).matches(&h));
+        assert!(!q(&[("parent_task_id", &TaskId::new_v7().to_string())]).matches(&h));
+        assert!(q(&[("assignee", "ann")]).matches(&h));
+        assert!(!q(&[("assignee", "bob")]).matches(&h));
+        assert!(q(&[("priority_max", "2")]).matches(&h));
+        assert!(!q(&[("priority_max", "1")]).matches(&h));
+        assert!(q(&[("tags", "cpu,eu")]).matches(&h));
+        assert!(!q(&[("tags", "cpu")]).matches(&h));
+        let unassigned = crate::domain::TaskHeader {
+            assignee: None,
+            parent: None,
+            ..h
+        };
+        assert!(!q(&[("assignee", "ann")]).matches(&unassigned));
+        assert!(!q(&[("parent_task_id", &parent.to_string())]).matches(&unassigned));
+    }
 
     #[test]
     fn update_requires_note_for_terminal_statuses() {

@@ -1,5 +1,6 @@
 //! The open tasks of one org and the indexes over them: the pending queue in
-//! claim order, leases by expiry, and each blocker's `blocked` dependents.
+//! claim order, all open tasks in list order, leases by expiry, and each
+//! blocker's `blocked` dependents.
 //!
 //! `put` keeps every index consistent with the headers, so callers never
 //! touch an index directly. Finished tasks are not kept. This is what an org
@@ -8,16 +9,20 @@
 //! every change, so a snapshot of the counts costs nothing to take and
 //! nothing to skip when nothing changed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
 
 use super::lease::LeaseQueue;
-use super::order::PendingIndex;
+use super::order::{ListKey, PendingIndex};
 use super::{TaskHeader, TaskId, TaskStatus};
 
 #[derive(Debug, Default)]
 pub struct OpenTasks {
     tasks: HashMap<TaskId, TaskHeader>,
     pending: PendingIndex,
+    /// Every open task in list order: the store keeps no index of open
+    /// tasks in that order, so claims and completions move no entry there.
+    order: BTreeSet<ListKey>,
     leases: LeaseQueue,
     dependents: HashMap<TaskId, Vec<TaskId>>,
     /// Bumped whenever a header enters the pending queue, so a claim that
@@ -129,6 +134,23 @@ impl OpenTasks {
         self.tasks.get(&key.2)
     }
 
+    /// Up to `limit` open tasks that `keep` accepts, in list order,
+    /// strictly after `after`.
+    pub fn list(
+        &self,
+        after: Option<ListKey>,
+        limit: usize,
+        keep: impl Fn(&TaskHeader) -> bool,
+    ) -> Vec<ListKey> {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.order
+            .range((from, Bound::Unbounded))
+            .filter(|k| self.tasks.get(&k.task_id).is_some_and(&keep))
+            .take(limit)
+            .copied()
+            .collect()
+    }
+
     /// Stores a task's new header; a finished task leaves. Returns the old one.
     pub fn put(&mut self, header: TaskHeader) -> Option<TaskHeader> {
         self.version += 1;
@@ -151,6 +173,7 @@ impl OpenTasks {
         if let Some(n) = self.counts.slot(h.status) {
             *n += 1;
         }
+        self.order.insert(list_key(h));
         if h.status == TaskStatus::Pending {
             self.pending
                 .insert((h.priority, h.created_at, h.task_id), &h.tags);
@@ -170,6 +193,7 @@ impl OpenTasks {
         if let Some(n) = self.counts.slot(h.status) {
             *n -= 1;
         }
+        self.order.remove(&list_key(h));
         if h.status == TaskStatus::Pending {
             self.pending
                 .remove(&(h.priority, h.created_at, h.task_id), &h.tags);
@@ -188,6 +212,10 @@ impl OpenTasks {
             }
         }
     }
+}
+
+fn list_key(h: &TaskHeader) -> ListKey {
+    ListKey::new(h.status, h.priority, h.created_at, h.task_id)
 }
 
 #[cfg(test)]
@@ -266,6 +294,50 @@ mod tests {
                 in_progress: 1,
                 ..StatusCounts::default()
             }
+        );
+    }
+
+    #[test]
+    fn list_follows_status_then_claim_order_and_resumes_after_a_key() {
+        let mut open = OpenTasks::default();
+        let late = header(TaskStatus::Pending, 3, 9);
+        let urgent = header(TaskStatus::Pending, 1, 9);
+        let working = header(TaskStatus::InProgress, 1, 1);
+        let mut blocked = header(TaskStatus::Blocked, 1, 1);
+        blocked.tags = vec!["cpu".into()];
+        for h in [&working, &late, &blocked, &urgent] {
+            open.put(h.clone());
+        }
+        let ids = |keys: Vec<ListKey>| keys.into_iter().map(|k| k.task_id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(open.list(None, 10, |_| true)),
+            [
+                urgent.task_id,
+                late.task_id,
+                working.task_id,
+                blocked.task_id
+            ]
+        );
+        let first_two = open.list(None, 2, |_| true);
+        assert_eq!(
+            ids(open.list(first_two.last().copied(), 10, |_| true)),
+            [working.task_id, blocked.task_id]
+        );
+        assert_eq!(
+            ids(open.list(None, 10, |h| h.tags.contains(&"cpu".to_string()))),
+            [blocked.task_id]
+        );
+        // A claim moves the task from the pending part to the working one;
+        // a finished task leaves the list.
+        let mut claimed = urgent.clone();
+        claimed.status = TaskStatus::InProgress;
+        open.put(claimed);
+        let mut done = working.clone();
+        done.status = TaskStatus::Completed;
+        open.put(done);
+        assert_eq!(
+            ids(open.list(None, 10, |_| true)),
+            [late.task_id, urgent.task_id, blocked.task_id]
         );
     }
 }

@@ -56,6 +56,10 @@ impl TaskStatus {
         Self::ALL.into_iter().find(|st| st.as_str() == s)
     }
 
+    /// The lowest rank of a finished status: every rank from here on is
+    /// finished, every rank below it open (migration 0010 relies on it).
+    pub const FIRST_FINISHED_RANK: i64 = 5;
+
     /// Position in list order: open work first, then finished work.
     pub fn rank(self) -> i64 {
         match self {
@@ -119,6 +123,17 @@ mod tests {
             .into_iter()
             .filter(|to| from.can_move_to(*to, false))
             .collect()
+    }
+
+    #[test]
+    fn finished_work_ranks_after_open_work() {
+        for s in TaskStatus::ALL {
+            assert_eq!(
+                s.is_terminal(),
+                s.rank() >= TaskStatus::FIRST_FINISHED_RANK,
+                "{s:?}"
+            );
+        }
     }
 
     #[test]

@@ -585,7 +585,7 @@ impl Engine {
         self.inner.clock.now_ms()
     }
 
-    /// Admits a request the store serves (get, list, keys): counts it
+    /// Admits a request the store serves (get, keys): counts it
     /// against the org's limits, or refuses it. An org whose limits do not
     /// apply skips the round trip.
     async fn admit(&self, caller: &Caller, kind: RequestKind) -> Result<(), EngineError> {

@@ -48,6 +48,51 @@ fn query_fingerprint(q: &ListTasks) -> String {
     .to_string()
 }
 
+/// The tasks of one list page as they are gathered, in list order: at most
+/// `limit`, and for a full listing, sealed content of at most
+/// [`FULL_PAGE_BYTES`] (but always at least one task).
+struct Page<'a> {
+    full: bool,
+    limit: usize,
+    cipher: &'a OrgCipher,
+    tasks: Vec<ListedTask>,
+    bytes: usize,
+}
+
+impl<'a> Page<'a> {
+    fn new(query: &ListTasks, cipher: &'a OrgCipher) -> Self {
+        let limit = query.limit as usize;
+        Self {
+            full: query.full,
+            limit,
+            cipher,
+            tasks: Vec::with_capacity(limit.min(FULL_ROWS_PER_READ)),
+            bytes: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Adds `row`, or answers false when the page is already full.
+    fn push(&mut self, row: &StoredTask) -> Result<bool, EngineError> {
+        let size = row.content_len();
+        if self.tasks.len() == self.limit
+            || (self.full && !self.tasks.is_empty() && self.bytes + size > FULL_PAGE_BYTES)
+        {
+            return Ok(false);
+        }
+        self.bytes += size;
+        self.tasks.push(if self.full {
+            ListedTask::Full(Box::new(views::task_view(self.cipher, row)?))
+        } else {
+            ListedTask::Lean(views::task_summary(self.cipher, row)?)
+        });
+        Ok(true)
+    }
+}
+
 impl Engine {
     pub async fn create_tasks(
         &self,
@@ -162,7 +207,6 @@ impl Engine {
         query: ListTasks,
     ) -> Result<ListAnswer, EngineError> {
         self.check_store()?;
-        self.admit(caller, RequestKind::Read).await?;
         let fingerprint = query_fingerprint(&query);
         let after = match &query.cursor {
             None => None,
@@ -181,46 +225,78 @@ impl Engine {
                 })
             }
         };
-        let entry = self.inner.directory.get(caller.org_id).await?;
+        let org = caller.org_id;
+        let entry = self.inner.directory.get(org).await?;
         let limit = query.limit as usize;
+        // Open tasks come first in list order and the org actor holds them
+        // all: it answers their order (and admits the request); the store
+        // answers their content, and the finished tasks after them.
+        let open = self
+            .request(org, |reply| OrgMsg::ListOpen {
+                query: query.clone(),
+                after,
+                limit: limit + 1,
+                reply,
+            })
+            .await?;
+        let mut page = Page::new(&query, &entry.cipher);
         let mut after = after;
-        let mut tasks = Vec::with_capacity(limit.min(FULL_ROWS_PER_READ));
-        let mut bytes = 0;
         // Whole tasks are read a few at a time and the page ends early at a
         // byte budget, so a page of large tasks never sits in memory at once.
-        let more = 'page: loop {
-            let want = if query.full {
-                FULL_ROWS_PER_READ.min(limit - tasks.len() + 1)
+        let more = 'page: {
+            let chunk = if query.full {
+                FULL_ROWS_PER_READ
             } else {
                 limit + 1
             };
-            let rows = self.stored(
-                self.inner
-                    .store
-                    .list_tasks(caller.org_id, &query, after, want as u32)
-                    .await,
-            )?;
-            let fetched = rows.len();
-            for row in rows {
-                let size = row.content_len();
-                if tasks.len() == limit
-                    || (query.full && !tasks.is_empty() && bytes + size > FULL_PAGE_BYTES)
-                {
-                    break 'page true;
+            for keys in open.chunks(chunk) {
+                let ids: Vec<TaskId> = keys.iter().map(|k| k.task_id).collect();
+                let mut rows: HashMap<TaskId, StoredTask> = self
+                    .stored(self.inner.store.tasks(org, &ids).await)?
+                    .into_iter()
+                    .map(|t| (t.header.task_id, t))
+                    .collect();
+                // A task missing here was created by a write not yet
+                // committed: it is not listed until it is.
+                for key in keys {
+                    if let Some(row) = rows.remove(&key.task_id) {
+                        if !page.push(&row)? {
+                            break 'page true;
+                        }
+                        after = Some(*key);
+                    }
                 }
-                bytes += size;
-                let h = &row.header;
-                after = Some(ListKey::new(h.status, h.priority, h.created_at, h.task_id));
-                tasks.push(if query.full {
-                    ListedTask::Full(Box::new(views::task_view(&entry.cipher, &row)?))
-                } else {
-                    ListedTask::Lean(views::task_summary(&entry.cipher, &row)?)
-                });
             }
-            if fetched < want {
-                break false;
+            if open.len() > limit {
+                // More open tasks follow, behind rows not yet committed.
+                break 'page true;
+            }
+            loop {
+                let want = if query.full {
+                    FULL_ROWS_PER_READ.min(limit - page.len() + 1)
+                } else {
+                    limit - page.len() + 1
+                };
+                let rows = self.stored(
+                    self.inner
+                        .store
+                        .list_finished_tasks(org, &query, after, want as u32)
+                        .await,
+                )?;
+                let fetched = rows.len();
+                for row in rows {
+                    if !page.push(&row)? {
+                        break 'page true;
+                    }
+                    let h = &row.header;
+                    after = Some(ListKey::new(h.status, h.priority, h.created_at, h.task_id));
+                }
+                if fetched < want {
+                    break 'page false;
+                }
             }
         };
+        let tasks = page.tasks;
         let next_cursor = match after {
             Some(k) if more => {
                 let payload = CursorPayload {

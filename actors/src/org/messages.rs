@@ -8,11 +8,12 @@
 use ractor::RpcReplyPort;
 
 use crate::api::{
-    ClaimRequest, CreateTasks, CreatedItem, MemberPatch, MemberView, NewTag, NewTeam, QuotaView,
-    TagPatch, TeamPatch, UpdateResult, UpdateTasks,
+    ClaimRequest, CreateTasks, CreatedItem, ListTasks, MemberPatch, MemberView, NewTag, NewTeam,
+    QuotaView, TagPatch, TeamPatch, UpdateResult, UpdateTasks,
 };
 use crate::domain::account::{Caller, KeyRecord, MemberRecord, Role};
 use crate::domain::admin::{Membership, Tag, Team};
+use crate::domain::order::ListKey;
 use crate::domain::usage::RequestKind;
 use crate::domain::{KeyId, Lease, StoredTask, TaskHeader};
 use crate::error::EngineError;
@@ -49,7 +50,16 @@ pub enum OrgMsg {
         request: ClaimRequest,
         reply: Reply<Vec<Claimed>>,
     },
-    /// Admits a request served from the store (get, list, keys).
+    /// Admits a list request and answers the first `limit` open tasks
+    /// that match `query`, in list order, strictly after `after`; the
+    /// store serves the rest of the list, the finished tasks.
+    ListOpen {
+        query: ListTasks,
+        after: Option<ListKey>,
+        limit: usize,
+        reply: Reply<Vec<ListKey>>,
+    },
+    /// Admits a request served from the store (get, keys).
     Admit {
         kind: RequestKind,
         reply: Reply<()>,

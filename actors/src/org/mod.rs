@@ -319,6 +319,14 @@ impl Actor for OrgActor {
                 request,
                 reply,
             } => self.claim_or_wait(&myself, state, caller, request, reply),
+            OrgMsg::ListOpen {
+                query,
+                after,
+                limit,
+                reply,
+            } => serve!(self, state, reply, read, |work| {
+                Ok(state.open.list(after, limit, |h| query.matches(h)))
+            }),
             OrgMsg::Admit { kind, reply } => {
                 serve!(self, state, reply, Some(Admission::of(kind)), |work| Ok(()))
             }

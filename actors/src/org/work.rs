@@ -2,7 +2,7 @@
 //! batch: task rows, header changes, sealed content, state events, account
 //! rows, and whether the month's usage must be stored with them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -17,6 +17,8 @@ pub(super) struct Work {
     pub loaded: HashMap<TaskId, TaskHeader>,
     pub inserted: Vec<StoredTask>,
     pub changed: Vec<TaskId>,
+    /// Changed tasks that were finished and are open again.
+    reopened: HashSet<TaskId>,
     pub content: Vec<WriteOp>,
     pub events: Vec<StoredEvent>,
     /// Members, keys, tags, teams.
@@ -49,7 +51,9 @@ impl Work {
             state.open.remove(h.task_id);
             self.loaded.insert(h.task_id, h);
         } else {
-            self.loaded.remove(&h.task_id);
+            if self.loaded.remove(&h.task_id).is_some() {
+                self.reopened.insert(h.task_id);
+            }
             state.open.put(h);
         }
     }
@@ -155,7 +159,10 @@ impl Work {
         }
         for id in &self.changed {
             if let Some(h) = state.open.get(*id).or_else(|| self.loaded.get(id)) {
-                ops.push(WriteOp::UpdateHeader(h.clone()));
+                ops.push(WriteOp::UpdateHeader {
+                    header: h.clone(),
+                    was_finished: self.reopened.contains(id),
+                });
             }
         }
         ops.extend(self.content);

@@ -24,8 +24,14 @@ pub enum WriteOp {
     /// Overwrites the header columns of an existing task that can change:
     /// all but its parent and creation (set once, at insert). A column left
     /// out of the UPDATE spares its indexes: the parent index is not
-    /// rewritten on every claim and completion.
-    UpdateHeader(TaskHeader),
+    /// rewritten on every claim and completion, and the open and finished
+    /// indexes only when the task finishes or is reopened, which is when
+    /// its finished rank is written (`was_finished`: the task was finished
+    /// before this change).
+    UpdateHeader {
+        header: TaskHeader,
+        was_finished: bool,
+    },
     SetContent {
         task_id: TaskId,
         field: ContentField,
@@ -89,7 +95,7 @@ struct CommitPlan<'a> {
     /// The latest counters of each org.
     usage: HashMap<OrgId, &'a Usage>,
     inserts: Vec<(OrgId, &'a StoredTask)>,
-    headers: HashMap<(OrgId, TaskId), (OrgId, &'a TaskHeader)>,
+    headers: HashMap<(OrgId, TaskId), PlannedHeader<'a>>,
     content: Vec<(ContentField, ContentValues<'a>)>,
     events: Vec<(OrgId, &'a StoredEvent)>,
 }
@@ -111,8 +117,23 @@ impl<'a> CommitPlan<'a> {
                     WriteOp::InsertTasks(tasks) => {
                         plan.inserts.extend(tasks.iter().map(|t| (org, t)));
                     }
-                    WriteOp::UpdateHeader(h) => {
-                        plan.headers.insert((org, h.task_id), (org, h));
+                    WriteOp::UpdateHeader {
+                        header,
+                        was_finished,
+                    } => {
+                        let was_finished = *was_finished
+                            || plan
+                                .headers
+                                .get(&(org, header.task_id))
+                                .is_some_and(|p| p.was_finished);
+                        plan.headers.insert(
+                            (org, header.task_id),
+                            PlannedHeader {
+                                org,
+                                header,
+                                was_finished,
+                            },
+                        );
                     }
                     WriteOp::SetContent {
                         task_id,
@@ -142,10 +163,28 @@ impl<'a> CommitPlan<'a> {
     }
 }
 
+/// The latest header of a task in a commit. `was_finished` holds if any of
+/// the commit's changes to the task found it finished.
+#[derive(Clone, Copy)]
+struct PlannedHeader<'a> {
+    org: OrgId,
+    header: &'a TaskHeader,
+    was_finished: bool,
+}
+
+impl PlannedHeader<'_> {
+    /// Whether the task's finished rank must be written: it finishes, or
+    /// it was finished. An open task staying open leaves it alone.
+    fn writes_finished_rank(&self) -> bool {
+        self.was_finished || self.header.status.is_terminal()
+    }
+}
+
 /// Binds an org id and the stored form of a task header, in the column
 /// order of `tasks` (`org_id, task_id, status, status_rank, priority,
 /// assignee, tags, blocked_by, parent_task_id, created_at, updated_at,
-/// lease_id, lease_expires_at, lease_seconds, attempts, max_attempts`).
+/// lease_id, lease_expires_at, lease_seconds, attempts, max_attempts`),
+/// then its `finished_rank`.
 macro_rules! push_header {
     ($b:expr, $org:expr, $header:expr) => {{
         let h = rows::HeaderColumns::from($header);
@@ -165,6 +204,7 @@ macro_rules! push_header {
             .push_bind(h.lease_seconds)
             .push_bind(h.attempts)
             .push_bind(h.max_attempts)
+            .push_bind(h.finished_rank)
     }};
 }
 
@@ -183,6 +223,7 @@ macro_rules! push_null_header {
             .push_bind(None::<i64>)
             .push_bind(None::<i64>)
             .push_bind(None::<String>)
+            .push_bind(None::<i64>)
             .push_bind(None::<i64>)
             .push_bind(None::<i64>)
             .push_bind(None::<i64>)
@@ -348,7 +389,7 @@ macro_rules! account_statements {
                     }
                     WriteOp::InsertTasks(_)
                     | WriteOp::SaveUsage(_)
-                    | WriteOp::UpdateHeader(_)
+                    | WriteOp::UpdateHeader { .. }
                     | WriteOp::SetContent { .. }
                     | WriteOp::InsertEvents(_) => unreachable!("task ops are planned apart"),
                 }
@@ -411,7 +452,7 @@ fn push_task_statements(one: &mut QueryBuilder<'_, Sqlite>, plan: &CommitPlan<'_
             "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, \
                      assignee, tags, blocked_by, parent_task_id, created_at, updated_at, \
                      lease_id, lease_expires_at, lease_seconds, attempts, max_attempts, \
-                     title, description, metadata, output) SELECT * FROM (",
+                     finished_rank, title, description, metadata, output) SELECT * FROM (",
         );
         qb.push_values(rows, |mut b, row| match row {
             Some((org, t)) => {
@@ -431,25 +472,36 @@ fn push_task_statements(one: &mut QueryBuilder<'_, Sqlite>, plan: &CommitPlan<'_
         });
         qb.push(") AS v WHERE v.column1 IS NOT NULL");
     }
-    let headers: Vec<_> = plan.headers.values().collect();
-    for rows in padded(&headers) {
-        let qb = next_statement(
-            one,
-            "UPDATE tasks SET status = v.column3, status_rank = v.column4, \
+    // Open tasks that stay open (claims, most updates) and tasks that
+    // finish or were finished get statements of their own: only the second
+    // names `finished_rank`, so only it maintains the open and finished
+    // indexes.
+    let (crossing, staying): (Vec<&PlannedHeader<'_>>, Vec<_>) = plan
+        .headers
+        .values()
+        .partition(|p| p.writes_finished_rank());
+    for (headers, finished) in [(staying, ""), (crossing, ", finished_rank = v.column17")] {
+        for rows in padded(&headers) {
+            let qb = next_statement(
+                one,
+                &format!(
+                    "UPDATE tasks SET status = v.column3, status_rank = v.column4, \
                      priority = v.column5, assignee = v.column6, tags = v.column7, \
                      blocked_by = v.column8, updated_at = v.column11, \
                      lease_id = v.column12, lease_expires_at = v.column13, \
-                     lease_seconds = v.column14, attempts = v.column15 FROM (",
-        );
-        qb.push_values(rows, |mut b, row| match row {
-            Some((org, header)) => {
-                push_header!(b, org, *header);
-            }
-            None => {
-                push_null_header!(b);
-            }
-        });
-        qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
+                     lease_seconds = v.column14, attempts = v.column15{finished} FROM ("
+                ),
+            );
+            qb.push_values(rows, |mut b, row| match row {
+                Some(p) => {
+                    push_header!(b, p.org, p.header);
+                }
+                None => {
+                    push_null_header!(b);
+                }
+            });
+            qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
+        }
     }
     for (field, values) in &plan.content {
         let column = match field {

@@ -181,6 +181,8 @@ pub struct HeaderColumns {
     pub lease_seconds: Option<i64>,
     pub attempts: i64,
     pub max_attempts: i64,
+    /// The status rank of a finished task; `None` while it is open.
+    pub finished_rank: Option<i64>,
 }
 
 impl From<&TaskHeader> for HeaderColumns {
@@ -202,6 +204,7 @@ impl From<&TaskHeader> for HeaderColumns {
             lease_seconds: h.lease.map(|l| i64::from(l.seconds)),
             attempts: i64::from(h.attempts),
             max_attempts: i64::from(h.max_attempts),
+            finished_rank: h.status.is_terminal().then(|| h.status.rank()),
         }
     }
 }

@@ -30,8 +30,7 @@ impl Store {
     /// Headers of every task not yet finished: what an org actor holds.
     pub async fn open_task_headers(&self, org: OrgId) -> Result<Vec<TaskHeader>> {
         let sql = format!(
-            "SELECT {HEADER_COLUMNS} FROM tasks WHERE org_id = $1 AND status_rank <= {}",
-            TaskStatus::Blocked.rank()
+            "SELECT {HEADER_COLUMNS} FROM tasks WHERE org_id = $1 AND finished_rank IS NULL"
         );
         let rows: Vec<HeaderRow> = self.org_rows(&sql, org).await?;
         records(rows)
@@ -115,16 +114,24 @@ impl Store {
         records(rows)
     }
 
-    /// One page of `GET /tasks` in list order, strictly after `after`.
-    pub async fn list_tasks(
+    /// Up to `limit` of the org's finished tasks that match `query`, in
+    /// list order, strictly after `after`. The org actor lists open tasks;
+    /// a list goes on here where they end. Empty when `query` asks only for
+    /// open statuses.
+    pub async fn list_finished_tasks(
         &self,
         org: OrgId,
         query: &ListTasks,
         after: Option<ListKey>,
         limit: u32,
     ) -> Result<Vec<StoredTask>> {
+        if !query.statuses.is_empty() && !query.statuses.iter().any(|s| s.is_terminal()) {
+            return Ok(Vec::new());
+        }
         let mut args = vec![Arg::Text(org.to_string())];
-        let mut sql = format!("SELECT {FULL_COLUMNS} FROM tasks WHERE org_id = $1");
+        let mut sql = format!(
+            "SELECT {FULL_COLUMNS} FROM tasks WHERE org_id = $1 AND finished_rank IS NOT NULL"
+        );
         let mut push = |sql: &mut String, fragment: &str, a: Arg| {
             args.push(a);
             sql.push_str(&fragment.replace("$?", &format!("${}", args.len())));
@@ -167,17 +174,17 @@ impl Store {
             }
             sql.push_str("))");
         }
-        if let Some(k) = after {
+        if let Some(k) = after.filter(|k| k.rank >= TaskStatus::FIRST_FINISHED_RANK) {
             push(
                 &mut sql,
-                " AND (status_rank, priority, created_at, task_id) > ($?",
+                " AND (finished_rank, priority, created_at, task_id) > ($?",
                 Arg::Int(k.rank),
             );
             push(&mut sql, ", $?", Arg::Int(i64::from(k.priority)));
             push(&mut sql, ", $?", Arg::Int(k.created_at));
             push(&mut sql, ", $?)", Arg::Text(k.task_id.to_string()));
         }
-        sql.push_str(" ORDER BY status_rank, priority, created_at, task_id");
+        sql.push_str(" ORDER BY finished_rank, priority, created_at, task_id");
         push(&mut sql, " LIMIT $?", Arg::Int(i64::from(limit)));
         let rows: Vec<FullRow> = self.fetch_all(&sql, args).await?;
         records(rows)
@@ -187,7 +194,8 @@ impl Store {
     pub async fn orgs_with_leases(&self) -> Result<Vec<OrgId>> {
         let rows: Vec<OrgIdRow> = self
             .fetch_all(
-                "SELECT DISTINCT org_id FROM tasks WHERE lease_expires_at IS NOT NULL",
+                "SELECT DISTINCT org_id FROM tasks \
+                 WHERE finished_rank IS NULL AND lease_expires_at IS NOT NULL",
                 Vec::new(),
             )
             .await?;

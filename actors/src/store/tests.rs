@@ -12,6 +12,7 @@ use crate::domain::account::{
     Encryption, KeyRecord, LimitKey, LimitOverrides, MemberRecord, OrgRecord, Role, Tier,
 };
 use crate::domain::admin::{Membership, Tag, Team};
+use crate::domain::order::ListKey;
 use crate::domain::usage::Usage;
 use crate::domain::{
     ContentField, KeyId, Lease, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus,
@@ -155,7 +156,10 @@ async fn round_trip(store: &Store) {
         org: org_id,
         ops: vec![
             WriteOp::InsertTasks(tasks),
-            WriteOp::UpdateHeader(claimed.clone()),
+            WriteOp::UpdateHeader {
+                header: claimed.clone(),
+                was_finished: false,
+            },
             WriteOp::SetContent {
                 task_id: open.task_id,
                 field: ContentField::Output,
@@ -195,12 +199,13 @@ async fn round_trip(store: &Store) {
     assert_eq!(by_key.len(), 1);
     assert_eq!(by_key[0].0, org_id);
     assert_eq!(by_key[0].1.header, parent);
+    // The org actor lists open tasks; the store, finished ones only.
     let page = store
-        .list_tasks(org_id, &ListTasks::default(), None, 10)
+        .list_finished_tasks(org_id, &ListTasks::default(), None, 10)
         .await
         .unwrap();
     let order: Vec<TaskId> = page.iter().map(|t| t.header.task_id).collect();
-    assert_eq!(order, vec![open.task_id, parent.task_id]);
+    assert_eq!(order, vec![parent.task_id]);
     assert_eq!(
         shown(store.task_events(org_id, open.task_id).await.unwrap()),
         shown(vec![event])
@@ -349,7 +354,10 @@ async fn later_changes(store: &Store) {
     let claim = WriteBatch {
         org: first_org,
         ops: vec![
-            WriteOp::UpdateHeader(claimed),
+            WriteOp::UpdateHeader {
+                header: claimed,
+                was_finished: false,
+            },
             set(ContentField::Output, Some(b"draft")),
             set(ContentField::Metadata, Some(b"{\"a\":1}")),
             WriteOp::InsertEvents(events[..2].to_vec()),
@@ -366,7 +374,10 @@ async fn later_changes(store: &Store) {
     let complete = WriteBatch {
         org: first_org,
         ops: vec![
-            WriteOp::UpdateHeader(completed.clone()),
+            WriteOp::UpdateHeader {
+                header: completed.clone(),
+                was_finished: false,
+            },
             set(ContentField::Output, Some(b"final")),
             set(ContentField::Metadata, None),
             WriteOp::InsertEvents(events[2..].to_vec()),
@@ -403,6 +414,111 @@ async fn later_changes(store: &Store) {
         .is_empty());
 }
 
+/// Finished tasks are listed from the store in list order (status, then
+/// priority, creation, id), page after page; a task reopened leaves that
+/// list and is open again when its org is loaded, also when the commit
+/// that reopens it claims it too.
+async fn finished_and_reopened(store: &Store) {
+    let org = OrgId::new_v7();
+    let tasks: Vec<StoredTask> = (0..4)
+        .map(|i| task(header(TaskStatus::Pending, 30 + i)))
+        .collect();
+    store
+        .apply(&[&WriteBatch {
+            org,
+            ops: vec![WriteOp::InsertTasks(tasks.clone())],
+        }])
+        .await
+        .unwrap();
+    let moved = |i: usize, status, was_finished| {
+        let mut h = tasks[i].header.clone();
+        h.status = status;
+        h.updated_at = 40;
+        WriteOp::UpdateHeader {
+            header: h,
+            was_finished,
+        }
+    };
+    let finish = WriteBatch {
+        org,
+        ops: vec![
+            moved(0, TaskStatus::Failed, false),
+            moved(1, TaskStatus::Completed, false),
+            moved(2, TaskStatus::Completed, false),
+        ],
+    };
+    store.apply(&[&finish]).await.unwrap();
+    let listed = |after, query: ListTasks| async move {
+        store
+            .list_finished_tasks(org, &query, after, 2)
+            .await
+            .unwrap()
+    };
+    let ids = |page: &[StoredTask]| page.iter().map(|t| t.header.task_id).collect::<Vec<_>>();
+    let first = listed(None, ListTasks::default()).await;
+    assert_eq!(
+        ids(&first),
+        [tasks[1].header.task_id, tasks[2].header.task_id]
+    );
+    let last = &first[1].header;
+    let after = ListKey::new(last.status, last.priority, last.created_at, last.task_id);
+    let rest = listed(Some(after), ListTasks::default()).await;
+    assert_eq!(ids(&rest), [tasks[0].header.task_id]);
+    let failed_only = ListTasks {
+        statuses: vec![TaskStatus::Failed],
+        ..ListTasks::default()
+    };
+    assert_eq!(
+        ids(&listed(None, failed_only).await),
+        [tasks[0].header.task_id]
+    );
+    let pending_only = ListTasks {
+        statuses: vec![TaskStatus::Pending],
+        ..ListTasks::default()
+    };
+    assert!(listed(None, pending_only).await.is_empty());
+    let open: Vec<TaskId> = store
+        .load_org(org)
+        .await
+        .unwrap()
+        .open_tasks
+        .iter()
+        .map(|h| h.task_id)
+        .collect();
+    assert_eq!(open, [tasks[3].header.task_id]);
+
+    // One commit reopens task 0 and then claims it (the claim alone does
+    // not know the task was finished); another reopens task 1.
+    let reopen = |i| WriteBatch {
+        org,
+        ops: vec![moved(i, TaskStatus::Pending, true)],
+    };
+    let claim = WriteBatch {
+        org,
+        ops: vec![moved(0, TaskStatus::InProgress, false)],
+    };
+    store
+        .apply(&[&reopen(0), &claim, &reopen(1)])
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&listed(None, ListTasks::default()).await),
+        [tasks[2].header.task_id]
+    );
+    let mut open: Vec<TaskId> = store
+        .load_org(org)
+        .await
+        .unwrap()
+        .open_tasks
+        .iter()
+        .map(|h| h.task_id)
+        .collect();
+    open.sort();
+    let mut expected: Vec<TaskId> = [0, 1, 3].iter().map(|&i| tasks[i].header.task_id).collect();
+    expected.sort();
+    assert_eq!(open, expected);
+}
+
 /// `url` with its database, if any, replaced by `database`.
 fn with_database(url: &str, database: &str) -> String {
     let (base, query) = url
@@ -429,6 +545,7 @@ async fn round_trip_sqlite() {
     round_trip(&store).await;
     failed_commit(&store).await;
     later_changes(&store).await;
+    finished_and_reopened(&store).await;
     store.close().await;
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
@@ -454,6 +571,7 @@ async fn round_trip_postgres() {
     round_trip(&store).await;
     failed_commit(&store).await;
     later_changes(&store).await;
+    finished_and_reopened(&store).await;
     store.close().await;
     sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)"))
         .execute(&mut admin)

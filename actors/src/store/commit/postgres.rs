@@ -27,7 +27,11 @@ use super::CommitPlan;
 use crate::domain::{ContentField, OrgId, StoredTask, TaskHeader, TaskId};
 
 /// The statement; its parameters are the columns bound by
-/// [`task_statement`], in order.
+/// [`task_statement`], in order (the finished ranks, added later, last).
+///
+/// Every header row writes `finished_rank`, unlike on SQLite: PostgreSQL
+/// compares old and new values, and an unchanged indexed column does not
+/// keep an update from being heap-only.
 const TASK_STATEMENT: &str = "\
 WITH usage AS (
   INSERT INTO org_usage (org_id, month, requests, tasks, plans, read_tat, write_tat)
@@ -38,10 +42,11 @@ WITH usage AS (
 ), inserted AS (
   INSERT INTO tasks (org_id, task_id, status, status_rank, priority, assignee, tags, blocked_by,
     parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds, attempts,
-    max_attempts, title, description, metadata, output)
+    max_attempts, title, description, metadata, output, finished_rank)
   SELECT * FROM UNNEST($8::text[], $9::text[], $10::text[], $11::int8[], $12::int8[], $13::text[],
     $14::text[], $15::text[], $16::text[], $17::int8[], $18::int8[], $19::text[], $20::int8[],
-    $21::int8[], $22::int8[], $23::int8[], $24::bytea[], $25::bytea[], $26::bytea[], $27::bytea[])
+    $21::int8[], $22::int8[], $23::int8[], $24::bytea[], $25::bytea[], $26::bytea[], $27::bytea[],
+    $59::int8[])
 ), updated AS (
   UPDATE tasks SET
     status = CASE WHEN v.header THEN v.status ELSE tasks.status END,
@@ -55,6 +60,7 @@ WITH usage AS (
     lease_expires_at = CASE WHEN v.header THEN v.lease_expires_at ELSE tasks.lease_expires_at END,
     lease_seconds = CASE WHEN v.header THEN v.lease_seconds ELSE tasks.lease_seconds END,
     attempts = CASE WHEN v.header THEN v.attempts ELSE tasks.attempts END,
+    finished_rank = CASE WHEN v.header THEN v.finished_rank ELSE tasks.finished_rank END,
     title = CASE WHEN v.set_title THEN v.title ELSE tasks.title END,
     description = CASE WHEN v.set_description THEN v.description ELSE tasks.description END,
     metadata = CASE WHEN v.set_metadata THEN v.metadata ELSE tasks.metadata END,
@@ -62,10 +68,10 @@ WITH usage AS (
   FROM UNNEST($28::text[], $29::text[], $30::bool[], $31::text[], $32::int8[], $33::int8[],
     $34::text[], $35::text[], $36::text[], $37::int8[], $38::text[], $39::int8[], $40::int8[],
     $41::int8[], $42::bool[], $43::bytea[], $44::bool[], $45::bytea[], $46::bool[], $47::bytea[],
-    $48::bool[], $49::bytea[])
+    $48::bool[], $49::bytea[], $60::int8[])
     AS v(org_id, task_id, header, status, status_rank, priority, assignee, tags, blocked_by,
       updated_at, lease_id, lease_expires_at, lease_seconds, attempts, set_title, title,
-      set_description, description, set_metadata, metadata, set_output, output)
+      set_description, description, set_metadata, metadata, set_output, output, finished_rank)
   WHERE tasks.org_id = v.org_id AND tasks.task_id = v.task_id
 ), unembedded AS (
   DELETE FROM task_vectors USING UNNEST($50::text[], $51::text[]) AS v(org_id, task_id)
@@ -107,6 +113,7 @@ struct HeaderArrays {
     lease_seconds: Vec<Option<i64>>,
     attempts: Vec<Option<i64>>,
     max_attempts: Vec<Option<i64>>,
+    finished_rank: Vec<Option<i64>>,
 }
 
 impl HeaderArrays {
@@ -129,6 +136,7 @@ impl HeaderArrays {
         self.lease_seconds.push(h.and_then(|h| h.lease_seconds));
         self.attempts.push(h.map(|h| h.attempts));
         self.max_attempts.push(h.map(|h| h.max_attempts));
+        self.finished_rank.push(h.and_then(|h| h.finished_rank));
     }
 }
 
@@ -191,7 +199,7 @@ pub(super) fn task_statement(
     for (org, task) in &plan.inserts {
         let key = (*org, task.header.task_id);
         inserted_keys.insert(key);
-        let latest = plan.headers.get(&key).map(|(_, h)| *h);
+        let latest = plan.headers.get(&key).map(|p| p.header);
         inserted.push(*org, key.1, Some(inserted_header(task, latest)));
         let set = content.get(&key);
         let stored = [
@@ -219,7 +227,7 @@ pub(super) fn task_statement(
         .filter(|key| !inserted_keys.contains(key))
         .collect::<HashSet<_>>();
     for key in changed {
-        let header = plan.headers.get(key).map(|(_, h)| HeaderColumns::from(*h));
+        let header = plan.headers.get(key).map(|p| HeaderColumns::from(p.header));
         has_header.push(header.is_some());
         updated.push(key.0, key.1, header);
         let set = content.get(key);
@@ -301,6 +309,8 @@ pub(super) fn task_statement(
             .bind(column(events, |(_, e)| e.to_status.as_str()))
             .bind(column(events, |(_, e)| e.agent_id.clone()))
             .bind(column(events, |(_, e)| e.at))
-            .bind(column(events, |(_, e)| e.note.clone())),
+            .bind(column(events, |(_, e)| e.note.clone()))
+            .bind(inserted.finished_rank)
+            .bind(updated.finished_rank),
     )
 }
