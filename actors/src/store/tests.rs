@@ -477,15 +477,19 @@ async fn finished_and_reopened(store: &Store) {
         ..ListTasks::default()
     };
     assert!(listed(None, pending_only).await.is_empty());
-    let open: Vec<TaskId> = store
-        .load_org(org)
-        .await
-        .unwrap()
-        .open_tasks
-        .iter()
-        .map(|h| h.task_id)
-        .collect();
-    assert_eq!(open, [tasks[3].header.task_id]);
+    let open = || async {
+        let mut ids: Vec<TaskId> = store
+            .load_org(org)
+            .await
+            .unwrap()
+            .open_tasks
+            .iter()
+            .map(|h| h.task_id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(open().await, [tasks[3].header.task_id]);
 
     // One commit reopens task 0 and then claims it (the claim alone does
     // not know the task was finished); another reopens task 1.
@@ -505,18 +509,9 @@ async fn finished_and_reopened(store: &Store) {
         ids(&listed(None, ListTasks::default()).await),
         [tasks[2].header.task_id]
     );
-    let mut open: Vec<TaskId> = store
-        .load_org(org)
-        .await
-        .unwrap()
-        .open_tasks
-        .iter()
-        .map(|h| h.task_id)
-        .collect();
-    open.sort();
     let mut expected: Vec<TaskId> = [0, 1, 3].iter().map(|&i| tasks[i].header.task_id).collect();
     expected.sort();
-    assert_eq!(open, expected);
+    assert_eq!(open().await, expected);
 }
 
 /// `url` with its database, if any, replaced by `database`.
