@@ -173,7 +173,7 @@ impl OpenTasks {
         if let Some(n) = self.counts.slot(h.status) {
             *n += 1;
         }
-        self.order.insert(list_key(h));
+        self.order.insert(ListKey::of(h));
         if h.status == TaskStatus::Pending {
             self.pending
                 .insert((h.priority, h.created_at, h.task_id), &h.tags);
@@ -193,7 +193,7 @@ impl OpenTasks {
         if let Some(n) = self.counts.slot(h.status) {
             *n -= 1;
         }
-        self.order.remove(&list_key(h));
+        self.order.remove(&ListKey::of(h));
         if h.status == TaskStatus::Pending {
             self.pending
                 .remove(&(h.priority, h.created_at, h.task_id), &h.tags);
@@ -212,10 +212,6 @@ impl OpenTasks {
             }
         }
     }
-}
-
-fn list_key(h: &TaskHeader) -> ListKey {
-    ListKey::new(h.status, h.priority, h.created_at, h.task_id)
 }
 
 #[cfg(test)]

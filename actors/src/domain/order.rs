@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::{TaskId, TaskStatus};
+use super::{TaskHeader, TaskId, TaskStatus};
 
 /// Claim order of a pending task.
 pub type PendingKey = (u8, i64, TaskId);
@@ -29,6 +29,11 @@ impl ListKey {
             created_at,
             task_id,
         }
+    }
+
+    /// Where the task with header `h` stands in list order.
+    pub fn of(h: &TaskHeader) -> Self {
+        Self::new(h.status, h.priority, h.created_at, h.task_id)
     }
 }
 

@@ -272,10 +272,11 @@ impl Engine {
                 break 'page true;
             }
             loop {
+                let room = limit - page.len() + 1;
                 let want = if query.full {
-                    FULL_ROWS_PER_READ.min(limit - page.len() + 1)
+                    FULL_ROWS_PER_READ.min(room)
                 } else {
-                    limit - page.len() + 1
+                    room
                 };
                 let rows = self.stored(
                     self.inner
@@ -288,8 +289,7 @@ impl Engine {
                     if !page.push(&row)? {
                         break 'page true;
                     }
-                    let h = &row.header;
-                    after = Some(ListKey::new(h.status, h.priority, h.created_at, h.task_id));
+                    after = Some(ListKey::of(&row.header));
                 }
                 if fetched < want {
                     break 'page false;

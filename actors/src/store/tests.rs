@@ -460,9 +460,7 @@ async fn finished_and_reopened(store: &Store) {
         ids(&first),
         [tasks[1].header.task_id, tasks[2].header.task_id]
     );
-    let last = &first[1].header;
-    let after = ListKey::new(last.status, last.priority, last.created_at, last.task_id);
-    let rest = listed(Some(after), ListTasks::default()).await;
+    let rest = listed(Some(ListKey::of(&first[1].header)), ListTasks::default()).await;
     assert_eq!(ids(&rest), [tasks[0].header.task_id]);
     let failed_only = ListTasks {
         statuses: vec![TaskStatus::Failed],
