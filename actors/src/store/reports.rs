@@ -230,11 +230,19 @@ impl Store {
         let changes: Vec<ChangeRow> = self
             .fetch_all(
                 &format!(
-                    "SELECT e.task_id, e.from_status, e.to_status, e.agent_id, e.at \
+                    "SELECT task_id, from_status, to_status, agent_id, at FROM (\
+                     SELECT e.event_id, e.task_id, e.from_status, e.to_status, e.agent_id, e.at \
                      FROM task_events e JOIN tasks t \
                      ON t.org_id = e.org_id AND t.task_id = e.task_id \
-                     WHERE e.org_id = $1 AND (t.status_rank <= {open} OR t.updated_at >= $2) \
-                     ORDER BY e.event_id"
+                     WHERE e.org_id = $1 AND e.indexed = 1 \
+                     AND (t.status_rank <= {open} OR t.updated_at >= $2) \
+                     UNION ALL \
+                     SELECT e.event_id, e.task_id, e.from_status, e.to_status, e.agent_id, e.at \
+                     FROM task_events e JOIN tasks t \
+                     ON t.org_id = e.org_id AND t.task_id = e.task_id \
+                     WHERE e.indexed = 0 AND e.org_id = $1 \
+                     AND (t.status_rank <= {open} OR t.updated_at >= $2)\
+                     ) AS c ORDER BY event_id"
                 ),
                 args(),
             )

@@ -30,7 +30,9 @@ impl Store {
     /// Headers of every task not yet finished: what an org actor holds.
     pub async fn open_task_headers(&self, org: OrgId) -> Result<Vec<TaskHeader>> {
         let sql = format!(
-            "SELECT {HEADER_COLUMNS} FROM tasks WHERE org_id = $1 AND finished_rank IS NULL"
+            "SELECT {HEADER_COLUMNS} FROM tasks WHERE org_id = $1 AND finished_rank IS NULL \
+             AND status_rank < {finished}",
+            finished = TaskStatus::FIRST_FINISHED_RANK
         );
         let rows: Vec<HeaderRow> = self.org_rows(&sql, org).await?;
         records(rows)
@@ -103,11 +105,18 @@ impl Store {
         records(rows)
     }
 
+    /// The task's events, oldest first: those in its index and those a
+    /// commit added since the last settle.
     pub async fn task_events(&self, org: OrgId, task: TaskId) -> Result<Vec<StoredEvent>> {
         let rows: Vec<EventRow> = self
             .fetch_all(
-                "SELECT task_id, from_status, to_status, agent_id, at, note FROM task_events \
-                 WHERE org_id = $1 AND task_id = $2 ORDER BY event_id",
+                "SELECT task_id, from_status, to_status, agent_id, at, note FROM (\
+                 SELECT event_id, task_id, from_status, to_status, agent_id, at, note \
+                 FROM task_events WHERE task_id = $2 AND indexed = 1 AND org_id = $1 \
+                 UNION ALL \
+                 SELECT event_id, task_id, from_status, to_status, agent_id, at, note \
+                 FROM task_events WHERE indexed = 0 AND task_id = $2 AND org_id = $1\
+                 ) AS e ORDER BY event_id",
                 vec![Arg::Text(org.to_string()), Arg::Text(task.to_string())],
             )
             .await?;
@@ -130,8 +139,40 @@ impl Store {
         }
         let mut args = vec![Arg::Text(org.to_string())];
         let mut sql = format!(
-            "SELECT {FULL_COLUMNS} FROM tasks WHERE org_id = $1 AND finished_rank IS NOT NULL"
+            "SELECT * FROM (SELECT {FULL_COLUMNS} FROM tasks \
+             WHERE org_id = $1 AND finished_rank IS NOT NULL"
         );
+        self.push_list_filters(&mut sql, &mut args, query, after, "finished_rank");
+        sql.push_str(" ORDER BY finished_rank, priority, created_at, task_id");
+        args.push(Arg::Int(i64::from(limit)));
+        sql.push_str(&format!(" LIMIT ${}) AS settled", args.len()));
+        if let Store::Sqlite(_) = self {
+            // Tasks finished since the writer last settled: a few
+            // milliseconds' worth, sorted in with the settled ones below.
+            sql.push_str(&format!(
+                " UNION ALL SELECT {FULL_COLUMNS} FROM tasks INDEXED BY tasks_unsettled \
+                 WHERE finished_rank IS NULL AND status_rank >= {finished} AND org_id = $1",
+                finished = TaskStatus::FIRST_FINISHED_RANK
+            ));
+            self.push_list_filters(&mut sql, &mut args, query, after, "status_rank");
+        }
+        let rows: Vec<FullRow> = self.fetch_all(&sql, args).await?;
+        let mut tasks: Vec<StoredTask> = records(rows)?;
+        tasks.sort_by_key(|t| ListKey::of(&t.header));
+        tasks.truncate(limit as usize);
+        Ok(tasks)
+    }
+
+    /// Appends the conditions of `query` and of the cursor `after` on
+    /// finished tasks whose rank is in `rank_column`, binding their values.
+    fn push_list_filters(
+        &self,
+        sql: &mut String,
+        args: &mut Vec<Arg>,
+        query: &ListTasks,
+        after: Option<ListKey>,
+        rank_column: &str,
+    ) {
         let mut push = |sql: &mut String, fragment: &str, a: Arg| {
             args.push(a);
             sql.push_str(&fragment.replace("$?", &format!("${}", args.len())));
@@ -140,7 +181,7 @@ impl Store {
             sql.push_str(" AND status IN (");
             for (i, s) in query.statuses.iter().enumerate() {
                 push(
-                    &mut sql,
+                    sql,
                     if i == 0 { "$?" } else { ", $?" },
                     Arg::Text(s.as_str().to_owned()),
                 );
@@ -149,16 +190,16 @@ impl Store {
         }
         if let Some(parent) = query.parent {
             push(
-                &mut sql,
+                sql,
                 " AND parent_task_id = $?",
                 Arg::Text(parent.to_string()),
             );
         }
         if let Some(assignee) = &query.assignee {
-            push(&mut sql, " AND assignee = $?", Arg::Text(assignee.clone()));
+            push(sql, " AND assignee = $?", Arg::Text(assignee.clone()));
         }
         if let Some(p) = query.priority_max {
-            push(&mut sql, " AND priority <= $?", Arg::Int(i64::from(p)));
+            push(sql, " AND priority <= $?", Arg::Int(i64::from(p)));
         }
         if !query.tags.is_empty() {
             sql.push_str(match self {
@@ -167,7 +208,7 @@ impl Store {
             });
             for (i, t) in query.tags.iter().enumerate() {
                 push(
-                    &mut sql,
+                    sql,
                     if i == 0 { "$?" } else { ", $?" },
                     Arg::Text(t.clone()),
                 );
@@ -176,18 +217,14 @@ impl Store {
         }
         if let Some(k) = after.filter(|k| k.rank >= TaskStatus::FIRST_FINISHED_RANK) {
             push(
-                &mut sql,
-                " AND (finished_rank, priority, created_at, task_id) > ($?",
+                sql,
+                &format!(" AND ({rank_column}, priority, created_at, task_id) > ($?"),
                 Arg::Int(k.rank),
             );
-            push(&mut sql, ", $?", Arg::Int(i64::from(k.priority)));
-            push(&mut sql, ", $?", Arg::Int(k.created_at));
-            push(&mut sql, ", $?)", Arg::Text(k.task_id.to_string()));
+            push(sql, ", $?", Arg::Int(i64::from(k.priority)));
+            push(sql, ", $?", Arg::Int(k.created_at));
+            push(sql, ", $?)", Arg::Text(k.task_id.to_string()));
         }
-        sql.push_str(" ORDER BY finished_rank, priority, created_at, task_id");
-        push(&mut sql, " LIMIT $?", Arg::Int(i64::from(limit)));
-        let rows: Vec<FullRow> = self.fetch_all(&sql, args).await?;
-        records(rows)
     }
 
     /// Orgs that hold a lease: their actors must run so leases can expire.

@@ -418,18 +418,25 @@ async fn later_changes(store: &Store) {
 /// priority, creation, id), page after page; a task reopened leaves that
 /// list and is open again when its org is loaded, also when the commit
 /// that reopens it claims it too.
-async fn finished_and_reopened(store: &Store) {
+/// Finished tasks listed in order, and events read in order, whether a
+/// settle moved them into their per-org indexes after each commit or not.
+async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
+    let apply = |batches: Vec<WriteBatch>| async move {
+        let batches: Vec<&WriteBatch> = batches.iter().collect();
+        store.apply(&batches).await.unwrap();
+        if settle_each_commit {
+            store.settle().await.unwrap();
+        }
+    };
     let org = OrgId::new_v7();
     let tasks: Vec<StoredTask> = (0..4)
         .map(|i| task(header(TaskStatus::Pending, 30 + i)))
         .collect();
-    store
-        .apply(&[&WriteBatch {
-            org,
-            ops: vec![WriteOp::InsertTasks(tasks.clone())],
-        }])
-        .await
-        .unwrap();
+    apply(vec![WriteBatch {
+        org,
+        ops: vec![WriteOp::InsertTasks(tasks.clone())],
+    }])
+    .await;
     let moved = |i: usize, status, was_finished| {
         let mut h = tasks[i].header.clone();
         h.status = status;
@@ -447,7 +454,7 @@ async fn finished_and_reopened(store: &Store) {
             moved(2, TaskStatus::Completed, false),
         ],
     };
-    store.apply(&[&finish]).await.unwrap();
+    apply(vec![finish]).await;
     let listed = |after, query: ListTasks| async move {
         store
             .list_finished_tasks(org, &query, after, 2)
@@ -499,10 +506,7 @@ async fn finished_and_reopened(store: &Store) {
         org,
         ops: vec![moved(0, TaskStatus::InProgress, false)],
     };
-    store
-        .apply(&[&reopen(0), &claim, &reopen(1)])
-        .await
-        .unwrap();
+    apply(vec![reopen(0), claim, reopen(1)]).await;
     assert_eq!(
         ids(&listed(None, ListTasks::default()).await),
         [tasks[2].header.task_id]
@@ -510,6 +514,58 @@ async fn finished_and_reopened(store: &Store) {
     let mut expected: Vec<TaskId> = [0, 1, 3].iter().map(|&i| tasks[i].header.task_id).collect();
     expected.sort();
     assert_eq!(open().await, expected);
+
+    // Tasks 0 and 1 finish again, and each commit adds an event of task 0.
+    // The last two commits are never settled here, so with a settle after
+    // the others a list merges settled and unsettled tasks, and the events
+    // come from both sides too.
+    let event = |to, at| StoredEvent {
+        task_id: tasks[0].header.task_id,
+        from_status: None,
+        to_status: to,
+        agent_id: "agent".into(),
+        at,
+        note: None,
+    };
+    apply(vec![WriteBatch {
+        org,
+        ops: vec![
+            moved(0, TaskStatus::Completed, false),
+            WriteOp::InsertEvents(vec![event(TaskStatus::Completed, 50)]),
+        ],
+    }])
+    .await;
+    let unsettled = |ops| async move {
+        store.apply(&[&WriteBatch { org, ops }]).await.unwrap();
+    };
+    unsettled(vec![
+        moved(1, TaskStatus::Completed, false),
+        WriteOp::InsertEvents(vec![event(TaskStatus::Pending, 51)]),
+    ])
+    .await;
+    let first = listed(None, ListTasks::default()).await;
+    assert_eq!(
+        ids(&first),
+        [tasks[0].header.task_id, tasks[1].header.task_id]
+    );
+    assert_eq!(
+        ids(&listed(Some(ListKey::of(&first[1].header)), ListTasks::default()).await),
+        [tasks[2].header.task_id]
+    );
+    unsettled(vec![WriteOp::InsertEvents(vec![event(
+        TaskStatus::InProgress,
+        52,
+    )])])
+    .await;
+    let ats: Vec<i64> = store
+        .task_events(org, tasks[0].header.task_id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.at)
+        .collect();
+    assert_eq!(ats, [50, 51, 52]);
+    assert_eq!(open().await, [tasks[3].header.task_id]);
 }
 
 /// `url` with its database, if any, replaced by `database`.
@@ -538,7 +594,8 @@ async fn round_trip_sqlite() {
     round_trip(&store).await;
     failed_commit(&store).await;
     later_changes(&store).await;
-    finished_and_reopened(&store).await;
+    finished_and_reopened(&store, false).await;
+    finished_and_reopened(&store, true).await;
     store.close().await;
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
@@ -564,7 +621,8 @@ async fn round_trip_postgres() {
     round_trip(&store).await;
     failed_commit(&store).await;
     later_changes(&store).await;
-    finished_and_reopened(&store).await;
+    finished_and_reopened(&store, false).await;
+    finished_and_reopened(&store, true).await;
     store.close().await;
     sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)"))
         .execute(&mut admin)
