@@ -189,6 +189,24 @@ impl Store {
     }
 }
 
+/// A query of events, oldest first, that reads both places an event can be
+/// (migration `0011_settled_indexes`): `task_events_task` once settled and
+/// `task_events_unindexed` until then, one statement so one snapshot.
+/// `from` names the events `e`, with any join; `filter` is what both sides
+/// add to their `indexed` condition; `columns` are columns of `e`.
+fn events_in_order(columns: &[&str], from: &str, filter: &str) -> String {
+    let listed = columns.join(", ");
+    let of_e: Vec<String> = columns.iter().map(|c| format!("e.{c}")).collect();
+    let of_e = of_e.join(", ");
+    format!(
+        "SELECT {listed} FROM (\
+         SELECT e.event_id, {of_e} FROM {from} WHERE e.indexed = 1 AND {filter} \
+         UNION ALL \
+         SELECT e.event_id, {of_e} FROM {from} WHERE e.indexed = 0 AND {filter}\
+         ) AS events ORDER BY event_id"
+    )
+}
+
 /// Converts rows to domain records, failing on the first malformed one.
 fn records<R, T>(rows: Vec<R>) -> Result<Vec<T>>
 where

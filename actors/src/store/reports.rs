@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::{Arg, Result, Store, StoreError};
+use super::{events_in_order, Arg, Result, Store, StoreError};
 use crate::domain::{OrgId, TaskId, TaskStatus};
 use crate::reports::history::{StateChange, TaskHistory};
 
@@ -229,20 +229,11 @@ impl Store {
             .await?;
         let changes: Vec<ChangeRow> = self
             .fetch_all(
-                &format!(
-                    "SELECT task_id, from_status, to_status, agent_id, at FROM (\
-                     SELECT e.event_id, e.task_id, e.from_status, e.to_status, e.agent_id, e.at \
-                     FROM task_events e JOIN tasks t \
-                     ON t.org_id = e.org_id AND t.task_id = e.task_id \
-                     WHERE e.org_id = $1 AND e.indexed = 1 \
-                     AND (t.status_rank <= {open} OR t.updated_at >= $2) \
-                     UNION ALL \
-                     SELECT e.event_id, e.task_id, e.from_status, e.to_status, e.agent_id, e.at \
-                     FROM task_events e JOIN tasks t \
-                     ON t.org_id = e.org_id AND t.task_id = e.task_id \
-                     WHERE e.indexed = 0 AND e.org_id = $1 \
-                     AND (t.status_rank <= {open} OR t.updated_at >= $2)\
-                     ) AS c ORDER BY event_id"
+                &events_in_order(
+                    &["task_id", "from_status", "to_status", "agent_id", "at"],
+                    "task_events e JOIN tasks t \
+                     ON t.org_id = e.org_id AND t.task_id = e.task_id",
+                    &format!("e.org_id = $1 AND (t.status_rank <= {open} OR t.updated_at >= $2)"),
                 ),
                 args(),
             )

@@ -5,7 +5,7 @@
 use std::iter;
 
 use super::rows::{EventRow, FullRow, HeaderRow, OrgIdRow, OrgTaskRow};
-use super::{records, Arg, BackendRow, Result, Store};
+use super::{events_in_order, records, Arg, BackendRow, Result, Store};
 use crate::api::ListTasks;
 use crate::domain::order::ListKey;
 use crate::domain::{OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus};
@@ -110,13 +110,18 @@ impl Store {
     pub async fn task_events(&self, org: OrgId, task: TaskId) -> Result<Vec<StoredEvent>> {
         let rows: Vec<EventRow> = self
             .fetch_all(
-                "SELECT task_id, from_status, to_status, agent_id, at, note FROM (\
-                 SELECT event_id, task_id, from_status, to_status, agent_id, at, note \
-                 FROM task_events WHERE task_id = $2 AND indexed = 1 AND org_id = $1 \
-                 UNION ALL \
-                 SELECT event_id, task_id, from_status, to_status, agent_id, at, note \
-                 FROM task_events WHERE indexed = 0 AND task_id = $2 AND org_id = $1\
-                 ) AS e ORDER BY event_id",
+                &events_in_order(
+                    &[
+                        "task_id",
+                        "from_status",
+                        "to_status",
+                        "agent_id",
+                        "at",
+                        "note",
+                    ],
+                    "task_events e",
+                    "e.task_id = $2 AND e.org_id = $1",
+                ),
                 vec![Arg::Text(org.to_string()), Arg::Text(task.to_string())],
             )
             .await?;
