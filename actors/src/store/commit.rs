@@ -565,7 +565,7 @@ fn push_task_statements(one: &mut QueryBuilder<'_, Sqlite>, plan: &CommitPlan<'_
         let qb = next_statement(
             one,
             "INSERT INTO task_events (org_id, task_id, from_status, to_status, \
-                     agent_id, at, note, indexed) SELECT *, 0 FROM (",
+                     agent_id, at, note) SELECT * FROM (",
         );
         qb.push_values(rows, |mut b, row| match row {
             Some((org, e)) => {
@@ -617,8 +617,9 @@ pub enum WriterConn {
 }
 
 /// How often a SQLite writer settles: moves the finished tasks and events
-/// its commits added since into the indexes that order them per org, as
-/// part of its next commit (migration `0011_settled_indexes`). A commit
+/// its commits added since into the indexes that order them per org and
+/// per task, as part of its next commit (migrations `0011_settled_indexes`
+/// and `0012_event_watermark`). A commit
 /// rewrites every page it touches, and those indexes have pages of their
 /// own per org and per task; settled together, a page takes the rows of
 /// many commits at once. Readers look in both places, so nothing waits
@@ -628,14 +629,18 @@ pub enum WriterConn {
 /// 11.8 ms, 10 ms left it where it was.
 const SETTLE_EVERY: Duration = Duration::from_millis(10);
 
-/// The statements of a settle: what `tasks_unsettled` and
-/// `task_events_unindexed` hold moves to `tasks_finished_order` and
-/// `task_events_task`.
+/// The statements of a settle: what `tasks_unsettled` holds moves to
+/// `tasks_finished_order`, and the events after the watermark
+/// (`events_settled`) are copied to `task_event_order`, the watermark moved
+/// past them.
 fn settle_statements() -> String {
     format!(
         "UPDATE tasks INDEXED BY tasks_unsettled SET finished_rank = status_rank \
          WHERE finished_rank IS NULL AND status_rank >= {first}; \
-         UPDATE task_events INDEXED BY task_events_unindexed SET indexed = 1 WHERE indexed = 0",
+         INSERT INTO task_event_order (task_id, event_id) SELECT task_id, event_id \
+         FROM task_events WHERE event_id > (SELECT event_id FROM events_settled); \
+         UPDATE events_settled SET event_id = \
+         COALESCE((SELECT MAX(event_id) FROM task_events), event_id)",
         first = TaskStatus::FIRST_FINISHED_RANK
     )
 }

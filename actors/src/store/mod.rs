@@ -187,24 +187,33 @@ impl Store {
             bind_args!(sqlx::query_as(sql), args).fetch_optional(pool).await?
         }))
     }
-}
 
-/// A query of events, oldest first, that reads both places an event can be
-/// (migration `0011_settled_indexes`): `task_events_task` once settled and
-/// `task_events_unindexed` until then, one statement so one snapshot.
-/// `from` names the events `e`, with any join; `filter` is what both sides
-/// add to their `indexed` condition; `columns` are columns of `e`.
-fn events_in_order(columns: &[&str], from: &str, filter: &str) -> String {
-    let listed = columns.join(", ");
-    let of_e: Vec<String> = columns.iter().map(|c| format!("e.{c}")).collect();
-    let of_e = of_e.join(", ");
-    format!(
-        "SELECT {listed} FROM (\
-         SELECT e.event_id, {of_e} FROM {from} WHERE e.indexed = 1 AND {filter} \
-         UNION ALL \
-         SELECT e.event_id, {of_e} FROM {from} WHERE e.indexed = 0 AND {filter}\
-         ) AS events ORDER BY event_id"
-    )
+    /// A query of events `e`, oldest first, that match `filter`; `join`
+    /// adds tables to filter on, `columns` are columns of `e`. On SQLite a
+    /// task's events are in two places (migration `0012_event_watermark`):
+    /// those settled are found through `task_event_order`, the rest are the
+    /// last rows of `task_events`, after the watermark in `events_settled`.
+    /// One statement reads both, so one snapshot.
+    fn events_in_order(&self, columns: &[&str], join: &str, filter: &str) -> String {
+        let of_e: Vec<String> = columns.iter().map(|c| format!("e.{c}")).collect();
+        let of_e = of_e.join(", ");
+        match self {
+            Store::Postgres(_) => format!(
+                "SELECT {of_e} FROM task_events e {join} WHERE {filter} ORDER BY e.event_id"
+            ),
+            Store::Sqlite(_) => format!(
+                "SELECT {listed} FROM (\
+                 SELECT e.event_id, {of_e} FROM task_event_order o \
+                 JOIN task_events e ON e.event_id = o.event_id AND e.task_id = o.task_id \
+                 {join} WHERE {filter} \
+                 UNION ALL \
+                 SELECT e.event_id, {of_e} FROM task_events e {join} \
+                 WHERE e.event_id > (SELECT event_id FROM events_settled) AND {filter}\
+                 ) AS events ORDER BY event_id",
+                listed = columns.join(", ")
+            ),
+        }
+    }
 }
 
 /// Converts rows to domain records, failing on the first malformed one.

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::{events_in_order, Arg, Result, Store, StoreError};
+use super::{Arg, Result, Store, StoreError};
 use crate::domain::{OrgId, TaskId, TaskStatus};
 use crate::reports::history::{StateChange, TaskHistory};
 
@@ -229,10 +229,9 @@ impl Store {
             .await?;
         let changes: Vec<ChangeRow> = self
             .fetch_all(
-                &events_in_order(
+                &self.events_in_order(
                     &["task_id", "from_status", "to_status", "agent_id", "at"],
-                    "task_events e JOIN tasks t \
-                     ON t.org_id = e.org_id AND t.task_id = e.task_id",
+                    "JOIN tasks t ON t.org_id = e.org_id AND t.task_id = e.task_id",
                     &format!("e.org_id = $1 AND (t.status_rank <= {open} OR t.updated_at >= $2)"),
                 ),
                 args(),

@@ -5,7 +5,7 @@
 use std::iter;
 
 use super::rows::{EventRow, FullRow, HeaderRow, OrgIdRow, OrgTaskRow};
-use super::{events_in_order, records, Arg, BackendRow, Result, Store};
+use super::{records, Arg, BackendRow, Result, Store};
 use crate::api::ListTasks;
 use crate::domain::order::ListKey;
 use crate::domain::{OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus};
@@ -110,7 +110,7 @@ impl Store {
     pub async fn task_events(&self, org: OrgId, task: TaskId) -> Result<Vec<StoredEvent>> {
         let rows: Vec<EventRow> = self
             .fetch_all(
-                &events_in_order(
+                &self.events_in_order(
                     &[
                         "task_id",
                         "from_status",
@@ -119,7 +119,7 @@ impl Store {
                         "at",
                         "note",
                     ],
-                    "task_events e",
+                    "",
                     "e.task_id = $2 AND e.org_id = $1",
                 ),
                 vec![Arg::Text(org.to_string()), Arg::Text(task.to_string())],

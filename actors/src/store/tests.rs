@@ -602,6 +602,83 @@ async fn round_trip_sqlite() {
     }
 }
 
+/// A store written before `0012_event_watermark`, with events settled
+/// (`indexed = 1`) and not (`indexed = 0`), reads every event of a task
+/// in order after the migration, and those it appends after it too,
+/// before and after a settle.
+#[tokio::test]
+async fn events_survive_the_watermark_migration() {
+    let path = std::env::temp_dir().join(format!("taskq-store-{}.db", Uuid::new_v4().simple()));
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    let (org, task) = (OrgId::new_v7(), TaskId::new_v7());
+    {
+        let mut before = sqlx::migrate!("../migrations/sqlite");
+        before.migrations = before
+            .migrations
+            .iter()
+            .filter(|m| m.version < 12)
+            .cloned()
+            .collect::<Vec<_>>()
+            .into();
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        before.run(&pool).await.unwrap();
+        for (to, at, indexed) in [
+            ("pending", 10, 1),
+            ("in_progress", 11, 1),
+            ("completed", 12, 0),
+        ] {
+            sqlx::query(
+                "INSERT INTO task_events (org_id, task_id, to_status, agent_id, at, indexed) \
+                 VALUES ($1, $2, $3, 'agent', $4, $5)",
+            )
+            .bind(org.to_string())
+            .bind(task.to_string())
+            .bind(to)
+            .bind(at)
+            .bind(indexed)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        pool.close().await;
+    }
+    let store = Store::connect(&url, &StoreOptions::default())
+        .await
+        .unwrap();
+    let ats = || async {
+        store
+            .task_events(org, task)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.at)
+            .collect::<Vec<i64>>()
+    };
+    assert_eq!(ats().await, [10, 11, 12]);
+    let reopened = StoredEvent {
+        task_id: task,
+        from_status: Some(TaskStatus::Completed),
+        to_status: TaskStatus::Pending,
+        agent_id: "agent".into(),
+        at: 13,
+        note: None,
+    };
+    store
+        .apply(&[&WriteBatch {
+            org,
+            ops: vec![WriteOp::InsertEvents(vec![reopened])],
+        }])
+        .await
+        .unwrap();
+    assert_eq!(ats().await, [10, 11, 12, 13]);
+    store.settle().await.unwrap();
+    assert_eq!(ats().await, [10, 11, 12, 13]);
+    store.close().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
 #[tokio::test]
 async fn round_trip_postgres() {
     let Ok(admin_url) = std::env::var("TASKQ_TEST_POSTGRES_URL") else {

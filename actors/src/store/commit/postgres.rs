@@ -32,8 +32,8 @@ use crate::domain::{ContentField, OrgId, StoredTask, TaskHeader, TaskId};
 /// Every header row writes `finished_rank`, unlike on SQLite: PostgreSQL
 /// compares old and new values, and an unchanged indexed column does not
 /// keep an update from being heap-only. So a finished task is settled at
-/// once and events are inserted indexed (`indexed` defaults to 1): nothing
-/// is left for a settle.
+/// once, and each event enters its task's index as it is inserted:
+/// nothing is left for a settle.
 const TASK_STATEMENT: &str = "\
 WITH usage AS (
   INSERT INTO org_usage (org_id, month, requests, tasks, plans, read_tat, write_tat)
