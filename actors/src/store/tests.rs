@@ -584,10 +584,28 @@ fn with_database(url: &str, database: &str) -> String {
     }
 }
 
+/// A SQLite file in the temporary directory, removed with its WAL and
+/// shared-memory files when dropped.
+struct TempDb(std::path::PathBuf);
+
+impl TempDb {
+    fn new() -> Self {
+        TempDb(std::env::temp_dir().join(format!("taskq-store-{}.db", Uuid::new_v4().simple())))
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
+        }
+    }
+}
+
 #[tokio::test]
 async fn round_trip_sqlite() {
-    let path = std::env::temp_dir().join(format!("taskq-store-{}.db", Uuid::new_v4().simple()));
-    let url = format!("sqlite://{}", path.display());
+    let path = TempDb::new();
+    let url = format!("sqlite://{}", path.0.display());
     let store = Store::connect(&url, &StoreOptions::default())
         .await
         .unwrap();
@@ -597,9 +615,6 @@ async fn round_trip_sqlite() {
     finished_and_reopened(&store, false).await;
     finished_and_reopened(&store, true).await;
     store.close().await;
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
 }
 
 /// A store written before `0012_event_watermark`, with events settled
@@ -608,8 +623,8 @@ async fn round_trip_sqlite() {
 /// before and after a settle.
 #[tokio::test]
 async fn events_survive_the_watermark_migration() {
-    let path = std::env::temp_dir().join(format!("taskq-store-{}.db", Uuid::new_v4().simple()));
-    let url = format!("sqlite://{}?mode=rwc", path.display());
+    let path = TempDb::new();
+    let url = format!("sqlite://{}?mode=rwc", path.0.display());
     let (org, task) = (OrgId::new_v7(), TaskId::new_v7());
     {
         let mut before = sqlx::migrate!("../migrations/sqlite");
@@ -674,9 +689,6 @@ async fn events_survive_the_watermark_migration() {
     store.settle().await.unwrap();
     assert_eq!(ats().await, [10, 11, 12, 13]);
     store.close().await;
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
 }
 
 #[tokio::test]
