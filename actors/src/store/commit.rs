@@ -415,9 +415,45 @@ fn next_statement<'q, 'a>(
     one.push(text)
 }
 
-/// Appends the task statements of a `CommitPlan` (usage, inserts, headers,
-/// content, events: multi-row, padded) to the multi-statement query `one`.
-fn push_task_statements(one: &mut QueryBuilder<'_, Sqlite>, plan: &CommitPlan<'_>) {
+/// The events of a commit with the ids the SQLite writer gives them, and
+/// each task's event chain (migration `0013_event_chain`): an event names
+/// the task's event before it, a task row its latest event.
+struct EventChain<'a> {
+    /// `(event_id, prev_event_id, org, event)`, in commit order. The first
+    /// event of a task in the commit has no `prev_event_id` here: its
+    /// statement reads it from the task row, before any statement of the
+    /// commit changes that row.
+    events: Vec<(i64, Option<i64>, OrgId, &'a StoredEvent)>,
+    /// Each task's latest event in the commit: its new `last_event_id`.
+    last: HashMap<(OrgId, TaskId), i64>,
+}
+
+impl<'a> EventChain<'a> {
+    /// Numbers the plan's events from `first_id`, in order.
+    fn new(plan: &CommitPlan<'a>, first_id: i64) -> Self {
+        let mut last = HashMap::new();
+        let events = (first_id..)
+            .zip(&plan.events)
+            .map(|(id, &(org, event))| (id, last.insert((org, event.task_id), id), org, event))
+            .collect();
+        EventChain { events, last }
+    }
+
+    fn last_of(&self, org: OrgId, task: TaskId) -> Option<i64> {
+        self.last.get(&(org, task)).copied()
+    }
+}
+
+/// Appends the task statements of a `CommitPlan` (usage, events, inserts,
+/// headers, content: multi-row, padded) to the multi-statement query `one`.
+/// Events go first: a task's first event of the commit reads the task's
+/// `last_event_id` as it was before the commit, and a task inserted by the
+/// commit has no row yet, so no event before its first.
+fn push_task_statements(
+    one: &mut QueryBuilder<'_, Sqlite>,
+    plan: &CommitPlan<'_>,
+    chain: &EventChain<'_>,
+) {
     let usage: Vec<_> = plan.usage.iter().collect();
     for rows in padded(&usage) {
         let qb = next_statement(
@@ -451,13 +487,49 @@ fn push_task_statements(one: &mut QueryBuilder<'_, Sqlite>, plan: &CommitPlan<'_
                      plans = excluded.plans, read_tat = excluded.read_tat, write_tat = excluded.write_tat",
                 );
     }
+    for rows in padded(&chain.events) {
+        let qb = next_statement(
+            one,
+            "INSERT INTO task_events (event_id, org_id, task_id, from_status, to_status, \
+                     agent_id, at, note, prev_event_id) SELECT v.column1, v.column2, v.column3, \
+                     v.column4, v.column5, v.column6, v.column7, v.column8, \
+                     COALESCE(v.column9, (SELECT t.last_event_id FROM tasks t \
+                     WHERE t.org_id = v.column2 AND t.task_id = v.column3)) FROM (",
+        );
+        qb.push_values(rows, |mut b, row| match row {
+            Some((id, prev, org, e)) => {
+                b.push_bind(*id)
+                    .push_bind(org.to_string())
+                    .push_bind(e.task_id.to_string())
+                    .push_bind(e.from_status.map(|s| s.as_str()))
+                    .push_bind(e.to_status.as_str())
+                    .push_bind(e.agent_id.clone())
+                    .push_bind(e.at)
+                    .push_bind(e.note.clone())
+                    .push_bind(*prev);
+            }
+            None => {
+                b.push_bind(None::<i64>)
+                    .push_bind(None::<String>)
+                    .push_bind(None::<String>)
+                    .push_bind(None::<String>)
+                    .push_bind(None::<String>)
+                    .push_bind(None::<String>)
+                    .push_bind(None::<i64>)
+                    .push_bind(None::<Vec<u8>>)
+                    .push_bind(None::<i64>);
+            }
+        });
+        qb.push(") AS v WHERE v.column1 IS NOT NULL");
+    }
     for rows in padded(&plan.inserts) {
         let qb = next_statement(
             one,
             "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, \
                      assignee, tags, blocked_by, parent_task_id, created_at, updated_at, \
                      lease_id, lease_expires_at, lease_seconds, attempts, max_attempts, \
-                     finished_rank, title, description, metadata, output) SELECT * FROM (",
+                     finished_rank, title, description, metadata, output, last_event_id) \
+                     SELECT * FROM (",
         );
         qb.push_values(rows, |mut b, row| match row {
             Some((org, t)) => {
@@ -465,14 +537,16 @@ fn push_task_statements(one: &mut QueryBuilder<'_, Sqlite>, plan: &CommitPlan<'_
                     .push_bind(t.title.clone())
                     .push_bind(t.description.clone())
                     .push_bind(t.metadata.clone())
-                    .push_bind(t.output.clone());
+                    .push_bind(t.output.clone())
+                    .push_bind(chain.last_of(*org, t.header.task_id));
             }
             None => {
                 push_null_header!(b)
                     .push_bind(None::<Vec<u8>>)
                     .push_bind(None::<Vec<u8>>)
                     .push_bind(None::<Vec<u8>>)
-                    .push_bind(None::<Vec<u8>>);
+                    .push_bind(None::<Vec<u8>>)
+                    .push_bind(None::<i64>);
             }
         });
         qb.push(") AS v WHERE v.column1 IS NOT NULL");
@@ -501,15 +575,17 @@ fn push_task_statements(one: &mut QueryBuilder<'_, Sqlite>, plan: &CommitPlan<'_
                      priority = v.column5, assignee = v.column6, tags = v.column7, \
                      blocked_by = v.column8, updated_at = v.column11, \
                      lease_id = v.column12, lease_expires_at = v.column13, \
-                     lease_seconds = v.column14, attempts = v.column15{finished} FROM ("
+                     lease_seconds = v.column14, attempts = v.column15, \
+                     last_event_id = COALESCE(v.column18, tasks.last_event_id){finished} FROM ("
                 ),
             );
             qb.push_values(rows, |mut b, row| match row {
                 Some(p) => {
-                    push_header!(b, p.org, p.header);
+                    push_header!(b, p.org, p.header)
+                        .push_bind(chain.last_of(p.org, p.header.task_id));
                 }
                 None => {
-                    push_null_header!(b);
+                    push_null_header!(b).push_bind(None::<i64>);
                 }
             });
             qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
@@ -561,33 +637,33 @@ fn push_task_statements(one: &mut QueryBuilder<'_, Sqlite>, plan: &CommitPlan<'_
             }
         }
     }
-    for rows in padded(&plan.events) {
-        let qb = next_statement(
-            one,
-            "INSERT INTO task_events (org_id, task_id, from_status, to_status, \
-                     agent_id, at, note) SELECT * FROM (",
-        );
+    // A task with events and neither inserted nor given a header by the
+    // commit still takes its latest event.
+    let inserted: std::collections::HashSet<(OrgId, TaskId)> = plan
+        .inserts
+        .iter()
+        .map(|(org, t)| (*org, t.header.task_id))
+        .collect();
+    let unlinked: Vec<_> = chain
+        .last
+        .iter()
+        .filter(|(key, _)| !plan.headers.contains_key(key) && !inserted.contains(key))
+        .collect();
+    for rows in padded(&unlinked) {
+        let qb = next_statement(one, "UPDATE tasks SET last_event_id = v.column3 FROM (");
         qb.push_values(rows, |mut b, row| match row {
-            Some((org, e)) => {
+            Some(((org, task), id)) => {
                 b.push_bind(org.to_string())
-                    .push_bind(e.task_id.to_string())
-                    .push_bind(e.from_status.map(|s| s.as_str()))
-                    .push_bind(e.to_status.as_str())
-                    .push_bind(e.agent_id.clone())
-                    .push_bind(e.at)
-                    .push_bind(e.note.clone());
+                    .push_bind(task.to_string())
+                    .push_bind(**id);
             }
             None => {
                 b.push_bind(None::<String>)
                     .push_bind(None::<String>)
-                    .push_bind(None::<String>)
-                    .push_bind(None::<String>)
-                    .push_bind(None::<String>)
-                    .push_bind(None::<i64>)
-                    .push_bind(None::<Vec<u8>>);
+                    .push_bind(None::<i64>);
             }
         });
-        qb.push(") AS v WHERE v.column1 IS NOT NULL");
+        qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
     }
 }
 
@@ -612,38 +688,44 @@ pub enum WriterConn {
         conn: PoolConnection<Sqlite>,
         /// When this writer last settled (see `SETTLE_EVERY`).
         settled_at: Instant,
+        /// The id of the last event this connection wrote, or read as the
+        /// last one under the write lock; `None` until then. The writer
+        /// numbers events itself, to chain them in the statement that
+        /// inserts them (`EventChain`): it is the only connection that
+        /// writes events (SQLite has one writer lane), and a failed commit
+        /// drops the connection, so an id known here is never stale.
+        last_event_id: Option<i64>,
     },
     Postgres(PgConnection),
 }
 
-/// How often a SQLite writer settles: moves the finished tasks and events
-/// its commits added since into the indexes that order them per org and
-/// per task, as part of its next commit (migrations `0011_settled_indexes`
-/// and `0012_event_watermark`). A commit
-/// rewrites every page it touches, and those indexes have pages of their
-/// own per org and per task; settled together, a page takes the rows of
-/// many commits at once. Readers look in both places, so nothing waits
-/// for a settle. A longer interval writes fewer pages per row but makes the
-/// commit that settles longer, and every request in the next commit waits
-/// for it: under `taskq bench --orgs 16`, 50 ms moved claim p99 from 7.7 to
-/// 11.8 ms, 10 ms left it where it was.
+/// How often a SQLite writer settles: moves the finished tasks its commits
+/// added since into the index that orders them per org, as part of its
+/// next commit (migration `0011_settled_indexes`). A commit rewrites every
+/// page it touches, and that index has pages of its own per org; settled
+/// together, a page takes the rows of many commits at once. Readers look
+/// in both places, so nothing waits for a settle. A longer interval writes
+/// fewer pages per row but makes the commit that settles longer, and every
+/// request in the next commit waits for it: under `taskq bench --orgs 16`,
+/// 50 ms moved claim p99 from 7.7 to 11.8 ms, 10 ms left it where it was.
 const SETTLE_EVERY: Duration = Duration::from_millis(10);
 
-/// The statements of a settle: what `tasks_unsettled` holds moves to
-/// `tasks_finished_order`, and the events after the watermark
-/// (`events_settled`) are copied to `task_event_order`, the watermark moved
-/// past them.
+/// The statement of a settle: what `tasks_unsettled` holds moves to
+/// `tasks_finished_order`.
 fn settle_statements() -> String {
     format!(
         "UPDATE tasks INDEXED BY tasks_unsettled SET finished_rank = status_rank \
-         WHERE finished_rank IS NULL AND status_rank >= {first}; \
-         INSERT INTO task_event_order (task_id, event_id) SELECT task_id, event_id \
-         FROM task_events WHERE event_id > (SELECT event_id FROM events_settled); \
-         UPDATE events_settled SET event_id = \
-         COALESCE((SELECT MAX(event_id) FROM task_events), event_id)",
+         WHERE finished_rank IS NULL AND status_rank >= {first}",
         first = TaskStatus::FIRST_FINISHED_RANK
     )
 }
+
+/// The id of the last event written, read by a writer under the write
+/// lock before it numbers events of its own. `sqlite_sequence` holds the
+/// largest id ever given (`AUTOINCREMENT`), which deleted events do not
+/// lower.
+const LAST_EVENT_ID: &str = "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence \
+     WHERE name = 'task_events'), 0), COALESCE((SELECT MAX(event_id) FROM task_events), 0))";
 
 impl Store {
     /// A connection for a writer to keep.
@@ -652,6 +734,7 @@ impl Store {
             Store::Sqlite(pool) => WriterConn::Sqlite {
                 conn: pool.acquire().await?,
                 settled_at: Instant::now(),
+                last_event_id: None,
             },
             Store::Postgres(pool) => {
                 let mut conn = pool.acquire().await?.detach();
@@ -686,9 +769,13 @@ impl WriterConn {
     pub async fn apply(&mut self, batches: &[&WriteBatch]) -> Result<()> {
         let plan = CommitPlan::new(batches);
         match self {
-            WriterConn::Sqlite { conn, settled_at } => {
+            WriterConn::Sqlite {
+                conn,
+                settled_at,
+                last_event_id,
+            } => {
                 let settle = settled_at.elapsed() >= SETTLE_EVERY;
-                let result = commit_sqlite(conn, &plan, settle).await;
+                let result = commit_sqlite(conn, &plan, settle, last_event_id).await;
                 if settle && result.is_ok() {
                     *settled_at = Instant::now();
                 }
@@ -697,6 +784,7 @@ impl WriterConn {
                     // connection rolls it back, where a pooled one would
                     // carry it to its next user.
                     conn.close_on_drop();
+                    *last_event_id = None;
                 }
                 result
             }
@@ -726,20 +814,31 @@ impl WriterConn {
 /// connection on a thread of its own and every query is a hand-off there
 /// and back; under load each hand-off waits for a core, and one writer's
 /// commit is what every claim waits for. Account changes (rare) run
-/// before it, one statement each.
+/// before it, one statement each, and so does reading the last event id
+/// when the connection does not know it yet (once per connection).
 async fn commit_sqlite(
     conn: &mut PoolConnection<Sqlite>,
     plan: &CommitPlan<'_>,
     settle: bool,
+    last_event_id: &mut Option<i64>,
 ) -> Result<()> {
     let mut one = QueryBuilder::<Sqlite>::new("");
-    if plan.accounts.is_empty() {
+    let reads_last_event = !plan.events.is_empty() && last_event_id.is_none();
+    if plan.accounts.is_empty() && !reads_last_event {
         one.push("BEGIN IMMEDIATE");
     } else {
         sqlx::query("BEGIN IMMEDIATE").execute(&mut **conn).await?;
         account_statements!(&mut **conn, plan);
+        if reads_last_event {
+            let last: i64 = sqlx::query_scalar(LAST_EVENT_ID)
+                .fetch_one(&mut **conn)
+                .await?;
+            *last_event_id = Some(last);
+        }
     }
-    push_task_statements(&mut one, plan);
+    let first_id = last_event_id.unwrap_or(0) + 1;
+    let chain = EventChain::new(plan, first_id);
+    push_task_statements(&mut one, plan, &chain);
     if settle {
         next_statement(&mut one, &settle_statements());
     }
@@ -749,5 +848,8 @@ async fn commit_sqlite(
         "; COMMIT"
     });
     one.build().execute(&mut **conn).await?;
+    if !plan.events.is_empty() {
+        *last_event_id = Some(first_id - 1 + plan.events.len() as i64);
+    }
     Ok(())
 }

@@ -188,29 +188,32 @@ impl Store {
         }))
     }
 
-    /// A query of events `e`, oldest first, that match `filter`; `join`
-    /// adds tables to filter on, `columns` are columns of `e`. On SQLite a
-    /// task's events are in two places (migration `0012_event_watermark`):
-    /// those settled are found through `task_event_order`, the rest are the
-    /// last rows of `task_events`, after the watermark in `events_settled`.
-    /// One statement reads both, so one snapshot.
-    fn events_in_order(&self, columns: &[&str], join: &str, filter: &str) -> String {
+    /// A query of the events of the tasks `t` that match `tasks`, oldest
+    /// first; `columns` are columns of `task_events`. PostgreSQL finds a
+    /// task's events by its index. SQLite has none (migration
+    /// `0013_event_chain`): it walks each task's chain back from the task
+    /// row's `last_event_id`, one rowid lookup per event.
+    fn events_in_order(&self, columns: &[&str], tasks: &str) -> String {
         let of_e: Vec<String> = columns.iter().map(|c| format!("e.{c}")).collect();
         let of_e = of_e.join(", ");
+        let listed = columns.join(", ");
         match self {
+            // `tasks.task_id` is `COLLATE "C"` and `task_events.task_id`
+            // is not: compared in the tasks' collation, the events' index
+            // would not serve the join and each read would scan them all.
             Store::Postgres(_) => format!(
-                "SELECT {of_e} FROM task_events e {join} WHERE {filter} ORDER BY e.event_id"
+                "SELECT {of_e} FROM tasks t JOIN task_events e \
+                 ON e.org_id = t.org_id AND e.task_id = t.task_id COLLATE \"default\" \
+                 WHERE {tasks} ORDER BY e.event_id"
             ),
             Store::Sqlite(_) => format!(
-                "SELECT {listed} FROM (\
-                 SELECT e.event_id, {of_e} FROM task_event_order o \
-                 JOIN task_events e ON e.event_id = o.event_id AND e.task_id = o.task_id \
-                 {join} WHERE {filter} \
+                "WITH RECURSIVE chain (event_id, prev_event_id, {listed}) AS (\
+                 SELECT e.event_id, e.prev_event_id, {of_e} FROM tasks t \
+                 JOIN task_events e ON e.event_id = t.last_event_id WHERE {tasks} \
                  UNION ALL \
-                 SELECT e.event_id, {of_e} FROM task_events e {join} \
-                 WHERE e.event_id > (SELECT event_id FROM events_settled) AND {filter}\
-                 ) AS events ORDER BY event_id",
-                listed = columns.join(", ")
+                 SELECT e.event_id, e.prev_event_id, {of_e} FROM chain c \
+                 JOIN task_events e ON e.event_id = c.prev_event_id\
+                 ) SELECT {listed} FROM chain ORDER BY event_id"
             ),
         }
     }

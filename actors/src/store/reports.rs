@@ -231,8 +231,7 @@ impl Store {
             .fetch_all(
                 &self.events_in_order(
                     &["task_id", "from_status", "to_status", "agent_id", "at"],
-                    "JOIN tasks t ON t.org_id = e.org_id AND t.task_id = e.task_id",
-                    &format!("e.org_id = $1 AND (t.status_rank <= {open} OR t.updated_at >= $2)"),
+                    &format!("t.org_id = $1 AND (t.status_rank <= {open} OR t.updated_at >= $2)"),
                 ),
                 args(),
             )

@@ -105,8 +105,7 @@ impl Store {
         records(rows)
     }
 
-    /// The task's events, oldest first: those in its index and those a
-    /// commit added since the last settle.
+    /// The task's events, oldest first.
     pub async fn task_events(&self, org: OrgId, task: TaskId) -> Result<Vec<StoredEvent>> {
         let rows: Vec<EventRow> = self
             .fetch_all(
@@ -119,8 +118,7 @@ impl Store {
                         "at",
                         "note",
                     ],
-                    "",
-                    "e.task_id = $2 AND e.org_id = $1",
+                    "t.org_id = $1 AND t.task_id = $2",
                 ),
                 vec![Arg::Text(org.to_string()), Arg::Text(task.to_string())],
             )

@@ -517,8 +517,9 @@ async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
 
     // Tasks 0 and 1 finish again, and each commit adds an event of task 0.
     // The last two commits are never settled here, so with a settle after
-    // the others a list merges settled and unsettled tasks, and the events
-    // come from both sides too.
+    // the others a list merges settled and unsettled tasks. Task 0's events
+    // come with a change of its header, with one of another task's, and
+    // alone: each must still chain to the one before it.
     let event = |to, at| StoredEvent {
         task_id: tasks[0].header.task_id,
         from_status: None,
@@ -617,65 +618,54 @@ async fn round_trip_sqlite() {
     store.close().await;
 }
 
-/// A store written before `0012_event_watermark`, with events settled
-/// (`indexed = 1`) and not (`indexed = 0`), reads every event of a task
-/// in order after the migration, and those it appends after it too,
-/// before and after a settle.
-#[tokio::test]
-async fn events_survive_the_watermark_migration() {
-    let path = TempDb::new();
+/// Opens a store whose file was written with the migrations before
+/// `version` only, and then by `write` (raw SQL, in that schema): the
+/// store runs the rest when it opens.
+async fn store_written_before(path: &TempDb, version: i64, write: &[(&str, Vec<String>)]) -> Store {
     let url = format!("sqlite://{}?mode=rwc", path.0.display());
-    let (org, task) = (OrgId::new_v7(), TaskId::new_v7());
-    {
-        let mut before = sqlx::migrate!("../migrations/sqlite");
-        before.migrations = before
-            .migrations
+    let mut before = sqlx::migrate!("../migrations/sqlite");
+    before.migrations = before
+        .migrations
+        .iter()
+        .filter(|m| m.version < version)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    before.run(&pool).await.unwrap();
+    for (sql, binds) in write {
+        binds
             .iter()
-            .filter(|m| m.version < 12)
-            .cloned()
-            .collect::<Vec<_>>()
-            .into();
-        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-        before.run(&pool).await.unwrap();
-        for (to, at, indexed) in [
-            ("pending", 10, 1),
-            ("in_progress", 11, 1),
-            ("completed", 12, 0),
-        ] {
-            sqlx::query(
-                "INSERT INTO task_events (org_id, task_id, to_status, agent_id, at, indexed) \
-                 VALUES ($1, $2, $3, 'agent', $4, $5)",
-            )
-            .bind(org.to_string())
-            .bind(task.to_string())
-            .bind(to)
-            .bind(at)
-            .bind(indexed)
+            .fold(sqlx::query(sql), |q, b| q.bind(b))
             .execute(&pool)
             .await
             .unwrap();
-        }
-        pool.close().await;
     }
-    let store = Store::connect(&url, &StoreOptions::default())
+    pool.close().await;
+    Store::connect(&url, &StoreOptions::default())
         .await
-        .unwrap();
-    let ats = || async {
-        store
-            .task_events(org, task)
-            .await
-            .unwrap()
-            .iter()
-            .map(|e| e.at)
-            .collect::<Vec<i64>>()
-    };
-    assert_eq!(ats().await, [10, 11, 12]);
+        .unwrap()
+}
+
+/// The `at` of the task's events, in the order the store gives them.
+async fn event_times(store: &Store, org: OrgId, task: TaskId) -> Vec<i64> {
+    store
+        .task_events(org, task)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.at)
+        .collect()
+}
+
+/// Appends an event (`at`) to a task through a commit.
+async fn append_event(store: &Store, org: OrgId, task: TaskId, at: i64) {
     let reopened = StoredEvent {
         task_id: task,
         from_status: Some(TaskStatus::Completed),
         to_status: TaskStatus::Pending,
         agent_id: "agent".into(),
-        at: 13,
+        at,
         note: None,
     };
     store
@@ -685,9 +675,86 @@ async fn events_survive_the_watermark_migration() {
         }])
         .await
         .unwrap();
-    assert_eq!(ats().await, [10, 11, 12, 13]);
+}
+
+/// A task row as the schemas before `0013_event_chain` hold it.
+const OLD_TASK: &str = "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, \
+     tags, blocked_by, created_at, updated_at, title) \
+     VALUES ($1, $2, 'completed', 5, 0, '[]', '[]', 10, 12, x'00')";
+
+/// A store written before `0012_event_watermark`, with events settled
+/// (`indexed = 1`) and not (`indexed = 0`), reads every event of a task
+/// in order after the migrations, and those it appends after them too,
+/// before and after a settle.
+#[tokio::test]
+async fn events_survive_the_watermark_migration() {
+    let path = TempDb::new();
+    let (org, task) = (OrgId::new_v7(), TaskId::new_v7());
+    let keys = vec![org.to_string(), task.to_string()];
+    let mut write = vec![(OLD_TASK, keys.clone())];
+    for (to, at, indexed) in [
+        ("pending", "10", "1"),
+        ("in_progress", "11", "1"),
+        ("completed", "12", "0"),
+    ] {
+        let mut binds = keys.clone();
+        binds.extend([to.to_string(), at.to_string(), indexed.to_string()]);
+        write.push((
+            "INSERT INTO task_events (org_id, task_id, to_status, agent_id, at, indexed) \
+             VALUES ($1, $2, $3, 'agent', CAST($4 AS INTEGER), CAST($5 AS INTEGER))",
+            binds,
+        ));
+    }
+    let store = store_written_before(&path, 12, &write).await;
+    assert_eq!(event_times(&store, org, task).await, [10, 11, 12]);
+    append_event(&store, org, task, 13).await;
+    assert_eq!(event_times(&store, org, task).await, [10, 11, 12, 13]);
     store.settle().await.unwrap();
-    assert_eq!(ats().await, [10, 11, 12, 13]);
+    assert_eq!(event_times(&store, org, task).await, [10, 11, 12, 13]);
+    store.close().await;
+}
+
+/// A store written before `0013_event_chain`, whose tasks have events
+/// settled into `task_event_order` and events after the watermark, reads
+/// each task's events in order after the migration, interleaved as they
+/// were written, and chains the events it appends after them.
+#[tokio::test]
+async fn events_survive_the_chain_migration() {
+    let path = TempDb::new();
+    let org = OrgId::new_v7();
+    let (first, second) = (TaskId::new_v7(), TaskId::new_v7());
+    let mut write = Vec::new();
+    for task in [first, second] {
+        write.push((OLD_TASK, vec![org.to_string(), task.to_string()]));
+    }
+    // Events 1 to 6 alternate between the tasks; 1 to 4 are settled.
+    for (task, at) in [
+        (first, 10),
+        (second, 20),
+        (first, 11),
+        (second, 21),
+        (first, 12),
+        (second, 22),
+    ] {
+        write.push((
+            "INSERT INTO task_events (org_id, task_id, to_status, agent_id, at) \
+             VALUES ($1, $2, 'pending', 'agent', CAST($3 AS INTEGER))",
+            vec![org.to_string(), task.to_string(), at.to_string()],
+        ));
+    }
+    write.push((
+        "INSERT INTO task_event_order (task_id, event_id) \
+         SELECT task_id, event_id FROM task_events WHERE event_id <= 4",
+        vec![],
+    ));
+    write.push(("UPDATE events_settled SET event_id = 4", vec![]));
+    let store = store_written_before(&path, 13, &write).await;
+    assert_eq!(event_times(&store, org, first).await, [10, 11, 12]);
+    assert_eq!(event_times(&store, org, second).await, [20, 21, 22]);
+    append_event(&store, org, second, 23).await;
+    append_event(&store, org, first, 13).await;
+    assert_eq!(event_times(&store, org, first).await, [10, 11, 12, 13]);
+    assert_eq!(event_times(&store, org, second).await, [20, 21, 22, 23]);
     store.close().await;
 }
 
