@@ -2,7 +2,7 @@
 //! and the group commit that coalesces many batches into a few multi-row
 //! statements in one transaction.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
@@ -639,7 +639,7 @@ fn push_task_statements(
     }
     // A task with events and neither inserted nor given a header by the
     // commit still takes its latest event.
-    let inserted: std::collections::HashSet<(OrgId, TaskId)> = plan
+    let inserted: HashSet<(OrgId, TaskId)> = plan
         .inserts
         .iter()
         .map(|(org, t)| (*org, t.header.task_id))
@@ -691,9 +691,11 @@ pub enum WriterConn {
         /// The id of the last event this connection wrote, or read as the
         /// last one under the write lock; `None` until then. The writer
         /// numbers events itself, to chain them in the statement that
-        /// inserts them (`EventChain`): it is the only connection that
-        /// writes events (SQLite has one writer lane), and a failed commit
-        /// drops the connection, so an id known here is never stale.
+        /// inserts them (`EventChain`). SQLite has one writer lane, and
+        /// the pool's one-off commits (`Store::apply`: new orgs) carry no
+        /// events, so no other connection moves the last id. Were one to,
+        /// the next commit here would fail on a taken id, and its batches
+        /// would be retried on a new connection, which reads the id again.
         last_event_id: Option<i64>,
     },
     Postgres(PgConnection),
