@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
+use sqlx::query_builder::Separated;
 use sqlx::{PgConnection, QueryBuilder, Sqlite};
 
 use super::rows::{self, OrgRow};
@@ -213,27 +214,15 @@ macro_rules! push_header {
     }};
 }
 
-/// A padding row for `push_header!`: NULLs of the same types.
-macro_rules! push_null_header {
-    ($b:expr) => {{
-        $b.push_bind(None::<String>)
-            .push_bind(None::<String>)
-            .push_bind(None::<String>)
-            .push_bind(None::<i64>)
-            .push_bind(None::<i64>)
-            .push_bind(None::<String>)
-            .push_bind(None::<String>)
-            .push_bind(None::<String>)
-            .push_bind(None::<String>)
-            .push_bind(None::<i64>)
-            .push_bind(None::<i64>)
-            .push_bind(None::<String>)
-            .push_bind(None::<i64>)
-            .push_bind(None::<i64>)
-            .push_bind(None::<i64>)
-            .push_bind(None::<i64>)
-            .push_bind(None::<i64>)
-    }};
+/// Columns `push_header!` binds.
+const HEADER_BINDS: usize = 17;
+
+/// Binds a padding row of `columns` NULLs (see `padded`). A NULL has no
+/// type in SQLite, so one bind type serves every column.
+fn push_nulls(b: &mut Separated<'_, '_, Sqlite, &'static str>, columns: usize) {
+    for _ in 0..columns {
+        b.push_bind(None::<i64>);
+    }
 }
 
 /// The account statements of a `CommitPlan` (orgs, members, keys, tags,
@@ -471,15 +460,7 @@ fn push_task_statements(
                     .push_bind(i64::try_from(u.read_tat).unwrap_or(i64::MAX))
                     .push_bind(i64::try_from(u.write_tat).unwrap_or(i64::MAX));
             }
-            None => {
-                b.push_bind(None::<String>)
-                    .push_bind(None::<String>)
-                    .push_bind(None::<i64>)
-                    .push_bind(None::<i64>)
-                    .push_bind(None::<i64>)
-                    .push_bind(None::<i64>)
-                    .push_bind(None::<i64>);
-            }
+            None => push_nulls(&mut b, 7),
         });
         qb.push(
                     ") AS v WHERE v.column1 IS NOT NULL ON CONFLICT (org_id) DO UPDATE SET \
@@ -508,17 +489,7 @@ fn push_task_statements(
                     .push_bind(e.note.clone())
                     .push_bind(*prev);
             }
-            None => {
-                b.push_bind(None::<i64>)
-                    .push_bind(None::<String>)
-                    .push_bind(None::<String>)
-                    .push_bind(None::<String>)
-                    .push_bind(None::<String>)
-                    .push_bind(None::<String>)
-                    .push_bind(None::<i64>)
-                    .push_bind(None::<Vec<u8>>)
-                    .push_bind(None::<i64>);
-            }
+            None => push_nulls(&mut b, 9),
         });
         qb.push(") AS v WHERE v.column1 IS NOT NULL");
     }
@@ -540,14 +511,7 @@ fn push_task_statements(
                     .push_bind(t.output.clone())
                     .push_bind(chain.last_of(*org, t.header.task_id));
             }
-            None => {
-                push_null_header!(b)
-                    .push_bind(None::<Vec<u8>>)
-                    .push_bind(None::<Vec<u8>>)
-                    .push_bind(None::<Vec<u8>>)
-                    .push_bind(None::<Vec<u8>>)
-                    .push_bind(None::<i64>);
-            }
+            None => push_nulls(&mut b, HEADER_BINDS + 5),
         });
         qb.push(") AS v WHERE v.column1 IS NOT NULL");
     }
@@ -584,9 +548,7 @@ fn push_task_statements(
                     push_header!(b, p.org, p.header)
                         .push_bind(chain.last_of(p.org, p.header.task_id));
                 }
-                None => {
-                    push_null_header!(b).push_bind(None::<i64>);
-                }
+                None => push_nulls(&mut b, HEADER_BINDS + 1),
             });
             qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
         }
@@ -611,11 +573,7 @@ fn push_task_statements(
                         .push_bind(task.to_string())
                         .push_bind((**value).clone());
                 }
-                None => {
-                    b.push_bind(None::<String>)
-                        .push_bind(None::<String>)
-                        .push_bind(None::<Vec<u8>>);
-                }
+                None => push_nulls(&mut b, 3),
             });
             qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
             // A vector made from the old words no longer says what
@@ -657,11 +615,7 @@ fn push_task_statements(
                     .push_bind(task.to_string())
                     .push_bind(**id);
             }
-            None => {
-                b.push_bind(None::<String>)
-                    .push_bind(None::<String>)
-                    .push_bind(None::<i64>);
-            }
+            None => push_nulls(&mut b, 3),
         });
         qb.push(") AS v WHERE tasks.org_id = v.column1 AND tasks.task_id = v.column2");
     }
