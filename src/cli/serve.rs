@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use axum::serve::ListenerExt as _;
 use taskq_actors::embed::Embedder;
 use taskq_actors::filter::{ContentFilter, NoFilter, TermFilter};
 use taskq_actors::llm::ChatModel;
@@ -320,7 +321,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             server.serve(app.into_make_service()).await?;
         }
         _ => {
-            let listener = tokio::net::TcpListener::from_std(listener)?;
+            // As on the TLS path: an answer larger than one write (a page
+            // of large tasks) must not hold its last part back until the
+            // client's delayed ACK of the first arrives.
+            let listener = tokio::net::TcpListener::from_std(listener)?.tap_io(|tcp| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!("TCP_NODELAY not set on a connection: {e}");
+                }
+            });
             announce("http", addr)?;
             let stopping = engine.clone();
             axum::serve(listener, app)
