@@ -11,13 +11,9 @@
 set -euo pipefail
 bin="$(realpath "$1")"; out="$2"; shift 2
 here="$(cd "$(dirname "$0")" && pwd)"
-mkdir -p "$out"
-"$bin" bench --duration 16 "$@" --json >"$out/bench.json" 2>"$out/bench.err" &
-bench=$!
-# The cycle phase starts when the progress line first names it.
-for _ in $(seq 1 240); do grep -q "cycle" "$out/bench.err" && break; sleep 0.5; done
+. "$here/bench-server.sh"
+start_cycles "$bin" "$out" "$@"
 sleep 3
-server=$(pgrep -f "$(basename "$bin") serve" | head -n 1)
 perf record -q -e cpu-clock -F 499 -p "$server" --call-graph dwarf,32768 \
   -o "$out/perf.data" -- sleep 6 >/dev/null 2>&1
 wait "$bench"

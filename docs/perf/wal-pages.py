@@ -53,6 +53,8 @@ def report(label, group):
         print(f"  {name:28s} {count / len(group):6.2f}")
 
 
+if not commits:
+    sys.exit("no commit in the WAL's current generation: a checkpoint had just restarted it; capture again")
 settles = [c for c in commits if any(tree.get(p) == "tasks_finished_order" for p in c)]
 report("all", commits)
 report("settling", settles)

@@ -12,12 +12,9 @@
 set -euo pipefail
 bin="$(realpath "$1")"; out="$2"; shift 2
 here="$(cd "$(dirname "$0")" && pwd)"
-mkdir -p "$out"
-"$bin" bench --duration 16 "$@" --json >"$out/bench.json" 2>"$out/bench.err" &
-bench=$!
-for _ in $(seq 1 240); do grep -q "cycle" "$out/bench.err" && break; sleep 0.5; done
+. "$here/bench-server.sh"
+start_cycles "$bin" "$out" "$@"
 sleep 8
-server=$(pgrep -f "$(basename "$bin") serve" | head -n 1)
 wal=$(find "/proc/$server/fd" -lname '*-wal' -printf '%l\n' | head -n 1)
 cp "${wal%-wal}" "$out/copy.db"
 cp "$wal" "$out/copy.db-wal"
