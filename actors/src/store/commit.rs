@@ -433,6 +433,10 @@ impl<'a> EventChain<'a> {
     }
 }
 
+/// Bytes a new task row reserves for its first header change to take
+/// (migration `0014_row_slack`): more than a claim adds to a row.
+const ROW_SLACK: usize = 64;
+
 /// Appends the task statements of a `CommitPlan` (usage, events, inserts,
 /// headers, content: multi-row, padded) to the multi-statement query `one`.
 /// Events go first: a task's first event of the commit reads the task's
@@ -496,11 +500,13 @@ fn push_task_statements(
     for rows in padded(&plan.inserts) {
         let qb = next_statement(
             one,
-            "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, \
+            &format!(
+                "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, \
                      assignee, tags, blocked_by, parent_task_id, created_at, updated_at, \
                      lease_id, lease_expires_at, lease_seconds, attempts, max_attempts, \
-                     finished_rank, title, description, metadata, output, last_event_id) \
-                     SELECT * FROM (",
+                     finished_rank, title, description, metadata, output, last_event_id, \
+                     slack) SELECT *, zeroblob({ROW_SLACK}) FROM ("
+            ),
         );
         qb.push_values(rows, |mut b, row| match row {
             Some((org, t)) => {
@@ -540,7 +546,8 @@ fn push_task_statements(
                      blocked_by = v.column8, updated_at = v.column11, \
                      lease_id = v.column12, lease_expires_at = v.column13, \
                      lease_seconds = v.column14, attempts = v.column15, \
-                     last_event_id = COALESCE(v.column18, tasks.last_event_id){finished} FROM ("
+                     last_event_id = COALESCE(v.column18, tasks.last_event_id), \
+                     slack = NULL{finished} FROM ("
                 ),
             );
             qb.push_values(rows, |mut b, row| match row {

@@ -618,6 +618,74 @@ async fn round_trip_sqlite() {
     store.close().await;
 }
 
+/// The leaf pages of the `tasks` table, each with its number of rows.
+async fn task_leaves(store: &Store) -> Vec<(i64, i64)> {
+    let Store::Sqlite(pool) = store else {
+        unreachable!("a SQLite store")
+    };
+    sqlx::query_as(
+        "SELECT pageno, ncell FROM dbstat WHERE name = 'tasks' AND pagetype = 'leaf' \
+         ORDER BY pageno",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Tasks are appended in creation order, which fills pages to the brim; a
+/// claim that made their rows longer would overflow each page and make
+/// SQLite move rows between neighbours, rewriting pages the claim did not
+/// name (migration `0014_row_slack`).
+#[tokio::test]
+async fn claims_move_no_task_row_to_another_page_sqlite() {
+    let path = TempDb::new();
+    let url = format!("sqlite://{}", path.0.display());
+    let store = Store::connect(&url, &StoreOptions::default())
+        .await
+        .unwrap();
+    let org = OrgId::new_v7();
+    let tasks: Vec<StoredTask> = (0..300)
+        .map(|i| StoredTask {
+            title: vec![1; 48],
+            description: Some(vec![2; 150]),
+            metadata: Some(vec![3; 55]),
+            ..task(header(TaskStatus::Pending, 100 + i))
+        })
+        .collect();
+    let created = WriteBatch {
+        org,
+        ops: vec![WriteOp::InsertTasks(tasks.clone())],
+    };
+    store.apply(&[&created]).await.unwrap();
+    let before = task_leaves(&store).await;
+    assert!(before.len() > 10, "the tasks fill many pages: {before:?}");
+
+    let claims = WriteBatch {
+        org,
+        ops: tasks
+            .iter()
+            .map(|t| {
+                let mut claimed = t.header.clone();
+                claimed.status = TaskStatus::InProgress;
+                claimed.assignee = Some("agent-7@example.com".into());
+                claimed.updated_at = 1_000;
+                claimed.lease = Some(Lease {
+                    lease_id: Uuid::now_v7(),
+                    expires_at: 1_795_582_218_696,
+                    seconds: 300,
+                });
+                WriteOp::UpdateHeader {
+                    header: claimed,
+                    was_finished: false,
+                }
+            })
+            .collect(),
+    };
+    store.apply(&[&claims]).await.unwrap();
+    assert_eq!(task_leaves(&store).await, before);
+    store.close().await;
+}
+
 /// Opens a store whose file was written with the migrations before
 /// `version` only, and then by `write` (raw SQL, in that schema): the
 /// store runs the rest when it opens.

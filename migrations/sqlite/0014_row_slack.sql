@@ -1,0 +1,11 @@
+-- A task row is created with room to grow into.
+--
+-- Tasks are appended in creation order, and SQLite fills a table's pages
+-- to the brim when rows arrive in key order. A claim then makes its row
+-- about 55 bytes longer (the lease, the assignee, a longer status), the
+-- page overflows and SQLite rebalances it with its neighbours, rewriting
+-- three or four pages where the claim changed one row. Now a task is
+-- inserted with `slack`, a 64-byte blob of zeros, which its first header
+-- change sets to NULL: the claim's row shrinks a little instead of
+-- growing, and nothing moves. Finished rows carry no slack.
+ALTER TABLE tasks ADD COLUMN slack BLOB;
