@@ -35,6 +35,17 @@ fn header(status: TaskStatus, created_at: i64) -> TaskHeader {
     }
 }
 
+/// `header` claimed by `agent` at `at`, under a lease of `seconds`.
+fn claimed(header: &TaskHeader, agent: &str, at: i64, seconds: u32) -> TaskHeader {
+    TaskHeader {
+        status: TaskStatus::InProgress,
+        assignee: Some(agent.into()),
+        updated_at: at,
+        lease: Some(crate::domain::lease::grant(at, seconds)),
+        ..header.clone()
+    }
+}
+
 fn task(header: TaskHeader) -> StoredTask {
     StoredTask {
         header,
@@ -103,15 +114,7 @@ async fn round_trip(store: &Store) {
     open.parent = Some(parent.task_id);
     open.blocked_by = vec![parent.task_id];
     let tasks = vec![task(parent.clone()), task(open.clone())];
-    let mut claimed = open.clone();
-    claimed.status = TaskStatus::InProgress;
-    claimed.assignee = Some("agent".into());
-    claimed.updated_at = 12;
-    claimed.lease = Some(Lease {
-        lease_id: Uuid::now_v7(),
-        expires_at: 60_000,
-        seconds: 60,
-    });
+    let claimed = claimed(&open, "agent", 12, 60);
     let event = StoredEvent {
         task_id: open.task_id,
         from_status: Some(TaskStatus::Pending),
@@ -314,15 +317,7 @@ async fn later_changes(store: &Store) {
     }
 
     let id = first.header.task_id;
-    let mut claimed = first.header.clone();
-    claimed.status = TaskStatus::InProgress;
-    claimed.assignee = Some("agent".into());
-    claimed.updated_at = 22;
-    claimed.lease = Some(Lease {
-        lease_id: Uuid::now_v7(),
-        expires_at: 60_000,
-        seconds: 60,
-    });
+    let claimed = claimed(&first.header, "agent", 22, 60);
     let mut completed = claimed.clone();
     completed.status = TaskStatus::Completed;
     completed.assignee = None;
@@ -593,6 +588,14 @@ impl TempDb {
     fn new() -> Self {
         TempDb(std::env::temp_dir().join(format!("taskq-store-{}.db", Uuid::new_v4().simple())))
     }
+
+    /// A store on this file, as the server opens one.
+    async fn store(&self) -> Store {
+        let url = format!("sqlite://{}", self.0.display());
+        Store::connect(&url, &StoreOptions::default())
+            .await
+            .unwrap()
+    }
 }
 
 impl Drop for TempDb {
@@ -606,10 +609,7 @@ impl Drop for TempDb {
 #[tokio::test]
 async fn round_trip_sqlite() {
     let path = TempDb::new();
-    let url = format!("sqlite://{}", path.0.display());
-    let store = Store::connect(&url, &StoreOptions::default())
-        .await
-        .unwrap();
+    let store = path.store().await;
     round_trip(&store).await;
     failed_commit(&store).await;
     later_changes(&store).await;
@@ -639,10 +639,7 @@ async fn task_leaves(store: &Store) -> Vec<(i64, i64)> {
 #[tokio::test]
 async fn claims_move_no_task_row_to_another_page_sqlite() {
     let path = TempDb::new();
-    let url = format!("sqlite://{}", path.0.display());
-    let store = Store::connect(&url, &StoreOptions::default())
-        .await
-        .unwrap();
+    let store = path.store().await;
     let org = OrgId::new_v7();
     let tasks: Vec<StoredTask> = (0..300)
         .map(|i| StoredTask {
@@ -664,20 +661,9 @@ async fn claims_move_no_task_row_to_another_page_sqlite() {
         org,
         ops: tasks
             .iter()
-            .map(|t| {
-                let mut claimed = t.header.clone();
-                claimed.status = TaskStatus::InProgress;
-                claimed.assignee = Some("agent-7@example.com".into());
-                claimed.updated_at = 1_000;
-                claimed.lease = Some(Lease {
-                    lease_id: Uuid::now_v7(),
-                    expires_at: 1_795_582_218_696,
-                    seconds: 300,
-                });
-                WriteOp::UpdateHeader {
-                    header: claimed,
-                    was_finished: false,
-                }
+            .map(|t| WriteOp::UpdateHeader {
+                header: claimed(&t.header, "agent-7@example.com", 1_795_581_918_696, 300),
+                was_finished: false,
             })
             .collect(),
     };
