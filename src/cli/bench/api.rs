@@ -7,13 +7,17 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use reqwest::header::CONTENT_TYPE;
+use hyper::body::Bytes;
+use hyper::header::HeaderValue;
+use hyper::Method;
 use reqwest::{Client, StatusCode, Url};
 use serde::{Deserialize, Serialize};
 
+use super::conn::{Connection, Target};
+
 /// Timeout of every HTTP request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest error text kept per sample.
 const ERROR_TEXT_MAX: usize = 300;
 const CLAIM_BODY: &str = r#"{"lease_seconds":300,"include_context":false}"#;
@@ -54,7 +58,7 @@ pub(super) async fn exchange(
     }
 }
 
-fn error_chain(error: &dyn StdError) -> String {
+pub(super) fn error_chain(error: &dyn StdError) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -78,21 +82,24 @@ pub(super) fn endpoint(base: &str, path: &str) -> anyhow::Result<Url> {
 /// The task routes an agent calls.
 #[derive(Clone)]
 pub(super) struct Routes {
-    tasks: Url,
-    claim: Url,
-    update: Url,
-    full_page: Url,
-    search: Url,
+    base: Url,
+    tasks: Target,
+    claim: Target,
+    update: Target,
+    full_page: Target,
+    search: Target,
 }
 
 impl Routes {
     pub(super) fn new(base: &str) -> anyhow::Result<Self> {
+        let target = |path: &str| Target::new(endpoint(base, path)?);
         Ok(Routes {
-            tasks: endpoint(base, "/tasks")?,
-            claim: endpoint(base, "/tasks/claim")?,
-            update: endpoint(base, "/tasks/update")?,
-            full_page: endpoint(base, "/tasks?full=true&limit=200")?,
-            search: endpoint(base, "/tasks/search")?,
+            base: Url::parse(base).with_context(|| format!("invalid URL {base}"))?,
+            tasks: target("/tasks")?,
+            claim: target("/tasks/claim")?,
+            update: target("/tasks/update")?,
+            full_page: target("/tasks?full=true&limit=200")?,
+            search: target("/tasks/search")?,
         })
     }
 }
@@ -106,29 +113,47 @@ const BIG_OBJECT_CHARS: usize = 65_536 - 8;
 /// Big tasks per create: a request body stays under 2 MiB.
 pub(super) const BIG_BATCH: u64 = 10;
 
-/// An agent's view of the task API: its client, key and routes.
+/// An agent's view of the task API: its connection, key and routes.
 pub(super) struct AgentApi {
-    pub(super) client: Client,
-    pub(super) key: String,
-    pub(super) routes: Routes,
+    connection: Connection,
+    key: HeaderValue,
+    routes: Routes,
 }
 
 impl AgentApi {
-    /// An agent with a client (and so a connection) of its own.
+    /// An agent with a connection of its own.
     pub(super) fn new(routes: &Routes, key: &str) -> anyhow::Result<Self> {
         Ok(AgentApi {
-            client: http_client(1)?,
-            key: key.to_owned(),
+            connection: Connection::new(&routes.base)?,
+            key: HeaderValue::from_str(key).context("invalid API key")?,
             routes: routes.clone(),
         })
     }
 
-    fn post(&self, url: &Url, body: impl Into<reqwest::Body>) -> reqwest::RequestBuilder {
-        self.client
-            .post(url.clone())
-            .header("x-api-key", &self.key)
-            .header(CONTENT_TYPE, "application/json")
-            .body(body)
+    /// The same connection and routes with another key.
+    pub(super) fn with_key(&self, key: &str) -> anyhow::Result<Self> {
+        Ok(AgentApi {
+            connection: self.connection.clone(),
+            key: HeaderValue::from_str(key).context("invalid API key")?,
+            routes: self.routes.clone(),
+        })
+    }
+
+    /// POSTs a JSON body to `target`; see [`Connection::send`].
+    async fn post(
+        &self,
+        target: &Target,
+        body: impl Into<Bytes>,
+        expect: StatusCode,
+    ) -> Result<(Bytes, Duration), String> {
+        self.connection
+            .send(Method::POST, target, &self.key, Some(body.into()), expect)
+            .await
+    }
+
+    /// `POST /tasks/claim` with `body`, answered `200`.
+    pub(super) async fn claim_with(&self, body: &'static str) -> Result<(Bytes, Duration), String> {
+        self.post(&self.routes.claim, body, StatusCode::OK).await
     }
 
     /// Creates `count` tasks; `seq` numbers the first one.
@@ -144,8 +169,9 @@ impl AgentApi {
             })
             .collect();
         let body = serde_json::to_vec(&CreateBody { tasks }).map_err(|e| e.to_string())?;
-        let (_, latency) =
-            exchange(self.post(&self.routes.tasks, body), StatusCode::CREATED).await?;
+        let (_, latency) = self
+            .post(&self.routes.tasks, body, StatusCode::CREATED)
+            .await?;
         Ok(latency)
     }
 
@@ -165,8 +191,9 @@ impl AgentApi {
             .collect();
         let body = serde_json::to_vec(&serde_json::json!({ "tasks": tasks }))
             .map_err(|e| e.to_string())?;
-        let (created, mut latency) =
-            exchange(self.post(&self.routes.tasks, body), StatusCode::CREATED).await?;
+        let (created, mut latency) = self
+            .post(&self.routes.tasks, body, StatusCode::CREATED)
+            .await?;
         let created: serde_json::Value =
             serde_json::from_slice(&created).map_err(|e| e.to_string())?;
         let output = filler('o', BIG_OBJECT_CHARS);
@@ -176,7 +203,7 @@ impl AgentApi {
             .unwrap_or_default();
         let body = serde_json::to_vec(&serde_json::json!({ "updates": updates }))
             .map_err(|e| e.to_string())?;
-        let (_, updated) = exchange(self.post(&self.routes.update, body), StatusCode::OK).await?;
+        let (_, updated) = self.post(&self.routes.update, body, StatusCode::OK).await?;
         latency += updated;
         Ok(latency)
     }
@@ -187,12 +214,18 @@ impl AgentApi {
         &self,
         cursor: Option<&str>,
     ) -> Result<(Option<String>, usize, Duration), String> {
-        let mut url = self.routes.full_page.clone();
-        if let Some(cursor) = cursor {
-            url.query_pairs_mut().append_pair("cursor", cursor);
-        }
-        let request = self.client.get(url).header("x-api-key", &self.key);
-        let (body, latency) = exchange(request, StatusCode::OK).await?;
+        let page = match cursor {
+            Some(cursor) => {
+                let mut url = self.routes.full_page.url().clone();
+                url.query_pairs_mut().append_pair("cursor", cursor);
+                Target::new(url).map_err(|e| e.to_string())?
+            }
+            None => self.routes.full_page.clone(),
+        };
+        let (body, latency) = self
+            .connection
+            .send(Method::GET, &page, &self.key, None, StatusCode::OK)
+            .await?;
         let page: Page = serde_json::from_slice(&body).map_err(|e| truncate(&e.to_string()))?;
         Ok((page.next_cursor, body.len(), latency))
     }
@@ -209,8 +242,9 @@ impl AgentApi {
             .collect();
         let body =
             serde_json::to_vec(&DescribedBody { tasks: &tasks }).map_err(|e| e.to_string())?;
-        let (body, latency) =
-            exchange(self.post(&self.routes.tasks, body), StatusCode::CREATED).await?;
+        let (body, latency) = self
+            .post(&self.routes.tasks, body, StatusCode::CREATED)
+            .await?;
         let created: Created = serde_json::from_slice(&body).map_err(|e| {
             truncate(&format!(
                 "unexpected create response ({e}): {}",
@@ -235,8 +269,7 @@ impl AgentApi {
         limit: u8,
     ) -> Result<(Vec<String>, Duration), String> {
         let body = serde_json::to_vec(&SearchBody { query, limit }).map_err(|e| e.to_string())?;
-        let (body, latency) =
-            exchange(self.post(&self.routes.search, body), StatusCode::OK).await?;
+        let (body, latency) = self.post(&self.routes.search, body, StatusCode::OK).await?;
         // Any other answer (search not configured, say) is an error here.
         let found: SearchResults = serde_json::from_slice(&body).map_err(|e| {
             truncate(&format!(
@@ -250,8 +283,7 @@ impl AgentApi {
 
     /// Claims the next task; `None` when the queue is empty.
     pub(super) async fn claim(&self) -> Result<(Option<Claimed>, Duration), String> {
-        let request = self.post(&self.routes.claim, CLAIM_BODY);
-        let (body, latency) = exchange(request, StatusCode::OK).await?;
+        let (body, latency) = self.claim_with(CLAIM_BODY).await?;
         let claimed = serde_json::from_slice(&body).map_err(|e| {
             truncate(&format!(
                 "unexpected claim response ({e}): {}",
@@ -264,7 +296,7 @@ impl AgentApi {
     /// Claims up to `count` tasks with one request (`count` in the body).
     pub(super) async fn claim_batch(&self, count: u32) -> Result<(Vec<Claimed>, Duration), String> {
         let body = format!(r#"{{"lease_seconds":300,"include_context":false,"count":{count}}}"#);
-        let (body, latency) = exchange(self.post(&self.routes.claim, body), StatusCode::OK).await?;
+        let (body, latency) = self.post(&self.routes.claim, body, StatusCode::OK).await?;
         let claimed: ClaimedBatch = serde_json::from_slice(&body).map_err(|e| {
             truncate(&format!(
                 "unexpected batch claim response ({e}): {}",
@@ -289,7 +321,7 @@ impl AgentApi {
                 .collect(),
         })
         .map_err(|e| e.to_string())?;
-        let (_, latency) = exchange(self.post(&self.routes.update, body), StatusCode::OK).await?;
+        let (_, latency) = self.post(&self.routes.update, body, StatusCode::OK).await?;
         Ok(latency)
     }
 }

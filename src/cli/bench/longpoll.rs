@@ -16,7 +16,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use reqwest::header::CONTENT_TYPE;
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -112,24 +111,16 @@ pub(super) async fn longpoll_phase(
     server: Option<&ServerProcess>,
 ) -> anyhow::Result<(LongPollSummary, super::stats::PhaseResult)> {
     let routes = Routes::new(base)?;
-    let claim_url = super::api::endpoint(base, "/tasks/claim")?;
     let (stop_tx, stop) = watch::channel(false);
     let mut tasks: JoinSet<AgentLog> = JoinSet::new();
     for agent in agents {
         let api = AgentApi::new(&routes, &agent.key)?;
-        let claim_url = claim_url.clone();
         let mut stop = stop.clone();
         tasks.spawn(async move {
             let mut log = AgentLog::default();
             loop {
-                let request = api
-                    .client
-                    .post(claim_url.clone())
-                    .header("x-api-key", &api.key)
-                    .header(CONTENT_TYPE, "application/json")
-                    .body(WAIT_BODY);
                 let answer = tokio::select! {
-                    answer = exchange(request, StatusCode::OK) => answer,
+                    answer = api.claim_with(WAIT_BODY) => answer,
                     _ = stop.wait_for(|s| *s) => break,
                 };
                 let body = match answer {

@@ -48,8 +48,9 @@
 //!   percentiles (nearest rank) cover successful requests, measured from
 //!   sending the request to having read the whole response body.
 //! - Every agent is its own tokio task with its own HTTP/1.1 keep-alive
-//!   client and records its latencies locally (microseconds); they are merged
-//!   when the phase ends, so no lock is taken on the request path. A progress
+//!   connection (`conn`: hyper's connection API for `http://`, reqwest for
+//!   `https://`) and records its latencies locally (microseconds); they are
+//!   merged when the phase ends, so no lock is taken on the request path. A progress
 //!   line goes to stderr once per second; results go to stdout, as a table or
 //!   with `--json` as one JSON document.
 //!
@@ -58,12 +59,14 @@
 //! This module holds the flags, the checks on them and the run from start
 //! to report; `server` the server the bench starts itself, `bootstrap` the
 //! operator API and the orgs and keys of a run, `api` the HTTP client and
-//! the agents' requests, `scenarios` the measured phases, `longpoll` and
-//! `search` the scenarios of their names, `stats` their figures and
-//! progress line, and `report` the results and their table.
+//! the agents' requests, `conn` an agent's connection, `scenarios` the
+//! measured phases, `longpoll` and `search` the scenarios of their names,
+//! `stats` their figures and progress line, and `report` the results and
+//! their table.
 
 mod api;
 mod bootstrap;
+mod conn;
 mod longpoll;
 mod report;
 mod reports;

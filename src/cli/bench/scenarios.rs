@@ -7,9 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use reqwest::Client;
-
-use super::api::{http_client, AgentApi, Routes, BIG_BATCH};
+use super::api::{AgentApi, Routes, BIG_BATCH};
 use super::bootstrap::{Admin, Agent};
 use super::stats::{AgentOutcome, Op, Phase, PhaseResult, Stats, ERROR_BACKOFF};
 use super::BenchArgs;
@@ -214,8 +212,7 @@ pub(super) async fn idle_orgs_phase(
     let mut phase = Phase::start("idle-orgs", "orgs");
     for _ in 0..args.concurrency.min(args.orgs) {
         let admin = Admin::new(base, token, 1)?;
-        let api_client = http_client(1)?;
-        let routes = routes.clone();
+        let api = AgentApi::new(&routes, "")?;
         let run_id = run_id.to_owned();
         let next = next.clone();
         let progress = phase.progress.clone();
@@ -228,8 +225,7 @@ pub(super) async fn idle_orgs_phase(
                 }
                 let done = idle_org(
                     &admin,
-                    &api_client,
-                    &routes,
+                    &api,
                     &format!("bench-{run_id}-idle-{index}"),
                     &format!("owner-{index}@bench.local"),
                     &mut outcome.stats,
@@ -252,8 +248,7 @@ pub(super) async fn idle_orgs_phase(
 /// remaining steps are skipped).
 async fn idle_org(
     admin: &Admin,
-    client: &Client,
-    routes: &Routes,
+    connection: &AgentApi,
     name: &str,
     owner_email: &str,
     stats: &mut Stats,
@@ -275,10 +270,12 @@ async fn idle_org(
             return false;
         }
     }
-    let api = AgentApi {
-        client: client.clone(),
-        key: org.owner.api_key,
-        routes: routes.clone(),
+    let api = match connection.with_key(&org.owner.api_key) {
+        Ok(api) => api,
+        Err(e) => {
+            stats.op(Op::Create).err(e.to_string());
+            return false;
+        }
     };
     match api.create(0, IDLE_ORG_TASKS).await {
         Ok(latency) => stats.op(Op::Create).ok(latency, IDLE_ORG_TASKS),
