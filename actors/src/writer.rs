@@ -82,9 +82,10 @@ impl WriteSlot<'_> {
 
 impl Writers {
     /// Starts `lane_count` writer tasks, each with a queue of `queue_bound`
-    /// batches.
+    /// batches; a SQLite writer's thread gets the nice value `sqlite_nice`.
     pub fn start(
         store: Store,
+        sqlite_nice: i32,
         lane_count: usize,
         health: Arc<StoreHealth>,
         queue_bound: usize,
@@ -104,7 +105,10 @@ impl Writers {
                 reloading: reloading.clone(),
             });
             handles.push(tokio::spawn(run(
-                store.clone(),
+                ConnSource {
+                    store: store.clone(),
+                    sqlite_nice,
+                },
                 health.clone(),
                 rx,
                 finished_tx,
@@ -199,11 +203,17 @@ async fn wait_for_lane(lane: &Lane) -> Result<(), StoreError> {
         .map_err(|_| StoreError::WriterGone)
 }
 
+/// Where a lane's connection comes from.
+struct ConnSource {
+    store: Store,
+    sqlite_nice: i32,
+}
+
 /// Commits batches on the lane's own connection (taken again after a
 /// failure, which may have broken it), unless a test simulates an outage,
 /// and records the transaction.
 async fn apply(
-    store: &Store,
+    source: &ConnSource,
     conn: &mut Option<WriterConn>,
     health: &StoreHealth,
     stats: &WriterStats,
@@ -215,7 +225,7 @@ async fn apply(
     let start = Instant::now();
     let result = match conn {
         Some(c) => c.apply(batches).await,
-        None => match store.writer_conn().await {
+        None => match source.store.writer_conn(source.sqlite_nice).await {
             Ok(c) => conn.insert(c).apply(batches).await,
             Err(e) => Err(e),
         },
@@ -229,7 +239,7 @@ async fn apply(
 }
 
 async fn run(
-    store: Store,
+    source: ConnSource,
     health: Arc<StoreHealth>,
     mut rx: mpsc::Receiver<Job>,
     finished: watch::Sender<u64>,
@@ -252,7 +262,7 @@ async fn run(
         }
         if !accepted.is_empty() {
             let batches: Vec<&WriteBatch> = accepted.iter().map(|(b, _)| b).collect();
-            match apply(&store, &mut conn, &health, &stats, &batches).await {
+            match apply(&source, &mut conn, &health, &stats, &batches).await {
                 Ok(()) => {
                     for (_, reply) in accepted {
                         let _ = reply.send(Ok(()));
@@ -278,7 +288,7 @@ async fn run(
                             let _ = reply.send(Err(StoreError::OrgReloading));
                             continue;
                         }
-                        let result = apply(&store, &mut conn, &health, &stats, &[&batch]).await;
+                        let result = apply(&source, &mut conn, &health, &stats, &[&batch]).await;
                         if let Err(e) = &result {
                             health.observe(e);
                             tracing::error!(org_id = %batch.org, error = %e, "commit failed; org will reload from the store");

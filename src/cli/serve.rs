@@ -70,6 +70,11 @@ pub struct ServeArgs {
     /// SQLite `synchronous` mode: FULL survives machine crashes, NORMAL only process crashes.
     #[arg(long, env = "TASKQ_SQLITE_SYNCHRONOUS", default_value = "FULL")]
     pub sqlite_synchronous: String,
+    /// Nice value of the SQLite writer's thread, below the request threads'
+    /// so that the commit every request waits for never waits for a core
+    /// (needs CAP_SYS_NICE; 0 leaves it at the default).
+    #[arg(long, env = "TASKQ_SQLITE_WRITER_NICE", default_value_t = -10, allow_negative_numbers = true, value_parser = clap::value_parser!(i32).range(-20..=19))]
+    pub sqlite_writer_nice: i32,
     /// Feedback content filter: `builtin`, `off`, or a moderation endpoint's base URL.
     #[arg(long, env = "TASKQ_FEEDBACK_FILTER", default_value = "builtin")]
     pub feedback_filter: String,
@@ -251,6 +256,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     config.writer_queue = args.writer_queue.max(1);
     config.claim_cache_bytes = args.claim_cache_mb.saturating_mul(1 << 20);
     config.store.sqlite_full_sync = sqlite_full_sync;
+    config.store.sqlite_writer_nice = args.sqlite_writer_nice;
     config.store.pg_writers = usize::from(args.pg_writers);
     config.feedback_filter = feedback_filter(&args)?;
     config.embedder = embedder(&args).await?;

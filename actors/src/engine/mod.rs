@@ -214,6 +214,7 @@ impl Engine {
         let health = Arc::new(StoreHealth::default());
         let (writers, mut writer_tasks) = Writers::start(
             store.clone(),
+            config.store.sqlite_writer_nice,
             store.writer_count(config.store.pg_writers),
             health.clone(),
             config.writer_queue,

@@ -3,13 +3,16 @@
 //! statements in one transaction.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
 use sqlx::query_builder::Separated;
-use sqlx::{PgConnection, QueryBuilder, Sqlite};
+use sqlx::sqlite::SqliteConnection;
+use sqlx::{ConnectOptions as _, PgConnection, QueryBuilder, Sqlite};
 
 use super::rows::{self, OrgRow};
+use super::writer_thread;
 use super::{Result, Store};
 use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord};
 use crate::domain::admin::{Membership, Tag, Team};
@@ -646,7 +649,7 @@ fn push_task_statements(
 /// reader's connection, and one that failed is closed when dropped.
 pub enum WriterConn {
     Sqlite {
-        conn: PoolConnection<Sqlite>,
+        conn: SqliteConn,
         /// When this writer last settled (see `SETTLE_EVERY`).
         settled_at: Instant,
         /// The id of the last event this connection wrote, or read as the
@@ -660,6 +663,33 @@ pub enum WriterConn {
         last_event_id: Option<i64>,
     },
     Postgres(PgConnection),
+}
+
+/// The SQLite connection a writer commits on: a lane's own, opened outside
+/// the pool on a thread the scheduler favours (see `writer_thread`), or
+/// one of the pool's for a one-off commit (`Store::apply`).
+pub enum SqliteConn {
+    Own(SqliteConnection),
+    Pooled(PoolConnection<Sqlite>),
+}
+
+impl Deref for SqliteConn {
+    type Target = SqliteConnection;
+    fn deref(&self) -> &SqliteConnection {
+        match self {
+            SqliteConn::Own(c) => c,
+            SqliteConn::Pooled(c) => c,
+        }
+    }
+}
+
+impl DerefMut for SqliteConn {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        match self {
+            SqliteConn::Own(c) => c,
+            SqliteConn::Pooled(c) => c,
+        }
+    }
 }
 
 /// How often a SQLite writer settles: moves the finished tasks its commits
@@ -691,22 +721,44 @@ const LAST_EVENT_ID: &str = "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequenc
      WHERE name = 'task_events'), 0), COALESCE((SELECT MAX(event_id) FROM task_events), 0))";
 
 impl Store {
-    /// A connection for a writer to keep.
-    pub async fn writer_conn(&self) -> Result<WriterConn> {
+    /// A connection for a group-commit writer to keep.
+    ///
+    /// On SQLite it is a connection of its own, whose thread (sqlx runs
+    /// each connection on one) is given the nice value `sqlite_nice`: every
+    /// request waits for the writer's commits, one at a time, and under
+    /// load the request threads held both cores while the commit's thread
+    /// waited to run (see `writer_thread`).
+    pub async fn writer_conn(&self, sqlite_nice: i32) -> Result<WriterConn> {
         Ok(match self {
-            Store::Sqlite(pool) => WriterConn::Sqlite {
-                conn: pool.acquire().await?,
-                settled_at: Instant::now(),
-                last_event_id: None,
-            },
-            Store::Postgres(pool) => {
-                let mut conn = pool.acquire().await?.detach();
-                sqlx::query("SELECT set_config('plan_cache_mode', 'force_custom_plan', false)")
-                    .execute(&mut conn)
-                    .await?;
-                WriterConn::Postgres(conn)
+            Store::Sqlite(pool) => {
+                let options = (*pool.connect_options())
+                    .clone()
+                    .thread_name(|_| writer_thread::NAME.to_owned());
+                let conn = options.connect().await?;
+                writer_thread::renice(sqlite_nice);
+                WriterConn::sqlite(SqliteConn::Own(conn))
             }
+            Store::Postgres(_) => self.postgres_writer_conn().await?,
         })
+    }
+
+    /// A connection for one commit: see [`Store::apply`].
+    async fn one_off_conn(&self) -> Result<WriterConn> {
+        Ok(match self {
+            Store::Sqlite(pool) => WriterConn::sqlite(SqliteConn::Pooled(pool.acquire().await?)),
+            Store::Postgres(_) => self.postgres_writer_conn().await?,
+        })
+    }
+
+    async fn postgres_writer_conn(&self) -> Result<WriterConn> {
+        let Store::Postgres(pool) = self else {
+            unreachable!("called for PostgreSQL stores only");
+        };
+        let mut conn = pool.acquire().await?.detach();
+        sqlx::query("SELECT set_config('plan_cache_mode', 'force_custom_plan', false)")
+            .execute(&mut conn)
+            .await?;
+        Ok(WriterConn::Postgres(conn))
     }
 
     /// Settles what commits on connections of the pool left unsettled (on
@@ -721,11 +773,19 @@ impl Store {
 
     /// Commits batches on a connection of the pool: see [`WriterConn::apply`].
     pub async fn apply(&self, batches: &[&WriteBatch]) -> Result<()> {
-        self.writer_conn().await?.apply(batches).await
+        self.one_off_conn().await?.apply(batches).await
     }
 }
 
 impl WriterConn {
+    fn sqlite(conn: SqliteConn) -> Self {
+        WriterConn::Sqlite {
+            conn,
+            settled_at: Instant::now(),
+            last_event_id: None,
+        }
+    }
+
     /// Commits every batch in one transaction. The batches' changes are
     /// coalesced first (see `CommitPlan`), so a group commit of many
     /// requests costs a handful of statements, not a few per request.
@@ -745,8 +805,10 @@ impl WriterConn {
                 if result.is_err() {
                     // The transaction may still be open: closing the
                     // connection rolls it back, where a pooled one would
-                    // carry it to its next user.
-                    conn.close_on_drop();
+                    // carry it to its next user. The writer drops its own.
+                    if let SqliteConn::Pooled(conn) = conn {
+                        conn.close_on_drop();
+                    }
                     *last_event_id = None;
                 }
                 result
@@ -780,7 +842,7 @@ impl WriterConn {
 /// before it, one statement each, and so does reading the last event id
 /// when the connection does not know it yet (once per connection).
 async fn commit_sqlite(
-    conn: &mut PoolConnection<Sqlite>,
+    conn: &mut SqliteConnection,
     plan: &CommitPlan<'_>,
     settle: bool,
     last_event_id: &mut Option<i64>,
@@ -790,11 +852,11 @@ async fn commit_sqlite(
     if plan.accounts.is_empty() && !reads_last_event {
         one.push("BEGIN IMMEDIATE");
     } else {
-        sqlx::query("BEGIN IMMEDIATE").execute(&mut **conn).await?;
-        account_statements!(&mut **conn, plan);
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+        account_statements!(&mut *conn, plan);
         if reads_last_event {
             let last: i64 = sqlx::query_scalar(LAST_EVENT_ID)
-                .fetch_one(&mut **conn)
+                .fetch_one(&mut *conn)
                 .await?;
             *last_event_id = Some(last);
         }
@@ -810,7 +872,7 @@ async fn commit_sqlite(
     } else {
         "; COMMIT"
     });
-    one.build().execute(&mut **conn).await?;
+    one.build().execute(&mut *conn).await?;
     if !plan.events.is_empty() {
         *last_event_id = Some(first_id - 1 + plan.events.len() as i64);
     }

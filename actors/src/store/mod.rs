@@ -89,6 +89,8 @@ pub struct StoreOptions {
     pub max_connections: u32,
     /// Group-commit lanes on PostgreSQL (SQLite always has one).
     pub pg_writers: usize,
+    /// The nice value of the SQLite writer's thread (0: the default).
+    pub sqlite_writer_nice: i32,
 }
 
 impl Default for StoreOptions {
@@ -97,6 +99,7 @@ impl Default for StoreOptions {
             sqlite_full_sync: true,
             max_connections: 8,
             pg_writers: 4,
+            sqlite_writer_nice: -10,
         }
     }
 }
@@ -155,6 +158,7 @@ mod tasks;
 mod tests;
 mod usage;
 mod vectors;
+mod writer_thread;
 
 pub use commit::{WriteBatch, WriteOp, WriterConn};
 pub use keys::ClientDek;

@@ -273,7 +273,7 @@ async fn failed_commit(store: &Store) {
         WriteOp::SaveUsage(usage(2)),
         WriteOp::InsertTasks(vec![task(second.clone()), task(first.clone())]),
     ]);
-    let mut conn = store.writer_conn().await.unwrap();
+    let mut conn = store.writer_conn(0).await.unwrap();
     assert!(conn.apply(&[&failing]).await.is_err());
     drop(conn);
     let records = store.load_org(org_id).await.unwrap();
