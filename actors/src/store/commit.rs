@@ -23,6 +23,9 @@ use crate::domain::{
 
 mod postgres;
 
+#[cfg(test)]
+pub(super) use postgres::plan_check;
+
 /// One change to persist. A `WriteBatch` of these commits atomically.
 #[derive(Debug, Clone)]
 pub enum WriteOp {
@@ -637,16 +640,20 @@ fn push_task_statements(
 /// writer that took any idle connection for each commit read most of the
 /// pages it changed back from the file.
 ///
-/// With PostgreSQL, its prepared statements stay with it. PostgreSQL
-/// would also keep a generic plan of the commit statement, made once per
-/// connection and often while the tables are still small: a hash join over
-/// a sequential scan of `tasks`, or a lookup by the wrong index, which
-/// then stays as the table grows and makes every commit read all of an
-/// org's rows (seen under `taskq bench`: 130 cycles/s instead of 6,400).
-/// So a writer's connection plans each commit for its own rows
-/// (`plan_cache_mode = force_custom_plan`); parsing is still done once.
-/// It is taken out of the pool so that the setting never reaches a
-/// reader's connection, and one that failed is closed when dropped.
+/// With PostgreSQL, its prepared statement stays with it, and so does the
+/// statement's plan: the writer's connection always uses the generic plan
+/// (`plan_cache_mode = force_generic_plan`). Planning the commit statement
+/// for each commit cost a fifth of PostgreSQL's CPU under `taskq bench`.
+/// A generic plan is made once, often while the tables are still small,
+/// and may then be a hash join over a sequential scan of `tasks` that
+/// stays as the table grows (seen: 130 cycles/s instead of 6,400). So the
+/// connection also turns off sequential scans and hash and merge joins:
+/// the only plan left is the one wanted whatever the tables' size, a
+/// nested loop over each table's primary key (no other index of `tasks`
+/// can find a row by org and id; `postgres::plan_check` shows the plan,
+/// and a store test asserts it). It is taken out of the pool so that these
+/// settings never reach a reader's connection, and one that failed is
+/// closed when dropped.
 pub enum WriterConn {
     Sqlite {
         conn: SqliteConn,
@@ -755,9 +762,15 @@ impl Store {
             unreachable!("called for PostgreSQL stores only");
         };
         let mut conn = pool.acquire().await?.detach();
-        sqlx::query("SELECT set_config('plan_cache_mode', 'force_custom_plan', false)")
-            .execute(&mut conn)
-            .await?;
+        sqlx::query(
+            "SELECT set_config('plan_cache_mode', 'force_generic_plan', false), \
+             set_config('enable_seqscan', 'off', false), \
+             set_config('enable_bitmapscan', 'off', false), \
+             set_config('enable_hashjoin', 'off', false), \
+             set_config('enable_mergejoin', 'off', false)",
+        )
+        .execute(&mut conn)
+        .await?;
         Ok(WriterConn::Postgres(conn))
     }
 

@@ -6,7 +6,7 @@
 use sqlx::Connection;
 use uuid::Uuid;
 
-use super::{Store, StoreOptions, WriteBatch, WriteOp};
+use super::{Store, StoreOptions, WriteBatch, WriteOp, WriterConn};
 use crate::api::ListTasks;
 use crate::domain::account::{
     Encryption, KeyRecord, LimitKey, LimitOverrides, MemberRecord, OrgRecord, Role, Tier,
@@ -812,6 +812,33 @@ async fn events_survive_the_chain_migration() {
     store.close().await;
 }
 
+/// The plan a PostgreSQL writer keeps for its commit statement finds each
+/// changed row by its table's primary key, and scans no table: it is made
+/// once and kept however large the tables grow.
+async fn commit_plan_finds_rows_by_key(store: &Store) {
+    let WriterConn::Postgres(mut conn) = store.writer_conn(0).await.unwrap() else {
+        panic!("a PostgreSQL store gives PostgreSQL writers");
+    };
+    let (prepare, explain) = super::commit::plan_check();
+    sqlx::query(&prepare).execute(&mut conn).await.unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(&explain)
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    let plan = plan.join("\n");
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+    assert!(
+        !plan.contains("Hash Join") && !plan.contains("Merge Join"),
+        "{plan}"
+    );
+    for lookup in [
+        "Index Scan using tasks_pkey on tasks",
+        "Index Scan using task_vectors_pkey on task_vectors",
+    ] {
+        assert!(plan.contains(lookup), "{lookup} missing from:\n{plan}");
+    }
+}
+
 #[tokio::test]
 async fn round_trip_postgres() {
     let Ok(admin_url) = std::env::var("TASKQ_TEST_POSTGRES_URL") else {
@@ -833,6 +860,7 @@ async fn round_trip_postgres() {
     later_changes(&store).await;
     finished_and_reopened(&store, false).await;
     finished_and_reopened(&store, true).await;
+    commit_plan_finds_rows_by_key(&store).await;
     store.close().await;
     sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)"))
         .execute(&mut admin)

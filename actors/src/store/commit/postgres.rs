@@ -87,6 +87,29 @@ WITH usage AS (
 )
 SELECT 1";
 
+/// The statements that show the plan a connection makes for the commit
+/// statement: a `PREPARE` of it, then an `EXPLAIN` of its execution with
+/// every parameter NULL.
+#[cfg(test)]
+pub(crate) fn plan_check() -> (String, String) {
+    let parameters = TASK_STATEMENT
+        .split('$')
+        .skip(1)
+        .filter_map(|rest| {
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            rest[..digits].parse::<usize>().ok()
+        })
+        .max()
+        .unwrap_or(0);
+    (
+        format!("PREPARE taskq_commit AS {TASK_STATEMENT}"),
+        format!(
+            "EXPLAIN EXECUTE taskq_commit({})",
+            vec!["NULL"; parameters].join(", ")
+        ),
+    )
+}
+
 /// The content fields stored in `tasks`, in the statement's order.
 const CONTENT: [ContentField; 4] = [
     ContentField::Title,
