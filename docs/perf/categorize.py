@@ -22,7 +22,8 @@ total = sum(c for _, c in stacks)
 
 def where(frames):
     j = ";".join(frames)
-    if frames[0].startswith("sqlx-sqlite"):
+    # sqlx names its SQLite threads; the writer's own is `taskq-writer`.
+    if frames[0].startswith(("sqlx-sqlite", "taskq-writer")):
         if "ConnectionWorker::ping" in j:
             return "sqlite thread: pool ping"
         if "sqlite3Prepare" in j or "sqlite3LockAndPrepare" in j:
