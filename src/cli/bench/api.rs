@@ -45,9 +45,20 @@ pub(super) async fn exchange(
     let response = request.send().await.map_err(|e| error_chain(&e))?;
     let status = response.status();
     let body = response.bytes().await.map_err(|e| error_chain(&e))?;
-    let latency = started.elapsed();
+    let (body, latency) = expected(status, body, expect, started.elapsed())?;
+    Ok((body.to_vec(), latency))
+}
+
+/// An answer's body and latency if its status is `expect`, else a short
+/// description of it for the report.
+pub(super) fn expected(
+    status: StatusCode,
+    body: Bytes,
+    expect: StatusCode,
+    latency: Duration,
+) -> Result<(Bytes, Duration), String> {
     if status == expect {
-        Ok((body.to_vec(), latency))
+        Ok((body, latency))
     } else {
         let text = String::from_utf8_lossy(&body);
         Err(truncate(&format!(

@@ -23,7 +23,7 @@ use hyper_util::rt::TokioIo;
 use reqwest::{Client, StatusCode, Url};
 use tokio::net::TcpStream;
 
-use super::api::{error_chain, http_client, truncate, CONNECT_TIMEOUT, REQUEST_TIMEOUT};
+use super::api::{error_chain, expected, http_client, CONNECT_TIMEOUT, REQUEST_TIMEOUT};
 
 /// Where a request goes: the URL for reqwest, its path and query for a
 /// plain connection.
@@ -108,17 +108,7 @@ impl Connection {
                 (status, response.bytes().await.map_err(|e| error_chain(&e))?)
             }
         };
-        let latency = started.elapsed();
-        if status == expect {
-            Ok((answer, latency))
-        } else {
-            let text = String::from_utf8_lossy(&answer);
-            Err(truncate(&format!(
-                "HTTP {}: {}",
-                status.as_u16(),
-                text.trim()
-            )))
-        }
+        expected(status, answer, expect, started.elapsed())
     }
 }
 
