@@ -15,7 +15,7 @@ use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::order::ListKey;
 use crate::domain::usage::Usage;
 use crate::domain::{
-    ContentField, KeyId, Lease, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus,
+    ContentField, KeyId, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus,
 };
 
 fn header(status: TaskStatus, created_at: i64) -> TaskHeader {
