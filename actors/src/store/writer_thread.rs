@@ -59,3 +59,41 @@ fn renice_named(name: &str, nice: i32) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::sync::mpsc;
+
+    /// The nice value of this process's thread `tid`, from `/proc`.
+    fn nice_of(tid: &str) -> i32 {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+        // The fields after the name, which is in parentheses: the nice
+        // value is the 19th field of the line, the 17th after the name.
+        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+        after_name.split(' ').nth(16).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn renices_the_threads_of_its_name_and_no_other() {
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let named = std::thread::Builder::new()
+            .name("taskq-nice-test".to_owned())
+            .spawn(move || {
+                tid_tx
+                    .send(rustix::thread::gettid().as_raw_nonzero().get())
+                    .unwrap();
+                done_rx.recv().unwrap();
+            })
+            .unwrap();
+        let tid = tid_rx.recv().unwrap().to_string();
+        let own = rustix::thread::gettid().as_raw_nonzero().get().to_string();
+        let own_before = nice_of(&own);
+        // Raising a nice value needs no privilege, so the test runs anywhere.
+        super::renice_named("taskq-nice-test", 7).unwrap();
+        assert_eq!(nice_of(&tid), 7);
+        assert_eq!(nice_of(&own), own_before);
+        done_tx.send(()).unwrap();
+        named.join().unwrap();
+    }
+}
