@@ -429,8 +429,14 @@ impl Engine {
         self.inner.supervisor.stop(None);
         self.inner.reports_keeper.stop(None);
         self.inner.reporter.close().await;
-        for t in std::mem::take(&mut *self.inner.writer_tasks.lock().expect("not poisoned")) {
+        let writers = std::mem::take(&mut *self.inner.writer_tasks.lock().expect("not poisoned"));
+        for t in &writers {
             t.abort();
+        }
+        // A SQLite writer's connection is its own, outside the pool: it is
+        // dropped with its task, before the pool closes.
+        for t in writers {
+            let _ = t.await;
         }
         self.inner.store.close().await;
     }
