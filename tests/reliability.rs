@@ -507,3 +507,51 @@ backend_tests!(
         assert_eq!(srv.list_all(&org.owner_key, "").await.len(), 1);
     }
 );
+
+/// After a graceful stop the SQLite file holds everything on its own: no
+/// write-ahead log is left beside it, and a copy of the file alone (what
+/// an operator backs up once the server is down) has every task and its
+/// last state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_leaves_the_database_file_whole() {
+    let mut srv = TestServer::start(Backend::Sqlite).await;
+    let org = srv.create_org("dev").await;
+    let key = org.owner_key.clone();
+    let items: Vec<Value> = (0..5)
+        .map(|i| json!({ "title": format!("t{i}") }))
+        .collect();
+    let created = ids(&srv.create_tasks(&key, json!(items)).await);
+    let claimed = srv
+        .claim(&key, json!({ "lease_seconds": 900 }))
+        .await
+        .expect("a task");
+
+    let status = srv.stop().await;
+    assert!(status.success(), "SIGTERM exit status {status:?}");
+    let db = srv.sqlite_path();
+    let wal = db.with_file_name("taskq.db-wal");
+    assert!(
+        !wal.exists(),
+        "{} is left after a graceful stop",
+        wal.display()
+    );
+
+    let copy = srv.dir().join("backup.db");
+    std::fs::copy(&db, &copy).unwrap();
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&copy)
+        .read_only(true);
+    let mut conn: sqlx::SqliteConnection = sqlx::Connection::connect_with(&options).await.unwrap();
+    let rows: Vec<(String, String)> = sqlx::query_as("SELECT task_id, status FROM tasks")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    let stored: HashSet<String> = rows.iter().map(|(id, _)| id.clone()).collect();
+    assert_eq!(stored, created.iter().cloned().collect());
+    let claimed_id = claimed["task_id"].as_str().unwrap();
+    assert!(
+        rows.iter()
+            .any(|(id, status)| id == claimed_id && status == "in_progress"),
+        "{rows:?}"
+    );
+}

@@ -22,6 +22,10 @@
 //!
 //! Each transaction is recorded once in the lanes' shared `WriterStats`
 //! (batches, rows, time), for the operator.
+//!
+//! At shutdown, after everything queued is committed, `close` stops the
+//! lanes and closes their connections (SQLite's is the writer's own, outside
+//! the pool), so that the database file is whole once the server is down.
 
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
@@ -62,6 +66,9 @@ struct Lane {
 pub struct Writers {
     lanes: Arc<Vec<Lane>>,
     stats: Arc<WriterStats>,
+    /// Set once, by `close`: the lanes stop and close their connections.
+    stop: Arc<watch::Sender<bool>>,
+    tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 }
 
 /// A place in a lane's queue, taken before an actor changes its memory.
@@ -90,10 +97,11 @@ impl Writers {
         health: Arc<StoreHealth>,
         queue_bound: usize,
         on_failure: FailureHook,
-    ) -> (Self, Vec<tokio::task::JoinHandle<()>>) {
+    ) -> Self {
         let mut lanes = Vec::new();
         let mut handles = Vec::new();
         let stats = Arc::new(WriterStats::default());
+        let (stop, stopped) = watch::channel(false);
         for _ in 0..lane_count.max(1) {
             let (tx, rx) = mpsc::channel(queue_bound.max(1));
             let (finished_tx, finished) = watch::channel(0);
@@ -110,20 +118,35 @@ impl Writers {
                     sqlite_nice,
                 },
                 health.clone(),
-                rx,
-                finished_tx,
+                Queue {
+                    rx,
+                    finished: finished_tx,
+                    stop: stopped.clone(),
+                },
                 reloading,
                 on_failure.clone(),
                 stats.clone(),
             )));
         }
-        (
-            Self {
-                lanes: Arc::new(lanes),
-                stats,
-            },
-            handles,
-        )
+        Self {
+            lanes: Arc::new(lanes),
+            stats,
+            stop: Arc::new(stop),
+            tasks: Arc::new(Mutex::new(handles)),
+        }
+    }
+
+    /// Stops every lane once it has nothing queued and closes its
+    /// connection; returns when all are closed. A SQLite writer's
+    /// connection is its own, outside the pool, and the last connection
+    /// to close checkpoints the log away: closed here, before the pool,
+    /// the database file is whole when the server has stopped.
+    pub async fn close(&self) {
+        self.stop.send_replace(true);
+        let tasks = std::mem::take(&mut *self.tasks.lock().expect("not poisoned"));
+        for task in tasks {
+            let _ = task.await;
+        }
     }
 
     /// The commits of every lane so far.
@@ -203,6 +226,14 @@ async fn wait_for_lane(lane: &Lane) -> Result<(), StoreError> {
         .map_err(|_| StoreError::WriterGone)
 }
 
+/// A lane's end of its queue: the batches in, how many it has finished
+/// with out (for barriers), and the signal to stop.
+struct Queue {
+    rx: mpsc::Receiver<Job>,
+    finished: watch::Sender<u64>,
+    stop: watch::Receiver<bool>,
+}
+
 /// Where a lane's connection comes from.
 struct ConnSource {
     store: Store,
@@ -241,16 +272,28 @@ async fn apply(
 async fn run(
     source: ConnSource,
     health: Arc<StoreHealth>,
-    mut rx: mpsc::Receiver<Job>,
-    finished: watch::Sender<u64>,
+    queue: Queue,
     reloading: Arc<Mutex<HashSet<OrgId>>>,
     on_failure: FailureHook,
     stats: Arc<WriterStats>,
 ) {
+    let Queue {
+        mut rx,
+        finished,
+        mut stop,
+    } = queue;
     let is_reloading = |org: &OrgId| reloading.lock().expect("not poisoned").contains(org);
-    let mut conn = None;
+    let mut conn: Option<WriterConn> = None;
     let mut queued = Vec::with_capacity(64);
-    while rx.recv_many(&mut queued, MAX_BATCHES_PER_COMMIT).await > 0 {
+    loop {
+        let taken = tokio::select! {
+            biased;
+            taken = rx.recv_many(&mut queued, MAX_BATCHES_PER_COMMIT) => taken,
+            _ = stop.wait_for(|stop| *stop) => 0,
+        };
+        if taken == 0 {
+            break;
+        }
         let taken = queued.len() as u64;
         let mut accepted: Vec<Job> = Vec::with_capacity(queued.len());
         for (batch, reply) in queued.drain(..) {
@@ -301,5 +344,8 @@ async fn run(
             }
         }
         finished.send_modify(|done| *done += taken);
+    }
+    if let Some(conn) = conn {
+        conn.close().await;
     }
 }

@@ -141,7 +141,8 @@ struct Inner {
     /// Whether the store answers; requests are refused while it does not.
     health: Arc<StoreHealth>,
     writers: Writers,
-    writer_tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The embedding worker and the store watcher, aborted at shutdown.
+    background_tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     directory: Arc<OrgDirectory>,
     supervisor: ActorRef<SupervisorMsg>,
     /// Read-only here: only the supervisor writes it.
@@ -212,7 +213,8 @@ impl Engine {
             })
         };
         let health = Arc::new(StoreHealth::default());
-        let (writers, mut writer_tasks) = Writers::start(
+        let mut background_tasks = Vec::new();
+        let writers = Writers::start(
             store.clone(),
             config.store.sqlite_writer_nice,
             store.writer_count(config.store.pg_writers),
@@ -241,7 +243,7 @@ impl Engine {
             .embedder
             .map(|e| Arc::new(Meaning::new(e, store.clone(), directory.clone())));
         if let Some(m) = &meaning {
-            writer_tasks.push(m.start());
+            background_tasks.push(m.start());
         }
         let (supervisor, _) = Actor::spawn(
             None,
@@ -291,7 +293,7 @@ impl Engine {
                 reports_keeper,
                 store,
                 writers,
-                writer_tasks: std::sync::Mutex::new(Vec::new()),
+                background_tasks: std::sync::Mutex::new(Vec::new()),
                 directory,
                 supervisor,
                 routes,
@@ -314,8 +316,8 @@ impl Engine {
         let feedback = engine.prepare_feedback_org(config.feedback_org).await?;
         let _ = engine.inner.feedback.set(feedback);
         engine.wake_orgs_with_leases().await?;
-        writer_tasks.push(tokio::spawn(engine.clone().watch_store()));
-        *engine.inner.writer_tasks.lock().expect("not poisoned") = writer_tasks;
+        background_tasks.push(tokio::spawn(engine.clone().watch_store()));
+        *engine.inner.background_tasks.lock().expect("not poisoned") = background_tasks;
         Ok(engine)
     }
 
@@ -429,15 +431,10 @@ impl Engine {
         self.inner.supervisor.stop(None);
         self.inner.reports_keeper.stop(None);
         self.inner.reporter.close().await;
-        let writers = std::mem::take(&mut *self.inner.writer_tasks.lock().expect("not poisoned"));
-        for t in &writers {
+        for t in std::mem::take(&mut *self.inner.background_tasks.lock().expect("not poisoned")) {
             t.abort();
         }
-        // A SQLite writer's connection is its own, outside the pool: it is
-        // dropped with its task, before the pool closes.
-        for t in writers {
-            let _ = t.await;
-        }
+        self.inner.writers.close().await;
         self.inner.store.close().await;
     }
 

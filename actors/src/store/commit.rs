@@ -791,6 +791,25 @@ impl Store {
 }
 
 impl WriterConn {
+    /// Closes the connection and waits until it is closed (a pool's
+    /// connection goes back to its pool).
+    pub async fn close(self) {
+        let closed = match self {
+            WriterConn::Sqlite {
+                conn: SqliteConn::Own(conn),
+                ..
+            } => sqlx::Connection::close(conn).await,
+            WriterConn::Sqlite {
+                conn: SqliteConn::Pooled(_),
+                ..
+            } => Ok(()),
+            WriterConn::Postgres(conn) => sqlx::Connection::close(conn).await,
+        };
+        if let Err(e) = closed {
+            tracing::warn!(error = %e, "closing a writer's connection failed");
+        }
+    }
+
     fn sqlite(conn: SqliteConn) -> Self {
         WriterConn::Sqlite {
             conn,
