@@ -255,22 +255,29 @@ backend_tests!(
     }
 );
 
+/// A new org with `count` tasks, one of them claimed for 900 s, and then
+/// the server stopped with SIGTERM, which must exit 0: the org, the
+/// created ids and the claim.
+async fn stop_with_one_claimed(srv: &mut TestServer, count: usize) -> (Org, Vec<String>, Value) {
+    let org = srv.create_org("dev").await;
+    let items: Vec<Value> = (0..count)
+        .map(|i| json!({ "title": format!("t{i}") }))
+        .collect();
+    let created = ids(&srv.create_tasks(&org.owner_key, json!(items)).await);
+    let claimed = srv
+        .claim(&org.owner_key, json!({ "lease_seconds": 900 }))
+        .await
+        .expect("a task");
+    let status = srv.stop().await;
+    assert!(status.success(), "SIGTERM exit status {status:?}");
+    (org, created, claimed)
+}
+
 backend_tests!(
     graceful_shutdown_exits_zero_and_keeps_state,
     |mut srv| async move {
-        let org = srv.create_org("dev").await;
+        let (org, created, claimed) = stop_with_one_claimed(&mut srv, 10).await;
         let key = org.owner_key.clone();
-        let items: Vec<Value> = (0..10)
-            .map(|i| json!({ "title": format!("t{i}") }))
-            .collect();
-        let created = ids(&srv.create_tasks(&key, json!(items)).await);
-        let claimed = srv
-            .claim(&key, json!({ "lease_seconds": 900 }))
-            .await
-            .expect("a task");
-
-        let status = srv.stop().await;
-        assert!(status.success(), "SIGTERM exit status {status:?}");
         srv.start_again().await;
 
         let listed: HashSet<String> = srv.list_ids(&key, "").await.into_iter().collect();
@@ -515,19 +522,7 @@ backend_tests!(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_leaves_the_database_file_whole() {
     let mut srv = TestServer::start(Backend::Sqlite).await;
-    let org = srv.create_org("dev").await;
-    let key = org.owner_key.clone();
-    let items: Vec<Value> = (0..5)
-        .map(|i| json!({ "title": format!("t{i}") }))
-        .collect();
-    let created = ids(&srv.create_tasks(&key, json!(items)).await);
-    let claimed = srv
-        .claim(&key, json!({ "lease_seconds": 900 }))
-        .await
-        .expect("a task");
-
-    let status = srv.stop().await;
-    assert!(status.success(), "SIGTERM exit status {status:?}");
+    let (_, created, claimed) = stop_with_one_claimed(&mut srv, 5).await;
     let db = srv.sqlite_path();
     let wal = db.with_file_name("taskq.db-wal");
     assert!(
