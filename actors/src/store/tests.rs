@@ -618,6 +618,34 @@ async fn round_trip_sqlite() {
     store.close().await;
 }
 
+/// The bundled SQLite is built with the workspace's flags
+/// (`.cargo/config.toml`): without memory statistics and memory
+/// management, every allocation and page-cache lookup took a process-wide
+/// mutex, a twentieth of the commit thread's time.
+#[tokio::test]
+async fn bundled_sqlite_takes_no_global_mutex_per_allocation() {
+    let path = TempDb::new();
+    let store = path.store().await;
+    let Store::Sqlite(pool) = &store else {
+        unreachable!("a SQLite store")
+    };
+    let options: Vec<String> = sqlx::query_scalar("PRAGMA compile_options")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    assert!(
+        options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
+        "{options:?}"
+    );
+    assert!(
+        !options
+            .iter()
+            .any(|o| o.starts_with("ENABLE_MEMORY_MANAGEMENT")),
+        "{options:?}"
+    );
+    store.close().await;
+}
+
 /// The leaf pages of the `tasks` table, each with its number of rows.
 async fn task_leaves(store: &Store) -> Vec<(i64, i64)> {
     let Store::Sqlite(pool) = store else {
