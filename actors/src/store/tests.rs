@@ -618,20 +618,15 @@ async fn round_trip_sqlite() {
     store.close().await;
 }
 
-/// The bundled SQLite is built with the workspace's flags
-/// (`.cargo/config.toml`): without memory statistics and memory
-/// management, every allocation and page-cache lookup took a process-wide
-/// mutex, a twentieth of the commit thread's time; and no page cache
-/// allocates its pages up front.
+/// The bundled SQLite is built with the workspace's flags: no memory
+/// statistics, no memory management, no page cache allocated up front
+/// (`.cargo/config.toml` says why).
 #[tokio::test]
 async fn bundled_sqlite_is_built_with_the_workspace_flags() {
     let path = TempDb::new();
     let store = path.store().await;
-    let Store::Sqlite(pool) = &store else {
-        unreachable!("a SQLite store")
-    };
     let options: Vec<String> = sqlx::query_scalar("PRAGMA compile_options")
-        .fetch_all(pool)
+        .fetch_all(sqlite_pool(&store))
         .await
         .unwrap();
     for wanted in ["DEFAULT_MEMSTATUS=0", "DEFAULT_PCACHE_INITSZ=0"] {
@@ -646,16 +641,20 @@ async fn bundled_sqlite_is_built_with_the_workspace_flags() {
     store.close().await;
 }
 
-/// The leaf pages of the `tasks` table, each with its number of rows.
-async fn task_leaves(store: &Store) -> Vec<(i64, i64)> {
+fn sqlite_pool(store: &Store) -> &sqlx::SqlitePool {
     let Store::Sqlite(pool) = store else {
         unreachable!("a SQLite store")
     };
+    pool
+}
+
+/// The leaf pages of the `tasks` table, each with its number of rows.
+async fn task_leaves(store: &Store) -> Vec<(i64, i64)> {
     sqlx::query_as(
         "SELECT pageno, ncell FROM dbstat WHERE name = 'tasks' AND pagetype = 'leaf' \
          ORDER BY pageno",
     )
-    .fetch_all(pool)
+    .fetch_all(sqlite_pool(store))
     .await
     .unwrap()
 }
