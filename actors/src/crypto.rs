@@ -21,11 +21,12 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::domain::{OrgId, TaskId};
+use crate::domain::{OrgId, TaskId, ID_TEXT_LEN};
 
 const SEALED: u8 = 1;
 const PLAIN: u8 = 0;
 const NONCE_LEN: usize = 12;
+const AAD_PREFIX: &str = "taskq/v1/";
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CryptoError {
@@ -253,8 +254,18 @@ impl OrgCipher {
         self.cipher.is_some()
     }
 
+    /// `taskq/v1/{org}/{task}/{field}`: binds a ciphertext to its place.
+    /// Built by hand, as it is for every field of every task answered or
+    /// stored; the bytes must never change, or stored content stops opening.
     fn aad(&self, task: TaskId, field: &str) -> String {
-        format!("taskq/v1/{}/{task}/{field}", self.org)
+        let mut aad = String::with_capacity(AAD_PREFIX.len() + 2 * (ID_TEXT_LEN + 1) + field.len());
+        aad.push_str(AAD_PREFIX);
+        aad.push_str(self.org.encode(&mut [0; ID_TEXT_LEN]));
+        aad.push('/');
+        aad.push_str(task.encode(&mut [0; ID_TEXT_LEN]));
+        aad.push('/');
+        aad.push_str(field);
+        aad
     }
 
     pub fn seal(&self, task: TaskId, field: &str, plaintext: &[u8]) -> Vec<u8> {
@@ -342,6 +353,18 @@ mod tests {
 
     fn master() -> MasterKey {
         MasterKey::from_base64(&MasterKey::generate_base64()).unwrap()
+    }
+
+    #[test]
+    fn associated_data_keeps_the_bytes_content_was_sealed_with() {
+        let org = OrgId::new_v7();
+        let m = master();
+        let cipher = m.unwrap_dek(org, &m.new_wrapped_dek(org).bytes).unwrap();
+        let task = TaskId::new_v7();
+        let old = format!("taskq/v1/{org}/{task}/output");
+        assert_eq!(cipher.aad(task, "output"), old);
+        let sealed = seal_with(cipher.cipher.as_ref().unwrap(), old.as_bytes(), b"{}");
+        assert_eq!(cipher.open(task, "output", &sealed).unwrap(), b"{}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::content::{check_object, check_text, content_object, text, title, ContentPolicy, Text};
 use super::decode::{
-    batch, err, non_empty_string, optional_string, present, reject_unknown, Result,
+    batch, err, field_path, non_empty_string, optional_string, present, reject_unknown, Result,
 };
 use super::tasks::{priority, tag_list, task_id, DEFAULT_PRIORITY};
 use super::{Decode, MemberRequest, Object, RequestKind};
@@ -138,7 +138,7 @@ impl Decode for CreateTasks {
                 .ok_or_else(|| err(&p, "must be an object"))?;
             reject_unknown(
                 obj,
-                &format!("{p}."),
+                &field_path(&p, ""),
                 &[
                     "title",
                     "description",
@@ -153,7 +153,7 @@ impl Decode for CreateTasks {
                     "max_attempts",
                 ],
             )?;
-            let f = |name: &str| format!("{p}.{name}");
+            let f = |name: &str| field_path(&p, name);
             let title = match present(obj, "title") {
                 None => return Err(err(&f("title"), "is required")),
                 Some(v) => title(v, &f("title"))?,

@@ -35,6 +35,17 @@ pub(super) fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Object> {
         .ok_or_else(|| ValidationError::new(format!("{what} must be a JSON object")))
 }
 
+/// `{parent}.{name}`, the path of an item's field. Built by hand: a batch
+/// decodes one for every field of every item, and the formatting
+/// machinery costs more than the copy.
+pub(super) fn field_path(parent: &str, name: &str) -> String {
+    let mut path = String::with_capacity(parent.len() + 1 + name.len());
+    path.push_str(parent);
+    path.push('.');
+    path.push_str(name);
+    path
+}
+
 /// Refuses keys outside `known`, naming the first with its `path` prefix.
 pub(super) fn reject_unknown(obj: &Object, path: &str, known: &[&str]) -> Result<()> {
     match obj.keys().find(|k| !known.contains(&k.as_str())) {

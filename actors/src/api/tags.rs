@@ -6,8 +6,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::decode::{
-    batch, boolean, description, err, object, optional, reject_unknown, safe_name, string_list,
-    Result,
+    batch, boolean, description, err, field_path, object, optional, reject_unknown, safe_name,
+    string_list, Result,
 };
 use super::{Decode, MemberRequest, RequestKind, Timestamp, TAG_NAME_PATTERN};
 use crate::domain::admin::{self, Tag};
@@ -110,10 +110,10 @@ fn tag_items(body: &Value, patch: bool) -> Result<Vec<TagPatch>> {
         let obj = object(item, &p)?;
         reject_unknown(
             obj,
-            &format!("{p}."),
+            &field_path(&p, ""),
             &["name", "strict", "default", "description"],
         )?;
-        let f = |k: &str| format!("{p}.{k}");
+        let f = |k: &str| field_path(&p, k);
         let name = tag_name(obj.get("name").unwrap_or(&Value::Null), &f("name"))?;
         let flag = |key: &str| -> Result<Option<bool>> {
             match obj.get(key) {

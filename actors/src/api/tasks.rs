@@ -9,8 +9,8 @@ use super::content::{
     check_object, check_text, content_object, note, text, title, ContentPolicy, Text, ENVELOPE_KEY,
 };
 use super::decode::{
-    batch, err, non_empty_string, optional_body, optional_string, present, reject_unknown, string,
-    string_list, Result,
+    batch, err, field_path, non_empty_string, optional_body, optional_string, present,
+    reject_unknown, string, string_list, Result,
 };
 use super::{Decode, MemberRequest, Object, RequestKind};
 use crate::domain::{TaskId, TaskStatus};
@@ -147,7 +147,7 @@ fn update_item(item: &Value, p: &str) -> Result<TaskUpdate> {
         .ok_or_else(|| err(p, "must be an object"))?;
     reject_unknown(
         obj,
-        &format!("{p}."),
+        &field_path(p, ""),
         &[
             "task_id",
             "status",
@@ -164,7 +164,7 @@ fn update_item(item: &Value, p: &str) -> Result<TaskUpdate> {
             "lease_id",
         ],
     )?;
-    let f = |name: &str| format!("{p}.{name}");
+    let f = |name: &str| field_path(p, name);
     let mut u = TaskUpdate::new(match present(obj, "task_id") {
         None => return Err(err(&f("task_id"), "is required")),
         Some(v) => task_id(v, &f("task_id"))?,

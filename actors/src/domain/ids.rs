@@ -6,6 +6,9 @@ use std::str::FromStr;
 
 use uuid::Uuid;
 
+/// The length of an id's canonical text.
+pub const ID_TEXT_LEN: usize = 36;
+
 macro_rules! uuid_id {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
@@ -16,11 +19,17 @@ macro_rules! uuid_id {
             pub fn new_v7() -> Self {
                 Self(Uuid::now_v7())
             }
+
+            /// The canonical text, written into `buf` without the formatting
+            /// machinery: every stored row and every answer renders ids.
+            pub fn encode<'b>(&self, buf: &'b mut [u8; ID_TEXT_LEN]) -> &'b str {
+                self.0.hyphenated().encode_lower(buf)
+            }
         }
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Display::fmt(&self.0.hyphenated(), f)
+                f.pad(self.encode(&mut [0; ID_TEXT_LEN]))
             }
         }
 
@@ -37,7 +46,7 @@ macro_rules! uuid_id {
 
         impl serde::Serialize for $name {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
+                s.serialize_str(self.encode(&mut [0; ID_TEXT_LEN]))
             }
         }
 
@@ -82,7 +91,7 @@ impl TaskId {
     /// A client-minted id must already be canonical: lowercase and hyphenated.
     pub fn parse_canonical(s: &str) -> Option<Self> {
         let id: Self = s.parse().ok()?;
-        (id.to_string() == s).then_some(id)
+        (id.encode(&mut [0; ID_TEXT_LEN]) == s).then_some(id)
     }
 }
 
@@ -98,6 +107,16 @@ mod tests {
             .parse::<TaskId>()
             .is_err());
         assert!("not-a-uuid".parse::<TaskId>().is_err());
+    }
+
+    #[test]
+    fn renders_the_canonical_text_everywhere() {
+        let s = "0190a0c2-7f3e-7c1a-9b2d-3e4f5a6b7c8d";
+        let id: OrgId = s.parse().unwrap();
+        assert_eq!(id.encode(&mut [0; ID_TEXT_LEN]), s);
+        assert_eq!(id.to_string(), id.0.hyphenated().to_string());
+        assert_eq!(format!("[{id:>38}]"), format!("[  {s}]"));
+        assert_eq!(serde_json::to_string(&id).unwrap(), format!("\"{s}\""));
     }
 
     #[test]

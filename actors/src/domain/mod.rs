@@ -14,6 +14,6 @@ mod status;
 mod task;
 pub mod usage;
 
-pub use ids::{KeyId, OrgId, TaskId};
+pub use ids::{KeyId, OrgId, TaskId, ID_TEXT_LEN};
 pub use status::TaskStatus;
 pub use task::*;

@@ -187,7 +187,6 @@ pub struct HeaderColumns {
 
 impl From<&TaskHeader> for HeaderColumns {
     fn from(h: &TaskHeader) -> Self {
-        let blocked: Vec<String> = h.blocked_by.iter().map(|b| b.to_string()).collect();
         Self {
             task_id: h.task_id.to_string(),
             status: h.status.as_str(),
@@ -195,7 +194,7 @@ impl From<&TaskHeader> for HeaderColumns {
             priority: i64::from(h.priority),
             assignee: h.assignee.clone(),
             tags: serde_json::to_string(&h.tags).unwrap_or_else(|_| "[]".into()),
-            blocked_by: serde_json::to_string(&blocked).unwrap_or_else(|_| "[]".into()),
+            blocked_by: serde_json::to_string(&h.blocked_by).unwrap_or_else(|_| "[]".into()),
             parent: h.parent.map(|p| p.to_string()),
             created_at: h.created_at,
             updated_at: h.updated_at,
