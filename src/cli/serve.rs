@@ -14,7 +14,7 @@ use taskq_actors::llm::ChatModel;
 use taskq_actors::{Engine, EngineConfig};
 
 use crate::embed::{BuiltinEmbedder, EndpointEmbedder, DEFAULT_MODEL_DIR};
-use crate::http::{router, AppState};
+use crate::http::{router, AppState, Shared};
 use crate::keyfiles::KeySource;
 use crate::llm::ChatEndpoint;
 use crate::moderation::ModerationEndpoint;
@@ -296,13 +296,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if admin_token.is_none() {
         tracing::info!("TASKQ_ADMIN_TOKEN is unset: the /admin routes are disabled");
     }
-    let mut state = AppState::new(engine.clone(), admin_token, keys);
-    state.secure_cookies = args.tls_cert.is_some() && args.tls_key.is_some();
+    let mut shared = Shared::new(engine.clone(), admin_token, keys);
+    shared.secure_cookies = args.tls_cert.is_some() && args.tls_key.is_some();
     #[cfg(feature = "test-hooks")]
     {
-        state.test_clock = Some(test_clock);
+        shared.test_clock = Some(test_clock);
     }
-    let app = router(state);
+    let app = router(AppState::from(shared));
 
     let listener = std::net::TcpListener::bind(&args.listen)
         .with_context(|| format!("binding {}", args.listen))?;

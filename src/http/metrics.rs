@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::header;
+use axum::http::{header, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use dashmap::DashMap;
@@ -22,17 +22,23 @@ const BUCKETS: [f64; 12] = [
     0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
 ];
 
+/// A request's route template (`unmatched` when none matched), method and
+/// status.
+type RequestKey = (Box<str>, Method, u16);
+
 #[derive(Default)]
 pub struct Metrics {
-    requests: DashMap<(String, String, u16), AtomicU64>,
+    requests: DashMap<RequestKey, AtomicU64>,
     claim_buckets: [AtomicU64; BUCKETS.len()],
     claim_count: AtomicU64,
     claim_sum_micros: AtomicU64,
 }
 
 impl Metrics {
-    fn record(&self, route: &str, method: &str, status: u16, elapsed_secs: f64) {
-        let key = (route.to_owned(), method.to_owned(), status);
+    /// Counts one request. The key is built once and moved into the map
+    /// only for its first request: this runs for every request served.
+    fn record(&self, key: RequestKey, elapsed_secs: f64) {
+        let is_claim = &*key.0 == "/tasks/claim";
         if let Some(c) = self.requests.get(&key) {
             c.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -41,7 +47,7 @@ impl Metrics {
                 .or_default()
                 .fetch_add(1, Ordering::Relaxed);
         }
-        if route == "/tasks/claim" {
+        if is_claim {
             for (i, bound) in BUCKETS.iter().enumerate() {
                 if elapsed_secs <= *bound {
                     self.claim_buckets[i].fetch_add(1, Ordering::Relaxed);
@@ -56,12 +62,9 @@ impl Metrics {
 
 /// Middleware: counts every request by its route template and status.
 pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
-    let method = request.method().as_str().to_owned();
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    let method = request.method().clone();
     let start = Instant::now();
     let response = next.run(request).await;
     let elapsed = start.elapsed();
@@ -69,7 +72,7 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
     tracing::debug!(%method, %route, status, elapsed_ms = elapsed.as_secs_f64() * 1e3, "request");
     state
         .metrics
-        .record(&route, &method, status, elapsed.as_secs_f64());
+        .record((route.into(), method, status), elapsed.as_secs_f64());
     response
 }
 

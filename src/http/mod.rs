@@ -31,16 +31,20 @@ use crate::keyfiles::KeySource;
 pub use error::ApiError;
 pub(crate) use openapi::drop_null_defaults;
 
+/// What every handler shares, behind one `Arc`: each request clones the
+/// state for its middleware and each extractor, so a clone is one count.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+pub struct Shared {
     pub engine: Engine,
     /// The operator token; `None` disables `/admin`.
     pub admin_token: Option<Arc<str>>,
-    pub metrics: Arc<metrics::Metrics>,
+    pub metrics: metrics::Metrics,
     /// Where the master keys live, for a rotation.
-    pub keys: Arc<KeySource>,
+    pub keys: KeySource,
     /// Sessions of the operator page.
-    pub sessions: Arc<ui::Sessions>,
+    pub sessions: ui::Sessions,
     /// The server speaks TLS itself: session cookies are `Secure`.
     pub secure_cookies: bool,
     /// The engine's clock, movable by the test hook.
@@ -48,18 +52,32 @@ pub struct AppState {
     pub test_clock: Option<Arc<taskq_actors::clock::OffsetClock>>,
 }
 
-impl AppState {
+impl Shared {
     pub fn new(engine: Engine, admin_token: Option<Arc<str>>, keys: KeySource) -> Self {
         Self {
             engine,
             admin_token,
-            metrics: Arc::default(),
-            keys: Arc::new(keys),
-            sessions: Arc::default(),
+            metrics: metrics::Metrics::default(),
+            keys,
+            sessions: ui::Sessions::default(),
             secure_cookies: false,
             #[cfg(feature = "test-hooks")]
             test_clock: None,
         }
+    }
+}
+
+impl From<Shared> for AppState {
+    fn from(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
     }
 }
 
