@@ -10,13 +10,15 @@
 
 use std::collections::BTreeSet;
 
-use uuid::Uuid;
-
 use super::{Lease, TaskId};
 
+/// A new lease. Its id is a version 4 UUID from the thread's CSPRNG
+/// (`rand::thread_rng`, seeded from the OS), as key secrets are:
+/// `Uuid::new_v4` without uuid's `fast-rng` feature asks the OS for every
+/// id, a system call on every claim.
 pub fn grant(now_ms: i64, seconds: u32) -> Lease {
     Lease {
-        lease_id: Uuid::new_v4(),
+        lease_id: uuid::Builder::from_random_bytes(rand::random()).into_uuid(),
         expires_at: now_ms + i64::from(seconds) * 1000,
         seconds,
     }
@@ -104,6 +106,17 @@ impl LeaseQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lease_ids_are_random_version_4_uuids() {
+        let ids: std::collections::HashSet<uuid::Uuid> =
+            (0..1000).map(|_| grant(0, 60).lease_id).collect();
+        assert_eq!(ids.len(), 1000);
+        for id in &ids {
+            assert_eq!(id.get_version(), Some(uuid::Version::Random));
+            assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
+        }
+    }
 
     #[test]
     fn the_last_attempt_fails_the_task() {
