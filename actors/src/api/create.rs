@@ -138,7 +138,7 @@ impl Decode for CreateTasks {
                 .ok_or_else(|| err(&p, "must be an object"))?;
             reject_unknown(
                 obj,
-                &field_path(&p, ""),
+                &p,
                 &[
                     "title",
                     "description",

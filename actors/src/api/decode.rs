@@ -46,10 +46,15 @@ pub(super) fn field_path(parent: &str, name: &str) -> String {
     path
 }
 
-/// Refuses keys outside `known`, naming the first with its `path` prefix.
-pub(super) fn reject_unknown(obj: &Object, path: &str, known: &[&str]) -> Result<()> {
+/// Refuses keys outside `known`, naming the first by its path under
+/// `parent` (the item's path, or `""` for the body itself).
+pub(super) fn reject_unknown(obj: &Object, parent: &str, known: &[&str]) -> Result<()> {
     match obj.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(k) => Err(ValidationError::new(format!("{path}{k}: unknown field"))),
+        Some(k) if parent.is_empty() => Err(ValidationError::new(format!("{k}: unknown field"))),
+        Some(k) => Err(ValidationError::new(format!(
+            "{}: unknown field",
+            field_path(parent, k)
+        ))),
         None => Ok(()),
     }
 }

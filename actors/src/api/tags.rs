@@ -108,11 +108,7 @@ fn tag_items(body: &Value, patch: bool) -> Result<Vec<TagPatch>> {
     for (i, item) in batch(body, "tags")?.iter().enumerate() {
         let p = format!("tags[{i}]");
         let obj = object(item, &p)?;
-        reject_unknown(
-            obj,
-            &field_path(&p, ""),
-            &["name", "strict", "default", "description"],
-        )?;
+        reject_unknown(obj, &p, &["name", "strict", "default", "description"])?;
         let f = |k: &str| field_path(&p, k);
         let name = tag_name(obj.get("name").unwrap_or(&Value::Null), &f("name"))?;
         let flag = |key: &str| -> Result<Option<bool>> {

@@ -147,7 +147,7 @@ fn update_item(item: &Value, p: &str) -> Result<TaskUpdate> {
         .ok_or_else(|| err(p, "must be an object"))?;
     reject_unknown(
         obj,
-        &field_path(p, ""),
+        p,
         &[
             "task_id",
             "status",
@@ -615,6 +615,18 @@ mod tests {
         let nulls = update(json!({"task_id": id, "assignee": null, "description": null})).unwrap();
         assert_eq!(nulls.updates[0].assignee, Some(None));
         assert_eq!(nulls.updates[0].description, Some(None));
+    }
+
+    #[test]
+    fn unknown_fields_are_named_by_their_path() {
+        let id = "0190a0c2-7f3e-7c1a-9b2d-3e4f5a6b7c8d";
+        let e = UpdateTasks::decode(
+            &json!({ "updates": [{"task_id": id}, {"task_id": id, "colour": 1}] }),
+        )
+        .unwrap_err();
+        assert_eq!(e.0, "updates[1].colour: unknown field");
+        let e = ClaimRequest::decode(&json!({ "colour": 1 })).unwrap_err();
+        assert_eq!(e.0, "colour: unknown field");
     }
 
     #[test]
