@@ -1,17 +1,23 @@
 //! `/metrics` in Prometheus text format: requests by route and status, claim
 //! latency, actors alive and restarted, requests refused by a limit, claims
-//! waiting (long polls), queue depth by org. The same middleware logs each
+//! waiting (long polls), queue depth by org. The same layer logs each
 //! request at debug level (`RUST_LOG=taskq=debug`).
 
 use std::fmt::Write as _;
+use std::future::Future;
+use std::hash::{Hash, Hasher};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, Method};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use dashmap::DashMap;
+use pin_project_lite::pin_project;
+use tower_layer::Layer;
+use tower_service::Service;
 
 use super::error::ApiError;
 use super::extract::Operator;
@@ -22,9 +28,34 @@ const BUCKETS: [f64; 12] = [
     0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
 ];
 
-/// A request's route template (`unmatched` when none matched), method and
-/// status.
-type RequestKey = (Box<str>, Method, u16);
+/// A request's route template, compared by its text: `unmatched` when no
+/// route matched. It holds the router's own shared string, so counting a
+/// request allocates nothing.
+#[derive(Clone)]
+struct RouteName(Option<MatchedPath>);
+
+impl RouteName {
+    fn as_str(&self) -> &str {
+        self.0.as_ref().map_or("unmatched", MatchedPath::as_str)
+    }
+}
+
+impl PartialEq for RouteName {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for RouteName {}
+
+impl Hash for RouteName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+/// A request's route template, method and status.
+type RequestKey = (RouteName, Method, u16);
 
 #[derive(Default)]
 pub struct Metrics {
@@ -35,10 +66,11 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Counts one request. The key is built once and moved into the map
-    /// only for its first request: this runs for every request served.
+    /// Counts one request. The key moves into the map only for its route's
+    /// first request with that method and status: this runs for every
+    /// request served.
     fn record(&self, key: RequestKey, elapsed_secs: f64) {
-        let is_claim = &*key.0 == "/tasks/claim";
+        let is_claim = key.0.as_str() == "/tasks/claim";
         if let Some(c) = self.requests.get(&key) {
             c.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -60,20 +92,110 @@ impl Metrics {
     }
 }
 
-/// Middleware: counts every request by its route template and status.
-pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let route = request.extensions().get::<MatchedPath>().cloned();
-    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    let method = request.method().clone();
-    let start = Instant::now();
-    let response = next.run(request).await;
-    let elapsed = start.elapsed();
-    let status = response.status().as_u16();
-    tracing::debug!(%method, %route, status, elapsed_ms = elapsed.as_secs_f64() * 1e3, "request");
-    state
-        .metrics
-        .record((route.into(), method, status), elapsed.as_secs_f64());
-    response
+/// The layer that counts every request by its route template and status,
+/// and logs it at debug level. It wraps each route (so the matched path is
+/// known) and the fallbacks. Written as a plain tower layer rather than with
+/// `middleware::from_fn`, which boxes a clone of the inner service and the
+/// future of every request.
+#[derive(Clone)]
+pub struct Track {
+    state: AppState,
+}
+
+impl Track {
+    pub fn new(state: AppState) -> Self {
+        Self { state }
+    }
+}
+
+impl<S> Layer<S> for Track {
+    type Service = Tracked<S>;
+
+    fn layer(&self, inner: S) -> Tracked<S> {
+        Tracked {
+            inner,
+            state: self.state.clone(),
+        }
+    }
+}
+
+/// A service wrapped by [`Track`].
+#[derive(Clone)]
+pub struct Tracked<S> {
+    inner: S,
+    state: AppState,
+}
+
+impl<S> Service<Request> for Tracked<S>
+where
+    S: Service<Request, Response = Response>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = TrackedFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let route = RouteName(request.extensions().get::<MatchedPath>().cloned());
+        let method = request.method().clone();
+        TrackedFuture {
+            inner: self.inner.call(request),
+            pending: Some(Pending {
+                state: self.state.clone(),
+                route,
+                method,
+                start: Instant::now(),
+            }),
+        }
+    }
+}
+
+/// What a request's count needs once its response is ready.
+struct Pending {
+    state: AppState,
+    route: RouteName,
+    method: Method,
+    start: Instant,
+}
+
+pin_project! {
+    /// The future of a request wrapped by [`Track`]: the inner future, then
+    /// the count.
+    pub struct TrackedFuture<F> {
+        #[pin]
+        inner: F,
+        pending: Option<Pending>,
+    }
+}
+
+impl<F, E> Future for TrackedFuture<F>
+where
+    F: Future<Output = Result<Response, E>>,
+{
+    type Output = Result<Response, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let result = ready!(this.inner.poll(cx));
+        if let (Ok(response), Some(p)) = (&result, this.pending.take()) {
+            let elapsed = p.start.elapsed();
+            let status = response.status().as_u16();
+            tracing::debug!(
+                method = %p.method,
+                route = %p.route.as_str(),
+                status,
+                elapsed_ms = elapsed.as_secs_f64() * 1e3,
+                "request"
+            );
+            p.state
+                .metrics
+                .record((p.route, p.method, status), elapsed.as_secs_f64());
+        }
+        Poll::Ready(result)
+    }
 }
 
 pub async fn render(State(state): State<AppState>, _: Operator) -> Result<Response, ApiError> {
@@ -82,6 +204,7 @@ pub async fn render(State(state): State<AppState>, _: Operator) -> Result<Respon
     let _ = writeln!(out, "# TYPE taskq_http_requests_total counter");
     for e in m.requests.iter() {
         let (route, method, status) = e.key();
+        let route = route.as_str();
         let _ = writeln!(
             out,
             "taskq_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {}",

@@ -369,9 +369,6 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         })
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            metrics::track,
-        ))
+        .layer(metrics::Track::new(state.clone()))
         .with_state(state)
 }
