@@ -153,6 +153,11 @@ impl Keyring {
         &self.previous
     }
 
+    /// Whether the key named `id` is held.
+    pub fn holds(&self, id: &str) -> bool {
+        self.key(id).is_some()
+    }
+
     /// The key named `id`, if held.
     fn key(&self, id: &str) -> Option<&MasterKey> {
         std::iter::once(&self.current)

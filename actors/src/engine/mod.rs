@@ -195,12 +195,43 @@ impl Drop for InFlight {
     }
 }
 
+/// Refuses to start on a database none of whose managed orgs' data keys
+/// this server can open: a wrong `TASKQ_MASTER_KEY` or data directory,
+/// which would otherwise surface as one org's failure to load. When only
+/// some wraps name a key it lacks (a previous key dropped too early), it
+/// starts, says so, and those orgs answer 500 until the key is supplied.
+async fn check_master_keys(store: &Store, keyring: &Keyring) -> Result<(), EngineError> {
+    let wraps = store.wrapping_master_keys().await?;
+    let missing: Vec<&(String, i64)> = wraps.iter().filter(|(id, _)| !keyring.holds(id)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<&str> = missing.iter().map(|(id, _)| id.as_str()).collect();
+    if missing.len() == wraps.len() {
+        return Err(EngineError::Internal(format!(
+            "the database's data keys are wrapped by master key {}, which this server does \
+             not hold: start it with the master key the database was written with",
+            ids.join(", ")
+        )));
+    }
+    for (id, orgs) in missing {
+        tracing::warn!(
+            master_key_id = %id,
+            orgs,
+            "data keys are wrapped by a master key this server does not hold: those orgs \
+             answer 500 until it is supplied (TASKQ_MASTER_KEY_PREVIOUS)"
+        );
+    }
+    Ok(())
+}
+
 impl Engine {
     /// Connects the store (running migrations), starts the writers and the
     /// supervisor, and wakes the actors of orgs holding leases so those
     /// expire on time.
     pub async fn start(config: EngineConfig) -> Result<Self, EngineError> {
         let store = Store::connect(&config.database_url, &config.store).await?;
+        check_master_keys(&store, &config.keyring).await?;
         // A failed commit asks the supervisor to restart the org's actor;
         // the writers start first, so the hook finds the supervisor here.
         let supervisor_cell: Arc<OnceLock<ActorRef<SupervisorMsg>>> = Arc::default();

@@ -29,6 +29,12 @@ struct WrapRow {
 }
 
 #[derive(sqlx::FromRow)]
+struct MasterKeyUseRow {
+    master_key_id: String,
+    n: i64,
+}
+
+#[derive(sqlx::FromRow)]
 struct CountRow {
     n: i64,
 }
@@ -99,6 +105,20 @@ impl Store {
                 ))
             })
             .collect()
+    }
+
+    /// The master keys that wrap managed orgs' data keys, by id, each with
+    /// the number of orgs whose wrap names it.
+    pub async fn wrapping_master_keys(&self) -> Result<Vec<(String, i64)>> {
+        let rows: Vec<MasterKeyUseRow> = self
+            .fetch_all(
+                "SELECT master_key_id, COUNT(*) AS n FROM orgs \
+                 WHERE wrapped_dek IS NOT NULL AND master_key_id IS NOT NULL \
+                 GROUP BY master_key_id ORDER BY master_key_id",
+                vec![],
+            )
+            .await?;
+        Ok(rows.into_iter().map(|r| (r.master_key_id, r.n)).collect())
     }
 
     /// How many managed orgs' data keys are not wrapped by `current`.
