@@ -1,7 +1,8 @@
 //! Master-key rotation: through the operator API while agents keep working,
 //! killed with `kill -9` in the middle and finished after a restart, then
-//! again with the server stopped; and a tampered data-key wrap, which makes
-//! its org answer 500 rather than serve anything.
+//! again with the server stopped; a tampered data-key wrap, which makes its
+//! org answer 500 rather than serve anything; and a wrap whose master key is
+//! lost, which does not keep the server from starting.
 
 #[macro_use]
 mod common;
@@ -319,5 +320,58 @@ backend_tests!(
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
         // The other org is untouched.
         assert_eq!(srv.list_all(&other.owner_key, "").await.len(), 1);
+    }
+);
+
+backend_tests!(
+    an_org_whose_master_key_is_lost_does_not_keep_the_server_from_starting,
+    |mut srv| async move {
+        let victim = srv.create_org("dev").await;
+        let other = srv.create_org("dev").await;
+        let secret = unique("secret title");
+        srv.new_task(&victim.owner_key, &secret).await;
+        // A lease makes the server load the victim's actor as it starts.
+        srv.claim(&victim.owner_key, json!({}))
+            .await
+            .expect("the victim holds a lease");
+        srv.new_task(&other.owner_key, "fine").await;
+
+        // The victim's wrap names a master key nobody holds.
+        let sql = "UPDATE orgs SET master_key_id = 'ffffffffffffffff' WHERE org_id = $1";
+        let changed = match srv.open_db().await {
+            Db::Sqlite(mut conn) => sqlx::query(&sql.replace("$1", "?1"))
+                .bind(&victim.org_id)
+                .execute(&mut conn)
+                .await
+                .map(|r| r.rows_affected()),
+            Db::Postgres(mut conn) => sqlx::query(sql)
+                .bind(&victim.org_id)
+                .execute(&mut conn)
+                .await
+                .map(|r| r.rows_affected()),
+        }
+        .expect("lose the key");
+        assert_eq!(changed, 1);
+        srv.restart().await;
+
+        let log = srv.server_log();
+        assert!(
+            log.contains("ffffffffffffffff") && log.contains("does not hold"),
+            "the start names the missing key: {log}"
+        );
+        let (status, text) = srv
+            .raw(
+                Method::GET,
+                "/tasks?full=true",
+                &[("x-api-key", &victim.owner_key)],
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{text}");
+        assert!(!text.contains(&secret), "{text}");
+        // The other org is served.
+        assert_eq!(srv.list_all(&other.owner_key, "").await.len(), 1);
+        srv.new_task(&other.owner_key, "after the restart").await;
+        assert_eq!(srv.list_all(&other.owner_key, "").await.len(), 2);
     }
 );

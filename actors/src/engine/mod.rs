@@ -380,10 +380,23 @@ impl Engine {
     }
 
     /// Starts an actor for every org holding a lease, so its leases expire on
-    /// time (at start, and when the store returns after an outage).
+    /// time (at start, and when the store returns after an outage). An org
+    /// whose actor cannot start (its data key does not open) is logged and
+    /// passed over: it must not keep the other orgs' leases from expiring,
+    /// nor the server from starting. Its own requests answer the error.
     async fn wake_orgs_with_leases(&self) -> Result<(), EngineError> {
         for org in self.inner.store.orgs_with_leases().await? {
-            self.resolve(org, None).await?;
+            match self.resolve(org, None).await {
+                Ok(_) => {}
+                Err(e @ (EngineError::ActorUnavailable | EngineError::Timeout)) => {
+                    tracing::error!(
+                        org_id = %org,
+                        error = %e,
+                        "an org holding leases did not start; its leases expire once it loads"
+                    );
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(())
     }
