@@ -25,6 +25,23 @@ async fn wraps(srv: &TestServer) -> Vec<(String, Option<String>)> {
     .expect("read the wraps")
 }
 
+/// Runs one statement on the server's database with `$1, $2, ...` bound to
+/// `binds` (SQLite's `?1, ?2, ...`); answers the rows it changed.
+async fn execute(srv: &TestServer, sql: &str, binds: &[&str]) -> u64 {
+    match srv.open_db().await {
+        Db::Sqlite(mut conn) => {
+            let sql = sql.replace('$', "?");
+            let query = binds.iter().fold(sqlx::query(&sql), |q, b| q.bind(*b));
+            query.execute(&mut conn).await.map(|r| r.rows_affected())
+        }
+        Db::Postgres(mut conn) => {
+            let query = binds.iter().fold(sqlx::query(sql), |q, b| q.bind(*b));
+            query.execute(&mut conn).await.map(|r| r.rows_affected())
+        }
+    }
+    .expect("the statement runs")
+}
+
 fn new_key_file(srv: &TestServer, name: &str) -> (std::path::PathBuf, String) {
     use base64::Engine as _;
     let mut key = uuid::Uuid::new_v4().as_bytes().to_vec();
@@ -283,21 +300,7 @@ backend_tests!(
         // The victim's wrap is replaced by the other org's: a valid wrap by the
         // right master key, bound to the wrong org.
         let sql = "UPDATE orgs SET wrapped_dek = (SELECT o2.wrapped_dek FROM orgs o2 WHERE o2.org_id = $1) WHERE org_id = $2";
-        let changed = match srv.open_db().await {
-            Db::Sqlite(mut conn) => sqlx::query(&sql.replace("$1", "?1").replace("$2", "?2"))
-                .bind(&other.org_id)
-                .bind(&victim.org_id)
-                .execute(&mut conn)
-                .await
-                .map(|r| r.rows_affected()),
-            Db::Postgres(mut conn) => sqlx::query(sql)
-                .bind(&other.org_id)
-                .bind(&victim.org_id)
-                .execute(&mut conn)
-                .await
-                .map(|r| r.rows_affected()),
-        }
-        .expect("tamper");
+        let changed = execute(&srv, sql, &[&other.org_id, &victim.org_id]).await;
         assert_eq!(changed, 1);
         srv.restart().await;
 
@@ -338,19 +341,7 @@ backend_tests!(
 
         // The victim's wrap names a master key nobody holds.
         let sql = "UPDATE orgs SET master_key_id = 'ffffffffffffffff' WHERE org_id = $1";
-        let changed = match srv.open_db().await {
-            Db::Sqlite(mut conn) => sqlx::query(&sql.replace("$1", "?1"))
-                .bind(&victim.org_id)
-                .execute(&mut conn)
-                .await
-                .map(|r| r.rows_affected()),
-            Db::Postgres(mut conn) => sqlx::query(sql)
-                .bind(&victim.org_id)
-                .execute(&mut conn)
-                .await
-                .map(|r| r.rows_affected()),
-        }
-        .expect("lose the key");
+        let changed = execute(&srv, sql, &[&victim.org_id]).await;
         assert_eq!(changed, 1);
         srv.restart().await;
 
