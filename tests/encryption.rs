@@ -61,36 +61,11 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 /// number of rows it changed. `sql` uses `?` placeholders; for PostgreSQL they
 /// become `$1, $2, ...` and `task_id` comparisons are made on text.
 async fn tamper(srv: &TestServer, sql: &str, binds: &[&str]) -> u64 {
-    match srv.open_db().await {
-        Db::Sqlite(mut conn) => {
-            let mut q = sqlx::query(sql);
-            for b in binds {
-                q = q.bind(*b);
-            }
-            q.execute(&mut conn)
+    match srv.backend {
+        Backend::Sqlite => srv.execute(sql, binds).await,
+        Backend::Postgres => {
+            srv.execute(&sql.replace("task_id =", "task_id::text ="), binds)
                 .await
-                .expect("tamper with sqlite")
-                .rows_affected()
-        }
-        Db::Postgres(mut conn) => {
-            let mut pg = String::new();
-            let mut n = 0;
-            for ch in sql.replace("task_id =", "task_id::text =").chars() {
-                if ch == '?' {
-                    n += 1;
-                    pg.push_str(&format!("${n}"));
-                } else {
-                    pg.push(ch);
-                }
-            }
-            let mut q = sqlx::query(&pg);
-            for b in binds {
-                q = q.bind(*b);
-            }
-            q.execute(&mut conn)
-                .await
-                .expect("tamper with postgres")
-                .rows_affected()
         }
     }
 }

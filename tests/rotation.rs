@@ -25,23 +25,6 @@ async fn wraps(srv: &TestServer) -> Vec<(String, Option<String>)> {
     .expect("read the wraps")
 }
 
-/// Runs one statement on the server's database with `$1, $2, ...` bound to
-/// `binds` (SQLite's `?1, ?2, ...`); answers the rows it changed.
-async fn execute(srv: &TestServer, sql: &str, binds: &[&str]) -> u64 {
-    match srv.open_db().await {
-        Db::Sqlite(mut conn) => {
-            let sql = sql.replace('$', "?");
-            let query = binds.iter().fold(sqlx::query(&sql), |q, b| q.bind(*b));
-            query.execute(&mut conn).await.map(|r| r.rows_affected())
-        }
-        Db::Postgres(mut conn) => {
-            let query = binds.iter().fold(sqlx::query(sql), |q, b| q.bind(*b));
-            query.execute(&mut conn).await.map(|r| r.rows_affected())
-        }
-    }
-    .expect("the statement runs")
-}
-
 fn new_key_file(srv: &TestServer, name: &str) -> (std::path::PathBuf, String) {
     use base64::Engine as _;
     let mut key = uuid::Uuid::new_v4().as_bytes().to_vec();
@@ -299,8 +282,8 @@ backend_tests!(
 
         // The victim's wrap is replaced by the other org's: a valid wrap by the
         // right master key, bound to the wrong org.
-        let sql = "UPDATE orgs SET wrapped_dek = (SELECT o2.wrapped_dek FROM orgs o2 WHERE o2.org_id = $1) WHERE org_id = $2";
-        let changed = execute(&srv, sql, &[&other.org_id, &victim.org_id]).await;
+        let sql = "UPDATE orgs SET wrapped_dek = (SELECT o2.wrapped_dek FROM orgs o2 WHERE o2.org_id = ?) WHERE org_id = ?";
+        let changed = srv.execute(sql, &[&other.org_id, &victim.org_id]).await;
         assert_eq!(changed, 1);
         srv.restart().await;
 
@@ -340,8 +323,8 @@ backend_tests!(
         srv.new_task(&other.owner_key, "fine").await;
 
         // The victim's wrap names a master key nobody holds.
-        let sql = "UPDATE orgs SET master_key_id = 'ffffffffffffffff' WHERE org_id = $1";
-        let changed = execute(&srv, sql, &[&victim.org_id]).await;
+        let sql = "UPDATE orgs SET master_key_id = 'ffffffffffffffff' WHERE org_id = ?";
+        let changed = srv.execute(sql, &[&victim.org_id]).await;
         assert_eq!(changed, 1);
         srv.restart().await;
 

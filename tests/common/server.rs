@@ -396,6 +396,38 @@ impl TestServer {
     }
 }
 
+impl TestServer {
+    /// Runs one statement on the server's database, for a test that tampers
+    /// with what the server stored: `?` placeholders (numbered `$1, $2, ...`
+    /// for PostgreSQL) bound to `binds`. Answers the rows it changed.
+    pub async fn execute(&self, sql: &str, binds: &[&str]) -> u64 {
+        let changed = match self.open_db().await {
+            Db::Sqlite(mut conn) => binds
+                .iter()
+                .fold(sqlx::query(sql), |q, b| q.bind(*b))
+                .execute(&mut conn)
+                .await
+                .map(|r| r.rows_affected()),
+            Db::Postgres(mut conn) => {
+                let mut numbered = String::with_capacity(sql.len() + 8);
+                for (n, part) in sql.split('?').enumerate() {
+                    if n > 0 {
+                        numbered.push_str(&format!("${n}"));
+                    }
+                    numbered.push_str(part);
+                }
+                binds
+                    .iter()
+                    .fold(sqlx::query(&numbered), |q, b| q.bind(*b))
+                    .execute(&mut conn)
+                    .await
+                    .map(|r| r.rows_affected())
+            }
+        };
+        changed.unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+}
+
 impl Drop for TestServer {
     fn drop(&mut self) {
         // Dropping the process kills it, before its database goes.

@@ -206,8 +206,8 @@ async fn check_master_keys(store: &Store, keyring: &Keyring) -> Result<(), Engin
     if missing.is_empty() {
         return Ok(());
     }
-    let ids: Vec<&str> = missing.iter().map(|(id, _)| id.as_str()).collect();
     if missing.len() == wraps.len() {
+        let ids: Vec<&str> = missing.iter().map(|(id, _)| id.as_str()).collect();
         return Err(EngineError::Internal(format!(
             "the database's data keys are wrapped by master key {}, which this server does \
              not hold: start it with the master key the database was written with",
