@@ -2,7 +2,8 @@
 //! killed with `kill -9` in the middle and finished after a restart, then
 //! again with the server stopped; a tampered data-key wrap, which makes its
 //! org answer 500 rather than serve anything; and a wrap whose master key is
-//! lost, which does not keep the server from starting.
+//! lost, which does not keep the server from starting, even when it is the
+//! feedback org's.
 
 #[macro_use]
 mod common;
@@ -333,6 +334,11 @@ backend_tests!(
             log.contains("ffffffffffffffff") && log.contains("does not hold"),
             "the start names the missing key: {log}"
         );
+        assert!(
+            log.lines()
+                .any(|l| l.contains("did not start") && l.contains("ffffffffffffffff")),
+            "the org that did not start is logged with its cause: {log}"
+        );
         let (status, text) = srv
             .raw(
                 Method::GET,
@@ -345,6 +351,46 @@ backend_tests!(
         assert!(!text.contains(&secret), "{text}");
         // The other org is served.
         assert_eq!(srv.list_all(&other.owner_key, "").await.len(), 1);
+        srv.new_task(&other.owner_key, "after the restart").await;
+        assert_eq!(srv.list_all(&other.owner_key, "").await.len(), 2);
+    }
+);
+
+backend_tests!(
+    a_feedback_org_whose_master_key_is_lost_does_not_keep_the_server_from_starting,
+    |mut srv| async move {
+        let other = srv.create_org("dev").await;
+        srv.new_task(&other.owner_key, "fine").await;
+        let (status, body) = srv.admin(Method::GET, "/admin/feedback", None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let feedback_org = body["org_id"].as_str().expect("org_id").to_owned();
+
+        // The feedback org's wrap names a master key nobody holds; the
+        // other org's still opens.
+        let sql = "UPDATE orgs SET master_key_id = 'ffffffffffffffff' WHERE org_id = ?";
+        assert_eq!(srv.execute(sql, &[&feedback_org]).await, 1);
+        srv.restart().await;
+
+        let log = srv.server_log();
+        assert!(
+            log.lines()
+                .any(|l| l.contains("feedback org") && l.contains("ffffffffffffffff")),
+            "the start names the feedback org's missing key: {log}"
+        );
+        let (status, body) = srv.admin(Method::GET, "/admin/feedback", None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["org_id"], json!(feedback_org));
+        // Feedback cannot be filed, and says so in a JSON error.
+        let (status, body) = srv
+            .post(
+                &other.owner_key,
+                "/feedback",
+                json!({ "message": "the search is slow", "type": "bug" }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+        assert!(body["error"].is_string(), "{body}");
+        // Everything else is served.
         srv.new_task(&other.owner_key, "after the restart").await;
         assert_eq!(srv.list_all(&other.owner_key, "").await.len(), 2);
     }

@@ -36,12 +36,14 @@ impl Engine {
     ) -> Result<(OrgId, Caller), EngineError> {
         let store = &self.inner.store;
         let org = match configured {
-            Some(org) => {
-                self.inner.directory.get(org).await.map_err(|_| {
-                    EngineError::Internal(format!("TASKQ_FEEDBACK_ORG names no org: {org}"))
-                })?;
-                org
-            }
+            Some(org) => match store.get_org(org).await? {
+                Some(_) => org,
+                None => {
+                    return Err(EngineError::Internal(format!(
+                        "TASKQ_FEEDBACK_ORG names no org: {org}"
+                    )))
+                }
+            },
             None => match store.org_by_name(FEEDBACK_ORG_NAME).await? {
                 Some(org) => org,
                 None => {
@@ -78,6 +80,17 @@ impl Engine {
             email: owner.email,
             role: Role::Owner,
         };
+        // An org whose data key does not open (its master key is lost)
+        // answers 500, as every such org does; the rest of the service
+        // starts. Its tags are checked at a start that can open it.
+        if let Err(e) = self.inner.directory.get(org).await {
+            tracing::error!(
+                org_id = %org,
+                error = %e,
+                "the feedback org does not open: feedback is refused until it does"
+            );
+            return Ok((org, caller));
+        }
         let existing = self
             .request(org, |reply| OrgMsg::ListTags { reply })
             .await?;
@@ -123,6 +136,10 @@ impl Engine {
         caller: &Caller,
         fb: SendFeedback,
     ) -> Result<FeedbackFiled, EngineError> {
+        let (org, system) = self.feedback();
+        // A feedback org that does not open is the server's fault, not
+        // worth a retry, and not charged to the sender.
+        self.inner.directory.get(*org).await?;
         self.admit(caller, RequestKind::Write).await?;
         let verdict = self
             .inner
@@ -139,7 +156,6 @@ impl Engine {
                 "feedback rejected by the content filter",
             ));
         }
-        let (org, system) = self.feedback();
         let metadata = json!({
             "from_org": caller.org_id,
             "from_email": caller.email,

@@ -389,9 +389,15 @@ impl Engine {
             match self.resolve(org, None).await {
                 Ok(_) => {}
                 Err(e @ (EngineError::ActorUnavailable | EngineError::Timeout)) => {
+                    // The actor's failure to load is only logged where it
+                    // happens; an org that does not open says why here too.
+                    let cause = match self.inner.directory.get(org).await {
+                        Err(why) => why.to_string(),
+                        Ok(_) => e.to_string(),
+                    };
                     tracing::error!(
                         org_id = %org,
-                        error = %e,
+                        error = %cause,
                         "an org holding leases did not start; its leases expire once it loads"
                     );
                 }
