@@ -40,7 +40,7 @@ async fn run() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             init_tracing();
-            serve::run(args).await
+            serve::run(*args).await
         }
         Command::Bench(args) => bench::run(args).await,
         // stdout carries the protocol: no logging there.

@@ -404,3 +404,103 @@ backend_tests!(operator_and_key_bodies_are_validated, |srv| async move {
         "the refused member was not added"
     );
 });
+
+/// A client whose connections come from `local`: every 127.x.y.z address
+/// is this machine, so each stands for another client address.
+fn client_from(local: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(local))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("http client")
+}
+
+/// `GET /admin/feedback` with `token` from `client`: status, `Retry-After`
+/// and body.
+async fn operator_get(
+    srv: &TestServer,
+    client: &reqwest::Client,
+    token: &str,
+) -> (StatusCode, Option<u64>, String) {
+    let resp = client
+        .get(format!("{}/admin/feedback", srv.base_url))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("GET /admin/feedback");
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().parse().expect("whole seconds"));
+    (resp.status(), retry_after, resp.text().await.expect("body"))
+}
+
+/// `POST /admin/ui/login` with `token` from `client`.
+async fn operator_login(
+    srv: &TestServer,
+    client: &reqwest::Client,
+    token: &str,
+) -> reqwest::Response {
+    client
+        .post(format!("{}/admin/ui/login", srv.base_url))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .await
+        .expect("POST /admin/ui/login")
+}
+
+backend_tests!(
+    an_address_that_guesses_the_operator_token_is_refused_for_a_while,
+    |srv| async move {
+        let guesser = client_from([127, 0, 0, 2]);
+        let operator = client_from([127, 0, 0, 3]);
+        let typist = client_from([127, 0, 0, 4]);
+
+        // Ten wrong tokens are answered as wrong.
+        for i in 0..10 {
+            let (status, _, body) = operator_get(&srv, &guesser, &format!("guess-{i}")).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "guess {i}: {body}");
+        }
+        // The eleventh, and then even the right token, are refused with a
+        // wait, in the API's error shape.
+        for token in ["guess-10", srv.admin_token.as_str()] {
+            let (status, retry_after, body) = operator_get(&srv, &guesser, token).await;
+            assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+            let retry_after = retry_after.expect("Retry-After");
+            assert!((1..=60).contains(&retry_after), "{retry_after}");
+            let body: Value = serde_json::from_str(&body).expect("a JSON error");
+            assert!(
+                body["error"].as_str().unwrap().contains("too many wrong"),
+                "{body}"
+            );
+        }
+        // The sign-in form refuses that address too, and opens no session.
+        let resp = operator_login(&srv, &guesser, &srv.admin_token).await;
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(resp.headers().get("set-cookie").is_none());
+        assert!(resp.headers().get("retry-after").is_some());
+        assert!(resp.text().await.unwrap().contains("too many wrong"));
+
+        // Another address is served as usual.
+        let (status, _, body) = operator_get(&srv, &operator, &srv.admin_token).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let resp = operator_login(&srv, &operator, &srv.admin_token).await;
+        assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+
+        // Wrong tokens typed into the form count the same way; a request
+        // without a token guesses nothing and does not count.
+        for _ in 0..20 {
+            let (status, _, body) = operator_get(&srv, &typist, "").await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+        }
+        for i in 0..10 {
+            let resp = operator_login(&srv, &typist, &format!("typo-{i}")).await;
+            assert_eq!(resp.status(), StatusCode::UNAUTHORIZED, "typo {i}");
+        }
+        let resp = operator_login(&srv, &typist, "typo-10").await;
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        let (status, _, body) = operator_get(&srv, &typist, &srv.admin_token).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    }
+);

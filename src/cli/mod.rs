@@ -22,7 +22,7 @@ pub struct Cli {
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {
     /// Run the service.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Drive a server with concurrent agents and report throughput and latency.
     Bench(bench::BenchArgs),
     /// Speak MCP on stdin/stdout, relaying tools to a running server.

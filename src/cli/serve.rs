@@ -14,7 +14,7 @@ use taskq_actors::llm::ChatModel;
 use taskq_actors::{Engine, EngineConfig};
 
 use crate::embed::{BuiltinEmbedder, EndpointEmbedder, DEFAULT_MODEL_DIR};
-use crate::http::{router, AppState, Shared};
+use crate::http::{router, AppState, OperatorAttempts, Shared, DEFAULT_WRONG_TOKENS};
 use crate::keyfiles::KeySource;
 use crate::llm::ChatEndpoint;
 use crate::moderation::ModerationEndpoint;
@@ -52,6 +52,11 @@ pub struct ServeArgs {
     /// Seconds an org actor may sit idle before it is stopped.
     #[arg(long, env = "TASKQ_ORG_IDLE_SECS", default_value_t = 60)]
     pub org_idle_secs: u64,
+    /// Wrong operator tokens one client address may send before its
+    /// operator requests are refused (429) until a try a minute is due
+    /// again; 0 never refuses.
+    #[arg(long, env = "TASKQ_OPERATOR_WRONG_TOKENS", default_value_t = DEFAULT_WRONG_TOKENS)]
+    pub operator_wrong_tokens: u32,
     /// Requests one org may have in flight; more answer 503 `overloaded`.
     #[arg(long, env = "TASKQ_ORG_MAX_IN_FLIGHT", default_value_t = 1024)]
     pub org_max_in_flight: usize,
@@ -298,6 +303,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let mut shared = Shared::new(engine.clone(), admin_token, keys);
     shared.secure_cookies = args.tls_cert.is_some() && args.tls_key.is_some();
+    shared.operator_attempts = OperatorAttempts::new(args.operator_wrong_tokens);
     #[cfg(feature = "test-hooks")]
     {
         shared.test_clock = Some(test_clock);
@@ -324,7 +330,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             });
             let server = axum_server::from_tcp_rustls(listener, tls).handle(handle);
             announce("https", addr)?;
-            server.serve(app.into_make_service()).await?;
+            server
+                .serve(app.into_make_service_with_connect_info::<SocketAddr>())
+                .await?;
         }
         _ => {
             // As on the TLS path: an answer larger than one write (a page
@@ -337,12 +345,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             });
             announce("http", addr)?;
             let stopping = engine.clone();
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    shutdown_signal().await;
-                    stopping.stop_waiting();
-                })
-                .await?;
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move {
+                shutdown_signal().await;
+                stopping.stop_waiting();
+            })
+            .await?;
         }
     }
     engine.shutdown().await;

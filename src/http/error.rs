@@ -5,6 +5,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use taskq_actors::{EngineError, ErrorBody, ErrorCode, ValidationError};
 
+use super::lockout::Refused;
+
+/// Why an address is refused the operator routes for a while.
+pub const TOO_MANY_WRONG_TOKENS: &str =
+    "too many wrong operator tokens from this address; retry after Retry-After seconds";
+
 /// An error answer: a status and a JSON body with an `error` string.
 #[derive(Debug)]
 pub struct ApiError {
@@ -24,6 +30,17 @@ impl ApiError {
 
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    /// The operator's answer to a wrong or refused token.
+    pub fn operator_refused(refused: Refused) -> Self {
+        match refused {
+            Refused::WrongToken => Self::new(StatusCode::UNAUTHORIZED, "invalid operator token"),
+            Refused::TooMany { retry_after } => Self {
+                retry_after: Some(retry_after),
+                ..Self::new(StatusCode::TOO_MANY_REQUESTS, TOO_MANY_WRONG_TOKENS)
+            },
+        }
     }
 }
 

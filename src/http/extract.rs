@@ -13,11 +13,11 @@ use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use serde_json::{Map, Value};
-use subtle::ConstantTimeEq;
 use taskq_actors::api::{Decode, MemberRequest};
 use taskq_actors::Caller;
 
 use super::error::ApiError;
+use super::lockout::peer_of;
 use super::AppState;
 
 /// The authenticated caller of a key-authenticated route.
@@ -109,14 +109,11 @@ where
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or("");
-        if bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
-            Ok(Operator)
-        } else {
-            Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "invalid operator token",
-            ))
-        }
+        state
+            .operator_attempts
+            .check(peer_of(parts), given, expected)
+            .map(|()| Operator)
+            .map_err(ApiError::operator_refused)
     }
 }
 

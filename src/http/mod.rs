@@ -7,6 +7,7 @@ mod admin;
 mod error;
 mod extract;
 mod keys;
+mod lockout;
 mod metrics;
 mod openapi;
 mod org_admin;
@@ -29,6 +30,7 @@ use openapi::{Access, Route};
 use crate::keyfiles::KeySource;
 
 pub use error::ApiError;
+pub use lockout::{OperatorAttempts, DEFAULT_WRONG_TOKENS};
 pub(crate) use openapi::drop_null_defaults;
 
 /// What every handler shares, behind one `Arc`: each request clones the
@@ -45,6 +47,8 @@ pub struct Shared {
     pub keys: KeySource,
     /// Sessions of the operator page.
     pub sessions: ui::Sessions,
+    /// Wrong operator tokens by client address.
+    pub operator_attempts: lockout::OperatorAttempts,
     /// The server speaks TLS itself: session cookies are `Secure`.
     pub secure_cookies: bool,
     /// The engine's clock, movable by the test hook.
@@ -60,6 +64,7 @@ impl Shared {
             metrics: metrics::Metrics::default(),
             keys,
             sessions: ui::Sessions::default(),
+            operator_attempts: lockout::OperatorAttempts::new(lockout::DEFAULT_WRONG_TOKENS),
             secure_cookies: false,
             #[cfg(feature = "test-hooks")]
             test_clock: None,
@@ -335,6 +340,7 @@ pub fn routes() -> Vec<Route> {
             .form::<ui::LoginForm>()
             .empty(303, "Signed in: the session cookie is set and the page follows")
             .html(401, "A wrong token: the form again, no cookie")
+            .html(429, "Too many wrong operator tokens from this address: the form again, no cookie, and `Retry-After`")
             .errors(&[404]),
         Route::post("/admin/ui/logout", ui::logout)
             .doc("operator_logout", "operator", "End the operator page's session")

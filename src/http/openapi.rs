@@ -210,7 +210,8 @@ impl Route {
             Access::Public => {}
             Access::Member => statuses.extend([401, 403, 429, 503]),
             // The operator routes are all 404 when no token is configured.
-            Access::Operator | Access::OperatorOrSession => statuses.extend([401, 404, 503]),
+            // 429: too many wrong tokens from the caller's address.
+            Access::Operator | Access::OperatorOrSession => statuses.extend([401, 404, 429, 503]),
         }
         let has_path = self.path_params().next().is_some();
         match self.input {
@@ -230,6 +231,18 @@ impl Route {
     }
 }
 
+/// The `Retry-After` header of an answer that asks the client to wait.
+fn document_retry_after(status: u16, response: &mut Value) {
+    if matches!(status, 429 | 503) {
+        response["headers"] = json!({
+            "Retry-After": {
+                "description": "Seconds to wait before retrying",
+                "schema": { "type": "integer", "minimum": 0 },
+            }
+        });
+    }
+}
+
 /// What each error status means, for the document.
 fn error_description(status: u16) -> &'static str {
     match status {
@@ -239,7 +252,7 @@ fn error_description(status: u16) -> &'static str {
         404 => "No such resource (or, for operator routes, no operator token configured)",
         409 => "Conflicts with the current state (an existing name or id, a rule of the org's state)",
         413 => "The request body is over 2 MiB; the connection is closed",
-        429 => "A rate, monthly or tier limit refused the request; per-minute limits send `Retry-After`",
+        429 => "A rate, monthly or tier limit refused the request (per-minute limits send `Retry-After`), or, on operator routes, too many wrong operator tokens came from the caller's address (with `Retry-After`)",
         500 => "A stored value failed its integrity check (`code: ciphertext_binding_failure`)",
         502 => "The planner's model gave no usable plan; the call still counts (`plan_calls_remaining`)",
         503 => "Overloaded, restarting, a dependency or the store unavailable; retry after `Retry-After` seconds",
@@ -488,6 +501,7 @@ fn operation(
             }
             Answer::Empty => {}
         }
+        document_retry_after(*status, &mut response);
         responses.insert(status.to_string(), response);
     }
     let error = answers.subschema_for::<ErrorBody>();
@@ -496,14 +510,7 @@ fn operation(
             "description": error_description(status),
             "content": { "application/json": { "schema": error } },
         });
-        if matches!(status, 429 | 503) {
-            response["headers"] = json!({
-                "Retry-After": {
-                    "description": "Seconds to wait before retrying",
-                    "schema": { "type": "integer", "minimum": 0 },
-                }
-            });
-        }
+        document_retry_after(status, &mut response);
         responses.insert(status.to_string(), response);
     }
     operation.insert("responses".into(), responses.into());

@@ -17,13 +17,13 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use subtle::ConstantTimeEq;
 use taskq_actors::api::OperatorStats;
 
 pub use session::Sessions;
 
-use super::error::ApiError;
+use super::error::{ApiError, TOO_MANY_WRONG_TOKENS};
 use super::extract::{query_pairs, OperatorOrSession};
+use super::lockout::{Peer, Refused};
 use super::AppState;
 
 /// An HTML answer with its CSP; `nonce` admits its inline style and script.
@@ -105,7 +105,11 @@ pub struct LoginForm {
 
 /// `POST /admin/ui/login` (form `token=...`): the right token opens a
 /// session and goes back to the page; a wrong one shows the form again.
-pub async fn login(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub async fn login(
+    State(state): State<AppState>,
+    Peer(peer): Peer,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let expected = operator_token(&state)?;
     let form =
         std::str::from_utf8(&body).map_err(|_| ApiError::bad_request("the form must be UTF-8"))?;
@@ -114,13 +118,25 @@ pub async fn login(State(state): State<AppState>, body: Bytes) -> Result<Respons
         .find(|(k, _)| k == "token")
         .map(|(_, v)| v)
         .unwrap_or_default();
-    if !bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
+    if let Err(refused) = state.operator_attempts.check(peer, &given, expected) {
         let nonce = nonce();
-        return Ok(html(
-            StatusCode::UNAUTHORIZED,
-            &nonce,
-            page::login(&nonce, Some("invalid operator token")),
-        ));
+        return Ok(match refused {
+            Refused::WrongToken => html(
+                StatusCode::UNAUTHORIZED,
+                &nonce,
+                page::login(&nonce, Some("invalid operator token")),
+            ),
+            Refused::TooMany { retry_after } => {
+                let mut form = html(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    &nonce,
+                    page::login(&nonce, Some(TOO_MANY_WRONG_TOKENS)),
+                );
+                form.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+                form
+            }
+        });
     }
     let id = state.sessions.open();
     let mut response = back_to_page();
