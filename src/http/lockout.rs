@@ -128,7 +128,8 @@ fn whole_seconds(wait: Duration) -> u64 {
     (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
 }
 
-/// The client's address, when the server was started with it.
+/// The client's address, for handlers that check the operator token
+/// themselves (the sign-in form).
 pub struct Peer(pub Option<IpAddr>);
 
 impl<S: Send + Sync> FromRequestParts<S> for Peer {
@@ -139,6 +140,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Peer {
     }
 }
 
+/// The address the request's connection came from, which the server keeps
+/// for every connection (`into_make_service_with_connect_info`).
 pub fn peer_of(parts: &Parts) -> Option<IpAddr> {
     parts
         .extensions
