@@ -387,6 +387,18 @@ backend_tests!(the_figures_match_the_api, |srv| async move {
         gauge("taskq_rate_limit_refusals_total "),
         seeded.refused.to_string()
     );
+    // The writers' counters, read after /admin/stats: at least its totals.
+    let counter = |name: &str| -> f64 { gauge(&format!("{name} ")).parse().unwrap() };
+    assert!(counter("taskq_commits_total") >= commits as f64);
+    assert!(counter("taskq_commit_rows_total") >= counter("taskq_commits_total"));
+    assert!(counter("taskq_commit_batches_total") >= counter("taskq_commits_total"));
+    assert!(counter("taskq_commit_seconds_total") > 0.0);
+    assert_eq!(counter("taskq_commit_failures_total"), 0.0);
+    assert_eq!(
+        counter("taskq_claims_kept_total") + counter("taskq_claims_read_total"),
+        (stats["claim_cache"]["claims_kept"].as_u64().unwrap()
+            + stats["claim_cache"]["claims_read"].as_u64().unwrap()) as f64
+    );
 
     #[cfg(feature = "test-hooks")]
     {

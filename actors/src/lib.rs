@@ -38,4 +38,5 @@ pub use engine::{
     ORG_STRIKE_LIMIT,
 };
 pub use error::{EngineError, ErrorBody, ErrorCode, LimitExceeded, LimitKind, ValidationError};
+pub use stats::WriterTotals;
 pub use supervisor::ActorStats;

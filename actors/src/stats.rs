@@ -115,6 +115,18 @@ pub struct CommitSample {
     pub micros: u64,
 }
 
+/// What the writers committed since the server started, all lanes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterTotals {
+    pub commits: u64,
+    pub batches: u64,
+    pub rows: u64,
+    /// Transactions that failed.
+    pub failed: u64,
+    /// Time spent in the committed transactions.
+    pub commit_micros: u64,
+}
+
 /// The writers' commits: totals, and the most recent ones.
 #[derive(Debug, Default)]
 pub struct WriterStats {
@@ -122,6 +134,7 @@ pub struct WriterStats {
     batches: AtomicU64,
     rows: AtomicU64,
     failed: AtomicU64,
+    commit_micros: AtomicU64,
     recent: Mutex<VecDeque<CommitSample>>,
 }
 
@@ -138,6 +151,8 @@ impl WriterStats {
             self.commits.fetch_add(1, Ordering::Relaxed);
             self.batches.fetch_add(batches as u64, Ordering::Relaxed);
             self.rows.fetch_add(rows as u64, Ordering::Relaxed);
+            self.commit_micros
+                .fetch_add(sample.micros, Ordering::Relaxed);
         } else {
             self.failed.fetch_add(1, Ordering::Relaxed);
         }
@@ -148,14 +163,15 @@ impl WriterStats {
         recent.push_back(sample);
     }
 
-    /// Commits, batches and rows committed so far, and failed transactions.
-    pub fn totals(&self) -> (u64, u64, u64, u64) {
-        (
-            self.commits.load(Ordering::Relaxed),
-            self.batches.load(Ordering::Relaxed),
-            self.rows.load(Ordering::Relaxed),
-            self.failed.load(Ordering::Relaxed),
-        )
+    /// What was committed so far, and the failed transactions.
+    pub fn totals(&self) -> WriterTotals {
+        WriterTotals {
+            commits: self.commits.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            rows: self.rows.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            commit_micros: self.commit_micros.load(Ordering::Relaxed),
+        }
     }
 
     /// The most recent commits, oldest first.
@@ -244,6 +260,24 @@ mod tests {
         let recent = stats.recent();
         assert_eq!(recent.len(), COMMIT_WINDOW);
         assert_eq!(recent[0].batches, 10);
-        assert_eq!(stats.totals().0, (COMMIT_WINDOW + 10) as u64);
+        assert_eq!(stats.totals().commits, (COMMIT_WINDOW + 10) as u64);
+    }
+
+    #[test]
+    fn totals_count_committed_transactions_only() {
+        let stats = WriterStats::default();
+        stats.record(3, 7, Duration::from_micros(250), true);
+        stats.record(2, 4, Duration::from_micros(100), true);
+        stats.record(5, 9, Duration::from_micros(900), false);
+        assert_eq!(
+            stats.totals(),
+            WriterTotals {
+                commits: 2,
+                batches: 5,
+                rows: 11,
+                failed: 1,
+                commit_micros: 350,
+            }
+        );
     }
 }

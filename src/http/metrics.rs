@@ -260,6 +260,28 @@ pub async fn render(State(state): State<AppState>, _: Operator) -> Result<Respon
     );
     let _ = writeln!(out, "# TYPE taskq_store_up gauge");
     let _ = writeln!(out, "taskq_store_up {}", u8::from(!engine.store_down()));
+    let writer = engine.writer_totals();
+    for (name, value) in [
+        ("taskq_commits_total", writer.commits),
+        ("taskq_commit_batches_total", writer.batches),
+        ("taskq_commit_rows_total", writer.rows),
+        ("taskq_commit_failures_total", writer.failed),
+    ] {
+        let _ = writeln!(out, "# TYPE {name} counter");
+        let _ = writeln!(out, "{name} {value}");
+    }
+    // Its rate is the share of time a commit was under way (per lane).
+    let _ = writeln!(out, "# TYPE taskq_commit_seconds_total counter");
+    let _ = writeln!(
+        out,
+        "taskq_commit_seconds_total {}",
+        writer.commit_micros as f64 / 1e6
+    );
+    let cache = engine.claim_cache();
+    let _ = writeln!(out, "# TYPE taskq_claims_kept_total counter");
+    let _ = writeln!(out, "taskq_claims_kept_total {}", cache.claims_kept);
+    let _ = writeln!(out, "# TYPE taskq_claims_read_total counter");
+    let _ = writeln!(out, "taskq_claims_read_total {}", cache.claims_read);
     let _ = writeln!(out, "# TYPE taskq_claim_waiters gauge");
     let _ = writeln!(out, "taskq_claim_waiters {}", engine.claim_waiters());
     if let Some(m) = engine.meaning_stats() {

@@ -370,6 +370,17 @@ impl Engine {
     }
 
     /// Claims waiting for a task (long polls), over all orgs.
+    /// What the writers committed since the server started.
+    pub fn writer_totals(&self) -> crate::stats::WriterTotals {
+        self.inner.writers.stats().totals()
+    }
+
+    /// The created tasks' content kept for first claims, and how claims
+    /// were answered.
+    pub fn claim_cache(&self) -> crate::api::ClaimCacheFigures {
+        self.inner.content_budget.figures()
+    }
+
     pub fn claim_waiters(&self) -> usize {
         self.inner.snapshots.waiting_claims()
     }

@@ -93,7 +93,7 @@ impl Engine {
                 last_restart,
             },
             writer: self.writer_figures(),
-            claim_cache: self.inner.content_budget.figures(),
+            claim_cache: self.claim_cache(),
             refusals_total: self.inner.refusals.total(),
             expiring_window_seconds: EXPIRING_WINDOW_SECONDS,
             orgs,
@@ -107,7 +107,7 @@ impl Engine {
 
     fn writer_figures(&self) -> WriterFigures {
         let stats = self.inner.writers.stats();
-        let (commits, batches, rows, failed_commits) = stats.totals();
+        let totals = stats.totals();
         let recent = stats.recent();
         let n = recent.len();
         let mean = |f: fn(&CommitSample) -> u32| {
@@ -122,10 +122,10 @@ impl Engine {
         latencies.sort_unstable();
         let ms = |micros: u64| micros as f64 / 1000.0;
         WriterFigures {
-            commits,
-            batches,
-            rows,
-            failed_commits,
+            commits: totals.commits,
+            batches: totals.batches,
+            rows: totals.rows,
+            failed_commits: totals.failed,
             queued: self.writes_queued(),
             last: recent.last().map(|s| CommitView {
                 batches: s.batches,

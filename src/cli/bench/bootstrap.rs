@@ -102,6 +102,20 @@ impl Admin {
         })
     }
 
+    /// The writers' and the claim cache's counters from one
+    /// `GET /metrics`; `None` when the server did not answer with them.
+    pub(super) async fn commit_counters(&self) -> Option<CommitCounters> {
+        let text = self.metrics().await?;
+        Some(CommitCounters {
+            commits: gauge_in(&text, "taskq_commits_total")?,
+            batches: gauge_in(&text, "taskq_commit_batches_total")?,
+            rows: gauge_in(&text, "taskq_commit_rows_total")?,
+            commit_secs: gauge_in(&text, "taskq_commit_seconds_total")?,
+            claims_kept: gauge_in(&text, "taskq_claims_kept_total")?,
+            claims_read: gauge_in(&text, "taskq_claims_read_total")?,
+        })
+    }
+
     /// An unlabelled gauge or counter from `GET /metrics`.
     async fn gauge(&self, name: &str) -> Option<u64> {
         gauge_in(&self.metrics().await?, name)
@@ -156,11 +170,23 @@ impl Admin {
     }
 }
 
-fn gauge_in(metrics: &str, name: &str) -> Option<u64> {
+fn gauge_in<T: std::str::FromStr>(metrics: &str, name: &str) -> Option<T> {
     metrics
         .lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// What `/metrics` says about the commits and the claims' content so far.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct CommitCounters {
+    pub(super) commits: u64,
+    pub(super) batches: u64,
+    pub(super) rows: u64,
+    /// Time spent in committed transactions, all lanes.
+    pub(super) commit_secs: f64,
+    pub(super) claims_kept: u64,
+    pub(super) claims_read: u64,
 }
 
 /// What `/metrics` says about search.

@@ -83,7 +83,7 @@ use reqwest::Url;
 use serde::Serialize;
 
 use bootstrap::{agents_of, bootstrap, Admin};
-use report::{render_table, CycleSummary, Memory, Report};
+use report::{render_table, CommitPath, CycleSummary, Memory, Report};
 use scenarios::{
     big_pages_phase, create_fixed_phase, create_timed_phase, cycle_phase, idle_orgs_phase, Content,
 };
@@ -330,6 +330,7 @@ fn blank_report(args: &BenchArgs) -> Report {
         phases: Vec::new(),
         ops: Vec::new(),
         cycles: None,
+        commit_path: None,
         memory: None,
         actors_alive_end: None,
         actors_alive_settled: None,
@@ -431,7 +432,11 @@ async fn execute(
                 create_fixed_phase(base, &agents, args.tasks_per_org, Content::Small).await?;
             report.add_phase(created, &[Op::Create]);
             if args.scenario == Scenario::Cycle {
+                let before = admin.commit_counters().await;
                 let cycled = cycle_phase(base, &agents, deadline, args.claim_batch).await?;
+                if let (Some(before), Some(after)) = (before, admin.commit_counters().await) {
+                    report.commit_path = Some(CommitPath::between(before, after, cycled.wall));
+                }
                 report.cycles = Some(CycleSummary::new(&cycled, agents.len()));
                 report.add_phase(cycled, &[Op::Claim, Op::Complete, Op::Cycle]);
             } else {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::bootstrap::CommitCounters;
 use super::stats::{Op, OpStats, PhaseResult};
 use super::Scenario;
 
@@ -31,6 +32,7 @@ pub(super) struct Report {
     pub(super) phases: Vec<PhaseReport>,
     pub(super) ops: Vec<OpReport>,
     pub(super) cycles: Option<CycleSummary>,
+    pub(super) commit_path: Option<CommitPath>,
     pub(super) memory: Option<Memory>,
     /// Org actors running when the load ended, and after `--settle`.
     pub(super) actors_alive_end: Option<u64>,
@@ -83,6 +85,51 @@ impl CycleSummary {
             agents_drained: phase.drained.len(),
             agents,
             first_drained_secs: phase.drained.iter().min().map(Duration::as_secs_f64),
+        }
+    }
+}
+
+/// What the server's writers did during the cycle phase, from `/metrics`
+/// read before and after it.
+#[derive(Serialize, Debug, PartialEq)]
+pub(super) struct CommitPath {
+    commits: u64,
+    commits_per_sec: f64,
+    batches_per_commit: f64,
+    rows_per_commit: f64,
+    /// Seconds spent committing per second of the phase, all lanes: for
+    /// SQLite's one lane, the share of the time its serial commit path was
+    /// busy.
+    busy_share: f64,
+    /// Claims answered with content kept since the task was created, and
+    /// claims whose content was read from the store.
+    claims_kept: u64,
+    claims_read: u64,
+}
+
+impl CommitPath {
+    pub(super) fn between(before: CommitCounters, after: CommitCounters, wall: Duration) -> Self {
+        let commits = after.commits.saturating_sub(before.commits);
+        let per_commit = |n: u64| {
+            if commits == 0 {
+                0.0
+            } else {
+                n as f64 / commits as f64
+            }
+        };
+        let secs = wall.as_secs_f64();
+        CommitPath {
+            commits,
+            commits_per_sec: rate(commits, wall),
+            batches_per_commit: per_commit(after.batches.saturating_sub(before.batches)),
+            rows_per_commit: per_commit(after.rows.saturating_sub(before.rows)),
+            busy_share: if secs > 0.0 {
+                (after.commit_secs - before.commit_secs).max(0.0) / secs
+            } else {
+                0.0
+            },
+            claims_kept: after.claims_kept.saturating_sub(before.claims_kept),
+            claims_read: after.claims_read.saturating_sub(before.claims_read),
         }
     }
 }
@@ -221,6 +268,23 @@ pub(super) fn render_table(report: &Report) -> String {
             }
         }
         let _ = writeln!(out);
+        if let Some(path) = report
+            .commit_path
+            .as_ref()
+            .filter(|_| phase.name == "cycle")
+        {
+            let _ = writeln!(
+                out,
+                "  commits: {:.0}/s of {:.1} batches and {:.1} rows, busy {:.0}% of the phase; \
+                 claims answered from kept content {}, from the store {}",
+                path.commits_per_sec,
+                path.batches_per_commit,
+                path.rows_per_commit,
+                path.busy_share * 100.0,
+                path.claims_kept,
+                path.claims_read
+            );
+        }
     }
 
     if !report.ops.is_empty() {
@@ -330,4 +394,49 @@ fn mib(kb: Option<u64>) -> String {
         || "?".to_owned(),
         |kb| format!("{:.1} MiB", kb as f64 / 1024.0),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_commit_path_is_what_changed_over_the_phase() {
+        let before = CommitCounters {
+            commits: 100,
+            batches: 1_000,
+            rows: 2_500,
+            commit_secs: 1.5,
+            claims_kept: 40,
+            claims_read: 2,
+        };
+        let after = CommitCounters {
+            commits: 2_100,
+            batches: 31_000,
+            rows: 77_500,
+            commit_secs: 5.5,
+            claims_kept: 20_040,
+            claims_read: 10_002,
+        };
+        let path = CommitPath::between(before, after, Duration::from_secs(5));
+        assert_eq!(
+            path,
+            CommitPath {
+                commits: 2_000,
+                commits_per_sec: 400.0,
+                batches_per_commit: 15.0,
+                rows_per_commit: 37.5,
+                busy_share: 0.8,
+                claims_kept: 20_000,
+                claims_read: 10_000,
+            }
+        );
+    }
+
+    #[test]
+    fn a_phase_without_commits_divides_by_nothing() {
+        let same = CommitCounters::default();
+        let path = CommitPath::between(same, same, Duration::ZERO);
+        assert_eq!((path.batches_per_commit, path.busy_share), (0.0, 0.0));
+    }
 }
