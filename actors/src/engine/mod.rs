@@ -369,7 +369,6 @@ impl Engine {
         self.inner.snapshots.queue_depths()
     }
 
-    /// Claims waiting for a task (long polls), over all orgs.
     /// What the writers committed since the server started.
     pub fn writer_totals(&self) -> crate::stats::WriterTotals {
         self.inner.writers.stats().totals()
@@ -381,6 +380,7 @@ impl Engine {
         self.inner.content_budget.figures()
     }
 
+    /// Claims waiting for a task (long polls), over all orgs.
     pub fn claim_waiters(&self) -> usize {
         self.inner.snapshots.waiting_claims()
     }
