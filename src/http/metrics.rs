@@ -232,69 +232,80 @@ pub async fn render(State(state): State<AppState>, _: Operator) -> Result<Respon
     let _ = writeln!(out, "taskq_claim_latency_seconds_count {count}");
     let engine = &state.engine;
     let stats = engine.actor_stats();
-    let _ = writeln!(out, "# TYPE taskq_actors_alive gauge");
-    let _ = writeln!(out, "taskq_actors_alive {}", engine.actors_alive());
-    let _ = writeln!(out, "# TYPE taskq_actors_spawned_total counter");
-    let _ = writeln!(
-        out,
-        "taskq_actors_spawned_total {}",
-        stats.spawned.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(out, "# TYPE taskq_actor_restarts_total counter");
-    let _ = writeln!(
-        out,
-        "taskq_actor_restarts_total {}",
-        stats.restarts.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(out, "# TYPE taskq_actor_idle_stops_total counter");
-    let _ = writeln!(
-        out,
-        "taskq_actor_idle_stops_total {}",
-        stats.idle_stops.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(out, "# TYPE taskq_rate_limit_refusals_total counter");
-    let _ = writeln!(
-        out,
-        "taskq_rate_limit_refusals_total {}",
-        engine.refusals_total()
-    );
-    let _ = writeln!(out, "# TYPE taskq_store_up gauge");
-    let _ = writeln!(out, "taskq_store_up {}", u8::from(!engine.store_down()));
     let writer = engine.writer_totals();
+    let cache = engine.claim_cache();
+    scalar(
+        &mut out,
+        "gauge",
+        "taskq_actors_alive",
+        engine.actors_alive(),
+    );
+    for (name, value) in [
+        (
+            "taskq_actors_spawned_total",
+            stats.spawned.load(Ordering::Relaxed),
+        ),
+        (
+            "taskq_actor_restarts_total",
+            stats.restarts.load(Ordering::Relaxed),
+        ),
+        (
+            "taskq_actor_idle_stops_total",
+            stats.idle_stops.load(Ordering::Relaxed),
+        ),
+        ("taskq_rate_limit_refusals_total", engine.refusals_total()),
+    ] {
+        scalar(&mut out, "counter", name, value);
+    }
+    scalar(
+        &mut out,
+        "gauge",
+        "taskq_store_up",
+        u8::from(!engine.store_down()),
+    );
     for (name, value) in [
         ("taskq_commits_total", writer.commits),
         ("taskq_commit_batches_total", writer.batches),
         ("taskq_commit_rows_total", writer.rows),
         ("taskq_commit_failures_total", writer.failed),
+        ("taskq_claims_kept_total", cache.claims_kept),
+        ("taskq_claims_read_total", cache.claims_read),
     ] {
-        let _ = writeln!(out, "# TYPE {name} counter");
-        let _ = writeln!(out, "{name} {value}");
+        scalar(&mut out, "counter", name, value);
     }
     // Its rate is the share of time a commit was under way (per lane).
-    let _ = writeln!(out, "# TYPE taskq_commit_seconds_total counter");
-    let _ = writeln!(
-        out,
-        "taskq_commit_seconds_total {}",
-        writer.commit_micros as f64 / 1e6
+    let commit_secs = writer.commit_micros as f64 / 1e6;
+    scalar(
+        &mut out,
+        "counter",
+        "taskq_commit_seconds_total",
+        commit_secs,
     );
-    let cache = engine.claim_cache();
-    let _ = writeln!(out, "# TYPE taskq_claims_kept_total counter");
-    let _ = writeln!(out, "taskq_claims_kept_total {}", cache.claims_kept);
-    let _ = writeln!(out, "# TYPE taskq_claims_read_total counter");
-    let _ = writeln!(out, "taskq_claims_read_total {}", cache.claims_read);
-    let _ = writeln!(out, "# TYPE taskq_claim_waiters gauge");
-    let _ = writeln!(out, "taskq_claim_waiters {}", engine.claim_waiters());
+    scalar(
+        &mut out,
+        "gauge",
+        "taskq_claim_waiters",
+        engine.claim_waiters(),
+    );
     if let Some(m) = engine.meaning_stats() {
-        let _ = writeln!(out, "# TYPE taskq_embedding_backlog gauge");
-        let _ = writeln!(out, "taskq_embedding_backlog {}", m.backlog);
-        let _ = writeln!(out, "# TYPE taskq_search_index_tasks gauge");
-        let _ = writeln!(out, "taskq_search_index_tasks {}", m.indexed_tasks);
-        let _ = writeln!(out, "# TYPE taskq_search_index_bytes gauge");
-        let _ = writeln!(out, "taskq_search_index_bytes {}", m.index_bytes);
+        scalar(&mut out, "gauge", "taskq_embedding_backlog", m.backlog);
+        scalar(
+            &mut out,
+            "gauge",
+            "taskq_search_index_tasks",
+            m.indexed_tasks,
+        );
+        scalar(&mut out, "gauge", "taskq_search_index_bytes", m.index_bytes);
     }
     let _ = writeln!(out, "# TYPE taskq_queue_depth gauge");
     for (org, depth) in engine.queue_depths() {
         let _ = writeln!(out, "taskq_queue_depth{{org_id=\"{org}\"}} {depth}");
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+}
+
+/// One unlabelled series: its type line and its value.
+fn scalar(out: &mut String, kind: &str, name: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    let _ = writeln!(out, "{name} {value}");
 }
