@@ -212,26 +212,32 @@ async fn embedder(args: &ServeArgs) -> anyhow::Result<Option<Arc<dyn Embedder>>>
     Ok(Some(embedder))
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Registers for SIGTERM and SIGINT now and returns the future that waits
+/// for either. Registering before the readiness line is printed matters: a
+/// signal that arrives between the line and the first poll of a lazily
+/// registered handler would take its default action and kill the process
+/// without a graceful stop.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    let wait = {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+        let mut interrupt = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+        async move {
+            tokio::select! {
+                _ = terminate.recv() => {},
+                _ = interrupt.recv() => {},
             }
-            Err(_) => std::future::pending::<()>().await,
         }
     };
     #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
-    }
-    tracing::info!("shutting down: no new requests, finishing in-flight ones");
+    let wait = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    Ok(async move {
+        wait.await;
+        tracing::info!("shutting down: no new requests, finishing in-flight ones");
+    })
 }
 
 fn announce(scheme: &str, addr: SocketAddr) -> anyhow::Result<()> {
@@ -323,8 +329,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             let handle = axum_server::Handle::new();
             let shutdown = handle.clone();
             let stopping = engine.clone();
+            let signalled = shutdown_signal()?;
             tokio::spawn(async move {
-                shutdown_signal().await;
+                signalled.await;
                 stopping.stop_waiting();
                 shutdown.graceful_shutdown(Some(Duration::from_secs(30)));
             });
@@ -343,14 +350,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                     tracing::debug!("TCP_NODELAY not set on a connection: {e}");
                 }
             });
-            announce("http", addr)?;
             let stopping = engine.clone();
+            let signalled = shutdown_signal()?;
+            announce("http", addr)?;
             axum::serve(
                 listener,
                 app.into_make_service_with_connect_info::<SocketAddr>(),
             )
             .with_graceful_shutdown(async move {
-                shutdown_signal().await;
+                signalled.await;
                 stopping.stop_waiting();
             })
             .await?;
