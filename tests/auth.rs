@@ -504,3 +504,107 @@ backend_tests!(
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
     }
 );
+
+/// `GET /admin/feedback` with a wrong or right `token` from `client`,
+/// through a proxy that says it forwards for `forwarded_for`.
+async fn operator_get_for(
+    srv: &TestServer,
+    client: &reqwest::Client,
+    forwarded_for: &str,
+    token: &str,
+) -> StatusCode {
+    client
+        .get(format!("{}/admin/feedback", srv.base_url))
+        .header("x-forwarded-for", forwarded_for)
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("GET /admin/feedback")
+        .status()
+}
+
+/// Behind a proxy named in `TASKQ_TRUSTED_PROXIES` each forwarded client
+/// has its own count, so one guesser does not lock out the operator who
+/// comes through the same proxy; a client that is not a trusted proxy
+/// cannot spread its guesses over forwarded addresses it makes up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_proxy_names_the_client_whose_guesses_count() {
+    let srv = TestServer::builder(Backend::Sqlite)
+        .env("TASKQ_TRUSTED_PROXIES", "127.0.0.5, 10.0.0.0/8")
+        .start()
+        .await;
+    let proxy = client_from([127, 0, 0, 5]);
+    let elsewhere = client_from([127, 0, 0, 6]);
+
+    for i in 0..10 {
+        let status = operator_get_for(&srv, &proxy, "203.0.113.9", &format!("guess-{i}")).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "guess {i}");
+    }
+    for token in ["guess-10", srv.admin_token.as_str()] {
+        assert_eq!(
+            operator_get_for(&srv, &proxy, "203.0.113.9", token).await,
+            StatusCode::TOO_MANY_REQUESTS,
+            "the guesser behind the proxy is refused"
+        );
+    }
+    // The operator behind the same proxy is served, also through a second
+    // trusted hop, and so is the proxy's own request without the header.
+    assert_eq!(
+        operator_get_for(&srv, &proxy, "198.51.100.4", &srv.admin_token).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        operator_get_for(&srv, &proxy, "198.51.100.4, 10.1.1.1", &srv.admin_token).await,
+        StatusCode::OK
+    );
+    let (status, _, body) = operator_get(&srv, &proxy, &srv.admin_token).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // The guesser's forwarded address stays refused through another hop.
+    assert_eq!(
+        operator_get_for(&srv, &proxy, "203.0.113.9, 10.2.2.2", &srv.admin_token).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // An untrusted peer is counted by its own address whatever it forwards.
+    for i in 0..10 {
+        let status = operator_get_for(
+            &srv,
+            &elsewhere,
+            &format!("192.0.2.{i}"),
+            &format!("guess-{i}"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "guess {i}");
+    }
+    for token in ["guess-10", srv.admin_token.as_str()] {
+        assert_eq!(
+            operator_get_for(&srv, &elsewhere, "192.0.2.200", token).await,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+}
+
+/// A list that does not parse keeps the server from starting, naming the
+/// item, rather than trusting nothing (or everything) in silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_trusted_proxy_list_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_taskq"))
+        .arg("serve")
+        .env("TASKQ_TRUSTED_PROXIES", "10.0.0.0/8, proxy.internal")
+        .env("TASKQ_DATA_DIR", dir.path())
+        .env("TASKQ_LISTEN", "127.0.0.1:0")
+        .env(
+            "TASKQ_DATABASE_URL",
+            format!("sqlite://{}", dir.path().join("t.db").display()),
+        )
+        .output()
+        .await
+        .expect("run taskq serve");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("proxy.internal") && stderr.contains("TASKQ_TRUSTED_PROXIES"),
+        "{stderr}"
+    );
+}

@@ -14,7 +14,9 @@ use taskq_actors::llm::ChatModel;
 use taskq_actors::{Engine, EngineConfig};
 
 use crate::embed::{BuiltinEmbedder, EndpointEmbedder, DEFAULT_MODEL_DIR};
-use crate::http::{router, AppState, OperatorAttempts, Shared, DEFAULT_WRONG_TOKENS};
+use crate::http::{
+    router, AppState, OperatorAttempts, Shared, TrustedProxies, DEFAULT_WRONG_TOKENS,
+};
 use crate::keyfiles::KeySource;
 use crate::llm::ChatEndpoint;
 use crate::moderation::ModerationEndpoint;
@@ -57,6 +59,11 @@ pub struct ServeArgs {
     /// again; 0 never refuses.
     #[arg(long, env = "TASKQ_OPERATOR_WRONG_TOKENS", default_value_t = DEFAULT_WRONG_TOKENS)]
     pub operator_wrong_tokens: u32,
+    /// Reverse proxies (addresses or networks, comma-separated) whose
+    /// `X-Forwarded-For` names the client whose wrong operator tokens are
+    /// counted; from any other peer the header is ignored.
+    #[arg(long, env = "TASKQ_TRUSTED_PROXIES", default_value = "")]
+    pub trusted_proxies: TrustedProxies,
     /// Requests one org may have in flight; more answer 503 `overloaded`.
     #[arg(long, env = "TASKQ_ORG_MAX_IN_FLIGHT", default_value_t = 1024)]
     pub org_max_in_flight: usize,
@@ -309,7 +316,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let mut shared = Shared::new(engine.clone(), admin_token, keys);
     shared.secure_cookies = args.tls_cert.is_some() && args.tls_key.is_some();
-    shared.operator_attempts = OperatorAttempts::new(args.operator_wrong_tokens);
+    shared.operator_attempts =
+        OperatorAttempts::new(args.operator_wrong_tokens).trusting(args.trusted_proxies.clone());
     #[cfg(feature = "test-hooks")]
     {
         shared.test_clock = Some(test_clock);

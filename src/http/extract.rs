@@ -17,7 +17,6 @@ use taskq_actors::api::{Decode, MemberRequest};
 use taskq_actors::Caller;
 
 use super::error::ApiError;
-use super::lockout::peer_of;
 use super::AppState;
 
 /// The authenticated caller of a key-authenticated route.
@@ -109,9 +108,9 @@ where
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or("");
-        state
-            .operator_attempts
-            .check(peer_of(parts), given, expected)
+        let attempts = &state.operator_attempts;
+        attempts
+            .check(attempts.client_of(parts), given, expected)
             .map(|()| Operator)
             .map_err(ApiError::operator_refused)
     }

@@ -11,8 +11,11 @@
 //! token guesses nothing and is not counted.
 //!
 //! IPv6 addresses count by their /64, which one host commonly holds whole.
-//! Behind a reverse proxy every client shares the proxy's address, and so
-//! its budget.
+//! Behind a reverse proxy every client would share the proxy's address, and
+//! so its budget: one guesser would lock the operator out. A proxy named in
+//! `TASKQ_TRUSTED_PROXIES` is believed about the client it forwards for
+//! (`X-Forwarded-For`); from any other peer that header is ignored, so a
+//! client cannot escape its count by writing one.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -20,11 +23,14 @@ use std::num::NonZeroU32;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::extract::{ConnectInfo, FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use governor::clock::Clock;
 use governor::{DefaultKeyedRateLimiter, Quota};
+use ipnet::IpNet;
 use subtle::ConstantTimeEq;
+
+use super::AppState;
 
 /// Wrong tokens an address may send before it is refused.
 pub const DEFAULT_WRONG_TOKENS: u32 = 10;
@@ -46,6 +52,7 @@ pub struct OperatorAttempts {
     /// `None`: wrong tokens are not counted.
     wrong: Option<DefaultKeyedRateLimiter<IpAddr>>,
     refused_until: Mutex<HashMap<IpAddr, Instant>>,
+    proxies: TrustedProxies,
 }
 
 impl OperatorAttempts {
@@ -56,7 +63,29 @@ impl OperatorAttempts {
         Self {
             wrong: quota.map(DefaultKeyedRateLimiter::keyed),
             refused_until: Mutex::default(),
+            proxies: TrustedProxies::default(),
         }
+    }
+
+    /// Believes `proxies` about the clients they forward for.
+    pub fn trusting(mut self, proxies: TrustedProxies) -> Self {
+        self.proxies = proxies;
+        self
+    }
+
+    /// The address a request counts under: its connection's peer, or the
+    /// client a trusted proxy names.
+    pub fn client_of(&self, parts: &Parts) -> Option<IpAddr> {
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| addr.ip())?;
+        let forwarded = parts
+            .headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .map(|v| v.to_str().unwrap_or(""));
+        Some(self.proxies.client(peer, forwarded))
     }
 
     /// Checks `given` against the operator token for a request from `peer`
@@ -128,25 +157,75 @@ fn whole_seconds(wait: Duration) -> u64 {
     (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
 }
 
+/// Reverse proxies whose `X-Forwarded-For` names the client
+/// (`TASKQ_TRUSTED_PROXIES`: addresses or networks, comma-separated).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<IpNet>);
+
+impl std::str::FromStr for TrustedProxies {
+    type Err = String;
+
+    fn from_str(list: &str) -> Result<Self, String> {
+        list.split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(|item| {
+                item.parse::<IpNet>()
+                    .or_else(|_| item.parse::<IpAddr>().map(IpNet::from))
+                    .map(|net| net.trunc())
+                    .map_err(|_| {
+                        format!("{item:?} in TASKQ_TRUSTED_PROXIES is not an IP address or network (a.b.c.d/n)")
+                    })
+            })
+            .collect::<Result<_, _>>()
+            .map(TrustedProxies)
+    }
+}
+
+impl TrustedProxies {
+    fn trusts(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.0.iter().any(|net| net.contains(&ip))
+    }
+
+    /// The client behind `peer`: `peer` itself unless it is trusted; then
+    /// the nearest address in `X-Forwarded-For` (its values in order, read
+    /// from the right) that is not a trusted proxy. A value that does not
+    /// parse ends the walk at the last trusted hop: what lies beyond it
+    /// was written by someone the server does not believe.
+    fn client<'a>(&self, peer: IpAddr, forwarded: impl Iterator<Item = &'a str>) -> IpAddr {
+        if !self.trusts(peer) {
+            return peer;
+        }
+        let hops: Vec<&str> = forwarded.flat_map(|v| v.split(',')).collect();
+        let mut client = peer;
+        for hop in hops.into_iter().rev() {
+            match hop.trim().parse::<IpAddr>() {
+                Ok(ip) if self.trusts(ip) => client = ip,
+                Ok(ip) => return ip,
+                Err(_) => break,
+            }
+        }
+        client
+    }
+}
+
 /// The client's address, for handlers that check the operator token
 /// themselves (the sign-in form).
 pub struct Peer(pub Option<IpAddr>);
 
-impl<S: Send + Sync> FromRequestParts<S> for Peer {
+impl<S> FromRequestParts<S> for Peer
+where
+    AppState: FromRef<S>,
+    S: Send + Sync,
+{
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(Peer(peer_of(parts)))
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Ok(Peer(
+            AppState::from_ref(state).operator_attempts.client_of(parts),
+        ))
     }
-}
-
-/// The address the request's connection came from, which the server keeps
-/// for every connection (`into_make_service_with_connect_info`).
-pub fn peer_of(parts: &Parts) -> Option<IpAddr> {
-    parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| addr.ip())
 }
 
 #[cfg(test)]
@@ -212,6 +291,66 @@ mod tests {
         assert_ne!(bucket_of(Some(a)), bucket_of(Some(c)));
         let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
         assert_eq!(bucket_of(Some(mapped)), IpAddr::from([192, 0, 2, 1]));
+    }
+
+    fn client(proxies: &str, peer: &str, forwarded: &[&str]) -> IpAddr {
+        let proxies: TrustedProxies = proxies.parse().unwrap();
+        proxies.client(peer.parse().unwrap(), forwarded.iter().copied())
+    }
+
+    #[test]
+    fn only_a_trusted_proxy_is_believed_about_the_client() {
+        let lan = "10.0.0.0/8, 192.0.2.1";
+        // An untrusted peer is the client, whatever it writes.
+        assert_eq!(
+            client(lan, "203.0.113.5", &["198.51.100.7"]),
+            "203.0.113.5".parse::<IpAddr>().unwrap()
+        );
+        // A trusted one names it; trusted hops nearer the server are skipped,
+        // and what a client prepended beyond the first untrusted hop is not read.
+        assert_eq!(
+            client(lan, "10.1.2.3", &["1.1.1.1, 198.51.100.7", "10.9.9.9"]),
+            "198.51.100.7".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            client(lan, "192.0.2.1", &["198.51.100.8"]),
+            "198.51.100.8".parse::<IpAddr>().unwrap()
+        );
+        // No header, or nothing but trusted hops: the farthest trusted hop.
+        assert_eq!(
+            client(lan, "10.1.2.3", &[]),
+            "10.1.2.3".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            client(lan, "10.1.2.3", &["10.4.4.4"]),
+            "10.4.4.4".parse::<IpAddr>().unwrap()
+        );
+        // Garbage stops the walk at the last hop the server believes.
+        assert_eq!(
+            client(lan, "10.1.2.3", &["198.51.100.7, unknown"]),
+            "10.1.2.3".parse::<IpAddr>().unwrap()
+        );
+        // Nothing trusted: the header is never read.
+        assert_eq!(
+            client("", "10.1.2.3", &["198.51.100.7"]),
+            "10.1.2.3".parse::<IpAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn trusted_proxies_parse_addresses_and_networks() {
+        let parsed: TrustedProxies = " 10.0.0.0/8 ,::1, fd00::/8,".parse().unwrap();
+        assert_eq!(parsed.0.len(), 3);
+        assert!(parsed.trusts("10.200.0.1".parse().unwrap()));
+        assert!(parsed.trusts("::ffff:10.0.0.1".parse().unwrap()));
+        assert!(parsed.trusts("::1".parse().unwrap()));
+        assert!(!parsed.trusts("::2".parse().unwrap()));
+        assert!(!parsed.trusts("11.0.0.1".parse().unwrap()));
+        let empty: TrustedProxies = "".parse().unwrap();
+        assert_eq!(empty, TrustedProxies::default());
+        let err = "10.0.0.0/33".parse::<TrustedProxies>().unwrap_err();
+        assert!(err.contains("10.0.0.0/33"), "{err}");
+        assert!("proxy.local".parse::<TrustedProxies>().is_err());
     }
 
     #[test]

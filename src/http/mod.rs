@@ -30,7 +30,7 @@ use openapi::{Access, Route};
 use crate::keyfiles::KeySource;
 
 pub use error::ApiError;
-pub use lockout::{OperatorAttempts, DEFAULT_WRONG_TOKENS};
+pub use lockout::{OperatorAttempts, TrustedProxies, DEFAULT_WRONG_TOKENS};
 pub(crate) use openapi::drop_null_defaults;
 
 /// What every handler shares, behind one `Arc`: each request clones the
