@@ -88,10 +88,15 @@ impl OperatorAttempts {
         Some(self.proxies.client(peer, forwarded))
     }
 
-    /// Checks `given` against the operator token for a request from `peer`
-    /// (`None`: an address the server does not know, counted as one).
-    pub fn check(&self, peer: Option<IpAddr>, given: &str, expected: &str) -> Result<(), Refused> {
-        let address = bucket_of(peer);
+    /// Checks `given` against the operator token for a request from
+    /// `client` (`None`: an address the server does not know, counted as one).
+    pub fn check(
+        &self,
+        client: Option<IpAddr>,
+        given: &str,
+        expected: &str,
+    ) -> Result<(), Refused> {
+        let address = bucket_of(client);
         let now = Instant::now();
         {
             let mut refused = self.refused();
@@ -141,8 +146,8 @@ impl OperatorAttempts {
 }
 
 /// The key an address counts under: itself, or its /64 for IPv6.
-fn bucket_of(peer: Option<IpAddr>) -> IpAddr {
-    match peer.map(|ip| ip.to_canonical()) {
+fn bucket_of(client: Option<IpAddr>) -> IpAddr {
+    match client.map(|ip| ip.to_canonical()) {
         Some(IpAddr::V6(v6)) => {
             let prefix = u128::from(v6) & !((1u128 << 64) - 1);
             IpAddr::V6(Ipv6Addr::from(prefix))
@@ -210,11 +215,11 @@ impl TrustedProxies {
     }
 }
 
-/// The client's address, for handlers that check the operator token
-/// themselves (the sign-in form).
-pub struct Peer(pub Option<IpAddr>);
+/// The address a request counts under (see [`OperatorAttempts::client_of`]),
+/// for handlers that check the operator token themselves (the sign-in form).
+pub struct Client(pub Option<IpAddr>);
 
-impl<S> FromRequestParts<S> for Peer
+impl<S> FromRequestParts<S> for Client
 where
     AppState: FromRef<S>,
     S: Send + Sync,
@@ -222,7 +227,7 @@ where
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        Ok(Peer(
+        Ok(Client(
             AppState::from_ref(state).operator_attempts.client_of(parts),
         ))
     }

@@ -23,7 +23,7 @@ pub use session::Sessions;
 
 use super::error::{ApiError, TOO_MANY_WRONG_TOKENS};
 use super::extract::{query_pairs, OperatorOrSession};
-use super::lockout::{Peer, Refused};
+use super::lockout::{Client, Refused};
 use super::AppState;
 
 /// An HTML answer with its CSP; `nonce` admits its inline style and script.
@@ -107,7 +107,7 @@ pub struct LoginForm {
 /// session and goes back to the page; a wrong one shows the form again.
 pub async fn login(
     State(state): State<AppState>,
-    Peer(peer): Peer,
+    Client(client): Client,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let expected = operator_token(&state)?;
@@ -118,7 +118,7 @@ pub async fn login(
         .find(|(k, _)| k == "token")
         .map(|(_, v)| v)
         .unwrap_or_default();
-    if let Err(refused) = state.operator_attempts.check(peer, &given, expected) {
+    if let Err(refused) = state.operator_attempts.check(client, &given, expected) {
         let nonce = nonce();
         return Ok(match refused {
             Refused::WrongToken => html(
