@@ -3,9 +3,13 @@
 
 mod support;
 
+use std::future::Future;
+use std::task::Poll;
+use std::time::Duration;
+
 use serde_json::json;
-use support::{decode, TestEngine};
-use taskq_actors::api::{CreateTags, MemberPatch};
+use support::{decode, eventually, TestEngine};
+use taskq_actors::api::{ClaimRequest, CreateTags, MemberPatch};
 use taskq_actors::domain::{TaskId, TaskStatus};
 
 fn id(n: u8) -> String {
@@ -283,5 +287,51 @@ async fn concurrent_claims_never_share_a_task() {
     assert_eq!(claimed.len(), TASKS, "no task claimed twice");
     created.sort();
     assert_eq!(claimed, created);
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_caller_went_away_before_the_answer_is_undone() {
+    let t = TestEngine::start().await;
+    let org = t.org("gone").await;
+    let agent = t.member(&org, "agent", "agent-a").await;
+    let id = t
+        .create_one(&org.owner, json!({"title": "left behind"}))
+        .await;
+
+    // The claim reaches the actor and is granted; then its caller goes
+    // away (an HTTP client that hung up) before the answer is built.
+    {
+        let claim = t.engine.claim(&agent, decode::<ClaimRequest>(json!({})));
+        let mut claim = std::pin::pin!(claim);
+        let sent = std::future::poll_fn(|cx| Poll::Ready(claim.as_mut().poll(cx))).await;
+        assert!(sent.is_pending(), "the claim waits for the actor");
+        eventually("the task is claimed", Duration::from_secs(10), || async {
+            let status = t.get(&org.owner, id).await.task.status;
+            (status == TaskStatus::InProgress).then_some(())
+        })
+        .await;
+    }
+
+    let detail = eventually("the claim is undone", Duration::from_secs(10), || async {
+        let detail = t.get(&org.owner, id).await;
+        (detail.task.status == TaskStatus::Pending).then_some(detail)
+    })
+    .await;
+    assert_eq!(detail.task.assignee, None);
+    assert!(detail.task.lease.is_none(), "nobody holds a lease");
+    let last = detail.history.expect("history").pop().expect("events");
+    assert_eq!(
+        (last.from_status, last.to_status, last.agent_id.as_str()),
+        (Some(TaskStatus::InProgress), TaskStatus::Pending, "system")
+    );
+    assert_eq!(
+        last.note.as_ref().and_then(|n| n.as_plain()),
+        Some("claimant went away")
+    );
+
+    // The next claimant gets it at once, not after the lease.
+    let again = t.claim(&agent, json!({})).await.expect("the task again");
+    assert_eq!(again.task.task_id, id);
     t.stop().await;
 }

@@ -15,7 +15,7 @@ use crate::domain::order::ListKey;
 use crate::domain::usage::RequestKind;
 use crate::domain::{OrgId, StoredTask, TaskId};
 use crate::error::EngineError;
-use crate::org::{OrgMsg, Outcome};
+use crate::org::{ClaimTicket, OrgMsg, Outcome};
 use crate::reader::Answer;
 use crate::views;
 
@@ -353,13 +353,20 @@ impl Engine {
     ) -> Result<Vec<ClaimedTask>, EngineError> {
         let org = caller.org_id;
         let wait = Duration::from_secs(u64::from(request.wait_seconds));
-        let (Outcome { result, commit }, _in_flight) = self
+        let waiting = Waiting {
+            engine: self,
+            org,
+            armed: request.wait_seconds > 0,
+        };
+        let asked = self
             .ask_within(org, wait, |reply| OrgMsg::ClaimNext {
                 caller: caller.clone(),
                 request: request.clone(),
                 reply,
             })
-            .await?;
+            .await;
+        waiting.answered();
+        let (Outcome { result, commit }, _in_flight) = asked?;
         let mut claimed = match result {
             Ok(claimed) if !claimed.is_empty() => claimed,
             other => {
@@ -414,7 +421,10 @@ impl Engine {
         let entry = self.inner.directory.get(org).await?;
         let mut prior_art = prior_art.into_iter();
         let mut tasks = Vec::with_capacity(claimed.len());
+        // Held until every answer is built: a failure undoes them all.
+        let mut tickets = Vec::with_capacity(claimed.len());
         for (claimed, read) in claimed.into_iter().zip(reads) {
+            tickets.push(claimed.ticket);
             let id = claimed.header.task_id;
             let mut task = match self.stored(read)? {
                 Some(t) => t,
@@ -438,6 +448,7 @@ impl Engine {
                 context,
             });
         }
+        tickets.into_iter().for_each(ClaimTicket::handed_over);
         Ok(tasks)
     }
 
@@ -488,5 +499,30 @@ impl Engine {
             prior_art,
             runbook,
         })
+    }
+}
+
+/// A waiting claim in flight: if its caller goes away (the request's
+/// future is dropped), the actor is told at once, so its waiter leaves the
+/// queue and the waiting gauge now, not at the actor's next look.
+struct Waiting<'a> {
+    engine: &'a Engine,
+    org: OrgId,
+    armed: bool,
+}
+
+impl Waiting<'_> {
+    fn answered(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Some(route) = self.engine.inner.routes.get(&self.org) {
+                let _ = route.actor.cast(OrgMsg::ClaimantGone);
+            }
+        }
     }
 }

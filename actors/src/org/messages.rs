@@ -5,7 +5,7 @@
 //! commit; the variant says how it counts. Operator and system messages are
 //! not admitted.
 
-use ractor::RpcReplyPort;
+use ractor::{ActorRef, RpcReplyPort};
 
 use crate::api::{
     ClaimRequest, CreateTasks, CreatedItem, ListTasks, MemberPatch, MemberView, NewTag, NewTeam,
@@ -15,7 +15,7 @@ use crate::domain::account::{Caller, KeyRecord, MemberRecord, Role};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::order::ListKey;
 use crate::domain::usage::RequestKind;
-use crate::domain::{KeyId, Lease, StoredTask, TaskHeader};
+use crate::domain::{KeyId, Lease, StoredTask, TaskHeader, TaskId};
 use crate::error::EngineError;
 use crate::writer::Commit;
 
@@ -187,6 +187,15 @@ pub enum OrgMsg {
     WaitElapsed,
     /// The server is stopping: every waiting claim answers `null` now.
     ReleaseWaiters,
+    /// A waiting claim's caller went away: its waiter leaves now rather
+    /// than the next time the actor looks.
+    ClaimantGone,
+    /// A claim's answer never reached its claimant: the lease is undone,
+    /// the task back to `pending`, unless the lease already changed.
+    ClaimUndelivered {
+        task: TaskId,
+        lease: uuid::Uuid,
+    },
     IdleTick,
     #[cfg(feature = "test-hooks")]
     Crash,
@@ -210,7 +219,6 @@ pub struct IssuedKey {
     pub api_key: String,
 }
 
-#[derive(Debug, Clone)]
 pub struct Claimed {
     /// The claimed task's header as the claim left it.
     pub header: TaskHeader,
@@ -219,4 +227,44 @@ pub struct Claimed {
     /// creation (its header is the one before the claim); otherwise the
     /// content is read from the store.
     pub content: Option<Box<StoredTask>>,
+    pub ticket: ClaimTicket,
+}
+
+/// Travels with a claim until its answer is built for the claimant. Dropped
+/// before that (the claimant's request was cancelled because it hung up,
+/// the reply found nobody, or the answer failed to build), it tells the
+/// actor to undo the claim, so no task waits out a lease nobody holds.
+pub struct ClaimTicket {
+    actor: ActorRef<OrgMsg>,
+    task: TaskId,
+    lease: uuid::Uuid,
+    handed_over: bool,
+}
+
+impl ClaimTicket {
+    pub(super) fn new(actor: ActorRef<OrgMsg>, task: TaskId, lease: uuid::Uuid) -> Self {
+        ClaimTicket {
+            actor,
+            task,
+            lease,
+            handed_over: false,
+        }
+    }
+
+    /// The answer is built: the claimant has the lease.
+    pub fn handed_over(mut self) {
+        self.handed_over = true;
+    }
+}
+
+impl Drop for ClaimTicket {
+    fn drop(&mut self) {
+        if !self.handed_over {
+            // A stopped actor reloads the lease, which then expires.
+            let _ = self.actor.cast(OrgMsg::ClaimUndelivered {
+                task: self.task,
+                lease: self.lease,
+            });
+        }
+    }
 }

@@ -118,6 +118,8 @@ pub struct OrgState {
     retiring: bool,
     /// Memory may be ahead of the store after a failed message: restart.
     needs_reload: bool,
+    /// This actor, for the tickets of its claims.
+    myself: ActorRef<OrgMsg>,
 }
 
 /// How a member's request counts against the org's limits.
@@ -193,7 +195,7 @@ impl Actor for OrgActor {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<OrgMsg>,
+        myself: ActorRef<OrgMsg>,
         org: OrgId,
     ) -> Result<OrgState, ActorProcessingErr> {
         // Cheap on purpose: the supervisor waits for this. The state is loaded
@@ -216,6 +218,7 @@ impl Actor for OrgActor {
             last_active: Instant::now(),
             retiring: false,
             needs_reload: false,
+            myself,
         })
     }
 
@@ -467,6 +470,8 @@ impl Actor for OrgActor {
             }
             OrgMsg::WaitElapsed => self.answer_elapsed_waiters(state),
             OrgMsg::ReleaseWaiters => self.release_waiters(state),
+            OrgMsg::ClaimantGone => state.waiters.drop_gone(),
+            OrgMsg::ClaimUndelivered { task, lease } => self.release(state, task, lease).await,
             OrgMsg::IdleTick => {
                 if !state.retiring
                     && !state.open.has_leases()

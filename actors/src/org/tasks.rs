@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::work::Work;
-use super::{Claimed, OrgActor, OrgState};
+use super::{ClaimTicket, Claimed, OrgActor, OrgState};
 use crate::api::{
     merge_metadata, BlockerRef, ClaimRequest, ContentPolicy, CreateTasks, CreatedItem, ItemError,
     Object, TaskUpdate, Text, Timestamp, UpdateResult, UpdateTasks,
@@ -502,10 +502,12 @@ impl OrgActor {
         let header = h.clone();
         work.put(state, h);
         let content = state.content.take(header.task_id);
+        let ticket = ClaimTicket::new(state.myself.clone(), header.task_id, lease.lease_id);
         Some(Claimed {
             header,
             lease,
             content,
+            ticket,
         })
     }
 

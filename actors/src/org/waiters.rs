@@ -8,10 +8,11 @@
 //! polls and nothing sleeps; a timer per waiter answers `null` at its
 //! deadline.
 //!
-//! A waiter whose client went away has a closed reply port: it is dropped
-//! the next time the actor looks, without claiming. If it goes away in the
-//! instant between the claim and the answer, the claim is undone at once
-//! (the task back to `pending`), so no task waits on a lease nobody holds.
+//! A waiter whose client went away has a closed reply port: it leaves
+//! without claiming, when the engine says its caller is gone
+//! (`ClaimantGone`) or the next time the actor looks. A claim whose answer
+//! never reaches its claimant is undone by its ticket (`ClaimUndelivered`),
+//! the task back to `pending`, so no task waits on a lease nobody holds.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -23,7 +24,7 @@ use super::work::Work;
 use super::{Admission, Claimed, OrgActor, OrgMsg, OrgState, Outcome, Reply};
 use crate::api::{ClaimRequest, Text};
 use crate::domain::account::Caller;
-use crate::domain::TaskStatus;
+use crate::domain::{TaskId, TaskStatus};
 use crate::writer::Commit;
 
 /// A claim waiting for a task.
@@ -51,6 +52,11 @@ impl Waiters {
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }
+
+    /// Drops the waiters whose caller went away.
+    pub fn drop_gone(&mut self) {
+        self.queue.retain(|w| !w.reply.is_closed());
+    }
 }
 
 impl OrgActor {
@@ -64,6 +70,9 @@ impl OrgActor {
         request: ClaimRequest,
         reply: Reply<Vec<Claimed>>,
     ) {
+        if reply.is_closed() {
+            return;
+        }
         let (slot, mut work) = match self.begin(state, Some(Admission::write())) {
             Ok(begun) => begun,
             Err(e) => {
@@ -85,7 +94,7 @@ impl OrgActor {
         }
         let usage = (!work.is_empty()).then(|| slot.submit(work.into_batch(state)));
         let wait = Duration::from_secs(u64::from(request.wait_seconds));
-        state.waiters.queue.retain(|w| !w.reply.is_closed());
+        state.waiters.drop_gone();
         state.waiters.queue.push_back(Waiter {
             caller,
             request,
@@ -128,24 +137,21 @@ impl OrgActor {
             let waiter = state.waiters.queue.remove(i).expect("the waiter looked at");
             let commit = slot.submit(work.into_batch(state));
             let answer = Outcome {
-                result: Ok(claimed.clone()),
+                result: Ok(claimed),
                 commit: Some(commit),
             };
-            if waiter.reply.send(answer).is_err() {
-                for c in &claimed {
-                    self.release(state, c).await;
-                }
-            }
+            // Unanswered, the claim's tickets undo it.
+            let _ = waiter.reply.send(answer);
         }
     }
 
-    /// Undoes a claim nobody received: the task goes back to `pending`.
-    async fn release(&self, state: &mut OrgState, claimed: &Claimed) {
-        let id = claimed.header.task_id;
+    /// Undoes a claim nobody received: the task goes back to `pending`,
+    /// unless its lease is no longer the one claimed.
+    pub(super) async fn release(&self, state: &mut OrgState, id: TaskId, lease: uuid::Uuid) {
         let Some(mut h) = state.open.get(id).cloned() else {
             return;
         };
-        if h.lease.map(|l| l.lease_id) != Some(claimed.lease.lease_id) {
+        if h.lease.map(|l| l.lease_id) != Some(lease) {
             return;
         }
         let Ok(slot) = self.deps.writers.reserve_waiting(state.org).await else {
