@@ -198,13 +198,16 @@ impl TrustedProxies {
     /// from the right) that is not a trusted proxy. A value that does not
     /// parse ends the walk at the last trusted hop: what lies beyond it
     /// was written by someone the server does not believe.
-    fn client<'a>(&self, peer: IpAddr, forwarded: impl Iterator<Item = &'a str>) -> IpAddr {
+    fn client<'a>(
+        &self,
+        peer: IpAddr,
+        forwarded: impl DoubleEndedIterator<Item = &'a str>,
+    ) -> IpAddr {
         if !self.trusts(peer) {
             return peer;
         }
-        let hops: Vec<&str> = forwarded.flat_map(|v| v.split(',')).collect();
         let mut client = peer;
-        for hop in hops.into_iter().rev() {
+        for hop in forwarded.flat_map(|v| v.split(',')).rev() {
             match hop.trim().parse::<IpAddr>() {
                 Ok(ip) if self.trusts(ip) => client = ip,
                 Ok(ip) => return ip,
