@@ -635,3 +635,70 @@ backend_tests!(claims_answer_content_as_last_changed, |srv| async move {
     assert_eq!(read - read_before, 2, "{stats}");
     assert_eq!(stats["claim_cache"]["bytes_used"], 0, "{stats}");
 });
+
+backend_tests!(
+    claims_after_a_restart_are_answered_from_content_read_ahead,
+    |mut srv| async move {
+        let org = srv.create_org("dev").await;
+        let key = org.owner_key.clone();
+        const TASKS: usize = 40;
+        let items: Vec<Value> = (0..TASKS)
+            .map(|n| json!({ "title": format!("task {n}"), "description": format!("words {n}") }))
+            .collect();
+        for batch in items.chunks(20) {
+            srv.create_tasks(&key, json!(batch)).await;
+        }
+        // Content is kept only by the actor that created the tasks: after a
+        // restart every claim would read its task from the store.
+        srv.restart().await;
+        let cache = |stats: &Value| {
+            let figure = |name: &str| {
+                stats["claim_cache"][name]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("{name} in {stats}"))
+            };
+            (
+                figure("claims_kept"),
+                figure("claims_read"),
+                figure("tasks_refilled"),
+            )
+        };
+        let check = |task: &Value| {
+            let title = task["title"].as_str().expect("a title").to_owned();
+            let n = title.strip_prefix("task ").expect("a created title");
+            assert_eq!(task["description"], format!("words {n}"), "{task}");
+            title
+        };
+        let mut claimed = vec![check(&srv.claim(&key, json!({})).await.expect("a task"))];
+
+        // The first claim read its task, and asked for the rest to be read
+        // ahead, in bulk, off the claim path.
+        let stats = eventually(
+            Duration::from_secs(10),
+            "the pending tasks' content read ahead",
+            || async {
+                let (status, stats) = srv.admin(Method::GET, "/admin/stats", None).await;
+                assert_eq!(status, StatusCode::OK, "{stats}");
+                (cache(&stats).2 == TASKS as u64 - 1).then_some(stats)
+            },
+        )
+        .await;
+        let (kept_before, read_before, _) = cache(&stats);
+        assert_eq!(read_before, 1, "{stats}");
+
+        // Every other claim is answered from it, with the content the task
+        // was created with.
+        while let Some(task) = srv.claim(&key, json!({})).await {
+            claimed.push(check(&task));
+        }
+        claimed.sort();
+        let mut created: Vec<String> = (0..TASKS).map(|n| format!("task {n}")).collect();
+        created.sort();
+        assert_eq!(claimed, created);
+        let (_, stats) = srv.admin(Method::GET, "/admin/stats", None).await;
+        let (kept, read, _) = cache(&stats);
+        assert_eq!(kept - kept_before, TASKS as u64 - 1, "{stats}");
+        assert_eq!(read, read_before, "{stats}");
+        assert_eq!(stats["claim_cache"]["bytes_used"], 0, "{stats}");
+    }
+);

@@ -399,6 +399,10 @@ backend_tests!(the_figures_match_the_api, |srv| async move {
         (stats["claim_cache"]["claims_kept"].as_u64().unwrap()
             + stats["claim_cache"]["claims_read"].as_u64().unwrap()) as f64
     );
+    assert_eq!(
+        counter("taskq_claim_cache_refilled_total"),
+        stats["claim_cache"]["tasks_refilled"].as_u64().unwrap() as f64
+    );
 
     #[cfg(feature = "test-hooks")]
     {

@@ -270,6 +270,7 @@ pub async fn render(State(state): State<AppState>, _: Operator) -> Result<Respon
         ("taskq_commit_failures_total", writer.failed),
         ("taskq_claims_kept_total", cache.claims_kept),
         ("taskq_claims_read_total", cache.claims_read),
+        ("taskq_claim_cache_refilled_total", cache.tasks_refilled),
     ] {
         scalar(&mut out, "counter", name, value);
     }

@@ -77,6 +77,8 @@ pub struct ClaimCacheFigures {
     pub claims_kept: u64,
     /// Claims since the server started whose content was read from the store.
     pub claims_read: u64,
+    /// Tasks whose content was read ahead of their claim, in bulk, and kept.
+    pub tasks_refilled: u64,
 }
 
 /// One group commit.

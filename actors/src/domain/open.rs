@@ -77,6 +77,11 @@ impl OpenTasks {
         self.pending.len()
     }
 
+    /// The pending tasks, in claim order.
+    pub fn pending_ids(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.pending.ids()
+    }
+
     /// Changes with every task put into the pending queue.
     pub fn pending_version(&self) -> u64 {
         self.pending_version

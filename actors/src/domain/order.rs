@@ -73,6 +73,11 @@ impl PendingIndex {
         self.all.is_empty()
     }
 
+    /// Every pending task, in claim order.
+    pub fn ids(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.all.iter().map(|k| k.2)
+    }
+
     /// The first task in claim order that carries any of `tags` (every task
     /// when `tags` is empty) and passes `eligible`.
     pub fn first_matching(

@@ -5,8 +5,9 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::content::Refill;
 use super::work::Work;
-use super::{ClaimTicket, Claimed, OrgActor, OrgState};
+use super::{ClaimTicket, Claimed, OrgActor, OrgMsg, OrgState};
 use crate::api::{
     merge_metadata, BlockerRef, ClaimRequest, ContentPolicy, CreateTasks, CreatedItem, ItemError,
     Object, TaskUpdate, Text, Timestamp, UpdateResult, UpdateTasks,
@@ -527,7 +528,32 @@ impl OrgActor {
                 None => break,
             }
         }
+        if let Some(refill) = state.content.refill_due(state.open.pending_ids()) {
+            self.read_content(state, refill);
+        }
         claimed
+    }
+
+    /// Reads the content of pending tasks for the content cache, off the
+    /// claim path, once the writes queued so far are committed (see
+    /// `content`), and hands it to this actor.
+    fn read_content(&self, state: &OrgState, refill: Refill) {
+        let (org, actor) = (state.org, state.myself.clone());
+        let (writers, store) = (self.deps.writers.clone(), self.deps.store.clone());
+        let Refill { wanted, permit } = refill;
+        tokio::spawn(async move {
+            let read = match writers.barrier(org).await {
+                Ok(()) => store.tasks(org, &wanted).await,
+                Err(e) => Err(e),
+            };
+            let read = read.unwrap_or_else(|e| {
+                tracing::debug!(%org, error = %e, "reading ahead of claims failed");
+                Vec::new()
+            });
+            // A stopped actor's cache went with it.
+            let _ = actor.cast(OrgMsg::ContentRead { wanted, read });
+            drop(permit);
+        });
     }
 
     /// Returns every task whose lease ran out to `pending`, or fails it
