@@ -228,19 +228,17 @@ impl ContentCache {
         Some(Refill { wanted, permit })
     }
 
-    /// What a refill read for `wanted` (in claim order): keeps, in that
-    /// order and while the budget has room, each task nothing touched
-    /// while the read was out.
-    pub fn refilled(&mut self, wanted: &[TaskId], read: Vec<StoredTask>) {
+    /// What a refill read, in claim order: keeps, in that order and while
+    /// the budget has room, each task nothing touched while the read was
+    /// out.
+    pub fn refilled(&mut self, read: Vec<StoredTask>) {
         let Some(untouched) = self.refilling.take() else {
             return;
         };
-        let mut read: HashMap<TaskId, StoredTask> =
-            read.into_iter().map(|t| (t.header.task_id, t)).collect();
-        for id in wanted.iter().filter(|id| untouched.contains(id)) {
-            let Some(task) = read.remove(id) else {
+        for task in read {
+            if !untouched.contains(&task.header.task_id) {
                 continue;
-            };
+            }
             if !self.budget.take(cost(&task)) {
                 break;
             }
@@ -370,7 +368,7 @@ mod tests {
         // The read comes back: every task but the one claimed meanwhile is
         // kept, and the next claims find their copies.
         let read: Vec<StoredTask> = tasks[3..3 + REFILL_BATCH].to_vec();
-        cache.refilled(&wanted, read);
+        cache.refilled(read);
         assert_eq!(cache.len(), 1 + REFILL_BATCH - 1);
         assert_eq!(budget.figures().tasks_refilled, REFILL_BATCH as u64 - 1);
         assert!(cache.take(tasks[5].header.task_id).is_none());
@@ -392,7 +390,7 @@ mod tests {
         // asked for: the read holds what the store had before.
         cache.forget(tasks[1].header.task_id);
         cache.forget(tasks[3].header.task_id);
-        cache.refilled(&wanted, tasks[1..].to_vec());
+        cache.refilled(tasks[1..].to_vec());
         assert_eq!(cache.len(), 1);
         assert!(cache.take(tasks[1].header.task_id).is_none());
         assert!(cache.take(tasks[2].header.task_id).is_some());
@@ -449,7 +447,7 @@ mod tests {
 
         // A read handed back frees its place for the next miss.
         let done = refills.pop().expect("a refill");
-        orgs[REFILLS_AT_ONCE - 1].refilled(&done.wanted, tasks[1..].to_vec());
+        orgs[REFILLS_AT_ONCE - 1].refilled(tasks[1..].to_vec());
         drop(done);
         let last = orgs.last_mut().expect("one more org");
         assert!(last.take(tasks[0].header.task_id).is_none());

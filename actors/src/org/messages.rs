@@ -196,12 +196,9 @@ pub enum OrgMsg {
         task: TaskId,
         lease: uuid::Uuid,
     },
-    /// A refill's read of pending tasks' content (`wanted`, in claim
-    /// order), to keep for their claims; empty when the read failed.
-    ContentRead {
-        wanted: Vec<TaskId>,
-        read: Vec<StoredTask>,
-    },
+    /// A refill's read of pending tasks' content, in claim order, to keep
+    /// for their claims; empty when the read failed.
+    ContentRead(Vec<StoredTask>),
     IdleTick,
     #[cfg(feature = "test-hooks")]
     Crash,

@@ -472,7 +472,7 @@ impl Actor for OrgActor {
             OrgMsg::ReleaseWaiters => self.release_waiters(state),
             OrgMsg::ClaimantGone => state.waiters.drop_gone(),
             OrgMsg::ClaimUndelivered { task, lease } => self.release(state, task, lease).await,
-            OrgMsg::ContentRead { wanted, read } => state.content.refilled(&wanted, read),
+            OrgMsg::ContentRead(read) => state.content.refilled(read),
             OrgMsg::IdleTick => {
                 if !state.retiring
                     && !state.open.has_leases()

@@ -536,7 +536,7 @@ impl OrgActor {
 
     /// Reads the content of pending tasks for the content cache, off the
     /// claim path, once the writes queued so far are committed (see
-    /// `content`), and hands it to this actor.
+    /// `content`), and hands it to this actor in claim order.
     fn read_content(&self, state: &OrgState, refill: Refill) {
         let (org, actor) = (state.org, state.myself.clone());
         let (writers, store) = (self.deps.writers.clone(), self.deps.store.clone());
@@ -546,12 +546,13 @@ impl OrgActor {
                 Ok(()) => store.tasks(org, &wanted).await,
                 Err(e) => Err(e),
             };
-            let read = read.unwrap_or_else(|e| {
+            let mut read = read.unwrap_or_else(|e| {
                 tracing::debug!(%org, error = %e, "reading ahead of claims failed");
                 Vec::new()
             });
+            read.sort_by_key(|t| wanted.iter().position(|id| *id == t.header.task_id));
             // A stopped actor's cache went with it.
-            let _ = actor.cast(OrgMsg::ContentRead { wanted, read });
+            let _ = actor.cast(OrgMsg::ContentRead(read));
             drop(permit);
         });
     }
