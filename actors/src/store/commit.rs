@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
@@ -22,6 +23,8 @@ use crate::domain::{
 };
 
 mod postgres;
+
+pub use postgres::EventLinks;
 
 #[cfg(test)]
 pub(super) use postgres::plan_check;
@@ -412,7 +415,8 @@ fn next_statement<'q, 'a>(
 
 /// The events of a commit with the ids the SQLite writer gives them, and
 /// each task's event chain (migration `0013_event_chain`): an event names
-/// the task's event before it, a task row its latest event.
+/// the task's event before it, a task row its latest event. PostgreSQL's
+/// writers number events from the counter they share (`EventLinks`).
 struct EventChain<'a> {
     /// `(event_id, prev_event_id, org, event)`, in commit order. The first
     /// event of a task in the commit has no `prev_event_id` here: its
@@ -669,7 +673,11 @@ pub enum WriterConn {
         /// would be retried on a new connection, which reads the id again.
         last_event_id: Option<i64>,
     },
-    Postgres(PgConnection),
+    Postgres {
+        conn: PgConnection,
+        /// Shared by the store's PostgreSQL writers: see `EventLinks`.
+        links: Arc<EventLinks>,
+    },
 }
 
 /// The SQLite connection a writer commits on: a lane's own, opened outside
@@ -745,7 +753,7 @@ impl Store {
                 writer_thread::renice(sqlite_nice);
                 WriterConn::sqlite(SqliteConn::Own(conn))
             }
-            Store::Postgres(_) => self.postgres_writer_conn().await?,
+            Store::Postgres(..) => self.postgres_writer_conn().await?,
         })
     }
 
@@ -753,12 +761,12 @@ impl Store {
     async fn one_off_conn(&self) -> Result<WriterConn> {
         Ok(match self {
             Store::Sqlite(pool) => WriterConn::sqlite(SqliteConn::Pooled(pool.acquire().await?)),
-            Store::Postgres(_) => self.postgres_writer_conn().await?,
+            Store::Postgres(..) => self.postgres_writer_conn().await?,
         })
     }
 
     async fn postgres_writer_conn(&self) -> Result<WriterConn> {
-        let Store::Postgres(pool) = self else {
+        let Store::Postgres(pool, links) = self else {
             unreachable!("called for PostgreSQL stores only");
         };
         let mut conn = pool.acquire().await?.detach();
@@ -771,7 +779,10 @@ impl Store {
         )
         .execute(&mut conn)
         .await?;
-        Ok(WriterConn::Postgres(conn))
+        Ok(WriterConn::Postgres {
+            conn,
+            links: Arc::clone(links),
+        })
     }
 
     /// Settles what commits on connections of the pool left unsettled (on
@@ -803,7 +814,7 @@ impl WriterConn {
                 conn: SqliteConn::Pooled(_),
                 ..
             } => Ok(()),
-            WriterConn::Postgres(conn) => sqlx::Connection::close(conn).await,
+            WriterConn::Postgres { conn, .. } => sqlx::Connection::close(conn).await,
         };
         if let Err(e) = closed {
             tracing::warn!(error = %e, "closing a writer's connection failed");
@@ -845,24 +856,43 @@ impl WriterConn {
                 }
                 result
             }
-            WriterConn::Postgres(conn) => {
-                let statement = postgres::task_statement(&plan);
-                if plan.accounts.is_empty() {
-                    if let Some(statement) = statement {
-                        statement.execute(&mut *conn).await?;
-                    }
-                } else {
-                    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                    account_statements!(&mut *tx, plan);
-                    if let Some(statement) = statement {
-                        statement.execute(&mut *tx).await?;
-                    }
-                    tx.commit().await?;
+            WriterConn::Postgres { conn, links } => {
+                let linked = links.link(&plan);
+                let result = commit_postgres(conn, &plan, &linked).await;
+                match result {
+                    Ok(()) => links.committed(&plan, &linked),
+                    // The commit may have happened all the same (an answer
+                    // lost with the connection): the tasks' rows say.
+                    Err(_) => links.forget(&plan),
                 }
-                Ok(())
+                result
             }
         }
     }
+}
+
+/// Commits a plan on PostgreSQL: its task changes as one statement, in
+/// its own implicit transaction unless account changes (rare) come with
+/// it.
+async fn commit_postgres(
+    conn: &mut PgConnection,
+    plan: &CommitPlan<'_>,
+    linked: &postgres::LinkedEvents<'_>,
+) -> Result<()> {
+    let statement = postgres::task_statement(plan, linked);
+    if plan.accounts.is_empty() {
+        if let Some(statement) = statement {
+            statement.execute(&mut *conn).await?;
+        }
+    } else {
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        account_statements!(&mut *tx, plan);
+        if let Some(statement) = statement {
+            statement.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+    }
+    Ok(())
 }
 
 /// Commits a plan on SQLite in one round trip to the connection's thread

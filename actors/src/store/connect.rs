@@ -2,12 +2,13 @@
 //! for it and its migrations run before anything else touches it.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
-use super::{Result, Store, StoreOptions};
+use super::{EventLinks, Result, Store, StoreOptions};
 
 impl Store {
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
@@ -20,7 +21,14 @@ impl Store {
                 .connect_with(connect)
                 .await?;
             sqlx::migrate!("../migrations/postgres").run(&pool).await?;
-            Ok(Store::Postgres(pool))
+            let last_event: i64 =
+                sqlx::query_scalar("SELECT COALESCE(MAX(event_id), 0) FROM task_events")
+                    .fetch_one(&pool)
+                    .await?;
+            Ok(Store::Postgres(
+                pool,
+                Arc::new(EventLinks::after(last_event)),
+            ))
         } else {
             let connect = SqliteConnectOptions::from_str(url)?
                 .create_if_missing(true)
@@ -62,7 +70,7 @@ impl Store {
     pub fn backend(&self) -> &'static str {
         match self {
             Store::Sqlite(_) => "sqlite",
-            Store::Postgres(_) => "postgres",
+            Store::Postgres(..) => "postgres",
         }
     }
 
@@ -72,7 +80,7 @@ impl Store {
     pub fn writer_count(&self, pg_writers: usize) -> usize {
         match self {
             Store::Sqlite(_) => 1,
-            Store::Postgres(_) => pg_writers,
+            Store::Postgres(..) => pg_writers,
         }
     }
 

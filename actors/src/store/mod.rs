@@ -13,6 +13,8 @@
 //! shapes. This file holds what they share: the types, the macros and the
 //! helpers that run a query on either backend.
 
+use std::sync::Arc;
+
 use sqlx::postgres::{PgPool, PgRow};
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::FromRow;
@@ -107,7 +109,8 @@ impl Default for StoreOptions {
 #[derive(Debug, Clone)]
 pub enum Store {
     Sqlite(SqlitePool),
-    Postgres(PgPool),
+    /// With the event ids and links its writers share (`EventLinks`).
+    Postgres(PgPool, Arc<EventLinks>),
 }
 
 /// Runs `$body` with `$pool` bound to whichever backend pool this store has.
@@ -116,7 +119,7 @@ macro_rules! on_pool {
     ($store:expr, $pool:ident => $body:expr) => {
         match $store {
             Store::Sqlite($pool) => $body,
-            Store::Postgres($pool) => $body,
+            Store::Postgres($pool, _) => $body,
         }
     };
 }
@@ -160,7 +163,7 @@ mod usage;
 mod vectors;
 mod writer_thread;
 
-pub use commit::{WriteBatch, WriteOp, WriterConn};
+pub use commit::{EventLinks, WriteBatch, WriteOp, WriterConn};
 pub use keys::ClientDek;
 pub use reports::ReportKey;
 
@@ -193,33 +196,24 @@ impl Store {
     }
 
     /// A query of the events of the tasks `t` that match `tasks`, oldest
-    /// first; `columns` are columns of `task_events`. PostgreSQL finds a
-    /// task's events by its index. SQLite has none (migration
-    /// `0013_event_chain`): it walks each task's chain back from the task
-    /// row's `last_event_id`, one rowid lookup per event.
-    fn events_in_order(&self, columns: &[&str], tasks: &str) -> String {
+    /// first; `columns` are columns of `task_events`. No index finds a
+    /// task's events (migrations `0013_event_chain` on SQLite,
+    /// `0016_event_chain` on PostgreSQL): the query walks each task's chain
+    /// back from the task row's `last_event_id`, one primary-key lookup per
+    /// event.
+    fn events_in_order(columns: &[&str], tasks: &str) -> String {
         let of_e: Vec<String> = columns.iter().map(|c| format!("e.{c}")).collect();
         let of_e = of_e.join(", ");
         let listed = columns.join(", ");
-        match self {
-            // `tasks.task_id` is `COLLATE "C"` and `task_events.task_id`
-            // is not: compared in the tasks' collation, the events' index
-            // would not serve the join and each read would scan them all.
-            Store::Postgres(_) => format!(
-                "SELECT {of_e} FROM tasks t JOIN task_events e \
-                 ON e.org_id = t.org_id AND e.task_id = t.task_id COLLATE \"default\" \
-                 WHERE {tasks} ORDER BY e.event_id"
-            ),
-            Store::Sqlite(_) => format!(
-                "WITH RECURSIVE chain (event_id, prev_event_id, {listed}) AS (\
-                 SELECT e.event_id, e.prev_event_id, {of_e} FROM tasks t \
-                 JOIN task_events e ON e.event_id = t.last_event_id WHERE {tasks} \
-                 UNION ALL \
-                 SELECT e.event_id, e.prev_event_id, {of_e} FROM chain c \
-                 JOIN task_events e ON e.event_id = c.prev_event_id\
-                 ) SELECT {listed} FROM chain ORDER BY event_id"
-            ),
-        }
+        format!(
+            "WITH RECURSIVE chain (event_id, prev_event_id, {listed}) AS (\
+             SELECT e.event_id, e.prev_event_id, {of_e} FROM tasks t \
+             JOIN task_events e ON e.event_id = t.last_event_id WHERE {tasks} \
+             UNION ALL \
+             SELECT e.event_id, e.prev_event_id, {of_e} FROM chain c \
+             JOIN task_events e ON e.event_id = c.prev_event_id\
+             ) SELECT {listed} FROM chain ORDER BY event_id"
+        )
     }
 }
 

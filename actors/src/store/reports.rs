@@ -229,7 +229,7 @@ impl Store {
             .await?;
         let changes: Vec<ChangeRow> = self
             .fetch_all(
-                &self.events_in_order(
+                &Self::events_in_order(
                     &["task_id", "from_status", "to_status", "agent_id", "at"],
                     &format!("t.org_id = $1 AND (t.status_rank <= {open} OR t.updated_at >= $2)"),
                 ),

@@ -109,7 +109,7 @@ impl Store {
     pub async fn task_events(&self, org: OrgId, task: TaskId) -> Result<Vec<StoredEvent>> {
         let rows: Vec<EventRow> = self
             .fetch_all(
-                &self.events_in_order(
+                &Self::events_in_order(
                     &[
                         "task_id",
                         "from_status",
@@ -207,7 +207,7 @@ impl Store {
         if !query.tags.is_empty() {
             sql.push_str(match self {
                 Store::Sqlite(_) => " AND EXISTS (SELECT 1 FROM json_each(tasks.tags) AS t WHERE t.value IN (",
-                Store::Postgres(_) => " AND EXISTS (SELECT 1 FROM jsonb_array_elements_text(tasks.tags::jsonb) AS t(value) WHERE t.value IN (",
+                Store::Postgres(..) => " AND EXISTS (SELECT 1 FROM jsonb_array_elements_text(tasks.tags::jsonb) AS t(value) WHERE t.value IN (",
             });
             for (i, t) in query.tags.iter().enumerate() {
                 push(

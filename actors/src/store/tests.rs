@@ -18,7 +18,7 @@ use crate::domain::{
     ContentField, KeyId, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus,
 };
 
-fn header(status: TaskStatus, created_at: i64) -> TaskHeader {
+pub(super) fn header(status: TaskStatus, created_at: i64) -> TaskHeader {
     TaskHeader {
         task_id: TaskId::new_v7(),
         status,
@@ -46,7 +46,7 @@ fn claimed(header: &TaskHeader, agent: &str, at: i64, seconds: u32) -> TaskHeade
     }
 }
 
-fn task(header: TaskHeader) -> StoredTask {
+pub(super) fn task(header: TaskHeader) -> StoredTask {
     StoredTask {
         header,
         title: b"sealed title".to_vec(),
@@ -758,6 +758,47 @@ async fn append_event(store: &Store, org: OrgId, task: TaskId, at: i64) {
         .unwrap();
 }
 
+/// Events of two tasks appended in one commit, interleaved, read back in
+/// order after the tasks' earlier events: a commit chains each task's
+/// events to one another and to the task's latest before it.
+async fn events_chained_within_a_commit(store: &Store, org: OrgId, first: TaskId, second: TaskId) {
+    let before_first = event_times(store, org, first).await;
+    let before_second = event_times(store, org, second).await;
+    let event = |task, at| StoredEvent {
+        task_id: task,
+        from_status: Some(TaskStatus::Completed),
+        to_status: TaskStatus::Pending,
+        agent_id: "agent".into(),
+        at,
+        note: None,
+    };
+    store
+        .apply(&[&WriteBatch {
+            org,
+            ops: vec![WriteOp::InsertEvents(vec![
+                event(first, 101),
+                event(second, 201),
+                event(first, 102),
+                event(first, 103),
+                event(second, 202),
+            ])],
+        }])
+        .await
+        .unwrap();
+    let with = |mut before: Vec<i64>, added: &[i64]| {
+        before.extend_from_slice(added);
+        before
+    };
+    assert_eq!(
+        event_times(store, org, first).await,
+        with(before_first, &[101, 102, 103])
+    );
+    assert_eq!(
+        event_times(store, org, second).await,
+        with(before_second, &[201, 202])
+    );
+}
+
 /// A task row as the schemas before `0013_event_chain` hold it.
 const OLD_TASK: &str = "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, \
      tags, blocked_by, created_at, updated_at, title) \
@@ -836,6 +877,7 @@ async fn events_survive_the_chain_migration() {
     append_event(&store, org, first, 13).await;
     assert_eq!(event_times(&store, org, first).await, [10, 11, 12, 13]);
     assert_eq!(event_times(&store, org, second).await, [20, 21, 22, 23]);
+    events_chained_within_a_commit(&store, org, first, second).await;
     store.close().await;
 }
 
@@ -843,7 +885,7 @@ async fn events_survive_the_chain_migration() {
 /// changed row by its table's primary key, and scans no table: it is made
 /// once and kept however large the tables grow.
 async fn commit_plan_finds_rows_by_key(store: &Store) {
-    let WriterConn::Postgres(mut conn) = store.writer_conn(0).await.unwrap() else {
+    let WriterConn::Postgres { mut conn, .. } = store.writer_conn(0).await.unwrap() else {
         panic!("a PostgreSQL store gives PostgreSQL writers");
     };
     let (prepare, explain) = super::commit::plan_check();
@@ -864,6 +906,81 @@ async fn commit_plan_finds_rows_by_key(store: &Store) {
     ] {
         assert!(plan.contains(lookup), "{lookup} missing from:\n{plan}");
     }
+}
+
+/// A PostgreSQL database written before `0016_event_chain`, whose two
+/// tasks' events interleave, reads each task's events in order after the
+/// migration, and chains the events it appends after them, several of a
+/// task in one commit among them.
+#[tokio::test]
+async fn events_survive_the_postgres_chain_migration() {
+    let Ok(admin_url) = std::env::var("TASKQ_TEST_POSTGRES_URL") else {
+        eprintln!("note: TASKQ_TEST_POSTGRES_URL is unset; skipping the PostgreSQL variant");
+        return;
+    };
+    let database = format!("taskq_store_{}", Uuid::new_v4().simple());
+    let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {database}"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let url = with_database(&admin_url, &database);
+    let mut before = sqlx::migrate!("../migrations/postgres");
+    before.migrations = before
+        .migrations
+        .iter()
+        .filter(|m| m.version < 16)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    before.run(&pool).await.unwrap();
+    let org = OrgId::new_v7();
+    let (first, second) = (TaskId::new_v7(), TaskId::new_v7());
+    for task in [first, second] {
+        sqlx::query(
+            "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, tags, \
+             blocked_by, created_at, updated_at, title, finished_rank) \
+             VALUES ($1, $2, 'completed', 5, 0, '[]', '[]', 10, 12, '\\x00', 5)",
+        )
+        .bind(org.to_string())
+        .bind(task.to_string())
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    for (task, at) in [
+        (first, 10_i64),
+        (second, 20),
+        (first, 11),
+        (second, 21),
+        (first, 12),
+    ] {
+        sqlx::query(
+            "INSERT INTO task_events (org_id, task_id, to_status, agent_id, at) \
+             VALUES ($1, $2, 'pending', 'agent', $3)",
+        )
+        .bind(org.to_string())
+        .bind(task.to_string())
+        .bind(at)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    pool.close().await;
+    let store = Store::connect(&url, &StoreOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(event_times(&store, org, first).await, [10, 11, 12]);
+    assert_eq!(event_times(&store, org, second).await, [20, 21]);
+    append_event(&store, org, second, 22).await;
+    assert_eq!(event_times(&store, org, second).await, [20, 21, 22]);
+    events_chained_within_a_commit(&store, org, first, second).await;
+    store.close().await;
+    sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

@@ -17,23 +17,32 @@
 //! that was set.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use dashmap::DashMap;
 
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::Postgres;
 
 use super::rows::HeaderColumns;
-use super::CommitPlan;
+use super::{CommitPlan, EventChain};
 use crate::domain::{ContentField, OrgId, StoredTask, TaskHeader, TaskId};
 
 /// The statement; its parameters are the columns bound by
-/// [`task_statement`], in order (the finished ranks, added later, last).
+/// [`task_statement`], in order (the finished ranks and the event links,
+/// added later, last).
 ///
 /// Every header row writes `finished_rank`, unlike on SQLite: PostgreSQL
 /// compares old and new values, and an unchanged indexed column does not
 /// keep an update from being heap-only. So a finished task is settled at
-/// once, and each event enters its task's index as it is inserted:
-/// nothing is left for a settle.
+/// once: nothing is left for a settle.
+///
+/// Events are chained (migration `0016_event_chain`) with ids and links
+/// the writer binds (see [`EventLinks`]): each event its id and the id of
+/// its task's event before it, each task row its latest event's. Only an
+/// event whose predecessor the writer does not know (`look_up`) reads it
+/// from the task row, as the row was before the statement.
 const TASK_STATEMENT: &str = "\
 WITH usage AS (
   INSERT INTO org_usage (org_id, month, requests, tasks, plans, read_tat, write_tat)
@@ -44,11 +53,18 @@ WITH usage AS (
 ), inserted AS (
   INSERT INTO tasks (org_id, task_id, status, status_rank, priority, assignee, tags, blocked_by,
     parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds, attempts,
-    max_attempts, title, description, metadata, output, finished_rank)
-  SELECT * FROM UNNEST($8::text[], $9::text[], $10::text[], $11::int8[], $12::int8[], $13::text[],
+    max_attempts, title, description, metadata, output, finished_rank, last_event_id)
+  SELECT v.org_id, v.task_id, v.status, v.status_rank, v.priority, v.assignee, v.tags,
+    v.blocked_by, v.parent_task_id, v.created_at, v.updated_at, v.lease_id, v.lease_expires_at,
+    v.lease_seconds, v.attempts, v.max_attempts, v.title, v.description, v.metadata, v.output,
+    v.finished_rank, v.last_event_id
+  FROM UNNEST($8::text[], $9::text[], $10::text[], $11::int8[], $12::int8[], $13::text[],
     $14::text[], $15::text[], $16::text[], $17::int8[], $18::int8[], $19::text[], $20::int8[],
     $21::int8[], $22::int8[], $23::int8[], $24::bytea[], $25::bytea[], $26::bytea[], $27::bytea[],
-    $59::int8[])
+    $59::int8[], $64::int8[])
+    AS v(org_id, task_id, status, status_rank, priority, assignee, tags, blocked_by,
+      parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds, attempts,
+      max_attempts, title, description, metadata, output, finished_rank, last_event_id)
 ), updated AS (
   UPDATE tasks SET
     status = CASE WHEN v.header THEN v.status ELSE tasks.status END,
@@ -66,23 +82,31 @@ WITH usage AS (
     title = CASE WHEN v.set_title THEN v.title ELSE tasks.title END,
     description = CASE WHEN v.set_description THEN v.description ELSE tasks.description END,
     metadata = CASE WHEN v.set_metadata THEN v.metadata ELSE tasks.metadata END,
-    output = CASE WHEN v.set_output THEN v.output ELSE tasks.output END
+    output = CASE WHEN v.set_output THEN v.output ELSE tasks.output END,
+    last_event_id = COALESCE(v.last_event_id, tasks.last_event_id)
   FROM UNNEST($28::text[], $29::text[], $30::bool[], $31::text[], $32::int8[], $33::int8[],
     $34::text[], $35::text[], $36::text[], $37::int8[], $38::text[], $39::int8[], $40::int8[],
     $41::int8[], $42::bool[], $43::bytea[], $44::bool[], $45::bytea[], $46::bool[], $47::bytea[],
-    $48::bool[], $49::bytea[], $60::int8[])
+    $48::bool[], $49::bytea[], $60::int8[], $65::int8[])
     AS v(org_id, task_id, header, status, status_rank, priority, assignee, tags, blocked_by,
       updated_at, lease_id, lease_expires_at, lease_seconds, attempts, set_title, title,
-      set_description, description, set_metadata, metadata, set_output, output, finished_rank)
+      set_description, description, set_metadata, metadata, set_output, output, finished_rank,
+      last_event_id)
   WHERE tasks.org_id = v.org_id AND tasks.task_id = v.task_id
 ), unembedded AS (
   DELETE FROM task_vectors USING UNNEST($50::text[], $51::text[]) AS v(org_id, task_id)
   WHERE task_vectors.org_id = v.org_id AND task_vectors.task_id = v.task_id
 ), events AS (
-  INSERT INTO task_events (org_id, task_id, from_status, to_status, agent_id, at, note)
-  SELECT org_id, task_id, from_status, to_status, agent_id, at, note
-  FROM UNNEST($52::text[], $53::text[], $54::text[], $55::text[], $56::text[], $57::int8[],
-    $58::bytea[]) WITH ORDINALITY AS v(org_id, task_id, from_status, to_status, agent_id, at, note, n)
+  INSERT INTO task_events (event_id, org_id, task_id, from_status, to_status, agent_id, at, note,
+    prev_event_id)
+  SELECT v.event_id, v.org_id, v.task_id, v.from_status, v.to_status, v.agent_id, v.at, v.note,
+    CASE WHEN v.look_up
+      THEN (SELECT t.last_event_id FROM tasks t WHERE t.org_id = v.org_id AND t.task_id = v.task_id)
+      ELSE v.prev_event_id END
+  FROM UNNEST($61::int8[], $52::text[], $53::text[], $54::text[], $55::text[], $56::text[],
+    $57::int8[], $58::bytea[], $62::int8[], $63::bool[])
+    WITH ORDINALITY AS v(event_id, org_id, task_id, from_status, to_status, agent_id, at, note,
+      prev_event_id, look_up, n)
   ORDER BY v.n
 )
 SELECT 1";
@@ -205,6 +229,7 @@ fn column<T, U>(rows: &[T], value: impl Fn(&T) -> U) -> Vec<U> {
 /// The task changes of `plan` as one statement, or `None` if it has none.
 pub(super) fn task_statement(
     plan: &CommitPlan<'_>,
+    linked: &LinkedEvents<'_>,
 ) -> Option<Query<'static, Postgres, PgArguments>> {
     if plan.usage.is_empty()
         && plan.inserts.is_empty()
@@ -215,15 +240,18 @@ pub(super) fn task_statement(
         return None;
     }
     let content = set_content(plan);
+    let chain = &linked.chain;
 
     let usage: Vec<_> = plan.usage.iter().collect();
     let tat = |ns: u64| i64::try_from(ns).unwrap_or(i64::MAX);
     let mut inserted = HeaderArrays::default();
+    let mut inserted_last = Vec::with_capacity(plan.inserts.len());
     let mut inserted_content: [Vec<Option<Vec<u8>>>; 4] = Default::default();
     let mut inserted_keys = HashSet::with_capacity(plan.inserts.len());
     for (org, task) in &plan.inserts {
         let key = (*org, task.header.task_id);
         inserted_keys.insert(key);
+        inserted_last.push(chain.last_of(key.0, key.1));
         let latest = plan.headers.get(&key).map(|p| p.header);
         inserted.push(*org, key.1, Some(inserted_header(task, latest)));
         let set = content.get(&key);
@@ -242,6 +270,7 @@ pub(super) fn task_statement(
     }
 
     let mut updated = HeaderArrays::default();
+    let mut updated_last = Vec::new();
     let mut has_header = Vec::new();
     let mut set_flags: [Vec<bool>; 4] = Default::default();
     let mut set_values: [Vec<Option<Vec<u8>>>; 4] = Default::default();
@@ -249,12 +278,14 @@ pub(super) fn task_statement(
         .headers
         .keys()
         .chain(content.keys())
+        .chain(chain.last.keys())
         .filter(|key| !inserted_keys.contains(key))
         .collect::<HashSet<_>>();
     for key in changed {
         let header = plan.headers.get(key).map(|p| HeaderColumns::from(p.header));
         has_header.push(header.is_some());
         updated.push(key.0, key.1, header);
+        updated_last.push(chain.last_of(key.0, key.1));
         let set = content.get(key);
         for slot in 0..CONTENT.len() {
             let value = set.and_then(|s| s[slot]);
@@ -336,6 +367,222 @@ pub(super) fn task_statement(
             .bind(column(events, |(_, e)| e.at))
             .bind(column(events, |(_, e)| e.note.clone()))
             .bind(inserted.finished_rank)
-            .bind(updated.finished_rank),
+            .bind(updated.finished_rank)
+            .bind(column(&chain.events, |(id, _, _, _)| *id))
+            .bind(linked.prev.clone())
+            .bind(linked.look_up.clone())
+            .bind(inserted_last)
+            .bind(updated_last),
     )
+}
+
+/// Event ids and links on PostgreSQL (migration `0016_event_chain`).
+///
+/// A commit statement that numbered its own events and looked up each
+/// task's latest cost PostgreSQL more than the index it replaced (see
+/// docs/perf.md, twentieth step). So the writers number events before the
+/// statement, from one counter for all lanes, and remember each task's
+/// latest event from the commits they made; the statement binds every id
+/// and link. An org's batches all commit on one lane, in order, so what a
+/// lane remembers of a task is what its row holds. A task is forgotten
+/// when it finishes, so this holds open tasks only, and when a commit with
+/// its events fails (it may have committed all the same). The first event
+/// of a task not remembered (created before the server started, reopened,
+/// or after a failed commit) reads its predecessor from the task row. The
+/// ids start after the largest stored one, so a database has one server.
+#[derive(Debug)]
+pub struct EventLinks {
+    next_id: AtomicI64,
+    latest: DashMap<(OrgId, TaskId), i64>,
+}
+
+/// A plan's events with their ids (`chain`) and, for each, the id of its
+/// task's event before it when known (`prev`), or whether the statement
+/// reads it from the task row (`look_up`).
+pub(super) struct LinkedEvents<'a> {
+    chain: EventChain<'a>,
+    prev: Vec<Option<i64>>,
+    look_up: Vec<bool>,
+}
+
+impl EventLinks {
+    /// Links for a database whose largest event id is `last_id`.
+    pub(crate) fn after(last_id: i64) -> Self {
+        EventLinks {
+            next_id: AtomicI64::new(last_id + 1),
+            latest: DashMap::new(),
+        }
+    }
+
+    /// Gives the plan's events their ids and links. Ids a failed commit
+    /// took are not given again.
+    pub(super) fn link<'a>(&self, plan: &CommitPlan<'a>) -> LinkedEvents<'a> {
+        let count = i64::try_from(plan.events.len()).unwrap_or(i64::MAX);
+        let chain = EventChain::new(plan, self.next_id.fetch_add(count, Ordering::Relaxed));
+        let inserted: HashSet<(OrgId, TaskId)> = plan
+            .inserts
+            .iter()
+            .map(|(org, task)| (*org, task.header.task_id))
+            .collect();
+        let (prev, look_up) = chain
+            .events
+            .iter()
+            .map(|&(_, prev, org, event)| {
+                let key = (org, event.task_id);
+                match prev.or_else(|| self.latest.get(&key).map(|id| *id)) {
+                    Some(id) => (Some(id), false),
+                    None => (None, !inserted.contains(&key)),
+                }
+            })
+            .unzip();
+        LinkedEvents {
+            chain,
+            prev,
+            look_up,
+        }
+    }
+
+    /// Remembers what a committed plan left as each task's latest event.
+    pub(super) fn committed(&self, plan: &CommitPlan<'_>, linked: &LinkedEvents<'_>) {
+        for (key, id) in &linked.chain.last {
+            self.latest.insert(*key, *id);
+        }
+        let finished = plan
+            .headers
+            .iter()
+            .filter(|(_, p)| p.header.status.is_terminal())
+            .map(|(key, _)| *key)
+            .chain(
+                plan.inserts
+                    .iter()
+                    .filter(|(_, t)| t.header.status.is_terminal())
+                    .map(|(org, t)| (*org, t.header.task_id)),
+            );
+        for key in finished {
+            self.latest.remove(&key);
+        }
+    }
+
+    /// Forgets the latest event of every task a failed commit had events
+    /// for: their next events read it from the task rows.
+    pub(super) fn forget(&self, plan: &CommitPlan<'_>) {
+        for (org, event) in &plan.events {
+            self.latest.remove(&(*org, event.task_id));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{StoredEvent, TaskStatus};
+    use crate::store::tests::{header, task};
+    use crate::store::{WriteBatch, WriteOp};
+
+    fn event(task_id: TaskId) -> StoredEvent {
+        StoredEvent {
+            task_id,
+            from_status: None,
+            to_status: TaskStatus::Pending,
+            agent_id: "agent".into(),
+            at: 10,
+            note: None,
+        }
+    }
+
+    fn events(org: OrgId, tasks: &[TaskId]) -> WriteBatch {
+        WriteBatch {
+            org,
+            ops: vec![WriteOp::InsertEvents(
+                tasks.iter().map(|t| event(*t)).collect(),
+            )],
+        }
+    }
+
+    fn ids(linked: &LinkedEvents<'_>) -> Vec<i64> {
+        linked.chain.events.iter().map(|e| e.0).collect()
+    }
+
+    #[test]
+    fn events_link_to_what_earlier_commits_left() {
+        let links = EventLinks::after(41);
+        let org = OrgId::new_v7();
+        let (a, b) = (TaskId::new_v7(), TaskId::new_v7());
+
+        let first = events(org, &[a, b, a]);
+        let plan = CommitPlan::new(&[&first]);
+        let linked = links.link(&plan);
+        assert_eq!(ids(&linked), [42, 43, 44]);
+        // Neither task is known yet: their first events read the rows.
+        assert_eq!(linked.prev, [None, None, Some(42)]);
+        assert_eq!(linked.look_up, [true, true, false]);
+        links.committed(&plan, &linked);
+
+        let second = events(org, &[b, a]);
+        let plan = CommitPlan::new(&[&second]);
+        let linked = links.link(&plan);
+        assert_eq!(ids(&linked), [45, 46]);
+        assert_eq!(linked.prev, [Some(43), Some(44)]);
+        assert_eq!(linked.look_up, [false, false]);
+
+        // After a failed commit the tasks' rows say what their latest is,
+        // and its ids are not given again.
+        links.forget(&plan);
+        let linked = links.link(&plan);
+        assert_eq!(ids(&linked), [47, 48]);
+        assert_eq!(linked.prev, [None, None]);
+        assert_eq!(linked.look_up, [true, true]);
+    }
+
+    #[test]
+    fn inserted_tasks_look_nothing_up_and_finished_ones_are_forgotten() {
+        let links = EventLinks::after(0);
+        let org = OrgId::new_v7();
+        let open = header(TaskStatus::Pending, 10);
+        let created = WriteBatch {
+            org,
+            ops: vec![
+                WriteOp::InsertTasks(vec![task(open.clone())]),
+                WriteOp::InsertEvents(vec![event(open.task_id)]),
+            ],
+        };
+        let plan = CommitPlan::new(&[&created]);
+        let linked = links.link(&plan);
+        assert_eq!(
+            (linked.prev.clone(), linked.look_up.clone()),
+            (vec![None], vec![false])
+        );
+        links.committed(&plan, &linked);
+
+        let done = TaskHeader {
+            status: TaskStatus::Completed,
+            ..open.clone()
+        };
+        let finished = WriteBatch {
+            org,
+            ops: vec![
+                WriteOp::UpdateHeader {
+                    header: done,
+                    was_finished: false,
+                },
+                WriteOp::InsertEvents(vec![event(open.task_id)]),
+            ],
+        };
+        let plan = CommitPlan::new(&[&finished]);
+        let linked = links.link(&plan);
+        assert_eq!(
+            (linked.prev.clone(), linked.look_up.clone()),
+            (vec![Some(1)], vec![false])
+        );
+        links.committed(&plan, &linked);
+
+        // Reopened later: the finished task was forgotten, so its row says.
+        let reopened = events(org, &[open.task_id]);
+        let plan = CommitPlan::new(&[&reopened]);
+        let linked = links.link(&plan);
+        assert_eq!(
+            (linked.prev.clone(), linked.look_up.clone()),
+            (vec![None], vec![true])
+        );
+    }
 }
