@@ -699,19 +699,60 @@ async fn claims_move_no_task_row_to_another_page_sqlite() {
     store.close().await;
 }
 
-/// Opens a store whose file was written with the migrations before
-/// `version` only, and then by `write` (raw SQL, in that schema): the
-/// store runs the rest when it opens.
-async fn store_written_before(path: &TempDb, version: i64, write: &[(&str, Vec<String>)]) -> Store {
-    let url = format!("sqlite://{}?mode=rwc", path.0.display());
-    let mut before = sqlx::migrate!("../migrations/sqlite");
-    before.migrations = before
+/// `migrator` without the migrations from `version` on.
+fn migrations_before(
+    mut migrator: sqlx::migrate::Migrator,
+    version: i64,
+) -> sqlx::migrate::Migrator {
+    migrator.migrations = migrator
         .migrations
         .iter()
         .filter(|m| m.version < version)
         .cloned()
         .collect::<Vec<_>>()
         .into();
+    migrator
+}
+
+/// A database of its own on the PostgreSQL server `TASKQ_TEST_POSTGRES_URL`
+/// names, dropped by `drop`.
+struct ScratchDatabase {
+    admin: sqlx::PgConnection,
+    name: String,
+    url: String,
+}
+
+impl ScratchDatabase {
+    /// `None`, with a note, when `TASKQ_TEST_POSTGRES_URL` is unset.
+    async fn create() -> Option<Self> {
+        let Ok(admin_url) = std::env::var("TASKQ_TEST_POSTGRES_URL") else {
+            eprintln!("note: TASKQ_TEST_POSTGRES_URL is unset; skipping the PostgreSQL variant");
+            return None;
+        };
+        let name = format!("taskq_store_{}", Uuid::new_v4().simple());
+        let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        let url = with_database(&admin_url, &name);
+        Some(ScratchDatabase { admin, name, url })
+    }
+
+    async fn drop(mut self) {
+        sqlx::query(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
+            .execute(&mut self.admin)
+            .await
+            .unwrap();
+    }
+}
+
+/// Opens a store whose file was written with the migrations before
+/// `version` only, and then by `write` (raw SQL, in that schema): the
+/// store runs the rest when it opens.
+async fn store_written_before(path: &TempDb, version: i64, write: &[(&str, Vec<String>)]) -> Store {
+    let url = format!("sqlite://{}?mode=rwc", path.0.display());
+    let before = migrations_before(sqlx::migrate!("../migrations/sqlite"), version);
     let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
     before.run(&pool).await.unwrap();
     for (sql, binds) in write {
@@ -914,25 +955,11 @@ async fn commit_plan_finds_rows_by_key(store: &Store) {
 /// task in one commit among them.
 #[tokio::test]
 async fn events_survive_the_postgres_chain_migration() {
-    let Ok(admin_url) = std::env::var("TASKQ_TEST_POSTGRES_URL") else {
-        eprintln!("note: TASKQ_TEST_POSTGRES_URL is unset; skipping the PostgreSQL variant");
+    let Some(scratch) = ScratchDatabase::create().await else {
         return;
     };
-    let database = format!("taskq_store_{}", Uuid::new_v4().simple());
-    let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {database}"))
-        .execute(&mut admin)
-        .await
-        .unwrap();
-    let url = with_database(&admin_url, &database);
-    let mut before = sqlx::migrate!("../migrations/postgres");
-    before.migrations = before
-        .migrations
-        .iter()
-        .filter(|m| m.version < 16)
-        .cloned()
-        .collect::<Vec<_>>()
-        .into();
+    let url = scratch.url.clone();
+    let before = migrations_before(sqlx::migrate!("../migrations/postgres"), 16);
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     before.run(&pool).await.unwrap();
     let org = OrgId::new_v7();
@@ -977,25 +1004,15 @@ async fn events_survive_the_postgres_chain_migration() {
     assert_eq!(event_times(&store, org, second).await, [20, 21, 22]);
     events_chained_within_a_commit(&store, org, first, second).await;
     store.close().await;
-    sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)"))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+    scratch.drop().await;
 }
 
 #[tokio::test]
 async fn round_trip_postgres() {
-    let Ok(admin_url) = std::env::var("TASKQ_TEST_POSTGRES_URL") else {
-        eprintln!("note: TASKQ_TEST_POSTGRES_URL is unset; skipping the PostgreSQL variant");
+    let Some(scratch) = ScratchDatabase::create().await else {
         return;
     };
-    let database = format!("taskq_store_{}", Uuid::new_v4().simple());
-    let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {database}"))
-        .execute(&mut admin)
-        .await
-        .unwrap();
-    let url = with_database(&admin_url, &database);
+    let url = scratch.url.clone();
     let store = Store::connect(&url, &StoreOptions::default())
         .await
         .unwrap();
@@ -1006,8 +1023,5 @@ async fn round_trip_postgres() {
     finished_and_reopened(&store, true).await;
     commit_plan_finds_rows_by_key(&store).await;
     store.close().await;
-    sqlx::query(&format!("DROP DATABASE {database} WITH (FORCE)"))
-        .execute(&mut admin)
-        .await
-        .unwrap();
+    scratch.drop().await;
 }
