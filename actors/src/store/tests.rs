@@ -782,8 +782,13 @@ async fn event_times(store: &Store, org: OrgId, task: TaskId) -> Vec<i64> {
 
 /// Appends an event (`at`) to a task through a commit.
 async fn append_event(store: &Store, org: OrgId, task: TaskId, at: i64) {
-    let reopened = StoredEvent {
-        task_id: task,
+    append_events(store, org, &[(task, at)]).await;
+}
+
+/// Appends events (`at`, each to its task) through one commit, in order.
+async fn append_events(store: &Store, org: OrgId, events: &[(TaskId, i64)]) {
+    let reopened = |&(task_id, at): &(TaskId, i64)| StoredEvent {
+        task_id,
         from_status: Some(TaskStatus::Completed),
         to_status: TaskStatus::Pending,
         agent_id: "agent".into(),
@@ -793,7 +798,7 @@ async fn append_event(store: &Store, org: OrgId, task: TaskId, at: i64) {
     store
         .apply(&[&WriteBatch {
             org,
-            ops: vec![WriteOp::InsertEvents(vec![reopened])],
+            ops: vec![WriteOp::InsertEvents(events.iter().map(reopened).collect())],
         }])
         .await
         .unwrap();
@@ -805,27 +810,18 @@ async fn append_event(store: &Store, org: OrgId, task: TaskId, at: i64) {
 async fn events_chained_within_a_commit(store: &Store, org: OrgId, first: TaskId, second: TaskId) {
     let before_first = event_times(store, org, first).await;
     let before_second = event_times(store, org, second).await;
-    let event = |task, at| StoredEvent {
-        task_id: task,
-        from_status: Some(TaskStatus::Completed),
-        to_status: TaskStatus::Pending,
-        agent_id: "agent".into(),
-        at,
-        note: None,
-    };
-    store
-        .apply(&[&WriteBatch {
-            org,
-            ops: vec![WriteOp::InsertEvents(vec![
-                event(first, 101),
-                event(second, 201),
-                event(first, 102),
-                event(first, 103),
-                event(second, 202),
-            ])],
-        }])
-        .await
-        .unwrap();
+    append_events(
+        store,
+        org,
+        &[
+            (first, 101),
+            (second, 201),
+            (first, 102),
+            (first, 103),
+            (second, 202),
+        ],
+    )
+    .await;
     let with = |mut before: Vec<i64>, added: &[i64]| {
         before.extend_from_slice(added);
         before
