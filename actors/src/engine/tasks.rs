@@ -146,8 +146,7 @@ impl Engine {
         let org = caller.org_id;
         let entry = self.inner.directory.get(org).await?;
         let store = &self.inner.store;
-        let mut found = self.stored(store.tasks(org, &ids).await)?;
-        found.sort_by_key(|t| ids.iter().position(|id| *id == t.header.task_id));
+        let found = self.stored(store.tasks(org, &ids).await)?;
         let mut blockers: Vec<TaskId> = found
             .iter()
             .flat_map(|t| t.header.blocked_by.iter().copied())

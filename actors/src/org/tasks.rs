@@ -546,11 +546,10 @@ impl OrgActor {
                 Ok(()) => store.tasks(org, &wanted).await,
                 Err(e) => Err(e),
             };
-            let mut read = read.unwrap_or_else(|e| {
+            let read = read.unwrap_or_else(|e| {
                 tracing::debug!(%org, error = %e, "reading ahead of claims failed");
                 Vec::new()
             });
-            read.sort_by_key(|t| wanted.iter().position(|id| *id == t.header.task_id));
             // A stopped actor's cache went with it.
             let _ = actor.cast(OrgMsg::ContentRead(read));
             drop(permit);

@@ -2,6 +2,7 @@
 //! headers by id (within one org or across orgs), events, list pages, and
 //! the orgs whose leases must be watched.
 
+use std::collections::HashMap;
 use std::iter;
 
 use super::rows::{EventRow, FullRow, HeaderRow, OrgIdRow, OrgTaskRow};
@@ -43,9 +44,15 @@ impl Store {
         records(rows)
     }
 
+    /// The org's tasks with these ids, in the order of `ids` (an id with no
+    /// task is left out).
     pub async fn tasks(&self, org: OrgId, ids: &[TaskId]) -> Result<Vec<StoredTask>> {
         let rows: Vec<FullRow> = self.rows_by_ids(FULL_COLUMNS, org, ids).await?;
-        records(rows)
+        let mut tasks: Vec<StoredTask> = records(rows)?;
+        let place: HashMap<TaskId, usize> =
+            ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+        tasks.sort_by_key(|t| place.get(&t.header.task_id).copied());
+        Ok(tasks)
     }
 
     /// `columns` of the org's tasks with these ids.

@@ -247,10 +247,8 @@ pub(super) fn task_statement(
     let mut inserted = HeaderArrays::default();
     let mut inserted_last = Vec::with_capacity(plan.inserts.len());
     let mut inserted_content: [Vec<Option<Vec<u8>>>; 4] = Default::default();
-    let mut inserted_keys = HashSet::with_capacity(plan.inserts.len());
     for (org, task) in &plan.inserts {
         let key = (*org, task.header.task_id);
-        inserted_keys.insert(key);
         inserted_last.push(chain.last_of(key.0, key.1));
         let latest = plan.headers.get(&key).map(|p| p.header);
         inserted.push(*org, key.1, Some(inserted_header(task, latest)));
@@ -279,7 +277,7 @@ pub(super) fn task_statement(
         .keys()
         .chain(content.keys())
         .chain(chain.last.keys())
-        .filter(|key| !inserted_keys.contains(key))
+        .filter(|key| !linked.inserted.contains(key))
         .collect::<HashSet<_>>();
     for key in changed {
         let header = plan.headers.get(key).map(|p| HeaderColumns::from(p.header));
@@ -398,8 +396,10 @@ pub struct EventLinks {
 
 /// A plan's events with their ids (`chain`) and, for each, the id of its
 /// task's event before it when known (`prev`), or whether the statement
-/// reads it from the task row (`look_up`).
+/// reads it from the task row (`look_up`), which a task the plan inserts
+/// (`inserted`) never does.
 pub(super) struct LinkedEvents<'a> {
+    inserted: HashSet<(OrgId, TaskId)>,
     chain: EventChain<'a>,
     prev: Vec<Option<i64>>,
     look_up: Vec<bool>,
@@ -436,6 +436,7 @@ impl EventLinks {
             })
             .unzip();
         LinkedEvents {
+            inserted,
             chain,
             prev,
             look_up,
