@@ -190,6 +190,15 @@ async fn round_trip(store: &Store) {
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0].header, claimed);
     assert_eq!(stored[0].output.as_deref(), Some(&b"sealed output"[..]));
+    // In the order asked for, whichever order the rows come in.
+    for asked in [
+        [open.task_id, parent.task_id],
+        [parent.task_id, open.task_id],
+    ] {
+        let stored = store.tasks(org_id, &asked).await.unwrap();
+        let got: Vec<TaskId> = stored.iter().map(|t| t.header.task_id).collect();
+        assert_eq!(got, asked);
+    }
     let headers = store
         .task_headers(org_id, &[parent.task_id, open.task_id])
         .await
