@@ -574,3 +574,62 @@ async fn sigterm_right_after_readiness_stops_gracefully() {
         srv.start_again().await;
     }
 }
+
+/// The migration files of `backend`'s folder.
+fn migration_files(backend: Backend) -> usize {
+    let folder = match backend {
+        Backend::Sqlite => "sqlite",
+        Backend::Postgres => "postgres",
+    };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations")
+        .join(folder);
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "sql")
+        })
+        .count()
+}
+
+backend_tests!(
+    the_log_names_the_migrations_a_start_applies,
+    |backend: Backend| async move {
+        let mut srv = TestServer::start(backend).await;
+        let log = srv.server_log();
+        let applying: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("applying database migrations"))
+            .collect();
+        assert_eq!(applying.len(), 1, "{log}");
+        let count = format!("count={}", migration_files(backend));
+        assert!(applying[0].contains(&count), "{}", applying[0]);
+        assert!(applying[0].contains("0001 init"), "{}", applying[0]);
+        let applied: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("database migrations applied"))
+            .collect();
+        assert_eq!(applied.len(), 1, "{log}");
+        assert!(applied[0].contains(&count), "{}", applied[0]);
+        assert!(applied[0].contains("elapsed_ms="), "{}", applied[0]);
+
+        // A start on a database that has them all applies none, and the
+        // log says nothing of migrations.
+        srv.restart().await;
+        let log = srv.server_log();
+        assert_eq!(
+            log.matches("applying database migrations").count(),
+            1,
+            "{log}"
+        );
+        assert_eq!(
+            log.matches("database migrations applied").count(),
+            1,
+            "{log}"
+        );
+    }
+);

@@ -3,8 +3,9 @@
 
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
@@ -20,7 +21,10 @@ impl Store {
                 .acquire_timeout(Duration::from_secs(5))
                 .connect_with(connect)
                 .await?;
-            sqlx::migrate!("../migrations/postgres").run(&pool).await?;
+            let migrator = sqlx::migrate!("../migrations/postgres");
+            let run = MigrationRun::start(&migrator, applied_migrations(&pool).await);
+            migrator.run(&pool).await?;
+            run.finish();
             let last_event: i64 =
                 sqlx::query_scalar("SELECT COALESCE(MAX(event_id), 0) FROM task_events")
                     .fetch_one(&pool)
@@ -62,7 +66,10 @@ impl Store {
                 .acquire_timeout(Duration::from_secs(10))
                 .connect_with(connect)
                 .await?;
-            sqlx::migrate!("../migrations/sqlite").run(&pool).await?;
+            let migrator = sqlx::migrate!("../migrations/sqlite");
+            let run = MigrationRun::start(&migrator, applied_migrations(&pool).await);
+            migrator.run(&pool).await?;
+            run.finish();
             Ok(Store::Sqlite(pool))
         }
     }
@@ -94,5 +101,80 @@ impl Store {
             sqlx::query("SELECT 1").execute(pool).await?;
         });
         Ok(())
+    }
+}
+
+/// The versions the database records as applied; none when it records
+/// nothing yet (a new database has no `_sqlx_migrations`).
+async fn applied_migrations<DB>(pool: &sqlx::Pool<DB>) -> Vec<i64>
+where
+    DB: sqlx::Database,
+    i64: sqlx::Type<DB> + for<'r> sqlx::Decode<'r, DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+    for<'q> <DB as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+{
+    sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+        .fetch_all(pool)
+        .await
+        .unwrap_or_default()
+}
+
+/// The migrations of `migrator` not in `applied`, as `0016 event chain`.
+fn pending_migrations(migrator: &Migrator, applied: &[i64]) -> Vec<String> {
+    migrator
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration() && !applied.contains(&m.version))
+        .map(|m| format!("{:04} {}", m.version, m.description))
+        .collect()
+}
+
+/// Migrations run before the server answers anything, and one that
+/// rewrites a large table takes minutes (README, "Upgrades"): the log says
+/// which ones run before they start and how long they took, so that a
+/// silent start is not taken for a hang.
+struct MigrationRun(Option<(usize, Instant)>);
+
+impl MigrationRun {
+    fn start(migrator: &Migrator, applied: Vec<i64>) -> Self {
+        let pending = pending_migrations(migrator, &applied);
+        if pending.is_empty() {
+            return MigrationRun(None);
+        }
+        tracing::info!(
+            count = pending.len(),
+            migrations = %pending.join(", "),
+            "applying database migrations; the server answers when they are done"
+        );
+        MigrationRun(Some((pending.len(), Instant::now())))
+    }
+
+    fn finish(self) {
+        if let Some((count, started)) = self.0 {
+            tracing::info!(
+                count,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "database migrations applied"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_migrations_are_those_not_applied() {
+        let migrator = sqlx::migrate!("../migrations/postgres");
+        let all: Vec<i64> = migrator.iter().map(|m| m.version).collect();
+        assert_eq!(
+            pending_migrations(&migrator, &all[..all.len() - 1]),
+            ["0016 event chain"]
+        );
+        assert!(pending_migrations(&migrator, &all).is_empty());
+        let fresh = pending_migrations(&migrator, &[]);
+        assert_eq!(fresh.len(), all.len());
+        assert_eq!(fresh[0], "0001 init");
     }
 }
