@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sqlx::migrate::Migrator;
+use sqlx::migrate::{Migrate, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
@@ -105,19 +105,18 @@ impl Store {
 }
 
 /// The versions the database records as applied; none when it records
-/// nothing yet (a new database has no `_sqlx_migrations`).
-async fn applied_migrations<DB>(pool: &sqlx::Pool<DB>) -> Vec<i64>
+/// nothing yet (a new database has no migrations table).
+async fn applied_migrations<DB: sqlx::Database>(pool: &sqlx::Pool<DB>) -> Vec<i64>
 where
-    DB: sqlx::Database,
-    i64: sqlx::Type<DB> + for<'r> sqlx::Decode<'r, DB>,
-    usize: sqlx::ColumnIndex<DB::Row>,
-    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
-    for<'q> <DB as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    DB::Connection: Migrate,
 {
-    sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-        .fetch_all(pool)
-        .await
-        .unwrap_or_default()
+    let Ok(mut conn) = pool.acquire().await else {
+        return Vec::new();
+    };
+    match conn.list_applied_migrations().await {
+        Ok(applied) => applied.into_iter().map(|m| m.version).collect(),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// The migrations of `migrator` not in `applied`, as `0016 event chain`.
