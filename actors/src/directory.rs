@@ -1,13 +1,19 @@
 //! The org directory: each org's record and content cipher, cached, and the
 //! master keys that open the data keys.
 //!
-//! Shared by the org actors and the read path. The record changes only
-//! through the operator API, which writes the store first and then refreshes
-//! the entry here. A master-key rotation swaps the keyring; the cached
+//! Shared by the org actors and the read path. The record's settings change
+//! only in the org's actor (`OrgMsg::ChangeSettings`); the engine installs
+//! the actor's new entry here once its commit is durable, and an actor
+//! installs the stored record when it starts. Entries carry a version, so
+//! of two installs racing the newer wins, and a load on a cache miss (which
+//! may have read the store before a change committed) never replaces an
+//! installed entry. A master-key rotation swaps the keyring; the cached
 //! ciphers hold data keys, which a rotation never changes, so they stay.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 
 use crate::crypto::{Keyring, OrgCipher};
@@ -22,6 +28,8 @@ pub struct OrgEntry {
     pub cipher: OrgCipher,
     /// The effective limits, worked out once per change of the record.
     limits: Limits,
+    /// Orders installs: 0 for a load on a cache miss, then increasing.
+    version: u64,
 }
 
 impl OrgEntry {
@@ -35,6 +43,7 @@ pub struct OrgDirectory {
     store: Store,
     keyring: RwLock<Arc<Keyring>>,
     entries: DashMap<OrgId, Arc<OrgEntry>>,
+    versions: AtomicU64,
 }
 
 impl OrgDirectory {
@@ -43,6 +52,7 @@ impl OrgDirectory {
             store,
             keyring: RwLock::new(Arc::new(keyring)),
             entries: DashMap::new(),
+            versions: AtomicU64::new(1),
         }
     }
 
@@ -67,12 +77,15 @@ impl OrgDirectory {
             .get_org(org)
             .await?
             .ok_or_else(|| EngineError::NotFound("organization not found".into()))?;
-        let entry = Arc::new(self.entry_for(record)?);
-        self.entries.insert(org, entry.clone());
-        Ok(entry)
+        let loaded = Arc::new(self.entry_for(record, 0)?);
+        Ok(self.entries.entry(org).or_insert(loaded).clone())
     }
 
-    pub fn entry_for(&self, record: OrgRecord) -> Result<OrgEntry, EngineError> {
+    fn next_version(&self) -> u64 {
+        self.versions.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn entry_for(&self, record: OrgRecord, version: u64) -> Result<OrgEntry, EngineError> {
         let cipher = match (record.encryption, &record.wrapped_dek) {
             (Encryption::Byok, _) => OrgCipher::client_encrypted(record.org_id),
             (Encryption::Managed, Some(wrapped)) => self
@@ -95,7 +108,27 @@ impl OrgDirectory {
             limits: record.effective_limits(),
             record,
             cipher,
+            version,
         })
+    }
+
+    /// A new entry for a changed record of the same org, its cipher kept.
+    pub fn changed(&self, entry: &OrgEntry, record: OrgRecord) -> Arc<OrgEntry> {
+        Arc::new(OrgEntry {
+            limits: record.effective_limits(),
+            record,
+            cipher: entry.cipher.clone(),
+            version: self.next_version(),
+        })
+    }
+
+    /// Installs the record as the store holds it, read by the org's actor
+    /// as it starts (so an actor never acts on a change that did not
+    /// commit), or written by the org's creation.
+    pub fn install_stored(&self, record: OrgRecord) -> Result<Arc<OrgEntry>, EngineError> {
+        let entry = Arc::new(self.entry_for(record, self.next_version())?);
+        self.install(entry.clone());
+        Ok(entry)
     }
 
     /// The cached entry, if loaded.
@@ -103,10 +136,17 @@ impl OrgDirectory {
         self.entries.get(&org).map(|e| e.clone())
     }
 
-    /// Replaces the cached entry after the store was updated.
-    pub fn refresh(&self, record: OrgRecord) -> Result<Arc<OrgEntry>, EngineError> {
-        let entry = Arc::new(self.entry_for(record)?);
-        self.entries.insert(entry.record.org_id, entry.clone());
-        Ok(entry)
+    /// Installs an entry unless a newer one is there.
+    pub fn install(&self, entry: Arc<OrgEntry>) {
+        match self.entries.entry(entry.record.org_id) {
+            Entry::Occupied(mut o) => {
+                if o.get().version < entry.version {
+                    o.insert(entry);
+                }
+            }
+            Entry::Vacant(v) => {
+                v.insert(entry);
+            }
+        }
     }
 }

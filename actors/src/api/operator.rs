@@ -13,7 +13,9 @@ use super::decode::{
 };
 use super::teams::{email_set, team_name};
 use super::{Decode, Timestamp, ValidationError, NAME_PATTERN};
-use crate::domain::account::{Encryption, LimitKey, LimitOverrides, Limits, OrgRecord, Role, Tier};
+use crate::domain::account::{
+    Encryption, LimitKey, LimitOverrides, Limits, OrgRecord, Role, SettingsChange, Tier,
+};
 use crate::domain::OrgId;
 
 fn tier(v: &Value) -> Result<Tier> {
@@ -107,6 +109,18 @@ pub struct PatchOrg {
     #[serde(default)]
     #[schemars(with = "LimitOverrides")]
     pub limits: Option<LimitOverrides>,
+}
+
+impl From<PatchOrg> for SettingsChange {
+    fn from(p: PatchOrg) -> Self {
+        SettingsChange {
+            tier: p.tier,
+            seats: p.seats,
+            suspended: p.suspended,
+            limits: p.limits.unwrap_or_default(),
+            idp_enrolled: None,
+        }
+    }
 }
 
 impl Decode for PatchOrg {

@@ -262,6 +262,30 @@ impl OrgRecord {
         }
     }
 
+    /// Applies a settings change; answers whether anything changed.
+    pub fn apply(&mut self, change: &SettingsChange) -> bool {
+        let before = (
+            self.tier,
+            self.seats,
+            self.suspended,
+            self.limit_overrides.clone(),
+            self.idp_enrolled,
+        );
+        self.tier = change.tier.unwrap_or(self.tier);
+        self.seats = change.seats.unwrap_or(self.seats);
+        self.suspended = change.suspended.unwrap_or(self.suspended);
+        self.idp_enrolled = change.idp_enrolled.unwrap_or(self.idp_enrolled);
+        self.limit_overrides.extend(change.limits.clone());
+        before
+            != (
+                self.tier,
+                self.seats,
+                self.suspended,
+                self.limit_overrides.clone(),
+                self.idp_enrolled,
+            )
+    }
+
     /// The tier's numbers with the operator's overrides applied.
     pub fn effective_limits(&self) -> Limits {
         let mut limits = self.tier.default_limits(self.seats);
@@ -269,6 +293,37 @@ impl OrgRecord {
             limits.set(*key, *value);
         }
         limits
+    }
+}
+
+/// A change of an org's settings (the operator's PATCH, a strike
+/// suspension, the identity-provider enrollment). Only the org's actor
+/// applies one, to its own copy of the record, so two changes of
+/// different fields never undo each other.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SettingsChange {
+    pub tier: Option<Tier>,
+    pub seats: Option<i64>,
+    pub suspended: Option<bool>,
+    /// Merged into the overrides: keys named here replace theirs, the
+    /// others stay.
+    pub limits: LimitOverrides,
+    pub idp_enrolled: Option<bool>,
+}
+
+impl SettingsChange {
+    pub fn suspend() -> Self {
+        Self {
+            suspended: Some(true),
+            ..Self::default()
+        }
+    }
+
+    pub fn idp_enrollment(enrolled: bool) -> Self {
+        Self {
+            idp_enrolled: Some(enrolled),
+            ..Self::default()
+        }
     }
 }
 
@@ -306,7 +361,15 @@ mod tests {
             Tier::Enterprise.default_limits(1).requests_per_month,
             Some(5_000_000)
         );
-        let mut org = OrgRecord {
+        let mut org = dev_org();
+        org.limit_overrides.insert(LimitKey::WritesPerMinute, None);
+        let eff = org.effective_limits();
+        assert_eq!(eff.get(LimitKey::WritesPerMinute), None);
+        assert_eq!(eff.get(LimitKey::ReadsPerMinute), Some(120));
+    }
+
+    fn dev_org() -> OrgRecord {
+        OrgRecord {
             org_id: OrgId::new_v7(),
             name: "x".into(),
             tier: Tier::Dev,
@@ -317,28 +380,42 @@ mod tests {
             wrapped_dek: None,
             idp_enrolled: false,
             created_at: 0,
+        }
+    }
+
+    #[test]
+    fn a_settings_change_touches_only_its_fields() {
+        let mut org = dev_org();
+        org.limit_overrides.insert(LimitKey::Tags, Some(7));
+        let tier = SettingsChange {
+            tier: Some(Tier::Pro),
+            ..SettingsChange::default()
         };
-        org.limit_overrides.insert(LimitKey::WritesPerMinute, None);
-        let eff = org.effective_limits();
-        assert_eq!(eff.get(LimitKey::WritesPerMinute), None);
-        assert_eq!(eff.get(LimitKey::ReadsPerMinute), Some(120));
+        assert!(org.apply(&tier));
+        let limits = SettingsChange {
+            limits: [(LimitKey::WritesPerMinute, None)].into(),
+            ..SettingsChange::default()
+        };
+        assert!(org.apply(&limits));
+        assert!(org.apply(&SettingsChange::suspend()));
+        assert!(org.apply(&SettingsChange::idp_enrollment(true)));
+        assert_eq!(org.tier, Tier::Pro);
+        assert_eq!(org.seats, 5);
+        assert!(org.suspended && org.idp_enrolled);
+        assert_eq!(
+            org.limit_overrides,
+            [(LimitKey::WritesPerMinute, None), (LimitKey::Tags, Some(7))].into()
+        );
+        // The same change again changes nothing.
+        assert!(!org.apply(&SettingsChange::suspend()));
+        assert!(!org.apply(&limits));
+        assert!(!org.apply(&SettingsChange::default()));
     }
 
     #[test]
     fn plan_gates_follow_the_tier() {
         let gates = |tier: Tier| {
-            let org = OrgRecord {
-                org_id: OrgId::new_v7(),
-                name: "x".into(),
-                tier,
-                encryption: Encryption::Managed,
-                seats: 5,
-                suspended: false,
-                limit_overrides: LimitOverrides::new(),
-                wrapped_dek: None,
-                idp_enrolled: false,
-                created_at: 0,
-            };
+            let org = OrgRecord { tier, ..dev_org() };
             (
                 org.require_paid_plan("teams").is_ok(),
                 org.require_pro_plan("runbooks").is_ok(),

@@ -1,11 +1,16 @@
 //! The operator API (orgs, members, key resets) and members' own keys.
 
+use std::sync::Arc;
+
 use super::Engine;
 use crate::api::{
     AddMember, AddedMember, CreateKey, CreateOrg, CreatedOrg, IssuedKey, KeyCreated, KeyList,
     KeyView, OrgView, OwnerKey, PatchOrg, ResetKey, Timestamp,
 };
-use crate::domain::account::{Caller, Encryption, KeyRecord, MemberRecord, OrgRecord, Role};
+use crate::directory::OrgEntry;
+use crate::domain::account::{
+    Caller, Encryption, KeyRecord, MemberRecord, OrgRecord, Role, SettingsChange,
+};
 use crate::domain::usage::RequestKind;
 use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
@@ -68,8 +73,10 @@ impl Engine {
             },
         };
         let org = record.org_id;
-        self.inner.directory.refresh(record)?;
+        self.inner.directory.install_stored(record)?;
         self.report_on(org);
+        self.unless_blocked_meanwhile(org, &created.owner.email)
+            .await?;
         Ok(created)
     }
 
@@ -88,23 +95,28 @@ impl Engine {
 
     /// `PATCH /admin/orgs/{id}`.
     pub async fn patch_org(&self, org: OrgId, patch: PatchOrg) -> Result<OrgView, EngineError> {
-        let mut record = self.org_record(org).await?;
-        if let Some(tier) = patch.tier {
-            record.tier = tier;
-        }
-        if let Some(seats) = patch.seats {
-            record.seats = seats;
-        }
-        if let Some(suspended) = patch.suspended {
-            record.suspended = suspended;
-        }
-        record
-            .limit_overrides
-            .extend(patch.limits.unwrap_or_default());
-        self.inner.store.update_org(&record).await?;
-        let view = OrgView::from(&record);
-        self.inner.directory.refresh(record)?;
-        Ok(view)
+        let entry = self.change_settings(org, patch.into()).await?;
+        Ok(OrgView::from(&entry.record))
+    }
+
+    /// Changes an org's settings through its actor, the record's one
+    /// writer, and installs the new entry in the directory once the change
+    /// is durable, so the next request (its authentication, its limits)
+    /// sees it, whichever path made the change.
+    pub(super) async fn change_settings(
+        &self,
+        org: OrgId,
+        change: SettingsChange,
+    ) -> Result<Arc<OrgEntry>, EngineError> {
+        self.inner.directory.get(org).await?;
+        let entry = self
+            .request(org, |reply| OrgMsg::ChangeSettings {
+                change: change.clone(),
+                reply,
+            })
+            .await?;
+        self.inner.directory.install(entry.clone());
+        Ok(entry)
     }
 
     /// `POST /admin/orgs/{id}/members`.
@@ -126,6 +138,7 @@ impl Engine {
                 reply,
             })
             .await?;
+        self.unless_blocked_meanwhile(org, &member.email).await?;
         Ok(AddedMember {
             email: member.email,
             role: member.role,
@@ -152,6 +165,7 @@ impl Engine {
                 reply,
             })
             .await?;
+        self.unless_blocked_meanwhile(org, &email).await?;
         Ok(IssuedKey {
             key_name: key.record.name,
             api_key: key.api_key,
@@ -207,7 +221,7 @@ impl Engine {
         })
         .await?;
         if let Some(key_id) = key_id {
-            self.forget_key(key_id);
+            self.forget_keys(&[key_id]);
         }
         Ok(())
     }

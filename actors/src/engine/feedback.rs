@@ -11,7 +11,7 @@ use crate::api::{
     CreateOrg, CreateTasks, FeedbackFiled, FeedbackKind, FeedbackOrg, NewTag, NewTask, PatchOrg,
     SendFeedback, Text, UnblockMember, Unblocked,
 };
-use crate::domain::account::{Caller, Encryption, LimitKey, Role, Tier};
+use crate::domain::account::{Caller, Encryption, LimitKey, Role, SettingsChange, Tier};
 use crate::domain::usage::RequestKind;
 use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
@@ -195,11 +195,10 @@ impl Engine {
             self.block_member(&caller.email).await?;
         }
         if org_total >= ORG_STRIKE_LIMIT {
-            let mut record = self.org_record(caller.org_id).await?;
-            if !record.suspended {
-                record.suspended = true;
-                store.update_org(&record).await?;
-                self.inner.directory.refresh(record)?;
+            let was = self.inner.directory.get(caller.org_id).await?;
+            self.change_settings(caller.org_id, SettingsChange::suspend())
+                .await?;
+            if !was.record.suspended {
                 tracing::warn!(org_id = %caller.org_id, strikes = org_total, "organization suspended after repeated strikes");
             }
         }
@@ -209,16 +208,10 @@ impl Engine {
     /// Blocks a member: every key of theirs in every org stops working.
     async fn block_member(&self, email: &str) -> Result<(), EngineError> {
         self.inner.store.block_member(email, self.now()).await?;
+        // Read after the block committed: a key issued in an org this
+        // misses checks for the block itself (`unless_blocked_meanwhile`).
         for org in self.inner.store.member_orgs(email).await? {
-            let revoked = self
-                .request(org, |reply| OrgMsg::RevokeMemberKeys {
-                    email: email.to_owned(),
-                    reply,
-                })
-                .await?;
-            for key in revoked {
-                self.forget_key(key);
-            }
+            self.revoke_member_keys(org, email).await?;
         }
         tracing::warn!(email, "member blocked after repeated strikes");
         Ok(())

@@ -14,6 +14,7 @@
 //! beyond that a request is refused as `Overloaded` with nothing applied.
 
 mod admin;
+mod auth;
 mod feedback;
 mod keys;
 mod meaning;
@@ -37,16 +38,16 @@ use crate::api::{MemberRequest, ValidationError};
 use crate::clock::{Clock, SystemClock};
 use crate::crypto::{CursorSigner, Keyring, MasterKey};
 use crate::directory::OrgDirectory;
-use crate::domain::account::{Caller, KeyRecord, LimitKey, Role};
+use crate::domain::account::{Caller, LimitKey};
 use crate::domain::usage::RequestKind;
-use crate::domain::{KeyId, OrgId};
+use crate::domain::OrgId;
 use crate::embed::Embedder;
 use crate::error::EngineError;
 use crate::filter::{ContentFilter, TermFilter};
 use crate::health::StoreHealth;
 use crate::llm::ChatModel;
 use crate::meaning::Meaning;
-use crate::org::{parse_api_key, ContentBudget, OrgDeps, OrgMsg, Outcome, Reply};
+use crate::org::{ContentBudget, OrgDeps, OrgMsg, Outcome, Reply};
 use crate::reader::TaskReader;
 use crate::reports::actor::{ReportsKeeper, ReportsRef};
 use crate::reports::compute::Reporter;
@@ -54,6 +55,7 @@ use crate::stats::{OrgSnapshots, Refusals};
 use crate::store::{Store, StoreError};
 use crate::supervisor::{ActorStats, Route, Routes, Supervisor, SupervisorMsg};
 use crate::writer::{Commit, Writers};
+use auth::AuthCache;
 
 pub use crate::store::StoreOptions;
 
@@ -156,7 +158,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     cursors: CursorSigner,
     /// Authenticated keys, so a request costs no store read.
-    keys: DashMap<KeyId, Arc<AuthEntry>>,
+    keys: AuthCache,
     call_timeout: Duration,
     org_in_flight: usize,
     feedback_filter: Arc<dyn ContentFilter>,
@@ -178,12 +180,6 @@ struct Inner {
     wrap_gate: tokio::sync::RwLock<()>,
     #[cfg(feature = "test-hooks")]
     rewrap_pause_after: Option<u64>,
-}
-
-struct AuthEntry {
-    key: KeyRecord,
-    role: Role,
-    seated: bool,
 }
 
 /// One request counted against its org's bound until it is dropped.
@@ -334,7 +330,7 @@ impl Engine {
                 draining,
                 clock: config.clock,
                 cursors: CursorSigner::default(),
-                keys: DashMap::new(),
+                keys: AuthCache::default(),
                 call_timeout: config.call_timeout,
                 org_in_flight: config.org_in_flight.max(1),
                 feedback_filter: config.feedback_filter,
@@ -497,63 +493,6 @@ impl Engine {
         }
         self.inner.writers.close().await;
         self.inner.store.close().await;
-    }
-
-    /// Resolves an `X-Api-Key` value to its caller.
-    pub async fn authenticate(&self, api_key: Option<&str>) -> Result<Caller, EngineError> {
-        let (key_id, secret) = api_key
-            .and_then(parse_api_key)
-            .ok_or(EngineError::InvalidApiKey)?;
-        let entry = match self.inner.keys.get(&key_id).map(|e| e.clone()) {
-            Some(e) => e,
-            None => {
-                self.check_store()?;
-                let key = self
-                    .stored(self.inner.store.get_key(key_id).await)?
-                    .ok_or(EngineError::InvalidApiKey)?;
-                let member = self
-                    .stored(self.inner.store.org_members(key.org_id).await)?
-                    .into_iter()
-                    .find(|m| m.email == key.email)
-                    .ok_or(EngineError::InvalidApiKey)?;
-                let entry = Arc::new(AuthEntry {
-                    key,
-                    role: member.role,
-                    seated: member.seated,
-                });
-                self.inner.keys.insert(key_id, entry.clone());
-                entry
-            }
-        };
-        if !entry.key.active || !crate::crypto::secret_matches(secret, &entry.key.secret_hash) {
-            return Err(EngineError::InvalidApiKey);
-        }
-        let org = self.inner.directory.get(entry.key.org_id).await?;
-        // On a plan billed per seat, an unseated member's keys are inactive.
-        if org.record.tier.is_seat_billed() && !entry.seated {
-            return Err(EngineError::InvalidApiKey);
-        }
-        if org.record.suspended {
-            return Err(EngineError::OrgSuspended);
-        }
-        Ok(Caller {
-            org_id: entry.key.org_id,
-            key_id,
-            key_name: entry.key.name.clone(),
-            email: entry.key.email.clone(),
-            role: entry.role,
-        })
-    }
-
-    fn forget_key(&self, key_id: KeyId) {
-        self.inner.keys.remove(&key_id);
-    }
-
-    /// Drops the cached authentication of every key of one member.
-    fn forget_member_keys(&self, org: OrgId, email: &str) {
-        self.inner
-            .keys
-            .retain(|_, e| !(e.key.org_id == org && e.key.email == email));
     }
 
     /// The org's live actor, from the supervisor. `stale` names an actor

@@ -6,7 +6,7 @@ use crate::api::{
     MemberPatch, MemberView, NewTeam, QuotaView, TagView, TagsCreated, TagsDeleted, TagsUpdated,
     TeamDetail, TeamPatch, TeamView, UpdateTags, TEAMS,
 };
-use crate::domain::account::Caller;
+use crate::domain::account::{Caller, SettingsChange};
 use crate::domain::OrgId;
 use crate::error::EngineError;
 use crate::org::OrgMsg;
@@ -247,10 +247,8 @@ impl Engine {
         org: OrgId,
         request: IdpEnrollment,
     ) -> Result<IdpEnrollment, EngineError> {
-        let mut record = self.org_record(org).await?;
-        record.idp_enrolled = request.enrolled;
-        self.inner.store.update_org(&record).await?;
-        self.inner.directory.refresh(record)?;
+        self.change_settings(org, SettingsChange::idp_enrollment(request.enrolled))
+            .await?;
         Ok(request)
     }
 

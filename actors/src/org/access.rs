@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use super::work::Work;
 use super::{IssuedKey, NewMember, OrgActor, OrgState};
 use crate::crypto;
-use crate::domain::account::{KeyRecord, MemberRecord, Role};
+use crate::domain::account::{Caller, KeyRecord, MemberRecord, Role};
 use crate::domain::KeyId;
 use crate::error::EngineError;
 use crate::store::WriteOp;
@@ -46,6 +46,14 @@ impl OrgState {
             tags.extend(m.profile_tags.iter().cloned());
         }
         tags
+    }
+
+    /// The caller's key is live here, whatever its authentication saw.
+    pub(super) fn require_live_key(&self, caller: &Caller) -> Result<(), EngineError> {
+        match self.keys.get(&caller.key_id) {
+            Some(k) if k.active => Ok(()),
+            _ => Err(EngineError::InvalidApiKey),
+        }
     }
 
     fn seats_taken(&self) -> i64 {

@@ -5,13 +5,16 @@
 //! commit; the variant says how it counts. Operator and system messages are
 //! not admitted.
 
+use std::sync::Arc;
+
 use ractor::{ActorRef, RpcReplyPort};
 
 use crate::api::{
     ClaimRequest, CreateTasks, CreatedItem, ListTasks, MemberPatch, MemberView, NewTag, NewTeam,
     QuotaView, TagPatch, TeamPatch, UpdateResult, UpdateTasks,
 };
-use crate::domain::account::{Caller, KeyRecord, MemberRecord, Role};
+use crate::directory::OrgEntry;
+use crate::domain::account::{Caller, KeyRecord, MemberRecord, Role, SettingsChange};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::order::ListKey;
 use crate::domain::usage::RequestKind;
@@ -179,6 +182,12 @@ pub enum OrgMsg {
     IdpSync {
         view: IdpView,
         reply: Reply<(usize, usize)>,
+    },
+
+    /// Changes the org's settings; answers the org's entry as it now is.
+    ChangeSettings {
+        change: SettingsChange,
+        reply: Reply<Arc<OrgEntry>>,
     },
 
     // Internal, reply-less.

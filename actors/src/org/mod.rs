@@ -28,6 +28,7 @@ mod admin;
 mod content;
 mod limits;
 mod messages;
+mod settings;
 mod tasks;
 mod waiters;
 mod work;
@@ -234,6 +235,10 @@ impl Actor for OrgActor {
         let records = deps.store.load_org(org).await.inspect_err(|e| {
             deps.health.observe(e);
         })?;
+        let record = records
+            .record
+            .ok_or_else(|| EngineError::NotFound("organization not found".into()))?;
+        state.entry = deps.directory.install_stored(record)?;
         for h in records.open_tasks {
             state.open.put(h);
         }
@@ -294,9 +299,6 @@ impl Actor for OrgActor {
         ) {
             state.last_active = Instant::now();
         }
-        if let Some(entry) = self.deps.directory.cached(state.org) {
-            state.entry = entry;
-        }
         let write = Some(Admission::write());
         let read = Some(Admission::read());
         match msg {
@@ -338,7 +340,11 @@ impl Actor for OrgActor {
                 name,
                 reply,
             } => serve!(self, state, reply, write, |work| {
-                self.issue_key(state, &mut work, &caller.email, Some(name))
+                // A key revoked (a block) after this request authenticated
+                // issues no successor.
+                state
+                    .require_live_key(&caller)
+                    .and_then(|()| self.issue_key(state, &mut work, &caller.email, Some(name)))
             }),
             OrgMsg::RevokeKey {
                 caller,
@@ -464,6 +470,11 @@ impl Actor for OrgActor {
             OrgMsg::IdpSync { view, reply } => serve!(self, state, reply, None, |work| {
                 self.idp_sync(state, &mut work, view)
             }),
+            OrgMsg::ChangeSettings { change, reply } => {
+                serve!(self, state, reply, None, |work| {
+                    Ok(self.change_settings(state, &mut work, &change))
+                })
+            }
             OrgMsg::LeaseTick => {
                 state.lease_timer_at = None;
                 self.expire_leases(state).await?;

@@ -6,25 +6,27 @@ use crate::domain::OrgId;
 
 impl Store {
     /// Records a strike; answers the member's and the org's strike totals.
+    /// The insert commits before the totals are read, so of strikes
+    /// recorded at once the last to commit counts them all and a limit is
+    /// never passed unseen (read in the insert's own transaction, two
+    /// strikes at once could each miss the other's).
     pub async fn record_strike(&self, email: &str, org: OrgId, at: i64) -> Result<(i64, i64)> {
         on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
             sqlx::query("INSERT INTO strikes (email, org_id, at) VALUES ($1, $2, $3)")
                 .bind(email)
                 .bind(org.to_string())
                 .bind(at)
-                .execute(&mut *tx)
+                .execute(pool)
                 .await?;
-            let (member,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM strikes WHERE email = $1")
-                .bind(email)
-                .fetch_one(&mut *tx)
-                .await?;
-            let (org_total,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM strikes WHERE org_id = $1")
-                .bind(org.to_string())
-                .fetch_one(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok((member, org_total))
+            let totals: (i64, i64) = sqlx::query_as(
+                "SELECT (SELECT COUNT(*) FROM strikes WHERE email = $1), \
+                 (SELECT COUNT(*) FROM strikes WHERE org_id = $2)",
+            )
+            .bind(email)
+            .bind(org.to_string())
+            .fetch_one(pool)
+            .await?;
+            Ok(totals)
         })
     }
 

@@ -26,29 +26,6 @@ impl Store {
         self.apply(&[&batch]).await
     }
 
-    /// Writes the operator's settings of an org. The data key is not one:
-    /// only a master-key rotation moves it ([`Store::rewrap_dek`]).
-    pub async fn update_org(&self, org: &OrgRecord) -> Result<()> {
-        let o = OrgRow::from(org);
-        on_pool!(self, pool => {
-            sqlx::query(
-                "UPDATE orgs SET name = $2, tier = $3, encryption = $4, seats = $5, suspended = $6, \
-                 limits = $7, idp_enrolled = $8 WHERE org_id = $1",
-            )
-            .bind(o.org_id)
-            .bind(o.name)
-            .bind(o.tier)
-            .bind(o.encryption)
-            .bind(o.seats)
-            .bind(o.suspended)
-            .bind(o.limits)
-            .bind(o.idp_enrolled)
-            .execute(pool)
-            .await?;
-            Ok(())
-        })
-    }
-
     pub async fn get_org(&self, org: OrgId) -> Result<Option<OrgRecord>> {
         let row: Option<OrgRow> = self
             .fetch_optional(

@@ -33,6 +33,10 @@ pub(super) use postgres::plan_check;
 #[derive(Debug, Clone)]
 pub enum WriteOp {
     InsertOrg(OrgRecord),
+    /// Overwrites an org's settings (tier, seats, suspension, limits,
+    /// identity-provider enrollment): never its name, encryption or data
+    /// key, which other paths own.
+    UpdateOrgSettings(OrgRecord),
     InsertTasks(Vec<StoredTask>),
     /// Overwrites the header columns of an existing task that can change:
     /// all but its parent and creation (set once, at insert). A column left
@@ -260,6 +264,21 @@ macro_rules! account_statements {
                         .bind(o.wrapped_dek)
                         .bind(o.master_key_id)
                         .bind(o.created_at)
+                        .bind(o.idp_enrolled)
+                        .execute($exec)
+                        .await?;
+                    }
+                    WriteOp::UpdateOrgSettings(record) => {
+                        let o = OrgRow::from(record);
+                        sqlx::query(
+                            "UPDATE orgs SET tier = $2, seats = $3, suspended = $4, limits = $5, \
+                             idp_enrolled = $6 WHERE org_id = $1",
+                        )
+                        .bind(o.org_id)
+                        .bind(o.tier)
+                        .bind(o.seats)
+                        .bind(o.suspended)
+                        .bind(o.limits)
                         .bind(o.idp_enrolled)
                         .execute($exec)
                         .await?;

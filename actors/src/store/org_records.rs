@@ -2,7 +2,7 @@
 //! individual loaders.
 
 use super::{Result, Store};
-use crate::domain::account::{KeyRecord, MemberRecord};
+use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::usage::Usage;
 use crate::domain::{OrgId, TaskHeader};
@@ -10,6 +10,8 @@ use crate::domain::{OrgId, TaskHeader};
 /// Everything stored for one org that its actor holds in memory.
 #[derive(Debug, Default)]
 pub struct OrgRecords {
+    /// `None` for no such org.
+    pub record: Option<OrgRecord>,
     pub open_tasks: Vec<TaskHeader>,
     pub members: Vec<MemberRecord>,
     pub keys: Vec<KeyRecord>,
@@ -21,11 +23,12 @@ pub struct OrgRecords {
 }
 
 impl Store {
-    /// The org's open task headers, members, keys, tags, teams, memberships
+    /// The org's record, its open task headers, members, keys, tags, teams, memberships
     /// and usage, read at once outside a transaction: the caller makes sure
     /// no write of the org is in flight.
     pub async fn load_org(&self, org: OrgId) -> Result<OrgRecords> {
-        let (open_tasks, members, keys, tags, teams, memberships, usage) = tokio::try_join!(
+        let (record, open_tasks, members, keys, tags, teams, memberships, usage) = tokio::try_join!(
+            self.get_org(org),
             self.open_task_headers(org),
             self.org_members(org),
             self.org_keys(org),
@@ -35,6 +38,7 @@ impl Store {
             self.org_usage(org),
         )?;
         Ok(OrgRecords {
+            record,
             open_tasks,
             members,
             keys,
