@@ -146,6 +146,10 @@ pub enum EngineError {
     Overloaded,
     #[error("the org is restarting; retry the request")]
     ActorUnavailable,
+    /// Another node owns the org, or none does yet (several nodes on one
+    /// PostgreSQL): nothing of the request was applied.
+    #[error("org moving")]
+    OrgMoving,
     #[error("the engine did not answer in time")]
     Timeout,
     /// The store is down or cannot take writes; nothing of the request was
@@ -181,6 +185,7 @@ impl From<StoreError> for EngineError {
             e if e.is_unavailable() => EngineError::StoreUnavailable,
             // The org's actor is being replaced after a failed write.
             StoreError::OrgReloading => EngineError::ActorUnavailable,
+            StoreError::Fenced => EngineError::OrgMoving,
             e => EngineError::Store(e),
         }
     }
@@ -214,6 +219,7 @@ impl EngineError {
             EngineError::FilterUnavailable
             | EngineError::EmbedderUnavailable
             | EngineError::ActorUnavailable
+            | EngineError::OrgMoving
             | EngineError::StoreUnavailable
             | EngineError::Timeout => ErrorCode::Unavailable,
             EngineError::Overloaded => ErrorCode::Overloaded,
@@ -226,9 +232,10 @@ impl EngineError {
     pub fn retry_after(&self) -> Option<u64> {
         match self {
             EngineError::Limit(l) => l.retry_after,
-            EngineError::ActorUnavailable | EngineError::Timeout | EngineError::Overloaded => {
-                Some(1)
-            }
+            EngineError::ActorUnavailable
+            | EngineError::OrgMoving
+            | EngineError::Timeout
+            | EngineError::Overloaded => Some(1),
             EngineError::StoreUnavailable => Some(2),
             EngineError::EmbedderUnavailable => Some(5),
             _ => None,

@@ -12,6 +12,7 @@
 
 pub mod api;
 pub mod clock;
+mod cluster;
 pub mod crypto;
 mod directory;
 pub mod domain;
@@ -32,6 +33,7 @@ mod views;
 mod writer;
 
 pub use clock::{Clock, SystemClock};
+pub use cluster::{ClusterConfig, Placement};
 pub use domain::account::Caller;
 pub use engine::{
     parse_org_id, Engine, EngineConfig, StoreOptions, FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT,

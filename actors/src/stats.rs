@@ -81,6 +81,11 @@ impl OrgSnapshots {
             .extend(open.lease_expiries().take(EXPIRY_SAMPLE));
     }
 
+    /// The org's leases, as its actor last published them.
+    pub fn leases(&self, org: OrgId) -> usize {
+        self.by_org.get(&org).map_or(0, |s| s.leases)
+    }
+
     /// Claims waiting for a task, over all orgs.
     pub fn waiting_claims(&self) -> usize {
         self.by_org.iter().map(|e| e.value().waiting_claims).sum()

@@ -46,6 +46,12 @@ pub enum SupervisorMsg {
     Org(OrgEvent),
     /// A commit of this org failed: its actor's memory is ahead of the store.
     WriteFailed(OrgId),
+    /// Several nodes: the org should be another node's; its actor drains
+    /// and the org is released. Requests that wait answer `OrgMoving`.
+    HandOver(OrgId),
+    /// Several nodes: this node no longer owns the org (its trust window
+    /// shut); its actor stops at once, without a commit.
+    Lost(OrgId),
     /// Drains every org actor (shutdown).
     StopAll(RpcReplyPort<()>),
     /// Test hook: crash the org's actor and answer once it has restarted.
@@ -112,6 +118,8 @@ struct Retiring {
     waiters: Vec<Waiter>,
     /// Start a successor even if nobody waits (the actor held leases).
     respawn: bool,
+    /// The org goes to another node: no successor here.
+    handed_over: bool,
 }
 
 pub struct SupervisorState {
@@ -140,12 +148,30 @@ impl Supervisor {
                 let _ = supervisor.cast(SupervisorMsg::Org(event));
             }),
         };
-        let (actor_ref, _) = Actor::spawn_linked(None, actor, org, myself.get_cell())
+        let fence = match &self.deps.cluster {
+            None => None,
+            Some(cluster) => match cluster.acquire(org).await {
+                Ok(Some(fence)) => Some(fence),
+                Ok(None) => return Err(EngineError::OrgMoving),
+                Err(e) => {
+                    self.deps.health.observe(&e);
+                    return Err(e.into());
+                }
+            },
+        };
+        let actor_ref = Actor::spawn_linked(None, actor, (org, fence), myself.get_cell())
             .await
             .map_err(|e| {
                 tracing::warn!(org_id = %org, error = %e, "org actor failed to start");
                 EngineError::ActorUnavailable
-            })?;
+            });
+        let actor_ref = match actor_ref {
+            Ok((actor, _)) => actor,
+            Err(e) => {
+                self.release(org).await;
+                return Err(e);
+            }
+        };
         self.stats.spawned.fetch_add(1, Ordering::Relaxed);
         tracing::info!(org_id = %org, "org actor spawned");
         state.orgs_by_actor.insert(actor_ref.get_id(), org);
@@ -164,6 +190,31 @@ impl Supervisor {
         Some(org)
     }
 
+    /// Several nodes: gives up the org of an actor that stopped, marking it
+    /// as needing an owner when its tasks hold leases. Nothing when this
+    /// node no longer owns it.
+    async fn release(&self, org: OrgId) {
+        if let Some(cluster) = &self.deps.cluster {
+            let leases = self.deps.snapshots.leases(org) > 0;
+            cluster.release(org, leases).await;
+        }
+    }
+
+    /// Drains the org's actor, which asked to stop or whose org goes to
+    /// another node; requests that arrive meanwhile wait for the outcome.
+    fn retire(&self, state: &mut SupervisorState, org: OrgId, retiring: Retiring) -> bool {
+        let Some(actor) = self.routes.get(&org).map(|r| r.actor.clone()) else {
+            return false;
+        };
+        self.routes.remove(&org);
+        state.retiring.insert(org, retiring);
+        if actor.drain().is_err() {
+            // Already gone; its termination event will follow.
+            tracing::debug!(org_id = %org, "org actor already stopping");
+        }
+        true
+    }
+
     /// Spawns a successor if anyone needs one and answers whoever waited.
     async fn succeed(
         &self,
@@ -173,6 +224,13 @@ impl Supervisor {
         force: bool,
     ) {
         let retiring = state.retiring.remove(&org).unwrap_or_default();
+        self.release(org).await;
+        if retiring.handed_over {
+            for w in retiring.waiters {
+                let _ = w.send(Err(EngineError::OrgMoving));
+            }
+            return;
+        }
         // While the store is down a successor could not load: it starts when
         // a request asks for it, or when the store returns (leases).
         let wanted = !retiring.waiters.is_empty()
@@ -254,16 +312,35 @@ impl Actor for Supervisor {
                 self.resolve(&myself, state, org, stale, reply).await;
             }
             SupervisorMsg::Org(OrgEvent::Idle { org, actor }) => {
-                let current = self.routes.get(&org).map(|r| r.actor.clone());
-                if let Some(actor) = current.filter(|r| r.get_id() == actor) {
-                    self.routes.remove(&org);
-                    state.retiring.insert(org, Retiring::default());
-                    if actor.drain().is_err() {
-                        // Already gone; its termination event will follow.
-                        tracing::debug!(org_id = %org, "idle org actor already stopping");
+                if self
+                    .routes
+                    .get(&org)
+                    .is_some_and(|r| r.actor.get_id() == actor)
+                {
+                    self.retire(state, org, Retiring::default());
+                }
+            }
+            SupervisorMsg::HandOver(org) => {
+                if !state.retiring.contains_key(&org) {
+                    let handed_over = Retiring {
+                        handed_over: true,
+                        ..Retiring::default()
+                    };
+                    if self.retire(state, org, handed_over) {
+                        tracing::info!(org_id = %org, "org handed over to its chosen node");
                     }
                 }
             }
+            SupervisorMsg::Lost(org) => {
+                if let Some(route) = self.routes.get(&org).map(|r| r.clone()) {
+                    tracing::warn!(org_id = %org, "org lost to another node; stopping its actor");
+                    route.actor.kill();
+                }
+            }
+            // Several nodes: the org was released as needing an owner, and
+            // the node it should go to takes it (`adopt_orphans`).
+            SupervisorMsg::Org(OrgEvent::StoppedHoldingLeases { .. })
+                if self.deps.cluster.is_some() => {}
             SupervisorMsg::Org(OrgEvent::StoppedHoldingLeases { org }) => {
                 if let Some(retiring) = state.retiring.get_mut(&org) {
                     retiring.respawn = true;
@@ -290,6 +367,16 @@ impl Actor for Supervisor {
                 }
                 for a in &actors {
                     let _ = a.wait(Some(Duration::from_secs(10))).await;
+                }
+                // Each stopped actor's org is released now, so another node
+                // serves it at once; their termination events may come
+                // after the supervisor has stopped.
+                let orgs: Vec<OrgId> = actors
+                    .iter()
+                    .filter_map(|a| state.orgs_by_actor.get(&a.get_id()).copied())
+                    .collect();
+                for org in orgs {
+                    self.release(org).await;
                 }
                 let _ = reply.send(());
             }

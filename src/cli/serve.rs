@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, env = "TASKQ_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
+    /// The URL other nodes reach this one at (several nodes on one
+    /// PostgreSQL); default: the address it listens on, with its scheme.
+    #[arg(long, env = "TASKQ_ADVERTISE_URL")]
+    pub advertise_url: Option<String>,
     #[command(flatten)]
     pub store: StoreArgs,
     /// PEM certificate chain; with --tls-key, serve HTTPS.
@@ -247,6 +251,11 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + S
     })
 }
 
+/// How long a stopping node waits for its orgs to be handed over (several
+/// nodes) before it stops taking requests; they keep being forwarded
+/// meanwhile.
+const HAND_OVER_WITHIN: Duration = Duration::from_secs(10);
+
 fn announce(scheme: &str, addr: SocketAddr) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{READY_PREFIX}{scheme}://{addr}")?;
@@ -304,8 +313,27 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         config.clock = clock.clone();
         clock
     };
+    // Bound before the engine starts, so that a port 0 is known to the
+    // other nodes; connections wait in the backlog until the line below.
+    let listener = std::net::TcpListener::bind(&args.listen)
+        .with_context(|| format!("binding {}", args.listen))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let tls = args.tls_cert.is_some() && args.tls_key.is_some();
+    let advertise_url = match &args.advertise_url {
+        Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+            url.trim_end_matches('/').to_owned()
+        }
+        Some(url) => bail!("TASKQ_ADVERTISE_URL must be an http(s) URL, not {url}"),
+        None => format!("{}://{addr}", if tls { "https" } else { "http" }),
+    };
+    config.cluster = Some(taskq_actors::ClusterConfig::new(advertise_url));
     let engine = Engine::start(config).await.context("starting the engine")?;
-    tracing::info!(backend = engine.backend(), "engine started");
+    tracing::info!(
+        backend = engine.backend(),
+        clustered = engine.is_clustered(),
+        "engine started"
+    );
 
     let admin_token = std::env::var("TASKQ_ADMIN_TOKEN")
         .ok()
@@ -324,11 +352,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let app = router(AppState::from(shared));
 
-    let listener = std::net::TcpListener::bind(&args.listen)
-        .with_context(|| format!("binding {}", args.listen))?;
-    listener.set_nonblocking(true)?;
-    let addr = listener.local_addr()?;
-
     match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
             let tls = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
@@ -340,6 +363,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             let signalled = shutdown_signal()?;
             tokio::spawn(async move {
                 signalled.await;
+                stopping.hand_over_all(HAND_OVER_WITHIN).await;
                 stopping.stop_waiting();
                 shutdown.graceful_shutdown(Some(Duration::from_secs(30)));
             });
@@ -367,6 +391,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             )
             .with_graceful_shutdown(async move {
                 signalled.await;
+                stopping.hand_over_all(HAND_OVER_WITHIN).await;
                 stopping.stop_waiting();
             })
             .await?;

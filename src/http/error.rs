@@ -17,7 +17,13 @@ pub struct ApiError {
     status: StatusCode,
     body: ErrorBody,
     retry_after: Option<u64>,
+    /// The org is moving between nodes: the answer is marked so that a
+    /// node that forwarded the request tries the new owner.
+    org_moving: bool,
 }
+
+/// Marks a 503 `org moving` answer for the node that forwarded it.
+pub const ORG_MOVING_HEADER: &str = "x-taskq-org-moving";
 
 impl ApiError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
@@ -25,6 +31,7 @@ impl ApiError {
             status,
             body: ErrorBody::new(message),
             retry_after: None,
+            org_moving: false,
         }
     }
 
@@ -78,6 +85,7 @@ impl From<EngineError> for ApiError {
             status: status(e.code()),
             body: e.body(),
             retry_after: e.retry_after(),
+            org_moving: matches!(e, EngineError::OrgMoving),
         }
     }
 }
@@ -88,6 +96,9 @@ impl IntoResponse for ApiError {
         let headers = response.headers_mut();
         if let Some(secs) = self.retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if self.org_moving {
+            headers.insert(ORG_MOVING_HEADER, HeaderValue::from_static("1"));
         }
         if self.status == StatusCode::PAYLOAD_TOO_LARGE {
             // The rest of the body was not read: the connection cannot carry

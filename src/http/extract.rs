@@ -85,7 +85,7 @@ pub async fn mcp_gate(
 }
 
 /// The largest request body, as everywhere in the API.
-const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+pub(super) const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
 /// Proof that the request carries the operator token.
 pub struct Operator;

@@ -4,6 +4,7 @@
 //! no business rule lives here and nothing here touches the store.
 
 mod admin;
+mod cluster;
 mod error;
 mod extract;
 mod keys;
@@ -51,6 +52,8 @@ pub struct Shared {
     pub operator_attempts: lockout::OperatorAttempts,
     /// The server speaks TLS itself: session cookies are `Secure`.
     pub secure_cookies: bool,
+    /// The client that forwards requests to the other nodes.
+    pub peers: reqwest::Client,
     /// The engine's clock, movable by the test hook.
     #[cfg(feature = "test-hooks")]
     pub test_clock: Option<Arc<taskq_actors::clock::OffsetClock>>,
@@ -66,6 +69,11 @@ impl Shared {
             sessions: ui::Sessions::default(),
             operator_attempts: lockout::OperatorAttempts::new(lockout::DEFAULT_WRONG_TOKENS),
             secure_cookies: false,
+            peers: reqwest::Client::builder()
+                .connect_timeout(std::time::Duration::from_secs(1))
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap_or_default(),
             #[cfg(feature = "test-hooks")]
             test_clock: None,
         }
@@ -323,6 +331,10 @@ pub fn routes() -> Vec<Route> {
             .body::<RotateMasterKey>()
             .answer::<MasterKeyRotated>(200, "Every data key is wrapped by the new key")
             .errors(&[409]),
+        Route::get("/admin/cluster", cluster::view)
+            .doc("cluster", "operator", "The nodes of the cluster and the orgs each owns now")
+            .access(Operator)
+            .answer::<ClusterView>(200, "The nodes seen in the last minute"),
         Route::get("/admin/stats", ui::stats)
             .doc("operator_stats", "operator", "What the operator page shows: orgs' open tasks and leases, actors, group commits, limit refusals")
             .access(Access::OperatorOrSession)
@@ -375,6 +387,10 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            cluster::route,
+        ))
         .layer(metrics::Track::new(state.clone()))
         .with_state(state)
 }

@@ -43,6 +43,9 @@ pub struct Builder {
     trusted: Option<Vec<u8>>,
     /// `host:port` the server reaches PostgreSQL through (a test's proxy).
     postgres_through: Option<String>,
+    /// Another server's database and operator token: a second node of its
+    /// cluster (the database is that server's to drop).
+    joins: Option<(String, String)>,
 }
 
 impl Builder {
@@ -71,17 +74,31 @@ impl Builder {
         self
     }
 
+    /// Starts another node of `first`'s cluster: its database and operator
+    /// token (the master key must be given to both, `TASKQ_MASTER_KEY`).
+    pub fn joining(mut self, first: &TestServer) -> Self {
+        self.joins = Some((first.database_url.clone(), first.admin_token.clone()));
+        self
+    }
+
     pub async fn start(self) -> TestServer {
         let dir = tempfile::Builder::new()
             .prefix("taskq-test-")
             .tempdir()
             .expect("create tempdir");
-        let (database_url, pg_cleanup) = match self.backend {
-            Backend::Sqlite => (
+        let (database_url, pg_cleanup) = match (&self.joins, self.backend) {
+            (Some((url, _)), _) => {
+                let url = match &self.postgres_through {
+                    Some(addr) => url_with_host(url, addr),
+                    None => url.clone(),
+                };
+                (url, None)
+            }
+            (None, Backend::Sqlite) => (
                 format!("sqlite://{}", dir.path().join("taskq.db").display()),
                 None,
             ),
-            Backend::Postgres => {
+            (None, Backend::Postgres) => {
                 let admin_url = std::env::var(POSTGRES_ENV).expect("TASKQ_TEST_POSTGRES_URL");
                 let db_name = format!("taskq_t_{}", uuid::Uuid::new_v4().simple());
                 let mut conn = sqlx::PgConnection::connect(&admin_url)
@@ -124,7 +141,10 @@ impl Builder {
         let mut srv = TestServer {
             backend: self.backend,
             base_url: String::new(),
-            admin_token: format!("admin-{}", uuid::Uuid::new_v4().simple()),
+            admin_token: match &self.joins {
+                Some((_, token)) => token.clone(),
+                None => format!("admin-{}", uuid::Uuid::new_v4().simple()),
+            },
             database_url,
             dir,
             env,
@@ -211,6 +231,7 @@ impl TestServer {
             env: Vec::new(),
             trusted: None,
             postgres_through: None,
+            joins: None,
         }
     }
 
@@ -357,6 +378,23 @@ impl TestServer {
     pub async fn reset_peak_rss(&self) -> bool {
         let process = self.process.as_ref().expect("server is not running");
         process.reset_peak_rss().await
+    }
+
+    /// SIGSTOP (`pause: true`) or SIGCONT: the process is frozen, as a
+    /// machine that stalls, and goes on where it stopped.
+    pub fn freeze(&self, pause: bool) {
+        let process = self.process.as_ref().expect("server is not running");
+        let pid = process.pid().expect("server is not running");
+        let signal = if pause { "-STOP" } else { "-CONT" };
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.process.is_some()
     }
 
     pub async fn kill9(&mut self) {

@@ -427,3 +427,24 @@ pub struct MasterKeyRotated {
     /// False: run the rotation again to finish.
     pub previous_keys_retired: bool,
 }
+
+/// `GET /admin/cluster`: the nodes seen in the last minute and the orgs
+/// each owns now.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ClusterView {
+    pub nodes: Vec<ClusterNode>,
+    /// Orgs that live nodes own now.
+    pub orgs_placed: i64,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ClusterNode {
+    pub node_id: String,
+    /// The URL other nodes forward requests to.
+    pub advertise_url: String,
+    pub started_at: Timestamp,
+    /// Its last heartbeat.
+    pub last_seen: Timestamp,
+    /// Orgs it owns now.
+    pub orgs: i64,
+}

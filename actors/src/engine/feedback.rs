@@ -25,6 +25,8 @@ pub const ORG_STRIKE_LIMIT: i64 = 10;
 /// Name of the feedback org created at first start.
 pub const FEEDBACK_ORG_NAME: &str = "taskq-feedback";
 const FEEDBACK_OWNER: &str = "feedback@taskq.invalid";
+/// The advisory lock under which a node finds or creates the feedback org.
+const FEEDBACK_ORG_LOCK: i64 = 0x7461_736b_7166_6231;
 
 impl Engine {
     /// The org that receives feedback: the configured one, the one created
@@ -44,28 +46,12 @@ impl Engine {
                     )))
                 }
             },
-            None => match store.org_by_name(FEEDBACK_ORG_NAME).await? {
-                Some(org) => org,
-                None => {
-                    let created = self
-                        .create_org(CreateOrg {
-                            name: FEEDBACK_ORG_NAME.into(),
-                            tier: Tier::Enterprise,
-                            encryption: Encryption::Managed,
-                            owner_email: FEEDBACK_OWNER.into(),
-                            seats: 5,
-                        })
-                        .await?;
-                    let org_id = created.org.org_id;
-                    let unlimited = PatchOrg {
-                        limits: Some(LimitKey::ALL.into_iter().map(|k| (k, None)).collect()),
-                        ..PatchOrg::default()
-                    };
-                    self.patch_org(org_id, unlimited).await?;
-                    tracing::info!(%org_id, "created the feedback org");
-                    org_id
-                }
-            },
+            // Nodes starting together create it once.
+            None => {
+                store
+                    .exclusively(FEEDBACK_ORG_LOCK, self.find_or_create_feedback_org())
+                    .await??
+            }
         };
         let owner = store
             .org_members(org)
@@ -91,9 +77,12 @@ impl Engine {
             );
             return Ok((org, caller));
         }
-        let existing = self
-            .request(org, |reply| OrgMsg::ListTags { reply })
-            .await?;
+        let existing = match self.request(org, |reply| OrgMsg::ListTags { reply }).await {
+            Ok(tags) => tags,
+            // Another node owns it, and made its vocabulary when it did.
+            Err(EngineError::OrgMoving) => return Ok((org, caller)),
+            Err(e) => return Err(e),
+        };
         let missing: Vec<NewTag> = FeedbackKind::ALL
             .iter()
             .map(|k| k.as_str())
@@ -114,6 +103,29 @@ impl Engine {
             .await?;
         }
         Ok((org, caller))
+    }
+
+    async fn find_or_create_feedback_org(&self) -> Result<OrgId, EngineError> {
+        if let Some(org) = self.inner.store.org_by_name(FEEDBACK_ORG_NAME).await? {
+            return Ok(org);
+        }
+        let created = self
+            .create_org(CreateOrg {
+                name: FEEDBACK_ORG_NAME.into(),
+                tier: Tier::Enterprise,
+                encryption: Encryption::Managed,
+                owner_email: FEEDBACK_OWNER.into(),
+                seats: 5,
+            })
+            .await?;
+        let org_id = created.org.org_id;
+        let unlimited = PatchOrg {
+            limits: Some(LimitKey::ALL.into_iter().map(|k| (k, None)).collect()),
+            ..PatchOrg::default()
+        };
+        self.patch_org(org_id, unlimited).await?;
+        tracing::info!(%org_id, "created the feedback org");
+        Ok(org_id)
     }
 
     fn feedback(&self) -> &(OrgId, Caller) {

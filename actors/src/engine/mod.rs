@@ -15,6 +15,7 @@
 
 mod admin;
 mod auth;
+mod cluster;
 mod feedback;
 mod keys;
 mod meaning;
@@ -95,6 +96,9 @@ pub struct EngineConfig {
     /// Bytes of task content the org actors keep, all orgs together, so
     /// that claims answer without a store read.
     pub claim_cache_bytes: usize,
+    /// Several nodes on one PostgreSQL: this node's advertise URL and
+    /// lease timing. `None`: a node alone (SQLite always is).
+    pub cluster: Option<crate::cluster::ClusterConfig>,
     /// Test hook: a master-key rotation stops for good after moving this
     /// many wraps, so a test can kill the process in the middle.
     #[cfg(feature = "test-hooks")]
@@ -125,6 +129,7 @@ impl EngineConfig {
             writer_queue: 4096,
             reader_queue: 4096,
             claim_cache_bytes: 64 << 20,
+            cluster: None,
             #[cfg(feature = "test-hooks")]
             rewrap_pause_after: None,
         }
@@ -178,6 +183,14 @@ struct Inner {
     /// Held shared while an org's data key is wrapped and stored, and
     /// exclusively while the keyring changes.
     wrap_gate: tokio::sync::RwLock<()>,
+    /// This node's place among several on one PostgreSQL.
+    cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// Each key's org, for routing a request to the org's node (a key
+    /// never changes org).
+    key_orgs: DashMap<crate::domain::KeyId, OrgId>,
+    /// This node's id, URL and start, for `GET /admin/cluster` on a node
+    /// alone.
+    local_node: Arc<(String, String, i64)>,
     #[cfg(feature = "test-hooks")]
     rewrap_pause_after: Option<u64>,
 }
@@ -228,6 +241,13 @@ impl Engine {
     pub async fn start(config: EngineConfig) -> Result<Self, EngineError> {
         let store = Store::connect(&config.database_url, &config.store).await?;
         check_master_keys(&store, &config.keyring).await?;
+        let started_at = config.clock.now_ms();
+        let cluster = match (&config.cluster, store.backend()) {
+            (Some(c), "postgres") => Some(Arc::new(
+                crate::cluster::Cluster::join(store.clone(), c.clone(), started_at).await?,
+            )),
+            _ => None,
+        };
         // A failed commit asks the supervisor to restart the org's actor;
         // the writers start first, so the hook finds the supervisor here.
         let supervisor_cell: Arc<OnceLock<ActorRef<SupervisorMsg>>> = Arc::default();
@@ -265,6 +285,7 @@ impl Engine {
             clock: config.clock.clone(),
             idle_after: config.idle_after,
             content_budget: content_budget.clone(),
+            cluster: cluster.clone(),
         };
         let meaning = config
             .embedder
@@ -336,6 +357,20 @@ impl Engine {
                 feedback_filter: config.feedback_filter,
                 feedback: OnceLock::new(),
                 wrap_gate: tokio::sync::RwLock::new(()),
+                local_node: Arc::new((
+                    cluster.as_ref().map_or_else(
+                        || uuid::Uuid::now_v7().to_string(),
+                        |c| c.node_id().to_owned(),
+                    ),
+                    config
+                        .cluster
+                        .as_ref()
+                        .map(|c| c.advertise_url.clone())
+                        .unwrap_or_default(),
+                    started_at,
+                )),
+                cluster,
+                key_orgs: DashMap::new(),
                 #[cfg(feature = "test-hooks")]
                 rewrap_pause_after: config.rewrap_pause_after,
             }),
@@ -344,6 +379,9 @@ impl Engine {
         let _ = engine.inner.feedback.set(feedback);
         engine.wake_orgs_with_leases().await?;
         background_tasks.push(tokio::spawn(engine.clone().watch_store()));
+        if engine.inner.cluster.is_some() {
+            background_tasks.push(tokio::spawn(engine.clone().keep_placement()));
+        }
         *engine.inner.background_tasks.lock().expect("not poisoned") = background_tasks;
         Ok(engine)
     }
@@ -387,14 +425,16 @@ impl Engine {
     }
 
     /// Starts an actor for every org holding a lease, so its leases expire on
-    /// time (at start, and when the store returns after an outage). An org
+    /// time (at start, and when the store returns after an outage); with
+    /// several nodes, for those no live node owns. An org
     /// whose actor cannot start (its data key does not open) is logged and
     /// passed over: it must not keep the other orgs' leases from expiring,
     /// nor the server from starting. Its own requests answer the error.
     async fn wake_orgs_with_leases(&self) -> Result<(), EngineError> {
         for org in self.inner.store.orgs_with_leases().await? {
             match self.resolve(org, None).await {
-                Ok(_) => {}
+                // Several nodes: a live node owns it, and expires them.
+                Ok(_) | Err(EngineError::OrgMoving) => {}
                 Err(e @ (EngineError::ActorUnavailable | EngineError::Timeout)) => {
                     // The actor's failure to load is only logged where it
                     // happens; an org that does not open says why here too.
@@ -540,6 +580,13 @@ impl Engine {
                 (None, Some(route)) => route,
                 _ => self.resolve(org, stale).await?,
             };
+            // Several nodes: an actor acts only while its node owns the org
+            // and trusts its own heartbeat.
+            if let Some(cluster) = &self.inner.cluster {
+                if !cluster.serves(org) {
+                    return Err(EngineError::OrgMoving);
+                }
+            }
             if route.in_flight.fetch_add(1, Ordering::Relaxed) >= self.inner.org_in_flight {
                 route.in_flight.fetch_sub(1, Ordering::Relaxed);
                 return Err(EngineError::Overloaded);

@@ -53,7 +53,7 @@ use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
 use crate::health::StoreHealth;
 use crate::stats::OrgSnapshots;
-use crate::store::Store;
+use crate::store::{Fence, Store};
 use crate::writer::{WriteSlot, Writers};
 use work::Work;
 
@@ -73,6 +73,8 @@ pub struct OrgDeps {
     pub draining: Arc<std::sync::atomic::AtomicBool>,
     /// The bytes all orgs' [`content::ContentCache`]s may take together.
     pub content_budget: Arc<ContentBudget>,
+    /// This node's place among several on one PostgreSQL; `None` alone.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 /// What an org actor tells its supervisor.
@@ -94,6 +96,9 @@ pub struct OrgActor {
 
 pub struct OrgState {
     org: OrgId,
+    /// This node's ownership of the org, checked by every commit (several
+    /// nodes); `None` on a node alone.
+    fence: Option<Fence>,
     entry: Arc<OrgEntry>,
     /// Open tasks (pending, paused, in_progress, feedback, blocked) and
     /// their indexes.
@@ -192,18 +197,19 @@ macro_rules! serve {
 impl Actor for OrgActor {
     type Msg = OrgMsg;
     type State = OrgState;
-    type Arguments = OrgId;
+    type Arguments = (OrgId, Option<Fence>);
 
     async fn pre_start(
         &self,
         myself: ActorRef<OrgMsg>,
-        org: OrgId,
+        (org, fence): (OrgId, Option<Fence>),
     ) -> Result<OrgState, ActorProcessingErr> {
         // Cheap on purpose: the supervisor waits for this. The state is loaded
         // in `post_start`, while messages queue.
         let entry = self.deps.directory.get(org).await?;
         Ok(OrgState {
             org,
+            fence,
             entry,
             open: OpenTasks::default(),
             content: content::ContentCache::new(self.deps.content_budget.clone()),

@@ -175,6 +175,7 @@ impl Work {
         WriteBatch {
             org: state.org,
             ops,
+            fence: state.fence.clone(),
         }
     }
 }

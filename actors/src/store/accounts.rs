@@ -15,14 +15,14 @@ impl Store {
         owner: &MemberRecord,
         key: &KeyRecord,
     ) -> Result<()> {
-        let batch = WriteBatch {
-            org: org.org_id,
-            ops: vec![
+        let batch = WriteBatch::new(
+            org.org_id,
+            vec![
                 WriteOp::InsertOrg(org.clone()),
                 WriteOp::InsertMember(owner.clone()),
                 WriteOp::InsertKey(key.clone()),
             ],
-        };
+        );
         self.apply(&[&batch]).await
     }
 

@@ -14,7 +14,7 @@ use sqlx::{ConnectOptions as _, PgConnection, QueryBuilder, Sqlite};
 
 use super::rows::{self, OrgRow};
 use super::writer_thread;
-use super::{Result, Store};
+use super::{Result, Store, StoreError};
 use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::usage::Usage;
@@ -80,6 +80,27 @@ pub enum WriteOp {
 pub struct WriteBatch {
     pub org: OrgId,
     pub ops: Vec<WriteOp>,
+    /// Whose actor wrote it, on PostgreSQL (`None` on SQLite, which has
+    /// one server, and for an org's creation).
+    pub fence: Option<Fence>,
+}
+
+impl WriteBatch {
+    pub fn new(org: OrgId, ops: Vec<WriteOp>) -> Self {
+        WriteBatch {
+            org,
+            ops,
+            fence: None,
+        }
+    }
+}
+
+/// The node whose actor made a batch and the epoch of its ownership of the
+/// org: the commit lands only if the org's row still says both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub node: Arc<str>,
+    pub epoch: i64,
 }
 
 /// Rows per multi-row statement: well under both backends' bind limits
@@ -109,6 +130,8 @@ type ContentValues<'a> = HashMap<(OrgId, TaskId), &'a Option<Vec<u8>>>;
 /// batches one by one would leave; inserts run before updates and events
 /// keep their order, so the result is the same as applying them in turn.
 struct CommitPlan<'a> {
+    /// Each fenced org's fence.
+    fences: HashMap<OrgId, &'a Fence>,
     accounts: Vec<(OrgId, &'a WriteOp)>,
     /// The latest counters of each org.
     usage: HashMap<OrgId, &'a Usage>,
@@ -121,6 +144,7 @@ struct CommitPlan<'a> {
 impl<'a> CommitPlan<'a> {
     fn new(batches: &[&'a WriteBatch]) -> Self {
         let mut plan = CommitPlan {
+            fences: HashMap::new(),
             accounts: Vec::new(),
             usage: HashMap::new(),
             inserts: Vec::new(),
@@ -130,6 +154,9 @@ impl<'a> CommitPlan<'a> {
         };
         for batch in batches {
             let org = batch.org;
+            if let Some(fence) = &batch.fence {
+                plan.fences.insert(org, fence);
+            }
             for op in &batch.ops {
                 match op {
                     WriteOp::InsertTasks(tasks) => {
@@ -876,7 +903,8 @@ impl WriterConn {
                 result
             }
             WriterConn::Postgres { conn, links } => {
-                let linked = links.link(&plan);
+                let first_id = links.reserve(plan.events.len(), conn).await?;
+                let linked = links.link(&plan, first_id);
                 let result = commit_postgres(conn, &plan, &linked).await;
                 match result {
                     Ok(()) => links.committed(&plan, &linked),
@@ -899,19 +927,25 @@ async fn commit_postgres(
     linked: &postgres::LinkedEvents<'_>,
 ) -> Result<()> {
     let statement = postgres::task_statement(plan, linked);
-    if plan.accounts.is_empty() {
-        if let Some(statement) = statement {
-            statement.execute(&mut *conn).await?;
+    let run = async {
+        if plan.accounts.is_empty() {
+            if let Some(statement) = statement {
+                statement.execute(&mut *conn).await?;
+            }
+        } else {
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            if !plan.fences.is_empty() {
+                postgres::fence_statement(plan).execute(&mut *tx).await?;
+            }
+            account_statements!(&mut *tx, plan);
+            if let Some(statement) = statement {
+                statement.execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
         }
-    } else {
-        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-        account_statements!(&mut *tx, plan);
-        if let Some(statement) = statement {
-            statement.execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-    }
-    Ok(())
+        Ok::<(), sqlx::Error>(())
+    };
+    run.await.map_err(StoreError::from_commit)
 }
 
 /// Commits a plan on SQLite in one round trip to the connection's thread

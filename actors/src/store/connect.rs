@@ -25,14 +25,7 @@ impl Store {
             let run = MigrationRun::start(&migrator, applied_migrations(&pool).await);
             migrator.run(&pool).await?;
             run.finish();
-            let last_event: i64 =
-                sqlx::query_scalar("SELECT COALESCE(MAX(event_id), 0) FROM task_events")
-                    .fetch_one(&pool)
-                    .await?;
-            Ok(Store::Postgres(
-                pool,
-                Arc::new(EventLinks::after(last_event)),
-            ))
+            Ok(Store::Postgres(pool, Arc::new(EventLinks::default())))
         } else {
             let connect = SqliteConnectOptions::from_str(url)?
                 .create_if_missing(true)
@@ -93,6 +86,29 @@ impl Store {
 
     pub async fn close(&self) {
         on_pool!(self, pool => pool.close().await)
+    }
+
+    /// Runs `f` under a PostgreSQL advisory lock, so that nodes starting
+    /// together do it one at a time (on SQLite, one server, it just runs).
+    pub async fn exclusively<T>(
+        &self,
+        lock: i64,
+        f: impl std::future::Future<Output = T>,
+    ) -> Result<T> {
+        let Store::Postgres(pool, _) = self else {
+            return Ok(f.await);
+        };
+        let mut conn = pool.acquire().await?;
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(lock)
+            .execute(&mut *conn)
+            .await?;
+        let out = f.await;
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(lock)
+            .execute(&mut *conn)
+            .await?;
+        Ok(out)
     }
 
     /// Whether the store answers a trivial query.

@@ -38,9 +38,23 @@ pub enum StoreError {
     /// The store cannot be reached or cannot take writes (down, disk full).
     #[error("the store is unavailable: {0}")]
     Unavailable(String),
+    /// A commit's fence failed: another node owns one of its orgs now.
+    #[error("an org of this commit is owned by another node")]
+    Fenced,
 }
 
 impl StoreError {
+    /// A commit's error: a failed fence (`TQ001`, migration
+    /// `0017_cluster`) is told apart from the rest.
+    pub(crate) fn from_commit(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::Database(db) if db.code().as_deref() == Some("TQ001") => {
+                StoreError::Fenced
+            }
+            _ => StoreError::Sql(e),
+        }
+    }
+
     /// A failure of the store itself (unreachable, shutting down, out of
     /// disk or locked), not of what was asked of it: retrying later helps.
     pub fn is_unavailable(&self) -> bool {
@@ -52,6 +66,7 @@ impl StoreError {
             StoreError::Migrate(_)
             | StoreError::Corrupt(_)
             | StoreError::OrgReloading
+            | StoreError::Fenced
             | StoreError::WriterGone => false,
         }
     }
@@ -150,6 +165,7 @@ macro_rules! bind_args {
 
 mod abuse;
 mod accounts;
+mod cluster;
 mod commit;
 mod connect;
 mod keys;
@@ -163,7 +179,8 @@ mod usage;
 mod vectors;
 mod writer_thread;
 
-pub use commit::{EventLinks, WriteBatch, WriteOp, WriterConn};
+pub use cluster::{NodeRow, OwnerRow};
+pub use commit::{EventLinks, Fence, WriteBatch, WriteOp, WriterConn};
 pub use keys::ClientDek;
 pub use reports::ReportKey;
 
@@ -176,6 +193,14 @@ impl<R> BackendRow for R where
 }
 
 impl Store {
+    /// The event ids and links the PostgreSQL writers share.
+    pub(crate) fn event_links(&self) -> Option<Arc<EventLinks>> {
+        match self {
+            Store::Postgres(_, links) => Some(links.clone()),
+            Store::Sqlite(_) => None,
+        }
+    }
+
     /// Every row `sql` returns with `args` bound to `$1, $2, ...`.
     async fn fetch_all<R: BackendRow>(&self, sql: &str, args: Vec<Arg>) -> Result<Vec<R>> {
         Ok(on_pool!(self, pool => {

@@ -174,6 +174,7 @@ async fn round_trip(store: &Store) {
             WriteOp::UpsertMembership(membership.clone()),
             WriteOp::SaveUsage(usage.clone()),
         ],
+        fence: None,
     };
     store.apply(&[&batch]).await.unwrap();
 
@@ -265,7 +266,11 @@ async fn failed_commit(store: &Store) {
         read_tat: 0,
         write_tat: 0,
     };
-    let batch = |ops| WriteBatch { org: org_id, ops };
+    let batch = |ops| WriteBatch {
+        org: org_id,
+        ops,
+        fence: None,
+    };
     // A task created, and the org's requests counted to `requests`.
     let created = |header: &TaskHeader, requests| {
         batch(vec![
@@ -313,6 +318,7 @@ async fn later_changes(store: &Store) {
     let insert = |org, task: &StoredTask| WriteBatch {
         org,
         ops: vec![WriteOp::InsertTasks(vec![task.clone()])],
+        fence: None,
     };
     store
         .apply(&[&insert(first_org, &first), &insert(second_org, &second)])
@@ -366,6 +372,7 @@ async fn later_changes(store: &Store) {
             set(ContentField::Metadata, Some(b"{\"a\":1}")),
             WriteOp::InsertEvents(events[..2].to_vec()),
         ],
+        fence: None,
     };
     let retitle = WriteBatch {
         org: second_org,
@@ -374,6 +381,7 @@ async fn later_changes(store: &Store) {
             field: ContentField::Title,
             value: Some(b"new title".to_vec()),
         }],
+        fence: None,
     };
     let complete = WriteBatch {
         org: first_org,
@@ -386,6 +394,7 @@ async fn later_changes(store: &Store) {
             set(ContentField::Metadata, None),
             WriteOp::InsertEvents(events[2..].to_vec()),
         ],
+        fence: None,
     };
     store.apply(&[&claim, &retitle, &complete]).await.unwrap();
 
@@ -439,6 +448,7 @@ async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
     apply(vec![WriteBatch {
         org,
         ops: vec![WriteOp::InsertTasks(tasks.clone())],
+        fence: None,
     }])
     .await;
     let moved = |i: usize, status, was_finished| {
@@ -457,6 +467,7 @@ async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
             moved(1, TaskStatus::Completed, false),
             moved(2, TaskStatus::Completed, false),
         ],
+        fence: None,
     };
     apply(vec![finish]).await;
     let listed = |after, query: ListTasks| async move {
@@ -505,10 +516,12 @@ async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
     let reopen = |i| WriteBatch {
         org,
         ops: vec![moved(i, TaskStatus::Pending, true)],
+        fence: None,
     };
     let claim = WriteBatch {
         org,
         ops: vec![moved(0, TaskStatus::InProgress, false)],
+        fence: None,
     };
     apply(vec![reopen(0), claim, reopen(1)]).await;
     assert_eq!(
@@ -538,10 +551,18 @@ async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
             moved(0, TaskStatus::Completed, false),
             WriteOp::InsertEvents(vec![event(TaskStatus::Completed, 50)]),
         ],
+        fence: None,
     }])
     .await;
     let unsettled = |ops| async move {
-        store.apply(&[&WriteBatch { org, ops }]).await.unwrap();
+        store
+            .apply(&[&WriteBatch {
+                org,
+                ops,
+                fence: None,
+            }])
+            .await
+            .unwrap();
     };
     unsettled(vec![
         moved(1, TaskStatus::Completed, false),
@@ -688,6 +709,7 @@ async fn claims_move_no_task_row_to_another_page_sqlite() {
     let created = WriteBatch {
         org,
         ops: vec![WriteOp::InsertTasks(tasks.clone())],
+        fence: None,
     };
     store.apply(&[&created]).await.unwrap();
     let before = task_leaves(&store).await;
@@ -702,6 +724,7 @@ async fn claims_move_no_task_row_to_another_page_sqlite() {
                 was_finished: false,
             })
             .collect(),
+        fence: None,
     };
     store.apply(&[&claims]).await.unwrap();
     assert_eq!(task_leaves(&store).await, before);
@@ -808,6 +831,7 @@ async fn append_events(store: &Store, org: OrgId, events: &[(TaskId, i64)]) {
         .apply(&[&WriteBatch {
             org,
             ops: vec![WriteOp::InsertEvents(events.iter().map(reopened).collect())],
+            fence: None,
         }])
         .await
         .unwrap();

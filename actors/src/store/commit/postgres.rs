@@ -17,7 +17,7 @@
 //! that was set.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
 
 use dashmap::DashMap;
 
@@ -28,6 +28,48 @@ use sqlx::Postgres;
 use super::rows::HeaderColumns;
 use super::{CommitPlan, EventChain};
 use crate::domain::{ContentField, OrgId, StoredTask, TaskHeader, TaskId};
+
+/// The fence of a commit (migration `0017_cluster`): the orgs written
+/// (parameter `$orgs`, text) whose row still names this node (`$node`) at
+/// the epoch its actor holds (`$epochs`), each locked `FOR SHARE`, so a
+/// takeover waits for this commit and a takeover that committed first
+/// leaves its org out.
+macro_rules! fence_cte {
+    ($orgs:literal, $epochs:literal, $node:literal) => {
+        concat!(
+            "fence AS (
+  SELECT o.org_id FROM org_owners o
+  JOIN UNNEST($",
+            $orgs,
+            "::text[], $",
+            $epochs,
+            "::int8[]) AS f(org_id, epoch)
+    ON o.org_id = f.org_id AND o.epoch = f.epoch
+  WHERE o.node_id = $",
+            $node,
+            "
+  FOR SHARE OF o
+)"
+        )
+    };
+}
+
+/// The statement's answer: 1, or the error `TQ001` (`taskq_fenced`) when
+/// an org left the fence, which rolls the whole statement back.
+macro_rules! fence_check {
+    ($orgs:literal) => {
+        concat!(
+            "SELECT CASE WHEN (SELECT count(*) FROM fence) = cardinality($",
+            $orgs,
+            "::text[]) THEN 1 ELSE taskq_fenced() END"
+        )
+    };
+}
+
+/// The fence alone, for a commit whose account changes run before its
+/// task statement in one transaction.
+pub(super) const FENCE_STATEMENT: &str =
+    concat!("WITH ", fence_cte!(1, 2, 3), " ", fence_check!(1));
 
 /// The statement; its parameters are the columns bound by
 /// [`task_statement`], in order (the finished ranks and the event links,
@@ -43,8 +85,11 @@ use crate::domain::{ContentField, OrgId, StoredTask, TaskHeader, TaskId};
 /// its task's event before it, each task row its latest event's. Only an
 /// event whose predecessor the writer does not know (`look_up`) reads it
 /// from the task row, as the row was before the statement.
-const TASK_STATEMENT: &str = "\
-WITH usage AS (
+const TASK_STATEMENT: &str = concat!(
+    "\
+WITH ",
+    fence_cte!(66, 67, 68),
+    ", usage AS (
   INSERT INTO org_usage (org_id, month, requests, tasks, plans, read_tat, write_tat)
   SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::int8[])
   ON CONFLICT (org_id) DO UPDATE SET month = excluded.month, requests = excluded.requests,
@@ -109,7 +154,9 @@ WITH usage AS (
       prev_event_id, look_up, n)
   ORDER BY v.n
 )
-SELECT 1";
+",
+    fence_check!(66)
+);
 
 /// The statements that show the plan a connection makes for the commit
 /// statement: a `PREPARE` of it, then an `EXPLAIN` of its execution with
@@ -301,6 +348,7 @@ pub(super) fn task_statement(
         .unzip();
 
     let events = &plan.events;
+    let (fence_orgs, fence_epochs, fence_node) = fences(plan);
     let [title, description, metadata, output] = inserted_content;
     let [set_title, set_description, set_metadata, set_output] = set_flags;
     let [new_title, new_description, new_metadata, new_output] = set_values;
@@ -370,8 +418,37 @@ pub(super) fn task_statement(
             .bind(linked.prev.clone())
             .bind(linked.look_up.clone())
             .bind(inserted_last)
-            .bind(updated_last),
+            .bind(updated_last)
+            .bind(fence_orgs)
+            .bind(fence_epochs)
+            .bind(fence_node),
     )
+}
+
+/// The fences of a plan as the statements bind them: org ids, epochs and
+/// the node (empty when nothing is fenced, which passes).
+fn fences(plan: &CommitPlan<'_>) -> (Vec<String>, Vec<i64>, String) {
+    let node = plan
+        .fences
+        .values()
+        .next()
+        .map(|f| f.node.to_string())
+        .unwrap_or_default();
+    let (orgs, epochs) = plan
+        .fences
+        .iter()
+        .map(|(org, f)| (org.to_string(), f.epoch))
+        .unzip();
+    (orgs, epochs, node)
+}
+
+/// The fence of `plan` as a statement of its own.
+pub(super) fn fence_statement(plan: &CommitPlan<'_>) -> Query<'static, Postgres, PgArguments> {
+    let (orgs, epochs, node) = fences(plan);
+    sqlx::query(FENCE_STATEMENT)
+        .bind(orgs)
+        .bind(epochs)
+        .bind(node)
 }
 
 /// Event ids and links on PostgreSQL (migration `0016_event_chain`).
@@ -386,12 +463,29 @@ pub(super) fn task_statement(
 /// when it finishes, so this holds open tasks only, and when a commit with
 /// its events fails (it may have committed all the same). The first event
 /// of a task not remembered (created before the server started, reopened,
-/// or after a failed commit) reads its predecessor from the task row. The
-/// ids start after the largest stored one, so a database has one server.
-#[derive(Debug)]
+/// or after a failed commit) reads its predecessor from the task row.
+///
+/// The ids come in blocks of [`EVENT_ID_BLOCK`] from the sequence
+/// `task_event_ids` (migration `0017_cluster`), one `nextval` a block, so
+/// the nodes of a cluster never give one id twice. After its node takes an
+/// org over ([`EventLinks::renew`]), a writer numbers from a block taken
+/// later: the org's earlier owner took its blocks before it lost the org,
+/// so an org's events keep rising, which is the order readers sort them in.
+#[derive(Debug, Default)]
 pub struct EventLinks {
-    next_id: AtomicI64,
+    ids: Mutex<IdBlock>,
     latest: DashMap<(OrgId, TaskId), i64>,
+}
+
+/// The sequence's increment: the ids one `nextval` hands out.
+pub const EVENT_ID_BLOCK: i64 = 1 << 20;
+
+/// The ids left in the block in use, and the renewal it was taken after.
+#[derive(Debug, Default)]
+struct IdBlock {
+    next: i64,
+    end: i64,
+    generation: u64,
 }
 
 /// A plan's events with their ids (`chain`) and, for each, the id of its
@@ -406,19 +500,63 @@ pub(super) struct LinkedEvents<'a> {
 }
 
 impl EventLinks {
-    /// Links for a database whose largest event id is `last_id`.
-    pub(crate) fn after(last_id: i64) -> Self {
-        EventLinks {
-            next_id: AtomicI64::new(last_id + 1),
-            latest: DashMap::new(),
+    /// Ids for `count` events, the first of them answered: from the block
+    /// in use, or from a new one when it runs short or its node took an
+    /// org over since it was taken. Ids a failed commit took are not given
+    /// again.
+    pub(super) async fn reserve(
+        &self,
+        count: usize,
+        conn: &mut sqlx::PgConnection,
+    ) -> Result<i64, sqlx::Error> {
+        let count = i64::try_from(count).unwrap_or(i64::MAX);
+        loop {
+            let generation = {
+                let mut block = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+                if block.end - block.next >= count {
+                    let first = block.next;
+                    block.next += count;
+                    return Ok(first);
+                }
+                block.generation
+            };
+            let start: i64 = sqlx::query_scalar("SELECT nextval('task_event_ids')")
+                .fetch_one(&mut *conn)
+                .await?;
+            let mut block = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+            if block.generation == generation && count <= EVENT_ID_BLOCK {
+                *block = IdBlock {
+                    next: start + count,
+                    end: start + EVENT_ID_BLOCK,
+                    generation,
+                };
+                return Ok(start);
+            }
+            if count > EVENT_ID_BLOCK {
+                return Err(sqlx::Error::Protocol(format!(
+                    "a commit of {count} events is more than a block of ids"
+                )));
+            }
         }
     }
 
-    /// Gives the plan's events their ids and links. Ids a failed commit
-    /// took are not given again.
-    pub(super) fn link<'a>(&self, plan: &CommitPlan<'a>) -> LinkedEvents<'a> {
-        let count = i64::try_from(plan.events.len()).unwrap_or(i64::MAX);
-        let chain = EventChain::new(plan, self.next_id.fetch_add(count, Ordering::Relaxed));
+    /// This node just took an org over: the next ids come from a block
+    /// taken after now.
+    pub fn renew(&self) {
+        let mut block = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+        block.next = block.end;
+        block.generation += 1;
+    }
+
+    /// Forgets what is remembered of an org this node no longer owns: its
+    /// next owner appends events this node will not see.
+    pub fn forget_org(&self, org: OrgId) {
+        self.latest.retain(|(o, _), _| *o != org);
+    }
+
+    /// Gives the plan's events their ids, from `first_id` on, and links.
+    pub(super) fn link<'a>(&self, plan: &CommitPlan<'a>, first_id: i64) -> LinkedEvents<'a> {
+        let chain = EventChain::new(plan, first_id);
         let inserted: HashSet<(OrgId, TaskId)> = plan
             .inserts
             .iter()
@@ -492,12 +630,12 @@ mod tests {
     }
 
     fn events(org: OrgId, tasks: &[TaskId]) -> WriteBatch {
-        WriteBatch {
+        WriteBatch::new(
             org,
-            ops: vec![WriteOp::InsertEvents(
+            vec![WriteOp::InsertEvents(
                 tasks.iter().map(|t| event(*t)).collect(),
             )],
-        }
+        )
     }
 
     fn ids(linked: &LinkedEvents<'_>) -> Vec<i64> {
@@ -506,13 +644,13 @@ mod tests {
 
     #[test]
     fn events_link_to_what_earlier_commits_left() {
-        let links = EventLinks::after(41);
+        let links = EventLinks::default();
         let org = OrgId::new_v7();
         let (a, b) = (TaskId::new_v7(), TaskId::new_v7());
 
         let first = events(org, &[a, b, a]);
         let plan = CommitPlan::new(&[&first]);
-        let linked = links.link(&plan);
+        let linked = links.link(&plan, 42);
         assert_eq!(ids(&linked), [42, 43, 44]);
         // Neither task is known yet: their first events read the rows.
         assert_eq!(linked.prev, [None, None, Some(42)]);
@@ -521,15 +659,14 @@ mod tests {
 
         let second = events(org, &[b, a]);
         let plan = CommitPlan::new(&[&second]);
-        let linked = links.link(&plan);
+        let linked = links.link(&plan, 45);
         assert_eq!(ids(&linked), [45, 46]);
         assert_eq!(linked.prev, [Some(43), Some(44)]);
         assert_eq!(linked.look_up, [false, false]);
 
-        // After a failed commit the tasks' rows say what their latest is,
-        // and its ids are not given again.
+        // After a failed commit the tasks' rows say what their latest is.
         links.forget(&plan);
-        let linked = links.link(&plan);
+        let linked = links.link(&plan, 47);
         assert_eq!(ids(&linked), [47, 48]);
         assert_eq!(linked.prev, [None, None]);
         assert_eq!(linked.look_up, [true, true]);
@@ -537,7 +674,7 @@ mod tests {
 
     #[test]
     fn inserted_tasks_look_nothing_up_and_finished_ones_are_forgotten() {
-        let links = EventLinks::after(0);
+        let links = EventLinks::default();
         let org = OrgId::new_v7();
         let open = header(TaskStatus::Pending, 10);
         let created = WriteBatch {
@@ -546,9 +683,10 @@ mod tests {
                 WriteOp::InsertTasks(vec![task(open.clone())]),
                 WriteOp::InsertEvents(vec![event(open.task_id)]),
             ],
+            fence: None,
         };
         let plan = CommitPlan::new(&[&created]);
-        let linked = links.link(&plan);
+        let linked = links.link(&plan, 1);
         assert_eq!(
             (linked.prev.clone(), linked.look_up.clone()),
             (vec![None], vec![false])
@@ -568,9 +706,10 @@ mod tests {
                 },
                 WriteOp::InsertEvents(vec![event(open.task_id)]),
             ],
+            fence: None,
         };
         let plan = CommitPlan::new(&[&finished]);
-        let linked = links.link(&plan);
+        let linked = links.link(&plan, 1);
         assert_eq!(
             (linked.prev.clone(), linked.look_up.clone()),
             (vec![Some(1)], vec![false])
@@ -580,7 +719,7 @@ mod tests {
         // Reopened later: the finished task was forgotten, so its row says.
         let reopened = events(org, &[open.task_id]);
         let plan = CommitPlan::new(&[&reopened]);
-        let linked = links.link(&plan);
+        let linked = links.link(&plan, 1);
         assert_eq!(
             (linked.prev.clone(), linked.look_up.clone()),
             (vec![None], vec![true])

@@ -1,0 +1,442 @@
+//! Several nodes on one PostgreSQL: which node's actor owns each org.
+//!
+//! PostgreSQL is the only shared component and the directory (migration
+//! `0017_cluster`): nodes heartbeat there every second, and each org's row
+//! names its owner and an epoch every takeover raises. An org's lease is
+//! its owner's liveness: a node is live while its last heartbeat is younger
+//! than the TTL on the database's clock, so one statement a second renews
+//! every org a node owns. Who *should* own an org is decided by rendezvous
+//! hashing over the live nodes that are not leaving, so orgs spread out and
+//! only those of a node that joins or leaves move.
+//!
+//! Safety does not rest on the hashing. A node acts for an org only while
+//! it owns the org's row and its trust window is open: the start of its
+//! last successful heartbeat plus the TTL less a margin, on its own
+//! monotonic clock, which closes before any other node can see it dead. A
+//! node that was paused past it finds the window shut when it runs again,
+//! and drops every org before it answers anything. And every commit checks
+//! the org's row for this node and epoch in the same statement
+//! (`store::commit`'s fence), so the late write of a deposed node fails
+//! instead of landing.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+
+use crate::domain::OrgId;
+use crate::store::{EventLinks, Fence, NodeRow, OwnerRow, Store, StoreError};
+
+/// How long a node's heartbeat keeps its orgs: TTL and its renewal period.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// The URL other nodes reach this one at.
+    pub advertise_url: String,
+    pub ttl: Duration,
+    pub heartbeat: Duration,
+    /// Taken off the TTL for the trust window, for the time a heartbeat's
+    /// answer takes to arrive and clocks that run a little apart.
+    pub margin: Duration,
+}
+
+impl ClusterConfig {
+    pub fn new(advertise_url: impl Into<String>) -> Self {
+        ClusterConfig {
+            advertise_url: advertise_url.into(),
+            ttl: Duration::from_secs(3),
+            heartbeat: Duration::from_secs(1),
+            margin: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Where a request for an org is to be served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// Here: this node owns the org, or may take it.
+    Here,
+    /// At another live node's advertise URL.
+    At(String),
+    /// Nowhere now: the org is moving; retry shortly.
+    Moving,
+}
+
+/// How long another node's ownership of an org is taken on trust before
+/// the directory is read again. A stale answer costs one forward that the
+/// other node refuses (`org moving`), then a fresh look-up.
+const OWNER_FOR: Duration = Duration::from_secs(1);
+
+/// A live node as this node last saw the directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveNode {
+    pub node_id: String,
+    pub url: String,
+}
+
+/// The node whose hash with the org is highest: each org's choice moves
+/// only when its chosen node leaves or a node that beats it joins.
+pub fn rendezvous(org: OrgId, nodes: &[LiveNode]) -> Option<&LiveNode> {
+    nodes
+        .iter()
+        .max_by_key(|n| (score(org, &n.node_id), &n.node_id))
+}
+
+/// FNV-1a over the org id and the node id, then a 64-bit finaliser
+/// (splitmix64) so that nearby ids score far apart. Every node must compute
+/// the same number, so no per-process seed.
+fn score(org: OrgId, node: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in org.0.as_bytes().iter().chain(node.as_bytes()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// A node's place in the cluster: its identity, the orgs it owns and its
+/// trust window.
+pub struct Cluster {
+    store: Store,
+    config: ClusterConfig,
+    node: Arc<str>,
+    started_at: i64,
+    /// The zero of `trusted_until_ms`.
+    base: Instant,
+    /// Ms after `base` until which this node may act for the orgs it owns.
+    trusted_until_ms: AtomicU64,
+    /// Owned orgs and their epochs.
+    owned: DashMap<OrgId, i64>,
+    /// The live nodes that are not leaving, as of the last heartbeat, with
+    /// how many heartbeats in a row each has been seen.
+    live: RwLock<Arc<Vec<LiveNode>>>,
+    seen: std::sync::Mutex<HashMap<String, u32>>,
+    /// Other nodes' addresses for orgs they own, as last looked up.
+    owners: DashMap<OrgId, (String, Instant)>,
+    /// Set when this node begins to stop: it takes no org any more.
+    leaving: std::sync::atomic::AtomicBool,
+    links: Option<Arc<EventLinks>>,
+}
+
+impl Cluster {
+    /// Registers this node in the directory; it trusts itself after its
+    /// first heartbeat.
+    pub async fn join(
+        store: Store,
+        config: ClusterConfig,
+        started_at: i64,
+    ) -> Result<Self, StoreError> {
+        let node: Arc<str> = uuid::Uuid::now_v7().to_string().into();
+        let base = Instant::now();
+        store
+            .register_node(&node, &config.advertise_url, started_at)
+            .await?;
+        let links = store.event_links();
+        let cluster = Cluster {
+            store,
+            config,
+            node,
+            started_at,
+            base,
+            trusted_until_ms: AtomicU64::new(0),
+            owned: DashMap::new(),
+            live: RwLock::new(Arc::new(Vec::new())),
+            seen: std::sync::Mutex::new(HashMap::new()),
+            owners: DashMap::new(),
+            leaving: std::sync::atomic::AtomicBool::new(false),
+            links,
+        };
+        cluster.beat().await?;
+        Ok(cluster)
+    }
+
+    pub fn node_id(&self) -> &str {
+        &self.node
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether this node's trust window is open.
+    pub fn trusted(&self) -> bool {
+        self.now_ms() < self.trusted_until_ms.load(Ordering::Acquire)
+    }
+
+    /// Whether this node owns the org and may act for it now.
+    pub fn serves(&self, org: OrgId) -> bool {
+        self.trusted() && self.owned.contains_key(&org)
+    }
+
+    /// One heartbeat: renews every org this node owns and reads the live
+    /// nodes. On success the trust window runs from the heartbeat's start.
+    /// Answers whether the window had shut before it (the node was cut off
+    /// or paused): then every org it owned is lost, and the caller stops
+    /// their actors.
+    pub async fn beat(&self) -> Result<bool, StoreError> {
+        let started = self.now_ms();
+        let leaving = self.leaving.load(Ordering::Relaxed);
+        if !self.store.heartbeat(&self.node, leaving).await? {
+            // A row removed after a very long pause: register again.
+            self.store
+                .register_node(&self.node, &self.config.advertise_url, self.started_at)
+                .await?;
+        }
+        let lapsed = started >= self.trusted_until_ms.load(Ordering::Acquire);
+        let window =
+            u64::try_from((self.config.ttl - self.config.margin).as_millis()).unwrap_or(u64::MAX);
+        let nodes = self
+            .store
+            .cluster_nodes(self.config.ttl, self.config.ttl)
+            .await?;
+        let live: Vec<LiveNode> = nodes
+            .into_iter()
+            .filter(|n| n.live && !n.leaving)
+            .map(|n| LiveNode {
+                node_id: n.node_id,
+                url: n.advertise_url,
+            })
+            .collect();
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            seen.retain(|id, _| live.iter().any(|n| &n.node_id == id));
+            for n in &live {
+                *seen.entry(n.node_id.clone()).or_default() += 1;
+            }
+        }
+        *self.live.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(live);
+        self.trusted_until_ms
+            .store(started.saturating_add(window), Ordering::Release);
+        Ok(lapsed)
+    }
+
+    /// The live nodes that are not leaving.
+    pub fn live_nodes(&self) -> Arc<Vec<LiveNode>> {
+        self.live.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The node that should own the org, among the live ones.
+    pub fn desired(&self, org: OrgId) -> Option<LiveNode> {
+        rendezvous(org, &self.live_nodes()).cloned()
+    }
+
+    /// Whether `node` has been seen live for `beats` heartbeats in a row:
+    /// orgs move to a node only once it has settled.
+    pub fn settled(&self, node: &str, beats: u32) -> bool {
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(node)
+            .is_some_and(|n| *n >= beats)
+    }
+
+    /// Takes the org's row for this node; its actor may start. `None`: a
+    /// live node owns it, or this node cannot take orgs now.
+    pub async fn acquire(&self, org: OrgId) -> Result<Option<Fence>, StoreError> {
+        if !self.trusted() || self.leaving.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let Some(epoch) = self
+            .store
+            .acquire_org(org, &self.node, self.config.ttl)
+            .await?
+        else {
+            return Ok(None);
+        };
+        // Events written for it from now on come from a block taken after
+        // its last owner stopped writing.
+        if let Some(links) = &self.links {
+            links.renew();
+        }
+        self.owned.insert(org, epoch);
+        Ok(Some(Fence {
+            node: self.node.clone(),
+            epoch,
+        }))
+    }
+
+    /// Gives an org up after its actor stopped: `needs_owner` when its
+    /// tasks still hold leases.
+    pub async fn release(&self, org: OrgId, needs_owner: bool) {
+        let Some((_, epoch)) = self.owned.remove(&org) else {
+            return;
+        };
+        self.forget(org);
+        if let Err(e) = self
+            .store
+            .release_org(org, &self.node, epoch, needs_owner)
+            .await
+        {
+            // The row stays this node's until its heartbeat lapses: another
+            // node takes it then.
+            tracing::warn!(org_id = %org, error = %e, "releasing an org failed");
+        }
+    }
+
+    /// The org is another node's now (its fence failed, or the trust
+    /// window shut): this node forgets it without touching its row.
+    pub fn lose(&self, org: OrgId) {
+        if self.owned.remove(&org).is_some() {
+            self.forget(org);
+        }
+    }
+
+    fn forget(&self, org: OrgId) {
+        if let Some(links) = &self.links {
+            links.forget_org(org);
+        }
+    }
+
+    /// Every org this node owns.
+    pub fn owned(&self) -> Vec<OrgId> {
+        self.owned.iter().map(|e| *e.key()).collect()
+    }
+
+    /// Every org owned, forgotten at once: the trust window shut.
+    pub fn lose_all(&self) -> Vec<OrgId> {
+        let orgs = self.owned();
+        for org in &orgs {
+            self.lose(*org);
+        }
+        orgs
+    }
+
+    /// Where a request for the org goes. `forwarded`: another node sent it
+    /// here, so it is not sent on again. Another node's address is kept
+    /// for a moment (`OWNER_FOR`), so a stream of requests for one org does
+    /// not read the directory each time; `fresh` reads it anyway.
+    pub async fn place(
+        &self,
+        org: OrgId,
+        forwarded: bool,
+        fresh: bool,
+    ) -> Result<Placement, StoreError> {
+        if self.serves(org) {
+            return Ok(Placement::Here);
+        }
+        if fresh {
+            self.owners.remove(&org);
+        } else if !forwarded {
+            if let Some(url) = self
+                .owners
+                .get(&org)
+                .filter(|e| e.1.elapsed() < OWNER_FOR)
+                .map(|e| e.0.clone())
+            {
+                return Ok(Placement::At(url));
+            }
+        }
+        let placement = self.look_up(org, forwarded).await?;
+        if let Placement::At(url) = &placement {
+            self.owners.insert(org, (url.clone(), Instant::now()));
+        }
+        Ok(placement)
+    }
+
+    async fn look_up(&self, org: OrgId, forwarded: bool) -> Result<Placement, StoreError> {
+        let here = self.trusted() && !self.leaving.load(Ordering::Relaxed);
+        match self.store.org_owner(org, self.config.ttl).await? {
+            OwnerRow::Live { node_id, .. } if *node_id == *self.node => Ok(if here {
+                Placement::Here
+            } else {
+                Placement::Moving
+            }),
+            OwnerRow::Live { url, .. } => Ok(if forwarded {
+                Placement::Moving
+            } else {
+                Placement::At(url)
+            }),
+            OwnerRow::Free => {
+                let desired = self.desired(org);
+                let mine = desired.as_ref().is_none_or(|d| *d.node_id == *self.node);
+                Ok(match (here && (mine || forwarded), desired) {
+                    (true, _) => Placement::Here,
+                    (false, Some(d)) if !forwarded && *d.node_id != *self.node => {
+                        Placement::At(d.url)
+                    }
+                    _ => Placement::Moving,
+                })
+            }
+        }
+    }
+
+    /// From now on this node takes no org and is no one's choice.
+    pub fn begin_leaving(&self) {
+        self.leaving.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_leaving(&self) -> bool {
+        self.leaving.load(Ordering::Relaxed)
+    }
+
+    /// Orgs that need an owner and have none.
+    pub async fn orphans(&self) -> Result<Vec<OrgId>, StoreError> {
+        self.store.orphaned_orgs(self.config.ttl).await
+    }
+
+    /// The directory's nodes seen in the last minute, for the operator.
+    pub async fn nodes(&self) -> Result<Vec<NodeRow>, StoreError> {
+        self.store
+            .cluster_nodes(self.config.ttl, Duration::from_secs(60))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes(n: usize) -> Vec<LiveNode> {
+        (0..n)
+            .map(|i| LiveNode {
+                node_id: format!("node-{i}"),
+                url: format!("http://10.0.0.{i}:8080"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rendezvous_spreads_orgs_and_moves_only_those_of_a_node_that_leaves() {
+        let three = nodes(3);
+        let orgs: Vec<OrgId> = (0..3000).map(|_| OrgId::new_v7()).collect();
+        let before: Vec<&str> = orgs
+            .iter()
+            .map(|o| rendezvous(*o, &three).unwrap().node_id.as_str())
+            .collect();
+        for node in &three {
+            let share = before.iter().filter(|n| **n == node.node_id).count();
+            assert!(
+                (800..1200).contains(&share),
+                "{} owns {share}",
+                node.node_id
+            );
+        }
+        let two: Vec<LiveNode> = three[..2].to_vec();
+        for (org, was) in orgs.iter().zip(&before) {
+            let now = rendezvous(*org, &two).unwrap();
+            if *was != "node-2" {
+                assert_eq!(now.node_id, *was, "an org of a staying node moved");
+            }
+        }
+        assert!(rendezvous(orgs[0], &[]).is_none());
+    }
+
+    #[test]
+    fn every_node_computes_the_same_choice() {
+        let org: OrgId = "01a220d0-501a-703e-a721-779f23eb694e".parse().unwrap();
+        let mut shuffled = nodes(5);
+        let first = rendezvous(org, &shuffled).unwrap().clone();
+        shuffled.reverse();
+        assert_eq!(rendezvous(org, &shuffled).unwrap(), &first);
+        assert_eq!(score(org, "node-1"), score(org, "node-1"));
+    }
+}

@@ -1,0 +1,211 @@
+//! Several nodes on one PostgreSQL, from the engine's side: where a
+//! request is served, the heartbeat that keeps this node's orgs, taking
+//! orgs whose node died, handing orgs to the node that should own them,
+//! and handing every org over at a graceful stop. The rules are in
+//! `crate::cluster`.
+
+use std::time::{Duration, Instant};
+
+use super::Engine;
+use crate::api::{ClusterNode, ClusterView, Timestamp};
+use crate::cluster::Placement;
+use crate::domain::{KeyId, OrgId};
+use crate::error::EngineError;
+use crate::supervisor::SupervisorMsg;
+
+/// Heartbeats in a row a node must have been seen live before orgs move
+/// to it, so a node that flaps does not pull orgs back and forth.
+const SETTLED_BEATS: u32 = 3;
+/// Orgs handed to other nodes per heartbeat, so a node that joins takes
+/// its share over a few seconds rather than all at once.
+const MOVES_PER_BEAT: usize = 64;
+
+impl Engine {
+    /// Whether this node is one of several on one PostgreSQL.
+    pub fn is_clustered(&self) -> bool {
+        self.inner.cluster.is_some()
+    }
+
+    /// The org an `X-Api-Key` value belongs to, to route its request;
+    /// `None` for a key that does not exist (the request is answered here,
+    /// with a 401). The secret is checked by the org's node.
+    pub async fn org_of_api_key(&self, api_key: &str) -> Result<Option<OrgId>, EngineError> {
+        let Some((key_id, _)) = crate::org::parse_api_key(api_key) else {
+            return Ok(None);
+        };
+        self.org_of_key(key_id).await
+    }
+
+    async fn org_of_key(&self, key_id: KeyId) -> Result<Option<OrgId>, EngineError> {
+        if let Some(org) = self.inner.key_orgs.get(&key_id) {
+            return Ok(Some(*org));
+        }
+        let org = self.stored(self.inner.store.org_of_key(key_id).await)?;
+        if let Some(org) = org {
+            self.inner.key_orgs.insert(key_id, org);
+        }
+        Ok(org)
+    }
+
+    /// Where a request for `org` is served: here, at another node, or
+    /// nowhere for a moment. `forwarded`: another node sent it here.
+    /// `fresh`: the owner last named did not answer as one; ask the
+    /// directory rather than the recent answer.
+    pub async fn place(
+        &self,
+        org: OrgId,
+        forwarded: bool,
+        fresh: bool,
+    ) -> Result<Placement, EngineError> {
+        match &self.inner.cluster {
+            None => Ok(Placement::Here),
+            Some(cluster) => self.stored(cluster.place(org, forwarded, fresh).await),
+        }
+    }
+
+    /// `GET /admin/cluster`.
+    pub async fn cluster_view(&self) -> Result<ClusterView, EngineError> {
+        let Some(cluster) = &self.inner.cluster else {
+            let (node_id, advertise_url, started_at) = &*self.inner.local_node;
+            let orgs = self.actors_alive() as i64;
+            return Ok(ClusterView {
+                nodes: vec![ClusterNode {
+                    node_id: node_id.clone(),
+                    advertise_url: advertise_url.clone(),
+                    started_at: Timestamp(*started_at),
+                    last_seen: Timestamp(self.now()),
+                    orgs,
+                }],
+                orgs_placed: orgs,
+            });
+        };
+        let nodes = self.stored(cluster.nodes().await)?;
+        let orgs_placed = nodes.iter().filter(|n| n.live).map(|n| n.orgs).sum();
+        Ok(ClusterView {
+            nodes: nodes
+                .into_iter()
+                .map(|n| ClusterNode {
+                    node_id: n.node_id,
+                    advertise_url: n.advertise_url,
+                    started_at: Timestamp(n.started_at),
+                    last_seen: Timestamp(n.last_seen),
+                    orgs: n.orgs,
+                })
+                .collect(),
+            orgs_placed,
+        })
+    }
+
+    /// The first step of a graceful stop with several nodes: this node
+    /// takes no org and is no one's choice, and every org it owns is
+    /// drained and released, so other nodes serve them at once. Requests
+    /// that reach it meanwhile are forwarded. Waits at most `within`.
+    pub async fn hand_over_all(&self, within: Duration) {
+        let Some(cluster) = &self.inner.cluster else {
+            return;
+        };
+        cluster.begin_leaving();
+        if let Err(e) = cluster.beat().await {
+            tracing::warn!(error = %e, "telling the cluster this node leaves failed");
+        }
+        let owned = cluster.owned();
+        tracing::info!(
+            orgs = owned.len(),
+            "handing every org over to the other nodes"
+        );
+        for org in owned {
+            let _ = self.inner.supervisor.cast(SupervisorMsg::HandOver(org));
+        }
+        let deadline = Instant::now() + within;
+        while !cluster.owned().is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Runs for the engine's life: a heartbeat every period, and what the
+    /// directory says then.
+    pub(super) async fn keep_placement(self) {
+        let Some(cluster) = self.inner.cluster.clone() else {
+            return;
+        };
+        let period = cluster.config().heartbeat;
+        loop {
+            tokio::time::sleep(period).await;
+            let lapsed = match cluster.beat().await {
+                Ok(lapsed) => lapsed,
+                Err(e) => {
+                    self.inner.health.observe(&e);
+                    tracing::warn!(error = %e, "cluster heartbeat failed");
+                    false
+                }
+            };
+            if lapsed || !cluster.trusted() {
+                let lost = cluster.lose_all();
+                if !lost.is_empty() {
+                    tracing::warn!(
+                        orgs = lost.len(),
+                        "this node's trust window shut (paused or cut off from the database): \
+                         every org it owned is dropped"
+                    );
+                }
+                for org in lost {
+                    let _ = self.inner.supervisor.cast(SupervisorMsg::Lost(org));
+                }
+                continue;
+            }
+            if cluster.is_leaving() {
+                continue;
+            }
+            self.adopt_orphans().await;
+            self.rebalance();
+        }
+    }
+
+    /// Takes the orgs this node should own that a dead node held or a
+    /// stopped one released with leases, so their leases expire on time.
+    async fn adopt_orphans(&self) {
+        let Some(cluster) = &self.inner.cluster else {
+            return;
+        };
+        let orphans = match cluster.orphans().await {
+            Ok(orgs) => orgs,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the orgs that need an owner failed");
+                return;
+            }
+        };
+        for org in orphans {
+            let mine = cluster
+                .desired(org)
+                .is_none_or(|d| d.node_id == cluster.node_id());
+            if mine && !self.inner.routes.contains_key(&org) {
+                match self.resolve(org, None).await {
+                    Ok(_) => tracing::info!(org_id = %org, "took over an org whose node is gone"),
+                    Err(EngineError::OrgMoving) => {}
+                    Err(e) => {
+                        tracing::warn!(org_id = %org, error = %e, "taking over an org failed")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands orgs whose chosen node is another, settled one to it.
+    fn rebalance(&self) {
+        let Some(cluster) = &self.inner.cluster else {
+            return;
+        };
+        let moving = cluster
+            .owned()
+            .into_iter()
+            .filter(|org| {
+                cluster.desired(*org).is_some_and(|d| {
+                    d.node_id != cluster.node_id() && cluster.settled(&d.node_id, SETTLED_BEATS)
+                })
+            })
+            .take(MOVES_PER_BEAT);
+        for org in moving {
+            let _ = self.inner.supervisor.cast(SupervisorMsg::HandOver(org));
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The cluster's directory on PostgreSQL (migration `0017_cluster`): the
+//! nodes and their heartbeats, and which node owns each org. Every time
+//! here is the database's clock, so the nodes' clocks never disagree
+//! about who is live.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use super::{Result, Store, StoreError};
+use crate::domain::OrgId;
+
+/// A node as the directory lists it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct NodeRow {
+    pub node_id: String,
+    pub advertise_url: String,
+    /// Ms since the Unix epoch.
+    pub started_at: i64,
+    /// The last heartbeat, ms since the Unix epoch.
+    pub last_seen: i64,
+    /// Orgs it owns now.
+    pub orgs: i64,
+    /// Its heartbeat is younger than the lease TTL.
+    pub live: bool,
+    /// It is stopping and hands its orgs over.
+    pub leaving: bool,
+}
+
+/// Who owns an org, as its row says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnerRow {
+    /// A live node.
+    Live { node_id: String, url: String },
+    /// Nobody live: no row, a released row, or a node whose heartbeat
+    /// lapsed.
+    Free,
+}
+
+#[derive(sqlx::FromRow)]
+struct OwnerQuery {
+    node_id: Option<String>,
+    advertise_url: Option<String>,
+    live: bool,
+}
+
+fn ms(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Store {
+    fn cluster_pool(&self) -> Result<&PgPool> {
+        match self {
+            Store::Postgres(pool, _) => Ok(pool),
+            Store::Sqlite(_) => Err(StoreError::Corrupt("a cluster needs PostgreSQL".into())),
+        }
+    }
+
+    /// Registers this node (or registers it again after a long outage).
+    pub async fn register_node(&self, node_id: &str, url: &str, started_at: i64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO cluster_nodes (node_id, advertise_url, started_at, last_seen, leaving) \
+             VALUES ($1, $2, $3, now(), false) ON CONFLICT (node_id) DO UPDATE \
+             SET advertise_url = excluded.advertise_url, last_seen = now()",
+        )
+        .bind(node_id)
+        .bind(url)
+        .bind(started_at)
+        .execute(self.cluster_pool()?)
+        .await?;
+        Ok(())
+    }
+
+    /// Renews this node's heartbeat, and with it every org it owns; false
+    /// when its row is gone (it must register again). Nodes not seen for a
+    /// day leave the directory.
+    pub async fn heartbeat(&self, node_id: &str, leaving: bool) -> Result<bool> {
+        let pool = self.cluster_pool()?;
+        let renewed = sqlx::query(
+            "UPDATE cluster_nodes SET last_seen = now(), leaving = $2 WHERE node_id = $1",
+        )
+        .bind(node_id)
+        .bind(leaving)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        sqlx::query("DELETE FROM cluster_nodes WHERE last_seen < now() - interval '1 day'")
+            .execute(pool)
+            .await?;
+        Ok(renewed == 1)
+    }
+
+    /// Every node seen within `recent`, with how many orgs each owns.
+    pub async fn cluster_nodes(&self, ttl: Duration, recent: Duration) -> Result<Vec<NodeRow>> {
+        let rows = sqlx::query_as::<_, NodeRow>(
+            "SELECT n.node_id, n.advertise_url, n.started_at, \
+             (extract(epoch FROM n.last_seen) * 1000)::int8 AS last_seen, \
+             (SELECT count(*) FROM org_owners o WHERE o.node_id = n.node_id) AS orgs, \
+             n.last_seen > now() - make_interval(secs => $1::int8 / 1000.0) AS live, \
+             n.leaving \
+             FROM cluster_nodes n \
+             WHERE n.last_seen > now() - make_interval(secs => $2::int8 / 1000.0) \
+             ORDER BY n.node_id",
+        )
+        .bind(ms(ttl))
+        .bind(ms(recent))
+        .fetch_all(self.cluster_pool()?)
+        .await?;
+        Ok(rows)
+    }
+
+    /// Makes `node_id` the org's owner if nobody live owns it (no row, a
+    /// released row, a node whose heartbeat is older than `ttl`) or it
+    /// already does; answers the new epoch, raised by every takeover so a
+    /// former owner's commits fail their fence. `None`: a live node owns
+    /// it.
+    pub async fn acquire_org(
+        &self,
+        org: OrgId,
+        node_id: &str,
+        ttl: Duration,
+    ) -> Result<Option<i64>> {
+        let epoch: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO org_owners (org_id, node_id, epoch) VALUES ($1, $2, 1) \
+             ON CONFLICT (org_id) DO UPDATE SET node_id = $2, epoch = org_owners.epoch + 1, \
+             needs_owner = false \
+             WHERE org_owners.node_id IS NULL OR org_owners.node_id = $2 OR NOT EXISTS ( \
+               SELECT 1 FROM cluster_nodes n WHERE n.node_id = org_owners.node_id \
+               AND n.last_seen > now() - make_interval(secs => $3::int8 / 1000.0)) \
+             RETURNING epoch",
+        )
+        .bind(org.to_string())
+        .bind(node_id)
+        .bind(ms(ttl))
+        .fetch_optional(self.cluster_pool()?)
+        .await?;
+        Ok(epoch)
+    }
+
+    /// Gives an org up: its row keeps its epoch and names no node;
+    /// `needs_owner` when its tasks hold leases, so that another node takes
+    /// it for them.
+    pub async fn release_org(
+        &self,
+        org: OrgId,
+        node_id: &str,
+        epoch: i64,
+        needs_owner: bool,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE org_owners SET node_id = NULL, needs_owner = $4 \
+             WHERE org_id = $1 AND node_id = $2 AND epoch = $3",
+        )
+        .bind(org.to_string())
+        .bind(node_id)
+        .bind(epoch)
+        .bind(needs_owner)
+        .execute(self.cluster_pool()?)
+        .await?;
+        Ok(())
+    }
+
+    /// Who owns the org now.
+    pub async fn org_owner(&self, org: OrgId, ttl: Duration) -> Result<OwnerRow> {
+        let row: Option<OwnerQuery> = sqlx::query_as(
+            "SELECT o.node_id, n.advertise_url, \
+             COALESCE(n.last_seen > now() - make_interval(secs => $2::int8 / 1000.0), false) AS live \
+             FROM org_owners o LEFT JOIN cluster_nodes n ON n.node_id = o.node_id \
+             WHERE o.org_id = $1",
+        )
+        .bind(org.to_string())
+        .bind(ms(ttl))
+        .fetch_optional(self.cluster_pool()?)
+        .await?;
+        Ok(match row {
+            Some(OwnerQuery {
+                node_id: Some(node_id),
+                advertise_url: Some(url),
+                live: true,
+            }) => OwnerRow::Live { node_id, url },
+            _ => OwnerRow::Free,
+        })
+    }
+
+    /// Orgs that need an owner and have none: held by a node whose
+    /// heartbeat is older than `ttl` (it died or froze), or released with
+    /// leases held. A released org without leases waits for a request.
+    pub async fn orphaned_orgs(&self, ttl: Duration) -> Result<Vec<OrgId>> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "SELECT o.org_id FROM org_owners o \
+             WHERE (o.node_id IS NULL AND o.needs_owner) OR (o.node_id IS NOT NULL AND NOT EXISTS ( \
+               SELECT 1 FROM cluster_nodes n WHERE n.node_id = o.node_id \
+               AND n.last_seen > now() - make_interval(secs => $1::int8 / 1000.0))) \
+             ORDER BY o.org_id",
+        )
+        .bind(ms(ttl))
+        .fetch_all(self.cluster_pool()?)
+        .await?;
+        rows.into_iter()
+            .map(|(id,)| super::rows::org_id(&id))
+            .collect()
+    }
+
+    /// The org of a key, if the key exists: a key never changes org.
+    pub async fn org_of_key(&self, key_id: crate::domain::KeyId) -> Result<Option<OrgId>> {
+        let row: Option<(String,)> = on_pool!(self, pool => {
+            sqlx::query_as("SELECT org_id FROM api_keys WHERE key_id = $1")
+                .bind(key_id.to_string())
+                .fetch_optional(pool)
+                .await?
+        });
+        row.map(|(id,)| super::rows::org_id(&id)).transpose()
+    }
+}

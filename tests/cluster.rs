@@ -1,0 +1,639 @@
+//! Several `taskq serve` processes on one PostgreSQL database (CONTRACT.md
+//! §6): any node answers for any org as its owner would, claims raced over
+//! the nodes are never handed out twice, and a node killed, frozen or
+//! restarted loses nothing that was acknowledged. PostgreSQL only: the
+//! tests return at once when `TASKQ_TEST_POSTGRES_URL` is unset.
+
+#[allow(unused_macros)]
+#[macro_use]
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use reqwest::Method;
+
+/// Nodes of one cluster, each a `TestServer` on the first one's database.
+struct Cluster {
+    nodes: Vec<TestServer>,
+}
+
+impl Cluster {
+    /// `n` nodes with one master key, or `None` without PostgreSQL.
+    async fn start(n: usize) -> Option<Cluster> {
+        Self::start_with(n, |b| b).await
+    }
+
+    async fn start_with(n: usize, each: impl Fn(Builder) -> Builder) -> Option<Cluster> {
+        if !Backend::Postgres.is_configured() {
+            eprintln!("note: {POSTGRES_ENV} is unset; skipping a cluster test");
+            return None;
+        }
+        let key = base64_key();
+        let first = each(TestServer::builder(Backend::Postgres))
+            .env("TASKQ_MASTER_KEY", &key)
+            .start()
+            .await;
+        let mut nodes = vec![first];
+        for _ in 1..n {
+            let node = each(TestServer::builder(Backend::Postgres))
+                .joining(&nodes[0])
+                .env("TASKQ_MASTER_KEY", &key)
+                .start()
+                .await;
+            nodes.push(node);
+        }
+        let cluster = Cluster { nodes };
+        cluster.wait_for_nodes(n).await;
+        Some(cluster)
+    }
+
+    /// Waits until every node sees `n` live nodes.
+    async fn wait_for_nodes(&self, n: usize) {
+        for node in self.nodes.iter().filter(|n| n.is_running()) {
+            eventually(Duration::from_secs(10), "every node is seen", || async {
+                let view = cluster_view(node).await;
+                let live = view["nodes"]
+                    .as_array()
+                    .map(|a| a.iter().filter(|n| is_live(n)).count())
+                    .unwrap_or(0);
+                (live >= n).then_some(())
+            })
+            .await;
+        }
+    }
+
+    fn node(&self, i: usize) -> &TestServer {
+        &self.nodes[i % self.nodes.len()]
+    }
+
+    /// The index of the node that owns the org now.
+    async fn owner_of(&self, org: &Org) -> usize {
+        // A request through any node places the org.
+        let (status, body) = self.node(0).get(&org.owner_key, "/tasks?limit=1").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let view = cluster_view(self.node(0)).await;
+        for (i, node) in self.nodes.iter().enumerate() {
+            if !node.is_running() {
+                continue;
+            }
+            let owns = view["nodes"].as_array().unwrap().iter().any(|n| {
+                n["advertise_url"] == node.base_url.as_str() && n["orgs"].as_i64() > Some(0)
+            });
+            if owns && owned_here(node, org).await {
+                return i;
+            }
+        }
+        panic!("no node owns {}: {view}", org.org_id);
+    }
+}
+
+fn base64_key() -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(rand_bytes())
+}
+
+fn rand_bytes() -> [u8; 32] {
+    let a = uuid::Uuid::new_v4().into_bytes();
+    let b = uuid::Uuid::new_v4().into_bytes();
+    let mut out = [0u8; 32];
+    out[..16].copy_from_slice(&a);
+    out[16..].copy_from_slice(&b);
+    out
+}
+
+async fn cluster_view(node: &TestServer) -> Value {
+    let (status, body) = node.admin(Method::GET, "/admin/cluster", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body
+}
+
+/// A node listed with a heartbeat in the last three seconds.
+fn is_live(node: &Value) -> bool {
+    let seen = chrono::DateTime::parse_from_rfc3339(node["last_seen"].as_str().unwrap_or(""))
+        .map(|t| t.with_timezone(&chrono::Utc));
+    seen.is_ok_and(|t| chrono::Utc::now() - t < chrono::Duration::seconds(3))
+}
+
+/// Whether `node` serves the org itself: its log says it spawned the org's
+/// actor and has not stopped it since.
+async fn owned_here(node: &TestServer, org: &Org) -> bool {
+    let log = node.server_log();
+    let spawned = log
+        .lines()
+        .filter(|l| l.contains(&org.org_id) && l.contains("org actor spawned"))
+        .count();
+    let stopped = log
+        .lines()
+        .filter(|l| {
+            l.contains(&org.org_id)
+                && (l.contains("org actor stopped") || l.contains("org lost to another node"))
+        })
+        .count();
+    spawned > stopped
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_answers_the_same_from_each_node() {
+    let Some(cluster) = Cluster::start(3).await else {
+        return;
+    };
+    let org = cluster.node(0).create_org("dev").await;
+    let key = &org.owner_key;
+    cluster
+        .node(1)
+        .create_tags(key, json!([{ "name": "ui" }, { "name": "db" }]))
+        .await;
+    let member = cluster
+        .node(2)
+        .add_member(&org, "m@example.com", "user")
+        .await;
+    let created = cluster
+        .node(1)
+        .create_tasks(
+            key,
+            json!([
+                { "title": "first", "ref": "a", "tags": ["ui"] },
+                { "title": "second", "blocked_by": ["ref:a"], "tags": ["db"] },
+            ]),
+        )
+        .await;
+    let ids = ids(&created);
+    let claimed = cluster
+        .node(2)
+        .claim(&member, json!({}))
+        .await
+        .expect("a task");
+    assert_eq!(claimed["task_id"], ids[0].as_str());
+
+    let reads: Vec<(&str, &str, Option<Value>)> = vec![
+        ("GET", "/tasks", None),
+        ("GET", "/tasks?status=blocked", None),
+        ("GET", "/tags", None),
+        ("GET", "/members", None),
+        ("GET", "/me", None),
+        ("GET", "/quota", None),
+        ("GET", "/keys", None),
+        ("POST", "/tasks/get", Some(json!({ "task_ids": ids }))),
+        ("POST", "/tasks/get", Some(json!({ "task_ids": [ids[0]] }))),
+    ];
+    for (method, path, body) in &reads {
+        let mut answers = Vec::new();
+        for i in 0..3 {
+            let node = cluster.node(i);
+            let (status, answer) = match (*method, body) {
+                ("GET", _) => node.get(key, path).await,
+                (_, Some(body)) => node.post(key, path, body.clone()).await,
+                _ => unreachable!(),
+            };
+            assert_eq!(
+                status,
+                StatusCode::OK,
+                "{method} {path} on node {i}: {answer}"
+            );
+            answers.push(answer);
+        }
+        assert!(
+            answers.windows(2).all(|w| w[0] == w[1]),
+            "{method} {path} differs between nodes: {answers:#?}"
+        );
+    }
+    let path = format!("/admin/orgs/{}", org.org_id);
+    let mut views = Vec::new();
+    for i in 0..3 {
+        let (status, view) = cluster.node(i).admin(Method::GET, &path, None).await;
+        assert_eq!(status, StatusCode::OK, "{view}");
+        views.push(view);
+    }
+    assert!(views.windows(2).all(|w| w[0] == w[1]), "{views:#?}");
+
+    // MCP through each node, as the owner answers it.
+    let mut listed = Vec::new();
+    for i in 0..3 {
+        let request = json!({
+            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": { "name": "list_tasks", "arguments": {} },
+        });
+        let (status, text) = cluster
+            .node(i)
+            .raw(
+                Method::POST,
+                "/mcp",
+                &[
+                    ("accept", "application/json, text/event-stream"),
+                    ("mcp-protocol-version", "2025-11-25"),
+                    ("x-api-key", key),
+                ],
+                Some(request.to_string()),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let body: Value = serde_json::from_str(&text).expect("JSON");
+        listed.push(body["result"]["structuredContent"].clone());
+    }
+    assert!(listed[0]["tasks"].is_array(), "{listed:?}");
+    assert!(listed.windows(2).all(|w| w[0] == w[1]), "{listed:#?}");
+
+    // A revoked key stops at once on every node, whichever node it
+    // was revoked through.
+    let (key_id, extra) = cluster.node(0).new_key(key, "extra").await;
+    for i in 0..3 {
+        let (status, body) = cluster.node(i).get(&extra, "/tasks").await;
+        assert_eq!(status, StatusCode::OK, "node {i}: {body}");
+    }
+    let (status, body) = cluster
+        .node(2)
+        .delete(key, &format!("/keys/{key_id}"))
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    for i in 0..3 {
+        let (status, body) = cluster.node(i).get(&extra, "/tasks").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "node {i}: {body}");
+    }
+
+    // The operator sees the three nodes and the orgs they own.
+    let view = cluster_view(cluster.node(1)).await;
+    let nodes = view["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.iter().filter(|n| is_live(n)).count(), 3, "{view}");
+    let owned: i64 = nodes.iter().map(|n| n["orgs"].as_i64().unwrap()).sum();
+    assert_eq!(view["orgs_placed"].as_i64(), Some(owned), "{view}");
+    assert!(owned >= 2, "the feedback org and ours: {view}");
+    for n in nodes {
+        for field in ["node_id", "advertise_url", "started_at", "last_seen"] {
+            assert!(n[field].is_string(), "{field} in {n}");
+        }
+    }
+}
+
+/// One agent's claims and completions through one node until the org has
+/// nothing pending; answers the ids it claimed.
+async fn drain_org(node: &TestServer, key: &str) -> Vec<String> {
+    let mut claimed = Vec::new();
+    loop {
+        let (status, body) = node
+            .post(
+                key,
+                "/tasks/claim",
+                json!({ "lease_seconds": 600, "count": 5 }),
+            )
+            .await;
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let tasks = body["tasks"].as_array().cloned().unwrap_or_default();
+        if tasks.is_empty() {
+            return claimed;
+        }
+        let updates: Vec<Value> = tasks
+            .iter()
+            .map(|t| {
+                json!({
+                    "task_id": t["task_id"], "lease_id": t["lease_id"],
+                    "status": "completed", "note": "done",
+                })
+            })
+            .collect();
+        loop {
+            let (status, body) = node
+                .post(key, "/tasks/update", json!({ "updates": updates }))
+                .await;
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            assert_eq!(status, StatusCode::OK, "{body}");
+            break;
+        }
+        claimed.extend(tasks.iter().map(|t| str_field(t, "task_id")));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_raced_over_three_nodes_are_never_duplicated() {
+    let Some(cluster) = Cluster::start(3).await else {
+        return;
+    };
+    let org = cluster.node(0).create_org("dev").await;
+    let key = org.owner_key.clone();
+    const TASKS: usize = 10_000;
+    let batches: Vec<Value> = (0..TASKS / 25)
+        .map(|b| {
+            Value::Array(
+                (0..25)
+                    .map(|i| json!({ "title": format!("t{b}-{i}") }))
+                    .collect(),
+            )
+        })
+        .collect();
+    for (i, batch) in batches.into_iter().enumerate() {
+        cluster.node(i).create_tasks(&key, batch).await;
+    }
+    let agents = (0..24).map(|a| drain_org(cluster.node(a), &key));
+    let claimed: Vec<String> = futures::future::join_all(agents)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let unique: HashSet<&String> = claimed.iter().collect();
+    assert_eq!(unique.len(), claimed.len(), "a task was claimed twice");
+    assert_eq!(claimed.len(), TASKS);
+    let done = cluster.node(1).list_ids(&key, "status=completed").await;
+    assert_eq!(done.len(), TASKS);
+}
+
+/// Where agents send requests: each node's base URL, `None` while it is
+/// down, changed by the test as it kills and starts nodes.
+#[derive(Clone)]
+struct Targets {
+    urls: Arc<Mutex<Vec<Option<String>>>>,
+    http: reqwest::Client,
+}
+
+impl Targets {
+    fn of(cluster: &Cluster) -> Targets {
+        Targets {
+            urls: Arc::new(Mutex::new(
+                cluster
+                    .nodes
+                    .iter()
+                    .map(|n| Some(n.base_url.clone()))
+                    .collect(),
+            )),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .expect("client"),
+        }
+    }
+
+    fn set(&self, i: usize, url: Option<String>) {
+        self.urls.lock().unwrap()[i] = url;
+    }
+
+    /// The `turn`th node that is up, if any.
+    fn pick(&self, turn: usize) -> Option<String> {
+        let urls = self.urls.lock().unwrap();
+        let up: Vec<&String> = urls.iter().flatten().collect();
+        (!up.is_empty()).then(|| up[turn % up.len()].clone())
+    }
+
+    /// POST with a key; `None` when the node could not be reached.
+    async fn post(
+        &self,
+        turn: usize,
+        key: &str,
+        path: &str,
+        body: Value,
+    ) -> Option<(StatusCode, Value)> {
+        let url = self.pick(turn)?;
+        let answer = self
+            .http
+            .post(format!("{url}{path}"))
+            .header("x-api-key", key)
+            .json(&body)
+            .send()
+            .await
+            .ok()?;
+        let status = answer.status();
+        let text = answer.text().await.ok()?;
+        Some((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+}
+
+/// What agents saw acknowledged while nodes died around them.
+#[derive(Default)]
+struct Acked {
+    created: HashSet<String>,
+    /// task -> the lease ids its acknowledged claims carried.
+    claims: HashMap<String, Vec<String>>,
+    completed: HashSet<String>,
+    /// Answers other than 2xx and 503, with what was asked.
+    other: Vec<String>,
+}
+
+/// An agent that creates a task, claims one and completes it, over and
+/// over, through the nodes in turn, until `until`; 503s and unreachable
+/// nodes are retried on the next turn.
+async fn agent(targets: Targets, key: String, n: usize, until: Instant, acked: Arc<Mutex<Acked>>) {
+    let mut turn = n;
+    while Instant::now() < until {
+        turn += 1;
+        let title = format!("agent {n} task {turn}");
+        match targets
+            .post(
+                turn,
+                &key,
+                "/tasks",
+                json!({ "tasks": [{ "title": title }] }),
+            )
+            .await
+        {
+            Some((StatusCode::CREATED, body)) => {
+                let id = str_field(&body["results"][0], "task_id");
+                acked.lock().unwrap().created.insert(id);
+            }
+            Some((StatusCode::SERVICE_UNAVAILABLE, _)) | None => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            Some((status, body)) => {
+                acked
+                    .lock()
+                    .unwrap()
+                    .other
+                    .push(format!("create: {status} {body}"));
+                continue;
+            }
+        }
+        let claimed = match targets
+            .post(turn, &key, "/tasks/claim", json!({ "lease_seconds": 600 }))
+            .await
+        {
+            Some((StatusCode::OK, body)) if body.is_object() => body,
+            Some((StatusCode::OK, _)) | Some((StatusCode::SERVICE_UNAVAILABLE, _)) | None => {
+                continue
+            }
+            Some((status, body)) => {
+                acked
+                    .lock()
+                    .unwrap()
+                    .other
+                    .push(format!("claim: {status} {body}"));
+                continue;
+            }
+        };
+        let id = str_field(&claimed, "task_id");
+        let lease = str_field(&claimed, "lease_id");
+        acked
+            .lock()
+            .unwrap()
+            .claims
+            .entry(id.clone())
+            .or_default()
+            .push(lease.clone());
+        let update = json!({ "updates": [{
+            "task_id": id, "lease_id": lease, "status": "completed", "note": "ok",
+        }]});
+        // The completion goes through the next node; a 503 is retried, as
+        // an agent holding a lease would.
+        loop {
+            turn += 1;
+            match targets
+                .post(turn, &key, "/tasks/update", update.clone())
+                .await
+            {
+                Some((StatusCode::OK, body)) => {
+                    assert_eq!(body["results"][0]["status"], "completed", "{body}");
+                    acked.lock().unwrap().completed.insert(id);
+                    break;
+                }
+                Some((StatusCode::SERVICE_UNAVAILABLE, _)) | None => {
+                    if Instant::now() > until + Duration::from_secs(15) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Some((status, body)) => {
+                    acked
+                        .lock()
+                        .unwrap()
+                        .other
+                        .push(format!("complete: {status} {body}"));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Checks what the agents were told against what the store holds.
+async fn check_acked(node: &TestServer, key: &str, acked: &Acked) {
+    assert!(
+        acked.other.is_empty(),
+        "answers besides 2xx and 503: {:#?}",
+        acked.other
+    );
+    assert!(!acked.completed.is_empty(), "nothing completed");
+    let all: HashMap<String, Value> = node
+        .list_all(key, "")
+        .await
+        .into_iter()
+        .map(|t| (str_field(&t, "task_id"), t))
+        .collect();
+    for id in &acked.created {
+        assert!(all.contains_key(id), "an acknowledged create is lost: {id}");
+    }
+    for id in &acked.completed {
+        assert_eq!(
+            all[id]["status"], "completed",
+            "an acknowledged completion is lost: {id}"
+        );
+    }
+    for (id, leases) in &acked.claims {
+        // Every claimed task here was claimed with a 600 s lease and never
+        // released: a second acknowledged claim is a second holder.
+        assert_eq!(
+            leases.len(),
+            1,
+            "task {id} claimed under two leases: {leases:?}"
+        );
+    }
+}
+
+/// Runs six agents against the cluster for `secs` seconds while `chaos`
+/// runs; answers what they were told.
+async fn under_load<F: std::future::Future<Output = ()>>(
+    targets: &Targets,
+    key: &str,
+    secs: u64,
+    chaos: F,
+) -> Acked {
+    let acked = Arc::new(Mutex::new(Acked::default()));
+    let until = Instant::now() + Duration::from_secs(secs);
+    let agents: Vec<_> = (0..6)
+        .map(|n| {
+            tokio::spawn(agent(
+                targets.clone(),
+                key.to_owned(),
+                n,
+                until,
+                acked.clone(),
+            ))
+        })
+        .collect();
+    chaos.await;
+    for a in agents {
+        a.await.expect("agent");
+    }
+    Arc::try_unwrap(acked)
+        .ok()
+        .expect("agents done")
+        .into_inner()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_killed_under_load_loses_nothing_and_another_node_serves_within_5_s() {
+    let Some(mut cluster) = Cluster::start(3).await else {
+        return;
+    };
+    let org = cluster.node(0).create_org("dev").await;
+    let key = org.owner_key.clone();
+    // A lease held at the kill, which must still expire on time.
+    let held = cluster.node(1).new_task(&key, "held at the kill").await;
+    let claimed = cluster
+        .node(1)
+        .claim(&key, json!({ "lease_seconds": 6 }))
+        .await
+        .expect("a task");
+    assert_eq!(claimed["task_id"], held.as_str());
+    let victim = cluster.owner_of(&org).await;
+    let survivor = (victim + 1) % 3;
+
+    let targets = Targets::of(&cluster);
+    let acked = under_load(&targets, &key, 10, async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        targets.set(victim, None);
+        cluster.nodes[victim].kill9().await;
+        let at = Instant::now();
+        let node = cluster.node(survivor);
+        let served = eventually(
+            Duration::from_secs(10),
+            "the org is served again",
+            || async {
+                let (status, _) = node.get(&key, "/tasks?limit=1").await;
+                (status == StatusCode::OK).then(Instant::now)
+            },
+        )
+        .await;
+        assert!(
+            served - at < Duration::from_secs(5),
+            "served again {:?} after the kill",
+            served - at
+        );
+    })
+    .await;
+    let node = cluster.node(survivor);
+    let acked_after = acked.completed.len();
+    check_acked(node, &key, &acked).await;
+    assert!(acked_after > 0);
+    // The held lease of 6 s expired on its new owner, on time: its
+    // history moves it back to pending 6 s after the claim, give or
+    // take the takeover (agents may have claimed it again since).
+    let task = node.get_task(&key, &held).await;
+    let history = history(&task);
+    let claimed_at = ts(&history[1], "timestamp");
+    let expired = history
+        .iter()
+        .find(|e| e["from_status"] == "in_progress" && e["to_status"] == "pending")
+        .unwrap_or_else(|| panic!("the held lease never expired: {task}"));
+    let held_for = ts(expired, "timestamp") - claimed_at;
+    assert!(
+        held_for >= chrono::Duration::seconds(6) && held_for < chrono::Duration::seconds(11),
+        "the 6 s lease was held for {held_for}: {task}"
+    );
+}
