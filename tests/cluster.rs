@@ -637,3 +637,330 @@ async fn the_owner_killed_under_load_loses_nothing_and_another_node_serves_withi
         "the 6 s lease was held for {held_for}: {task}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_owner_writes_nothing_after_another_node_took_over() {
+    let Some(cluster) = Cluster::start(3).await else {
+        return;
+    };
+    let org = cluster.node(0).create_org("dev").await;
+    let key = org.owner_key.clone();
+    let a = cluster.node(0).new_task(&key, "a").await;
+    let owner = cluster.owner_of(&org).await;
+    let other = cluster.node(owner + 1);
+    // The owner hands out a 3 s lease on `a`, then freezes.
+    let claimed = cluster
+        .node(owner)
+        .claim(&key, json!({ "lease_seconds": 3 }))
+        .await
+        .expect("a task");
+    assert_eq!(claimed["task_id"], a.as_str());
+    cluster.node(owner).freeze(true);
+    let frozen_at = Instant::now();
+
+    // Another node takes the org over within 5 s; `a`'s lease expires
+    // there and a new agent holds it for 10 minutes.
+    let served = eventually(
+        Duration::from_secs(10),
+        "another node serves the org",
+        || async {
+            let (status, _) = other.get(&key, "/tasks?limit=1").await;
+            (status == StatusCode::OK).then(Instant::now)
+        },
+    )
+    .await;
+    assert!(
+        served - frozen_at < Duration::from_secs(5),
+        "served again {:?} after the freeze",
+        served - frozen_at
+    );
+    eventually(
+        Duration::from_secs(10),
+        "the lease expires on the new owner",
+        || async { (other.status_of(&key, &a).await == "pending").then_some(()) },
+    )
+    .await;
+    let held = other
+        .claim(&key, json!({ "lease_seconds": 600 }))
+        .await
+        .expect("a task");
+    assert_eq!(held["task_id"], a.as_str());
+    let before = other.get_task(&key, &a).await;
+
+    // The frozen node runs again: its own timer for the old lease is long
+    // due, but its trust window has shut and its commits fail their fence.
+    cluster.node(owner).freeze(false);
+    let thawed = cluster.node(owner);
+    eventually(
+        Duration::from_secs(10),
+        "the thawed node drops the org",
+        || async {
+            thawed
+                .server_log()
+                .contains("trust window shut")
+                .then_some(())
+        },
+    )
+    .await;
+    // It answers for the org as the new owner does, never from its memory.
+    for _ in 0..5 {
+        let (status, task) = thawed
+            .post(&key, "/tasks/get", json!({ "task_ids": [a] }))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{task}");
+        assert_eq!(task["tasks"][0], before, "the thawed node answered stale");
+    }
+    let after = other.get_task(&key, &a).await;
+    assert_eq!(
+        after, before,
+        "the thawed node wrote to a task it no longer owns"
+    );
+    assert_eq!(after["status"], "in_progress");
+    assert_eq!(after["lease_seconds"], 600, "{after}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_a_sqlite_file_refuses_to_start() {
+    let srv = TestServer::start(Backend::Sqlite).await;
+    let org = srv.create_org("dev").await;
+    let before = std::fs::read(srv.sqlite_path()).expect("read the database");
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_taskq"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--database-url"])
+        .arg(&srv.database_url)
+        .current_dir(srv.dir())
+        .env("TASKQ_EMBEDDINGS", "none")
+        .env_remove("TASKQ_DATABASE_URL")
+        .env_remove("TASKQ_MASTER_KEY")
+        .output()
+        .await
+        .expect("run a second server");
+    assert!(!output.status.success(), "a second server started");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("another taskq server is running on") && stderr.contains("PostgreSQL"),
+        "{stderr}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&output.stdout).contains("listening"),
+        "it announced itself"
+    );
+    assert_eq!(
+        std::fs::read(srv.sqlite_path()).expect("read the database"),
+        before,
+        "the second server wrote to the file"
+    );
+    // The first goes on as before.
+    srv.new_task(&org.owner_key, "still here").await;
+}
+
+/// Runs agents against the cluster while `restart` restarts its nodes.
+async fn restart_each_node(cluster: &mut Cluster, targets: &Targets) {
+    for i in 0..cluster.nodes.len() {
+        // Agents are told a node is down before it stops (a load balancer
+        // draining it); requests already on their way are answered, or
+        // refused and retried elsewhere.
+        targets.set(i, None);
+        let status = cluster.nodes[i].stop().await;
+        assert!(status.success(), "node {i} exited with {status:?}");
+        cluster.nodes[i].start_again().await;
+        targets.set(i, Some(cluster.nodes[i].base_url.clone()));
+        cluster.wait_for_nodes(cluster.nodes.len()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_under_load_loses_nothing() {
+    let Some(mut cluster) = Cluster::start(3).await else {
+        return;
+    };
+    let org = cluster.node(0).create_org("dev").await;
+    let key = org.owner_key.clone();
+    let targets = Targets::of(&cluster);
+    let acked = under_load(&targets, &key, 20, async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        restart_each_node(&mut cluster, &targets).await;
+    })
+    .await;
+    check_acked(cluster.node(0), &key, &acked).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_cut_off_mid_load_the_cluster_recovers_by_itself() {
+    if !Backend::Postgres.is_configured() {
+        eprintln!("note: {POSTGRES_ENV} is unset; skipping a cluster test");
+        return;
+    }
+    let proxy = Proxy::start(postgres_addr()).await;
+    let through = proxy.addr.clone();
+    let Some(cluster) = Cluster::start_with(3, |b| b.postgres_through(&through)).await else {
+        return;
+    };
+    let org = cluster.node(0).create_org("dev").await;
+    let key = org.owner_key.clone();
+    let targets = Targets::of(&cluster);
+    let acked = under_load(&targets, &key, 14, async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Longer than the lease TTL: every node's trust window shuts.
+        proxy.set_cut(true);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        proxy.set_cut(false);
+    })
+    .await;
+    // No node was restarted, and each serves the org again.
+    for i in 0..3 {
+        let node = cluster.node(i);
+        eventually(
+            Duration::from_secs(15),
+            "the org is served again",
+            || async {
+                let (status, _) = node.get(&key, "/tasks?limit=1").await;
+                (status == StatusCode::OK).then_some(())
+            },
+        )
+        .await;
+    }
+    let done_after = acked.completed.len();
+    check_acked(cluster.node(0), &key, &acked).await;
+    assert!(done_after > 0);
+}
+
+/// An nginx (Debian's package, named by `TASKQ_TEST_NGINX`) round-robin in
+/// front of three nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_nginx_round_robin_every_request_is_answered_by_its_owner() {
+    let Ok(nginx) = std::env::var("TASKQ_TEST_NGINX") else {
+        eprintln!("note: TASKQ_TEST_NGINX is unset; skipping the nginx test");
+        return;
+    };
+    let Some(cluster) = Cluster::start(3).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let upstreams: String = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("server {};\n", n.base_url.trim_start_matches("http://")))
+        .collect();
+    let d = dir.path().display();
+    let conf = format!(
+        "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+         events {{ worker_connections 256; }}\n\
+         http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
+         fastcgi_temp_path {d}/fastcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\
+         upstream taskq {{\n{upstreams}}}\n\
+         server {{\n listen 127.0.0.1:{port};\n location / {{\n proxy_pass http://taskq;\n\
+         proxy_http_version 1.1;\n proxy_set_header Connection \"\";\n proxy_read_timeout 120s;\n }}\n }}\n}}\n"
+    );
+    let conf_path = dir.path().join("nginx.conf");
+    std::fs::write(&conf_path, conf).expect("write nginx.conf");
+    let nginx = Nginx(
+        std::process::Command::new(&nginx)
+            .arg("-c")
+            .arg(&conf_path)
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-e")
+            .arg(dir.path().join("error.log"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start nginx"),
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    eventually(Duration::from_secs(10), "nginx answers", || async {
+        let ok = http.get(format!("{base}/healthz")).send().await;
+        ok.is_ok_and(|r| r.status().is_success()).then_some(())
+    })
+    .await;
+    let admin = &cluster.node(0).admin_token;
+    let org: Value = http
+        .post(format!("{base}/admin/orgs"))
+        .bearer_auth(admin)
+        .json(&json!({ "name": "behind-nginx", "owner_email": "o@nginx.test" }))
+        .send()
+        .await
+        .expect("create org")
+        .json()
+        .await
+        .expect("JSON");
+    let key = str_field(&org["owner"], "api_key");
+    let lifted = http
+        .patch(format!("{base}/admin/orgs/{}", str_field(&org, "org_id")))
+        .bearer_auth(admin)
+        .json(&json!({ "limits": { "writes_per_minute": null, "reads_per_minute": null } }))
+        .send()
+        .await
+        .expect("lift the limits");
+    assert_eq!(lifted.status(), StatusCode::OK);
+    let post = |path: &'static str, body: Value| {
+        let (http, base, key) = (http.clone(), base.clone(), key.clone());
+        async move {
+            let answer = http
+                .post(format!("{base}{path}"))
+                .header("x-api-key", key)
+                .json(&body)
+                .send()
+                .await
+                .expect("through nginx");
+            let status = answer.status();
+            (status, answer.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let mut created = Vec::new();
+    for i in 0..30 {
+        let (status, body) =
+            post("/tasks", json!({ "tasks": [{ "title": format!("n{i}") }] })).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        created.push(str_field(&body["results"][0], "task_id"));
+    }
+    let mut claimed = HashSet::new();
+    for _ in 0..30 {
+        let (status, task) = post("/tasks/claim", json!({ "lease_seconds": 600 })).await;
+        assert_eq!(status, StatusCode::OK, "{task}");
+        assert!(
+            claimed.insert(str_field(&task, "task_id")),
+            "claimed twice: {task}"
+        );
+        let (status, body) = post(
+            "/tasks/update",
+            json!({ "updates": [{ "task_id": task["task_id"], "lease_id": task["lease_id"], "status": "completed", "note": "done" }] }),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let (status, nothing) = post("/tasks/claim", json!({})).await;
+    assert_eq!((status, nothing), (StatusCode::OK, Value::Null));
+    assert_eq!(claimed.len(), created.len());
+    // nginx spread the requests: every node forwarded or served some.
+    for node in &cluster.nodes {
+        let auth = format!("Bearer {}", node.admin_token);
+        let (_, text) = node
+            .raw(Method::GET, "/metrics", &[("authorization", &auth)], None)
+            .await;
+        let served: u64 = text
+            .lines()
+            .filter(|l| l.starts_with("taskq_http_requests_total{route=\"/tasks"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        assert!(served > 0, "{} saw no task request:\n{text}", node.base_url);
+    }
+    drop(nginx);
+}
+
+/// nginx's master process, stopped (with its workers) when dropped.
+struct Nginx(std::process::Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}

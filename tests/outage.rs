@@ -13,46 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use reqwest::Method;
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-
-/// Forwards TCP to `target` until cut: then every connection is closed and
-/// new ones are dropped at once, as a server that went away.
-struct Proxy {
-    addr: String,
-    cut: watch::Sender<bool>,
-}
-
-impl Proxy {
-    async fn start(target: String) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        let (cut, watch) = watch::channel(false);
-        tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                if *watch.borrow() {
-                    continue;
-                }
-                let mut watch = watch.clone();
-                let target = target.clone();
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(&target).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = watch.wait_for(|cut| *cut) => {}
-                    }
-                });
-            }
-        });
-        Proxy { addr, cut }
-    }
-
-    fn set_cut(&self, cut: bool) {
-        self.cut.send_replace(cut);
-    }
-}
 
 /// How the store goes away and comes back.
 enum Outage {

@@ -19,7 +19,7 @@
 //! (`store::commit`'s fence), so the late write of a deposed node fails
 //! instead of landing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -115,6 +115,8 @@ pub struct Cluster {
     /// The live nodes that are not leaving, as of the last heartbeat, with
     /// how many heartbeats in a row each has been seen.
     live: RwLock<Arc<Vec<LiveNode>>>,
+    /// The URLs of every live node, leaving ones included.
+    reachable: RwLock<HashSet<String>>,
     seen: std::sync::Mutex<HashMap<String, u32>>,
     /// Other nodes' addresses for orgs they own, as last looked up.
     owners: DashMap<OrgId, (String, Instant)>,
@@ -146,6 +148,7 @@ impl Cluster {
             trusted_until_ms: AtomicU64::new(0),
             owned: DashMap::new(),
             live: RwLock::new(Arc::new(Vec::new())),
+            reachable: RwLock::new(HashSet::new()),
             seen: std::sync::Mutex::new(HashMap::new()),
             owners: DashMap::new(),
             leaving: std::sync::atomic::AtomicBool::new(false),
@@ -198,6 +201,11 @@ impl Cluster {
             .store
             .cluster_nodes(self.config.ttl, self.config.ttl)
             .await?;
+        let reachable: HashSet<String> = nodes
+            .iter()
+            .filter(|n| n.live)
+            .map(|n| n.advertise_url.clone())
+            .collect();
         let live: Vec<LiveNode> = nodes
             .into_iter()
             .filter(|n| n.live && !n.leaving)
@@ -206,6 +214,7 @@ impl Cluster {
                 url: n.advertise_url,
             })
             .collect();
+        *self.reachable.write().unwrap_or_else(|e| e.into_inner()) = reachable;
         {
             let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
             seen.retain(|id, _| live.iter().any(|n| &n.node_id == id));
@@ -217,6 +226,16 @@ impl Cluster {
         self.trusted_until_ms
             .store(started.saturating_add(window), Ordering::Release);
         Ok(lapsed)
+    }
+
+    /// Whether the node at `url` was live at the last heartbeat, leaving
+    /// or not: a request forwarded to it is given up once it is not (it
+    /// died or froze), and the org's next owner is looked for.
+    pub fn is_live(&self, url: &str) -> bool {
+        self.reachable
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(url)
     }
 
     /// The live nodes that are not leaving.

@@ -63,7 +63,13 @@ pub async fn route(State(state): State<AppState>, request: Request, next: Next) 
     };
     let mut target = url;
     for attempt in 0..2 {
-        match send(&state, &target, &parts, body.clone()).await {
+        // A node that dies or freezes never answers: once the directory
+        // says it is not live, the org's next owner is looked for.
+        let answer = tokio::select! {
+            answer = send(&state, &target, &parts, body.clone()) => answer,
+            () = state.engine.until_gone(&target) => Ok(moving()),
+        };
+        match answer {
             Ok(answer) if !answer.headers().contains_key(ORG_MOVING_HEADER) => return answer,
             Ok(_) => {}
             Err(e) => {

@@ -13,11 +13,14 @@
 
 mod client;
 mod fixtures;
+mod proxy;
 mod server;
 
 // Each test binary uses a subset of these.
 #[allow(unused_imports)]
 pub use fixtures::*;
+#[allow(unused_imports)]
+pub use proxy::Proxy;
 pub use reqwest::StatusCode;
 pub use serde_json::{json, Value};
 #[allow(unused_imports)]

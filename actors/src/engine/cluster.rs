@@ -63,6 +63,20 @@ impl Engine {
         }
     }
 
+    /// Waits until the node at `url` is no longer live (it died, froze or
+    /// was cut off), checking at each heartbeat; never, on a node alone.
+    pub async fn until_gone(&self, url: &str) {
+        let Some(cluster) = &self.inner.cluster else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::time::sleep(cluster.config().heartbeat).await;
+            if !cluster.is_live(url) {
+                return;
+            }
+        }
+    }
+
     /// `GET /admin/cluster`.
     pub async fn cluster_view(&self) -> Result<ClusterView, EngineError> {
         let Some(cluster) = &self.inner.cluster else {

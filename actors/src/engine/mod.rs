@@ -188,6 +188,9 @@ struct Inner {
     /// Each key's org, for routing a request to the org's node (a key
     /// never changes org).
     key_orgs: DashMap<crate::domain::KeyId, OrgId>,
+    /// The SQLite file this server holds, so that no second server opens
+    /// it (`None` on PostgreSQL).
+    _db_file: Option<std::fs::File>,
     /// This node's id, URL and start, for `GET /admin/cluster` on a node
     /// alone.
     local_node: Arc<(String, String, i64)>,
@@ -239,6 +242,7 @@ impl Engine {
     /// supervisor, and wakes the actors of orgs holding leases so those
     /// expire on time.
     pub async fn start(config: EngineConfig) -> Result<Self, EngineError> {
+        let db_file = crate::store::hold_sqlite_file(&config.database_url)?;
         let store = Store::connect(&config.database_url, &config.store).await?;
         check_master_keys(&store, &config.keyring).await?;
         let started_at = config.clock.now_ms();
@@ -370,6 +374,7 @@ impl Engine {
                     started_at,
                 )),
                 cluster,
+                _db_file: db_file,
                 key_orgs: DashMap::new(),
                 #[cfg(feature = "test-hooks")]
                 rewrap_pause_after: config.rewrap_pause_after,

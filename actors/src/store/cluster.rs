@@ -120,7 +120,13 @@ impl Store {
         node_id: &str,
         ttl: Duration,
     ) -> Result<Option<i64>> {
-        let epoch: Option<i64> = sqlx::query_scalar(
+        // A node frozen inside a commit holds its row `FOR SHARE` until
+        // PostgreSQL ends the session: wait a moment, not for ever.
+        let mut tx = self.cluster_pool()?.begin().await?;
+        sqlx::query("SET LOCAL lock_timeout = '1s'")
+            .execute(&mut *tx)
+            .await?;
+        let epoch: std::result::Result<Option<i64>, sqlx::Error> = sqlx::query_scalar(
             "INSERT INTO org_owners (org_id, node_id, epoch) VALUES ($1, $2, 1) \
              ON CONFLICT (org_id) DO UPDATE SET node_id = $2, epoch = org_owners.epoch + 1, \
              needs_owner = false \
@@ -132,9 +138,17 @@ impl Store {
         .bind(org.to_string())
         .bind(node_id)
         .bind(ms(ttl))
-        .fetch_optional(self.cluster_pool()?)
-        .await?;
-        Ok(epoch)
+        .fetch_optional(&mut *tx)
+        .await;
+        match epoch {
+            Ok(epoch) => {
+                tx.commit().await?;
+                Ok(epoch)
+            }
+            // The lock was not granted in time: the org is busy moving.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Gives an org up: its row keeps its epoch and names no node;

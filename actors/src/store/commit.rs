@@ -821,7 +821,8 @@ impl Store {
              set_config('enable_seqscan', 'off', false), \
              set_config('enable_bitmapscan', 'off', false), \
              set_config('enable_hashjoin', 'off', false), \
-             set_config('enable_mergejoin', 'off', false)",
+             set_config('enable_mergejoin', 'off', false), \
+             set_config('idle_in_transaction_session_timeout', '2000', false)",
         )
         .execute(&mut conn)
         .await?;

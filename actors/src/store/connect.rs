@@ -9,7 +9,41 @@ use sqlx::migrate::{Migrate, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
-use super::{EventLinks, Result, Store, StoreOptions};
+use super::{EventLinks, Result, Store, StoreError, StoreOptions};
+
+/// Holds a SQLite database file for this server: one server per file
+/// (several nodes need PostgreSQL). The lock is an advisory lock on the
+/// file itself, kept while the answered handle lives and released by the
+/// system when the process ends, however it ends; SQLite's own locks are
+/// of another kind and do not see it. `None` for PostgreSQL.
+pub fn hold_sqlite_file(url: &str) -> Result<Option<std::fs::File>> {
+    if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        return Ok(None);
+    }
+    let options = SqliteConnectOptions::from_str(url)?;
+    let path = options.get_filename();
+    if let Some(dir) = path.parent() {
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(dir).map_err(sqlx::Error::Io)?;
+        }
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(sqlx::Error::Io)?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Held(format!(
+            "another taskq server is running on {}: a SQLite database has one server \
+             (several nodes need PostgreSQL)",
+            path.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(sqlx::Error::Io(e).into()),
+    }
+}
 
 impl Store {
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self> {

@@ -38,6 +38,9 @@ pub enum StoreError {
     /// The store cannot be reached or cannot take writes (down, disk full).
     #[error("the store is unavailable: {0}")]
     Unavailable(String),
+    /// Another server holds the SQLite database file.
+    #[error("{0}")]
+    Held(String),
     /// A commit's fence failed: another node owns one of its orgs now.
     #[error("an org of this commit is owned by another node")]
     Fenced,
@@ -67,6 +70,7 @@ impl StoreError {
             | StoreError::Corrupt(_)
             | StoreError::OrgReloading
             | StoreError::Fenced
+            | StoreError::Held(_)
             | StoreError::WriterGone => false,
         }
     }
@@ -181,6 +185,7 @@ mod writer_thread;
 
 pub use cluster::{NodeRow, OwnerRow};
 pub use commit::{EventLinks, Fence, WriteBatch, WriteOp, WriterConn};
+pub use connect::hold_sqlite_file;
 pub use keys::ClientDek;
 pub use reports::ReportKey;
 
