@@ -479,7 +479,10 @@ async fn agent(targets: Targets, key: String, n: usize, until: Instant, acked: A
             "task_id": id, "lease_id": lease, "status": "completed", "note": "ok",
         }]});
         // The completion goes through the next node; a 503 is retried, as
-        // an agent holding a lease would.
+        // an agent holding a lease would. A 503 leaves it in doubt (the
+        // commit may have landed and its answer been lost): a retry that
+        // hears the lease is gone then checks whether it was completed.
+        let mut in_doubt = false;
         loop {
             turn += 1;
             match targets
@@ -491,7 +494,26 @@ async fn agent(targets: Targets, key: String, n: usize, until: Instant, acked: A
                     acked.lock().unwrap().completed.insert(id);
                     break;
                 }
+                Some((StatusCode::MULTI_STATUS, body))
+                    if in_doubt && body["results"][0]["error"] == "lease lost" =>
+                {
+                    let got = targets
+                        .post(turn, &key, "/tasks/get", json!({ "task_ids": [id] }))
+                        .await;
+                    match got {
+                        Some((StatusCode::OK, t)) if t["tasks"][0]["status"] == "completed" => {
+                            acked.lock().unwrap().completed.insert(id);
+                        }
+                        other => acked
+                            .lock()
+                            .unwrap()
+                            .other
+                            .push(format!("complete in doubt, then: {body} {other:?}")),
+                    }
+                    break;
+                }
                 Some((StatusCode::SERVICE_UNAVAILABLE, _)) | None => {
+                    in_doubt = true;
                     if Instant::now() > until + Duration::from_secs(15) {
                         break;
                     }
@@ -962,5 +984,72 @@ impl Drop for Nginx {
             .args(["-TERM", &self.0.id().to_string()])
             .status();
         let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feedback_and_strike_blocks_reach_orgs_other_nodes_own() {
+    let Some(cluster) = Cluster::start(3).await else {
+        return;
+    };
+    let (status, fb) = cluster
+        .node(0)
+        .admin(Method::GET, "/admin/feedback", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{fb}");
+    let feedback_org = str_field(&fb, "org_id");
+    let (status, reader) = cluster
+        .node(1)
+        .admin(
+            Method::POST,
+            &format!("/admin/orgs/{feedback_org}/members"),
+            Some(json!({ "email": "reader@ops.test", "role": "user" })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{reader}");
+    let reader = str_field(&reader, "api_key");
+
+    // Orgs spread over the nodes; feedback from each, through each node,
+    // lands in the feedback org wherever it lives.
+    let email = "mallory@example.com";
+    let mut keys = Vec::new();
+    for i in 0..4 {
+        let org = cluster.node(i).create_org("dev").await;
+        keys.push(cluster.node(i).add_member(&org, email, "user").await);
+        for n in 0..3 {
+            let (status, filed) = cluster
+                .node(n)
+                .post(
+                    &org.owner_key,
+                    "/feedback",
+                    json!({ "message": format!("idea {i}/{n}") }),
+                )
+                .await;
+            assert_eq!(status, StatusCode::CREATED, "{filed}");
+            let task = cluster
+                .node(n + 1)
+                .get_task(&reader, &str_field(&filed, "task_id"))
+                .await;
+            assert_eq!(task["title"], format!("idea {i}/{n}"), "{task}");
+        }
+    }
+    // Three strikes from one org block the member in all four, whichever
+    // node owns each.
+    for n in 0..3 {
+        let (status, body) = cluster
+            .node(n)
+            .post(
+                &keys[0],
+                "/feedback",
+                json!({ "message": "you utter fuckwit" }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    }
+    for key in &keys {
+        for n in 0..3 {
+            let (status, body) = cluster.node(n).get(key, "/tasks").await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "node {n}: {body}");
+        }
     }
 }

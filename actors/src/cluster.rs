@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use dashmap::DashMap;
 
 use crate::domain::OrgId;
-use crate::store::{EventLinks, Fence, NodeRow, OwnerRow, Store, StoreError};
+use crate::store::{nodes_seen, EventLinks, Fence, NodeRow, OwnerRow, Store, StoreError};
 
 /// How long a node's heartbeat keeps its orgs: TTL and its renewal period.
 #[derive(Debug, Clone)]
@@ -123,6 +123,11 @@ pub struct Cluster {
     /// Set when this node begins to stop: it takes no org any more.
     leaving: std::sync::atomic::AtomicBool,
     links: Option<Arc<EventLinks>>,
+    /// The heartbeat's own connection.
+    conn: tokio::sync::Mutex<Option<sqlx::PgConnection>>,
+    /// What else this node drops of an org it no longer owns (its index,
+    /// its cached authentications and runbooks), set by the engine.
+    on_forget: std::sync::OnceLock<Box<dyn Fn(OrgId) + Send + Sync>>,
 }
 
 impl Cluster {
@@ -153,6 +158,8 @@ impl Cluster {
             owners: DashMap::new(),
             leaving: std::sync::atomic::AtomicBool::new(false),
             links,
+            conn: tokio::sync::Mutex::new(None),
+            on_forget: std::sync::OnceLock::new(),
         };
         cluster.beat().await?;
         Ok(cluster)
@@ -188,7 +195,26 @@ impl Cluster {
     pub async fn beat(&self) -> Result<bool, StoreError> {
         let started = self.now_ms();
         let leaving = self.leaving.load(Ordering::Relaxed);
-        if !self.store.heartbeat(&self.node, leaving).await? {
+        let mut conn = self.conn.lock().await;
+        if conn.is_none() {
+            *conn = Some(self.store.heartbeat_conn().await?);
+        }
+        let beat = async {
+            let c = conn.as_mut().expect("connected above");
+            let renewed = Store::heartbeat(c, &self.node, leaving).await?;
+            let nodes = nodes_seen(&mut *c, self.config.ttl, self.config.ttl).await?;
+            Ok::<_, StoreError>((renewed, nodes))
+        };
+        let (renewed, nodes) = match beat.await {
+            Ok(beat) => beat,
+            Err(e) => {
+                // A broken connection is made again at the next heartbeat.
+                *conn = None;
+                return Err(e);
+            }
+        };
+        drop(conn);
+        if !renewed {
             // A row removed after a very long pause: register again.
             self.store
                 .register_node(&self.node, &self.config.advertise_url, self.started_at)
@@ -197,10 +223,6 @@ impl Cluster {
         let lapsed = started >= self.trusted_until_ms.load(Ordering::Acquire);
         let window =
             u64::try_from((self.config.ttl - self.config.margin).as_millis()).unwrap_or(u64::MAX);
-        let nodes = self
-            .store
-            .cluster_nodes(self.config.ttl, self.config.ttl)
-            .await?;
         let reachable: HashSet<String> = nodes
             .iter()
             .filter(|n| n.live)
@@ -276,6 +298,9 @@ impl Cluster {
         if let Some(links) = &self.links {
             links.renew();
         }
+        // Whatever this node knew of the org may predate another node's
+        // changes.
+        self.forget(org);
         self.owned.insert(org, epoch);
         Ok(Some(Fence {
             node: self.node.clone(),
@@ -313,6 +338,14 @@ impl Cluster {
         if let Some(links) = &self.links {
             links.forget_org(org);
         }
+        if let Some(hook) = self.on_forget.get() {
+            hook(org);
+        }
+    }
+
+    /// Sets what else is dropped of an org this node no longer owns.
+    pub fn on_forget(&self, hook: impl Fn(OrgId) + Send + Sync + 'static) {
+        let _ = self.on_forget.set(Box::new(hook));
     }
 
     /// Every org this node owns.

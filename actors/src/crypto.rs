@@ -49,6 +49,11 @@ fn random_bytes<const N: usize>() -> [u8; N] {
 pub struct MasterKey {
     cipher: Aes256Gcm,
     id: String,
+    /// A key derived for signing list cursors, so that every node with
+    /// this master key accepts the cursors of the others.
+    cursor_key: [u8; 32],
+    /// What the nodes of one cluster present to each other.
+    peer_token: String,
 }
 
 impl std::fmt::Debug for MasterKey {
@@ -80,10 +85,24 @@ impl MasterKey {
             .chain_update(b"taskq/master-key-id/")
             .chain_update(key)
             .finalize();
+        let derive = |purpose: &[u8]| -> [u8; 32] {
+            let mut mac =
+                <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length");
+            mac.update(purpose);
+            mac.finalize().into_bytes().into()
+        };
         Self {
             cipher: Aes256Gcm::new(key.into()),
             id: digest[..8].iter().map(|b| format!("{b:02x}")).collect(),
+            cursor_key: derive(b"taskq/cursor-key"),
+            peer_token: URL_SAFE_NO_PAD.encode(derive(b"taskq/peer-token")),
         }
+    }
+
+    /// The token the nodes of a cluster sharing this key present to each
+    /// other.
+    pub fn peer_token(&self) -> String {
+        self.peer_token.clone()
     }
 
     /// The key's fingerprint: names it in wraps and logs without revealing it.
@@ -309,29 +328,51 @@ pub fn secret_matches(secret: &str, stored_hash: &[u8]) -> bool {
     hash_secret(secret).ct_eq(stored_hash).into()
 }
 
-/// Signs cursors with a key that lives only as long as the process, so a
-/// cursor minted before a restart is rejected.
+/// Whether a presented token is the expected one, in constant time.
+pub fn tokens_match(expected: &str, given: &str) -> bool {
+    hash_secret(expected).ct_eq(&hash_secret(given)).into()
+}
+
+/// Signs list cursors: see [`CursorSigner::derived`].
 #[derive(Clone)]
 pub struct CursorSigner {
-    key: [u8; 32],
+    /// The first signs; any of them verifies.
+    keys: Vec<[u8; 32]>,
 }
 
 impl Default for CursorSigner {
     fn default() -> Self {
         Self {
-            key: random_bytes::<32>(),
+            keys: vec![random_bytes::<32>()],
         }
     }
 }
 
 impl CursorSigner {
-    fn mac(&self) -> Hmac<Sha256> {
-        <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("HMAC takes keys of any length")
+    /// Keys derived from the keyring's master keys (the current one signs)
+    /// and the store's schema version: every node with the same master key
+    /// accepts a cursor, across restarts, and a deployment that changes
+    /// the schema, and with it what a cursor means, refuses the old ones.
+    pub fn derived(keyring: &Keyring, schema_version: i64) -> Self {
+        let keys = std::iter::once(keyring.current())
+            .chain(keyring.previous())
+            .map(|master| {
+                let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&master.cursor_key)
+                    .expect("HMAC takes keys of any length");
+                mac.update(format!("schema {schema_version}").as_bytes());
+                mac.finalize().into_bytes().into()
+            })
+            .collect();
+        Self { keys }
+    }
+
+    fn mac(key: &[u8; 32]) -> Hmac<Sha256> {
+        <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes keys of any length")
     }
 
     /// `payload.signature`, both base64url.
     pub fn sign(&self, payload: &[u8]) -> String {
-        let mut mac = self.mac();
+        let mut mac = Self::mac(&self.keys[0]);
         mac.update(payload);
         let tag = mac.finalize().into_bytes();
         format!(
@@ -345,10 +386,14 @@ impl CursorSigner {
         let (payload, tag) = token.split_once('.')?;
         let payload = URL_SAFE_NO_PAD.decode(payload).ok()?;
         let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
-        let mut mac = self.mac();
-        mac.update(&payload);
-        mac.verify_slice(&tag).ok()?;
-        Some(payload)
+        self.keys
+            .iter()
+            .any(|key| {
+                let mut mac = Self::mac(key);
+                mac.update(&payload);
+                mac.verify_slice(&tag).is_ok()
+            })
+            .then_some(payload)
     }
 }
 
@@ -451,5 +496,24 @@ mod tests {
         assert!(CursorSigner::default().verify(&token).is_none());
         let tampered = token.replacen('.', "x.", 1);
         assert!(signer.verify(&tampered).is_none());
+    }
+
+    #[test]
+    fn derived_cursor_keys_follow_the_master_key_and_the_schema() {
+        let key = MasterKey::from_bytes(&[7; 32]);
+        let other = MasterKey::from_bytes(&[8; 32]);
+        let node_a = CursorSigner::derived(&Keyring::new(key.clone(), vec![]), 17);
+        let node_b = CursorSigner::derived(&Keyring::new(key.clone(), vec![]), 17);
+        let token = node_a.sign(b"page-2");
+        // Another node (or a restart) with the same key accepts it.
+        assert_eq!(node_b.verify(&token).unwrap(), b"page-2");
+        // A new schema, or another master key, does not.
+        let migrated = CursorSigner::derived(&Keyring::new(key.clone(), vec![]), 18);
+        assert!(migrated.verify(&token).is_none());
+        let foreign = CursorSigner::derived(&Keyring::new(other.clone(), vec![]), 17);
+        assert!(foreign.verify(&token).is_none());
+        // After a rotation the old key still verifies what it signed.
+        let rotated = CursorSigner::derived(&Keyring::new(other, vec![key]), 17);
+        assert_eq!(rotated.verify(&token).unwrap(), b"page-2");
     }
 }

@@ -15,7 +15,7 @@ use taskq_actors::{Engine, EngineConfig};
 
 use crate::embed::{BuiltinEmbedder, EndpointEmbedder, DEFAULT_MODEL_DIR};
 use crate::http::{
-    router, AppState, OperatorAttempts, Shared, TrustedProxies, DEFAULT_WRONG_TOKENS,
+    router, AppState, HttpPeers, OperatorAttempts, Shared, TrustedProxies, DEFAULT_WRONG_TOKENS,
 };
 use crate::keyfiles::KeySource;
 use crate::llm::ChatEndpoint;
@@ -251,6 +251,16 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + S
     })
 }
 
+/// The client one node reaches the others with.
+fn peer_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(30))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap_or_default()
+}
+
 /// How long a stopping node waits for its orgs to be handed over (several
 /// nodes) before it stops taking requests; they keep being forwarded
 /// meanwhile.
@@ -329,6 +339,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     config.cluster = Some(taskq_actors::ClusterConfig::new(advertise_url));
     let engine = Engine::start(config).await.context("starting the engine")?;
+    engine.set_peers(Arc::new(HttpPeers::new(peer_client())));
     tracing::info!(
         backend = engine.backend(),
         clustered = engine.is_clustered(),

@@ -15,7 +15,7 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use taskq_actors::{parse_org_id, Placement};
+use taskq_actors::{parse_org_id, EngineError, PeerAnswer, PeerCall, PeerOp, Peers, Placement};
 
 use super::error::{ApiError, ORG_MOVING_HEADER};
 use super::extract::{Operator, MAX_BODY_BYTES};
@@ -94,7 +94,7 @@ pub async fn route(State(state): State<AppState>, request: Request, next: Next) 
 
 /// 503 `org moving`: the org is between nodes; retry shortly.
 fn moving() -> Response {
-    ApiError::from(taskq_actors::EngineError::OrgMoving).into_response()
+    ApiError::from(EngineError::OrgMoving).into_response()
 }
 
 /// The org a request belongs to, if it belongs to one.
@@ -166,4 +166,62 @@ pub async fn view(
     State(state): State<AppState>,
 ) -> Result<axum::Json<taskq_actors::api::ClusterView>, ApiError> {
     Ok(axum::Json(state.engine.cluster_view().await?))
+}
+
+/// What nodes present to each other on `/internal/peer`.
+const PEER_TOKEN_HEADER: &str = "x-taskq-peer-token";
+
+/// `POST /internal/peer`: an operation another node of the cluster asks of
+/// this one, for an org this node owns (not part of the public API).
+pub async fn peer(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+    axum::Json(op): axum::Json<PeerOp>,
+) -> Result<axum::Json<PeerAnswer>, ApiError> {
+    let token = headers
+        .get(PEER_TOKEN_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    Ok(axum::Json(state.engine.run_peer_op(token, op).await?))
+}
+
+/// The other nodes, reached over HTTP at their advertise URLs.
+pub struct HttpPeers {
+    client: reqwest::Client,
+}
+
+impl HttpPeers {
+    pub fn new(client: reqwest::Client) -> Self {
+        HttpPeers { client }
+    }
+}
+
+impl Peers for HttpPeers {
+    fn call<'a>(&'a self, url: &'a str, token: &'a str, op: &'a PeerOp) -> PeerCall<'a> {
+        Box::pin(async move {
+            // A node that cannot be reached is a node the org moves from.
+            let answer = self
+                .client
+                .post(format!("{}/internal/peer", url.trim_end_matches('/')))
+                .header(PEER_TOKEN_HEADER, token)
+                .json(op)
+                .send()
+                .await
+                .map_err(|_| EngineError::OrgMoving)?;
+            if answer.headers().contains_key(ORG_MOVING_HEADER) {
+                return Err(EngineError::OrgMoving);
+            }
+            let status = answer.status();
+            if !status.is_success() {
+                let body = answer.text().await.unwrap_or_default();
+                return Err(EngineError::Internal(format!(
+                    "node {url} refused an operation: {status} {body}"
+                )));
+            }
+            answer
+                .json::<PeerAnswer>()
+                .await
+                .map_err(|e| EngineError::Internal(format!("node {url} answered badly: {e}")))
+        })
+    }
 }

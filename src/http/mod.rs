@@ -19,7 +19,6 @@ mod ui;
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-#[cfg(feature = "test-hooks")]
 use axum::routing::post;
 use axum::{Json, Router};
 use schemars::JsonSchema;
@@ -30,6 +29,7 @@ use openapi::{Access, Route};
 
 use crate::keyfiles::KeySource;
 
+pub use cluster::HttpPeers;
 pub use error::ApiError;
 pub use lockout::{OperatorAttempts, TrustedProxies, DEFAULT_WRONG_TOKENS};
 pub(crate) use openapi::drop_null_defaults;
@@ -371,6 +371,9 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/orgs/{org_id}/crash", post(admin::crash))
         .route("/admin/test/clock", post(admin::advance_clock))
         .route("/admin/test/store", post(admin::store_outage));
+
+    // What the nodes of a cluster ask of each other: not part of the API.
+    let api = api.route("/internal/peer", post(cluster::peer));
 
     // MCP's transport is a service of its own, behind the same key check.
     let mcp = Router::new()

@@ -1,7 +1,7 @@
 //! Members and the caller's own profile, the quota, and feedback.
 
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::decode::{body, boolean, err, optional, optional_body, present, reject_unknown, Result};
@@ -123,7 +123,7 @@ pub struct QuotaView {
 }
 
 /// The kinds of feedback, each a tag in the feedback org.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FeedbackKind {
     Bug,
@@ -154,7 +154,7 @@ pub const MAX_FIRST_LINE_CHARS: usize = 256;
 
 /// `POST /feedback`: product feedback, filed as a task in the operator's
 /// feedback org. The first line becomes its title.
-#[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SendFeedback {
     /// At most 4,096 characters; the first line at most 256.

@@ -62,6 +62,13 @@ impl AuthCache {
         }
     }
 
+    /// Every key of an org: this node stops owning it, and another may
+    /// change its keys meanwhile.
+    fn forget_org(&self, org: OrgId) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.entries.retain(|_, e| e.key.org_id != org);
+    }
+
     fn forget_member(&self, org: OrgId, email: &str) {
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.entries
@@ -117,6 +124,16 @@ impl Engine {
         })
     }
 
+    /// Drops what this node knows of an org it no longer owns: its keys'
+    /// authentications, its meaning index and its cached runbooks.
+    pub(super) fn forget_org(&self, org: OrgId) {
+        self.inner.keys.forget_org(org);
+        if let Some(meaning) = &self.inner.meaning {
+            meaning.unload(org);
+        }
+        self.inner.reporter.forget(org);
+    }
+
     /// Forgets keys whose revocation has committed.
     pub(super) fn forget_keys(&self, keys: &[KeyId]) {
         self.inner.keys.forget(keys);
@@ -154,7 +171,11 @@ impl Engine {
         email: &str,
     ) -> Result<(), EngineError> {
         if self.inner.store.is_blocked(email).await? {
-            self.revoke_member_keys(org, email).await?;
+            self.on_owner(super::peers::PeerOp::RevokeMemberKeys {
+                org,
+                email: email.to_owned(),
+            })
+            .await?;
             return Err(EngineError::MemberBlocked);
         }
         Ok(())

@@ -18,6 +18,8 @@ use crate::error::EngineError;
 use crate::filter::Verdict;
 use crate::org::OrgMsg;
 
+use super::peers::PeerOp;
+
 /// Strikes that block a member.
 pub const MEMBER_STRIKE_LIMIT: i64 = 3;
 /// Strikes across one org's members that suspend the org.
@@ -148,7 +150,7 @@ impl Engine {
         caller: &Caller,
         fb: SendFeedback,
     ) -> Result<FeedbackFiled, EngineError> {
-        let (org, system) = self.feedback();
+        let (org, _) = self.feedback();
         // A feedback org that does not open is the server's fault, not
         // worth a retry, and not charged to the sender.
         self.inner.directory.get(*org).await?;
@@ -168,9 +170,34 @@ impl Engine {
                 "feedback rejected by the content filter",
             ));
         }
+        let (org, _) = self.feedback();
+        self.on_owner(PeerOp::FileFeedback {
+            org: *org,
+            from_org: caller.org_id,
+            from_email: caller.email.clone(),
+            feedback: fb,
+        })
+        .await?
+        .filed()
+    }
+
+    /// Files feedback as a task of the feedback org, whose node this is.
+    pub(super) async fn file_feedback_here(
+        &self,
+        org: OrgId,
+        from_org: OrgId,
+        from_email: &str,
+        fb: &SendFeedback,
+    ) -> Result<FeedbackFiled, EngineError> {
+        let (feedback_org, system) = self.feedback();
+        if org != *feedback_org {
+            return Err(EngineError::Internal(format!(
+                "{org} is not the feedback org"
+            )));
+        }
         let metadata = json!({
-            "from_org": caller.org_id,
-            "from_email": caller.email,
+            "from_org": from_org,
+            "from_email": from_email,
             "type": fb.kind,
         });
         let item = NewTask {
@@ -180,7 +207,7 @@ impl Engine {
             ..NewTask::titled(fb.title())
         };
         let mut created = self
-            .request(*org, |reply| OrgMsg::CreateTasks {
+            .request(org, |reply| OrgMsg::CreateTasks {
                 caller: system.clone(),
                 request: CreateTasks {
                     tasks: vec![item.clone()],
@@ -223,7 +250,11 @@ impl Engine {
         // Read after the block committed: a key issued in an org this
         // misses checks for the block itself (`unless_blocked_meanwhile`).
         for org in self.inner.store.member_orgs(email).await? {
-            self.revoke_member_keys(org, email).await?;
+            self.on_owner(PeerOp::RevokeMemberKeys {
+                org,
+                email: email.to_owned(),
+            })
+            .await?;
         }
         tracing::warn!(email, "member blocked after repeated strikes");
         Ok(())

@@ -20,6 +20,7 @@ mod feedback;
 mod keys;
 mod meaning;
 mod org_admin;
+mod peers;
 mod reports;
 mod stats;
 mod tasks;
@@ -34,6 +35,7 @@ use ractor::{Actor, ActorId, ActorRef};
 
 pub use admin::parse_org_id;
 pub use feedback::{FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT, ORG_STRIKE_LIMIT};
+pub use peers::{PeerAnswer, PeerCall, PeerOp, Peers};
 
 use crate::api::{MemberRequest, ValidationError};
 use crate::clock::{Clock, SystemClock};
@@ -185,6 +187,8 @@ struct Inner {
     wrap_gate: tokio::sync::RwLock<()>,
     /// This node's place among several on one PostgreSQL.
     cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// How this node reaches the others (several nodes).
+    peers: OnceLock<Arc<dyn peers::Peers>>,
     /// Each key's org, for routing a request to the org's node (a key
     /// never changes org).
     key_orgs: DashMap<crate::domain::KeyId, OrgId>,
@@ -333,6 +337,7 @@ impl Engine {
         )
         .await
         .map_err(|e| EngineError::Internal(format!("the reports actor failed to start: {e}")))?;
+        let cursors = CursorSigner::derived(&directory.keyring(), store.schema_version());
         let engine = Engine {
             inner: Arc::new(Inner {
                 content_budget,
@@ -354,7 +359,7 @@ impl Engine {
                 refusals: Refusals::default(),
                 draining,
                 clock: config.clock,
-                cursors: CursorSigner::default(),
+                cursors,
                 keys: AuthCache::default(),
                 call_timeout: config.call_timeout,
                 org_in_flight: config.org_in_flight.max(1),
@@ -376,10 +381,21 @@ impl Engine {
                 cluster,
                 _db_file: db_file,
                 key_orgs: DashMap::new(),
+                peers: OnceLock::new(),
                 #[cfg(feature = "test-hooks")]
                 rewrap_pause_after: config.rewrap_pause_after,
             }),
         };
+        if let Some(cluster) = &engine.inner.cluster {
+            let _ = engine.inner.reporter.cluster.set(cluster.clone());
+            // A weak handle: the cluster lives inside the engine.
+            let weak = Arc::downgrade(&engine.inner);
+            cluster.on_forget(move |org| {
+                if let Some(inner) = weak.upgrade() {
+                    Engine { inner }.forget_org(org);
+                }
+            });
+        }
         let feedback = engine.prepare_feedback_org(config.feedback_org).await?;
         let _ = engine.inner.feedback.set(feedback);
         engine.wake_orgs_with_leases().await?;

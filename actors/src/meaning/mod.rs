@@ -172,6 +172,12 @@ impl Meaning {
         }
     }
 
+    /// Drops the org's index: another node owns the org now, and the index
+    /// is loaded again from the store if this node owns it later.
+    pub fn unload(&self, org: OrgId) {
+        self.orgs.remove(&org);
+    }
+
     /// Starts the embedding worker.
     pub fn start(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         tokio::spawn(self.clone().run())

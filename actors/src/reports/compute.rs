@@ -206,6 +206,8 @@ pub struct Reporter {
     /// they are computed or first read.
     runbooks: DashMap<OrgId, Arc<Vec<StoredRunbook>>>,
     background: Background,
+    /// Several nodes: which node computes each org's scheduled reports.
+    pub(crate) cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
 }
 
 impl Reporter {
@@ -237,6 +239,7 @@ impl Reporter {
             chat,
             clock,
             runbooks: DashMap::new(),
+            cluster: std::sync::OnceLock::new(),
             background,
         })
     }
@@ -347,6 +350,20 @@ impl Reporter {
             return Ok(None);
         };
         open(cipher, &key, &stored.body).map(Some)
+    }
+
+    /// Drops the org's cached runbooks: another node owns the org now and
+    /// may compute new ones.
+    pub fn forget(&self, org: OrgId) {
+        self.runbooks.remove(&org);
+    }
+
+    /// Whether this node computes the org's scheduled reports: the node
+    /// the cluster chooses for it, or this one when it is alone.
+    pub fn schedules(&self, org: OrgId) -> bool {
+        self.cluster
+            .get()
+            .is_none_or(|c| c.trusted() && c.desired(org).is_none_or(|d| d.node_id == c.node_id()))
     }
 
     /// The org's runbooks, from the cache or the store.

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use super::{Result, Store, StoreError};
 use crate::domain::OrgId;
@@ -44,6 +44,29 @@ struct OwnerQuery {
     live: bool,
 }
 
+/// Every node seen within `recent`, with how many orgs each owns.
+pub async fn nodes_seen<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    ttl: Duration,
+    recent: Duration,
+) -> Result<Vec<NodeRow>> {
+    let rows = sqlx::query_as::<_, NodeRow>(
+        "SELECT n.node_id, n.advertise_url, n.started_at, \
+         (extract(epoch FROM n.last_seen) * 1000)::int8 AS last_seen, \
+         (SELECT count(*) FROM org_owners o WHERE o.node_id = n.node_id) AS orgs, \
+         n.last_seen > now() - make_interval(secs => $1::int8 / 1000.0) AS live, \
+         n.leaving \
+         FROM cluster_nodes n \
+         WHERE n.last_seen > now() - make_interval(secs => $2::int8 / 1000.0) \
+         ORDER BY n.node_id",
+    )
+    .bind(ms(ttl))
+    .bind(ms(recent))
+    .fetch_all(executor)
+    .await?;
+    Ok(rows)
+}
+
 fn ms(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
 }
@@ -71,42 +94,33 @@ impl Store {
         Ok(())
     }
 
-    /// Renews this node's heartbeat, and with it every org it owns; false
-    /// when its row is gone (it must register again). Nodes not seen for a
-    /// day leave the directory.
-    pub async fn heartbeat(&self, node_id: &str, leaving: bool) -> Result<bool> {
-        let pool = self.cluster_pool()?;
+    /// A connection of the node's own for its heartbeat, so that a busy
+    /// pool never delays it past the node's trust window.
+    pub async fn heartbeat_conn(&self) -> Result<PgConnection> {
+        Ok(self.cluster_pool()?.acquire().await?.detach())
+    }
+
+    /// Renews this node's heartbeat, and with it every org it owns, on its
+    /// own connection; false when its row is gone (it must register again).
+    /// Nodes not seen for a day leave the directory.
+    pub async fn heartbeat(conn: &mut PgConnection, node_id: &str, leaving: bool) -> Result<bool> {
         let renewed = sqlx::query(
             "UPDATE cluster_nodes SET last_seen = now(), leaving = $2 WHERE node_id = $1",
         )
         .bind(node_id)
         .bind(leaving)
-        .execute(pool)
+        .execute(&mut *conn)
         .await?
         .rows_affected();
         sqlx::query("DELETE FROM cluster_nodes WHERE last_seen < now() - interval '1 day'")
-            .execute(pool)
+            .execute(&mut *conn)
             .await?;
         Ok(renewed == 1)
     }
 
     /// Every node seen within `recent`, with how many orgs each owns.
     pub async fn cluster_nodes(&self, ttl: Duration, recent: Duration) -> Result<Vec<NodeRow>> {
-        let rows = sqlx::query_as::<_, NodeRow>(
-            "SELECT n.node_id, n.advertise_url, n.started_at, \
-             (extract(epoch FROM n.last_seen) * 1000)::int8 AS last_seen, \
-             (SELECT count(*) FROM org_owners o WHERE o.node_id = n.node_id) AS orgs, \
-             n.last_seen > now() - make_interval(secs => $1::int8 / 1000.0) AS live, \
-             n.leaving \
-             FROM cluster_nodes n \
-             WHERE n.last_seen > now() - make_interval(secs => $2::int8 / 1000.0) \
-             ORDER BY n.node_id",
-        )
-        .bind(ms(ttl))
-        .bind(ms(recent))
-        .fetch_all(self.cluster_pool()?)
-        .await?;
-        Ok(rows)
+        nodes_seen(self.cluster_pool()?, ttl, recent).await
     }
 
     /// Makes `node_id` the org's owner if nobody live owns it (no row, a

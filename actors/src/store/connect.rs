@@ -101,6 +101,16 @@ impl Store {
         }
     }
 
+    /// The latest migration this build applies: what a list cursor is
+    /// bound to, so a deployment that changes the schema refuses old ones.
+    pub fn schema_version(&self) -> i64 {
+        let migrator = match self {
+            Store::Sqlite(_) => sqlx::migrate!("../migrations/sqlite"),
+            Store::Postgres(..) => sqlx::migrate!("../migrations/postgres"),
+        };
+        migrator.iter().map(|m| m.version).max().unwrap_or(0)
+    }
+
     pub fn backend(&self) -> &'static str {
         match self {
             Store::Sqlite(_) => "sqlite",

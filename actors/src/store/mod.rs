@@ -183,7 +183,7 @@ mod usage;
 mod vectors;
 mod writer_thread;
 
-pub use cluster::{NodeRow, OwnerRow};
+pub use cluster::{nodes_seen, NodeRow, OwnerRow};
 pub use commit::{EventLinks, Fence, WriteBatch, WriteOp, WriterConn};
 pub use connect::hold_sqlite_file;
 pub use keys::ClientDek;
