@@ -34,6 +34,10 @@ use crate::store::{nodes_seen, EventLinks, Fence, NodeRow, OwnerRow, Store, Stor
 pub struct ClusterConfig {
     /// The URL other nodes reach this one at.
     pub advertise_url: String,
+    /// This node's id: kept across restarts in its data directory, so a
+    /// node that restarts takes its orgs back at once rather than after
+    /// its former self's heartbeat has lapsed. `None`: a new id.
+    pub node_id: Option<String>,
     pub ttl: Duration,
     pub heartbeat: Duration,
     /// Taken off the TTL for the trust window, for the time a heartbeat's
@@ -45,6 +49,7 @@ impl ClusterConfig {
     pub fn new(advertise_url: impl Into<String>) -> Self {
         ClusterConfig {
             advertise_url: advertise_url.into(),
+            node_id: None,
             ttl: Duration::from_secs(3),
             heartbeat: Duration::from_secs(1),
             margin: Duration::from_millis(500),
@@ -123,8 +128,10 @@ pub struct Cluster {
     /// Set when this node begins to stop: it takes no org any more.
     leaving: std::sync::atomic::AtomicBool,
     links: Option<Arc<EventLinks>>,
-    /// The heartbeat's own connection.
+    /// The heartbeat's own connection, made on the heartbeat's thread.
     conn: tokio::sync::Mutex<Option<sqlx::PgConnection>>,
+    /// The last heartbeat failed: the store is out of reach.
+    beat_failed: std::sync::atomic::AtomicBool,
     /// What else this node drops of an org it no longer owns (its index,
     /// its cached authentications and runbooks), set by the engine.
     on_forget: std::sync::OnceLock<Box<dyn Fn(OrgId) + Send + Sync>>,
@@ -138,7 +145,11 @@ impl Cluster {
         config: ClusterConfig,
         started_at: i64,
     ) -> Result<Self, StoreError> {
-        let node: Arc<str> = uuid::Uuid::now_v7().to_string().into();
+        let node: Arc<str> = config
+            .node_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
+            .into();
         let base = Instant::now();
         store
             .register_node(&node, &config.advertise_url, started_at)
@@ -159,9 +170,12 @@ impl Cluster {
             leaving: std::sync::atomic::AtomicBool::new(false),
             links,
             conn: tokio::sync::Mutex::new(None),
+            beat_failed: std::sync::atomic::AtomicBool::new(false),
             on_forget: std::sync::OnceLock::new(),
         };
-        cluster.beat().await?;
+        let mut first = cluster.store.heartbeat_conn().await?;
+        cluster.beat_on(&mut first).await?;
+        let _ = sqlx::Connection::close(first).await;
         Ok(cluster)
     }
 
@@ -193,33 +207,58 @@ impl Cluster {
     /// or paused): then every org it owned is lost, and the caller stops
     /// their actors.
     pub async fn beat(&self) -> Result<bool, StoreError> {
-        let started = self.now_ms();
-        let leaving = self.leaving.load(Ordering::Relaxed);
         let mut conn = self.conn.lock().await;
         if conn.is_none() {
-            *conn = Some(self.store.heartbeat_conn().await?);
+            *conn = Some(
+                self.store
+                    .heartbeat_conn()
+                    .await
+                    .inspect_err(|_| self.failed())?,
+            );
         }
+        let beat = self.beat_on(conn.as_mut().expect("connected above")).await;
+        if beat.is_err() {
+            // A broken connection is made again at the next heartbeat.
+            *conn = None;
+        }
+        beat
+    }
+
+    fn failed(&self) {
+        self.beat_failed.store(true, Ordering::Release);
+    }
+
+    /// Why this node does not act for an org it does not serve: its store
+    /// is unreachable (its last heartbeat failed), or the org is another
+    /// node's or between nodes.
+    pub fn refusal(&self) -> crate::error::EngineError {
+        if !self.trusted() && self.beat_failed.load(Ordering::Acquire) {
+            crate::error::EngineError::StoreUnavailable
+        } else {
+            crate::error::EngineError::OrgMoving
+        }
+    }
+
+    async fn beat_on(&self, conn: &mut sqlx::PgConnection) -> Result<bool, StoreError> {
+        let started = self.now_ms();
+        let leaving = self.leaving.load(Ordering::Relaxed);
         let beat = async {
-            let c = conn.as_mut().expect("connected above");
-            let renewed = Store::heartbeat(c, &self.node, leaving).await?;
-            let nodes = nodes_seen(&mut *c, self.config.ttl, self.config.ttl).await?;
-            Ok::<_, StoreError>((renewed, nodes))
-        };
-        let (renewed, nodes) = match beat.await {
-            Ok(beat) => beat,
-            Err(e) => {
-                // A broken connection is made again at the next heartbeat.
-                *conn = None;
-                return Err(e);
-            }
-        };
-        drop(conn);
-        if !renewed {
-            // A row removed after a very long pause: register again.
-            self.store
-                .register_node(&self.node, &self.config.advertise_url, self.started_at)
+            let renewed = Store::heartbeat(&mut *conn, &self.node, leaving).await?;
+            if !renewed {
+                // A row removed after a very long pause: register again.
+                Store::register_node_on(
+                    &mut *conn,
+                    &self.node,
+                    &self.config.advertise_url,
+                    self.started_at,
+                )
                 .await?;
-        }
+            }
+            let nodes = nodes_seen(&mut *conn, self.config.ttl, self.config.ttl).await?;
+            Ok::<_, StoreError>(nodes)
+        };
+        let nodes = beat.await.inspect_err(|_| self.failed())?;
+        self.beat_failed.store(false, Ordering::Release);
         let lapsed = started >= self.trusted_until_ms.load(Ordering::Acquire);
         let window =
             u64::try_from((self.config.ttl - self.config.margin).as_millis()).unwrap_or(u64::MAX);
@@ -395,6 +434,11 @@ impl Cluster {
     }
 
     async fn look_up(&self, org: OrgId, forwarded: bool) -> Result<Placement, StoreError> {
+        if !self.trusted() && self.beat_failed.load(Ordering::Acquire) {
+            return Err(StoreError::Unavailable(
+                "the cluster's heartbeat fails".into(),
+            ));
+        }
         let here = self.trusted() && !self.leaving.load(Ordering::Relaxed);
         match self.store.org_owner(org, self.config.ttl).await? {
             OwnerRow::Live { node_id, .. } if *node_id == *self.node => Ok(if here {
@@ -421,9 +465,11 @@ impl Cluster {
         }
     }
 
-    /// From now on this node takes no org and is no one's choice.
-    pub fn begin_leaving(&self) {
+    /// From now on this node takes no org and is no one's choice; the
+    /// directory says so at once.
+    pub async fn begin_leaving(&self) -> Result<(), StoreError> {
         self.leaving.store(true, Ordering::Relaxed);
+        self.store.mark_leaving(&self.node).await
     }
 
     pub fn is_leaving(&self) -> bool {

@@ -152,7 +152,7 @@ impl Supervisor {
             None => None,
             Some(cluster) => match cluster.acquire(org).await {
                 Ok(Some(fence)) => Some(fence),
-                Ok(None) => return Err(EngineError::OrgMoving),
+                Ok(None) => return Err(cluster.refusal()),
                 Err(e) => {
                     self.deps.health.observe(&e);
                     return Err(e.into());

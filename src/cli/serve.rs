@@ -251,6 +251,45 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + S
     })
 }
 
+/// This node's id among several on one PostgreSQL, kept in
+/// `node.id` of the data directory so that a restarted node is the same
+/// node and takes its orgs back at once. The file is locked while the
+/// server runs: a second server on the same data directory gets a new id
+/// of its own (and keeps nothing). Answers the id and the held file.
+fn node_identity(
+    data_dir: &std::path::Path,
+) -> anyhow::Result<(Option<String>, Option<std::fs::File>)> {
+    use std::io::{Read as _, Seek as _};
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
+    let path = data_dir.join("node.id");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    if file.try_lock().is_err() {
+        tracing::info!(path = %path.display(), "another server holds this node id; taking a new one");
+        return Ok((None, None));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text)?;
+    let id = match uuid::Uuid::parse_str(text.trim()) {
+        Ok(id) => id.to_string(),
+        Err(_) => {
+            let id = uuid::Uuid::now_v7().to_string();
+            file.set_len(0)?;
+            file.rewind()?;
+            std::io::Write::write_all(&mut file, id.as_bytes())?;
+            file.sync_all()?;
+            id
+        }
+    };
+    Ok((Some(id), Some(file)))
+}
+
 /// The client one node reaches the others with.
 fn peer_client() -> reqwest::Client {
     reqwest::Client::builder()
@@ -337,7 +376,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(url) => bail!("TASKQ_ADVERTISE_URL must be an http(s) URL, not {url}"),
         None => format!("{}://{addr}", if tls { "https" } else { "http" }),
     };
-    config.cluster = Some(taskq_actors::ClusterConfig::new(advertise_url));
+    let (node_id, _node_file) = node_identity(&args.store.data_dir)?;
+    config.cluster = Some(taskq_actors::ClusterConfig {
+        node_id,
+        ..taskq_actors::ClusterConfig::new(advertise_url)
+    });
     let engine = Engine::start(config).await.context("starting the engine")?;
     engine.set_peers(Arc::new(HttpPeers::new(peer_client())));
     tracing::info!(

@@ -129,7 +129,11 @@ where
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let app = AppState::from_ref(state);
-        if app.admin_token.is_some() && app.sessions.is_valid(&parts.headers) {
+        if app.admin_token.is_some()
+            && super::ui::session::is_valid(&app.engine, &parts.headers)
+                .await
+                .unwrap_or(false)
+        {
             return Ok(OperatorOrSession);
         }
         Operator::from_request_parts(parts, state)

@@ -46,8 +46,6 @@ pub struct Shared {
     pub metrics: metrics::Metrics,
     /// Where the master keys live, for a rotation.
     pub keys: KeySource,
-    /// Sessions of the operator page.
-    pub sessions: ui::Sessions,
     /// Wrong operator tokens by client address.
     pub operator_attempts: lockout::OperatorAttempts,
     /// The server speaks TLS itself: session cookies are `Secure`.
@@ -66,7 +64,6 @@ impl Shared {
             admin_token,
             metrics: metrics::Metrics::default(),
             keys,
-            sessions: ui::Sessions::default(),
             operator_attempts: lockout::OperatorAttempts::new(lockout::DEFAULT_WRONG_TOKENS),
             secure_cookies: false,
             peers: reqwest::Client::builder()

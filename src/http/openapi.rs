@@ -659,6 +659,7 @@ mod tests {
                 "/admin/orgs/{org_id}/crash",
                 "/admin/test/clock",
                 "/admin/test/store",
+                "/internal/peer",
                 "/mcp"
             ],
             "register routes through `routes()` so that the document has them"

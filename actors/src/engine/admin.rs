@@ -269,3 +269,42 @@ impl Engine {
         Ok(())
     }
 }
+
+/// How long an operator page session lasts after login.
+const OPERATOR_SESSION_MS: i64 = 12 * 3600 * 1000;
+
+impl Engine {
+    /// Opens a session of the operator page; answers its id, which only
+    /// the client keeps (the store keeps its hash).
+    pub async fn open_operator_session(&self) -> Result<String, EngineError> {
+        let id = crate::crypto::new_key_secret();
+        let now = self.now();
+        self.inner
+            .store
+            .open_session(
+                &crate::crypto::hash_secret(&id),
+                now + OPERATOR_SESSION_MS,
+                now,
+            )
+            .await?;
+        Ok(id)
+    }
+
+    /// Whether `id` names an open session of the operator page, on any node.
+    pub async fn operator_session(&self, id: &str) -> Result<bool, EngineError> {
+        Ok(self
+            .inner
+            .store
+            .session_open(&crate::crypto::hash_secret(id), self.now())
+            .await?)
+    }
+
+    /// Ends a session of the operator page on every node.
+    pub async fn close_operator_session(&self, id: &str) -> Result<(), EngineError> {
+        Ok(self
+            .inner
+            .store
+            .close_session(&crate::crypto::hash_secret(id))
+            .await?)
+    }
+}

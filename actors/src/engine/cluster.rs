@@ -4,11 +4,13 @@
 //! and handing every org over at a graceful stop. The rules are in
 //! `crate::cluster`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Engine;
 use crate::api::{ClusterNode, ClusterView, Timestamp};
-use crate::cluster::Placement;
+use crate::cluster::{Cluster, Placement as Place};
 use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
 use crate::supervisor::SupervisorMsg;
@@ -56,9 +58,9 @@ impl Engine {
         org: OrgId,
         forwarded: bool,
         fresh: bool,
-    ) -> Result<Placement, EngineError> {
+    ) -> Result<Place, EngineError> {
         match &self.inner.cluster {
-            None => Ok(Placement::Here),
+            None => Ok(Place::Here),
             Some(cluster) => self.stored(cluster.place(org, forwarded, fresh).await),
         }
     }
@@ -118,8 +120,7 @@ impl Engine {
         let Some(cluster) = &self.inner.cluster else {
             return;
         };
-        cluster.begin_leaving();
-        if let Err(e) = cluster.beat().await {
+        if let Err(e) = cluster.begin_leaving().await {
             tracing::warn!(error = %e, "telling the cluster this node leaves failed");
         }
         let owned = cluster.owned();
@@ -136,14 +137,55 @@ impl Engine {
         }
     }
 
-    /// Runs for the engine's life: a heartbeat every period, and what the
-    /// directory says then.
-    pub(super) async fn keep_placement(self) {
-        let Some(cluster) = self.inner.cluster.clone() else {
-            return;
+    /// Starts the heartbeat on a thread and runtime of its own: a node so
+    /// busy that its request threads hold both cores must not look dead to
+    /// the others and drop its orgs for it. After each heartbeat the
+    /// engine's own task adopts orphaned orgs and rebalances.
+    pub(super) fn start_placement(&self) -> Option<Placement> {
+        let cluster = self.inner.cluster.clone()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let beaten = Arc::new(tokio::sync::Notify::new());
+        let heart = {
+            let (cluster, stop, beaten) = (cluster.clone(), stop.clone(), beaten.clone());
+            let engine = self.clone();
+            std::thread::Builder::new()
+                .name("taskq-heartbeat".into())
+                .spawn(move || {
+                    let runtime = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(runtime) => runtime,
+                        Err(e) => {
+                            tracing::error!(error = %e, "the heartbeat's runtime did not start");
+                            return;
+                        }
+                    };
+                    runtime.block_on(engine.beat_forever(&cluster, &stop, &beaten));
+                })
+                .ok()?
         };
+        let engine = self.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                beaten.notified().await;
+                if cluster.trusted() && !cluster.is_leaving() {
+                    engine.adopt_orphans().await;
+                    engine.rebalance();
+                }
+            }
+        });
+        Some(Placement { stop, heart, task })
+    }
+
+    async fn beat_forever(
+        &self,
+        cluster: &Cluster,
+        stop: &AtomicBool,
+        beaten: &tokio::sync::Notify,
+    ) {
         let period = cluster.config().heartbeat;
-        loop {
+        while !stop.load(Ordering::Relaxed) {
             tokio::time::sleep(period).await;
             let lapsed = match cluster.beat().await {
                 Ok(lapsed) => lapsed,
@@ -167,11 +209,7 @@ impl Engine {
                 }
                 continue;
             }
-            if cluster.is_leaving() {
-                continue;
-            }
-            self.adopt_orphans().await;
-            self.rebalance();
+            beaten.notify_one();
         }
     }
 
@@ -221,5 +259,21 @@ impl Engine {
         for org in moving {
             let _ = self.inner.supervisor.cast(SupervisorMsg::HandOver(org));
         }
+    }
+}
+
+/// The heartbeat's thread and the task that acts on what it saw.
+pub(super) struct Placement {
+    stop: Arc<AtomicBool>,
+    heart: std::thread::JoinHandle<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Placement {
+    /// Stops both; the thread ends within a heartbeat.
+    pub(super) fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.abort();
+        let _ = self.heart.join();
     }
 }

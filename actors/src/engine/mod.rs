@@ -187,6 +187,8 @@ struct Inner {
     wrap_gate: tokio::sync::RwLock<()>,
     /// This node's place among several on one PostgreSQL.
     cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// The heartbeat's thread and what acts on it (several nodes).
+    placement: std::sync::Mutex<Option<cluster::Placement>>,
     /// How this node reaches the others (several nodes).
     peers: OnceLock<Arc<dyn peers::Peers>>,
     /// Each key's org, for routing a request to the org's node (a key
@@ -382,6 +384,7 @@ impl Engine {
                 _db_file: db_file,
                 key_orgs: DashMap::new(),
                 peers: OnceLock::new(),
+                placement: std::sync::Mutex::new(None),
                 #[cfg(feature = "test-hooks")]
                 rewrap_pause_after: config.rewrap_pause_after,
             }),
@@ -400,9 +403,7 @@ impl Engine {
         let _ = engine.inner.feedback.set(feedback);
         engine.wake_orgs_with_leases().await?;
         background_tasks.push(tokio::spawn(engine.clone().watch_store()));
-        if engine.inner.cluster.is_some() {
-            background_tasks.push(tokio::spawn(engine.clone().keep_placement()));
-        }
+        *engine.inner.placement.lock().expect("not poisoned") = engine.start_placement();
         *engine.inner.background_tasks.lock().expect("not poisoned") = background_tasks;
         Ok(engine)
     }
@@ -549,6 +550,12 @@ impl Engine {
         self.inner.supervisor.stop(None);
         self.inner.reports_keeper.stop(None);
         self.inner.reporter.close().await;
+        let placement = self.inner.placement.lock().expect("not poisoned").take();
+        if let Some(placement) = placement {
+            // The thread ends within a heartbeat; nothing here waits on it
+            // while holding the runtime.
+            let _ = tokio::task::spawn_blocking(move || placement.stop()).await;
+        }
         for t in std::mem::take(&mut *self.inner.background_tasks.lock().expect("not poisoned")) {
             t.abort();
         }
@@ -605,7 +612,7 @@ impl Engine {
             // and trusts its own heartbeat.
             if let Some(cluster) = &self.inner.cluster {
                 if !cluster.serves(org) {
-                    return Err(EngineError::OrgMoving);
+                    return Err(cluster.refusal());
                 }
             }
             if route.in_flight.fetch_add(1, Ordering::Relaxed) >= self.inner.org_in_flight {

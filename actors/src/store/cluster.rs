@@ -81,6 +81,17 @@ impl Store {
 
     /// Registers this node (or registers it again after a long outage).
     pub async fn register_node(&self, node_id: &str, url: &str, started_at: i64) -> Result<()> {
+        let mut conn = self.cluster_pool()?.acquire().await?;
+        Self::register_node_on(&mut conn, node_id, url, started_at).await
+    }
+
+    /// `register_node` on a given connection (the heartbeat's).
+    pub async fn register_node_on(
+        conn: &mut PgConnection,
+        node_id: &str,
+        url: &str,
+        started_at: i64,
+    ) -> Result<()> {
         sqlx::query(
             "INSERT INTO cluster_nodes (node_id, advertise_url, started_at, last_seen, leaving) \
              VALUES ($1, $2, $3, now(), false) ON CONFLICT (node_id) DO UPDATE \
@@ -89,15 +100,28 @@ impl Store {
         .bind(node_id)
         .bind(url)
         .bind(started_at)
-        .execute(self.cluster_pool()?)
+        .execute(conn)
         .await?;
+        Ok(())
+    }
+
+    /// Marks this node as leaving (a graceful stop): no node chooses it
+    /// for an org any more.
+    pub async fn mark_leaving(&self, node_id: &str) -> Result<()> {
+        sqlx::query("UPDATE cluster_nodes SET leaving = true WHERE node_id = $1")
+            .bind(node_id)
+            .execute(self.cluster_pool()?)
+            .await?;
         Ok(())
     }
 
     /// A connection of the node's own for its heartbeat, so that a busy
     /// pool never delays it past the node's trust window.
+    /// A new connection, not the pool's: made on the runtime that will use
+    /// it (the heartbeat's thread), whose driver alone serves its socket.
     pub async fn heartbeat_conn(&self) -> Result<PgConnection> {
-        Ok(self.cluster_pool()?.acquire().await?.detach())
+        use sqlx::ConnectOptions as _;
+        Ok(self.cluster_pool()?.connect_options().connect().await?)
     }
 
     /// Renews this node's heartbeat, and with it every org it owns, on its

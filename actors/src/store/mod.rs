@@ -176,6 +176,7 @@ mod keys;
 mod org_records;
 mod reports;
 mod rows;
+mod sessions;
 mod tasks;
 #[cfg(test)]
 mod tests;

@@ -10,7 +10,7 @@
 //! a per-response nonce), requests to this origin, and nothing else.
 
 mod page;
-mod session;
+pub(super) mod session;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -18,8 +18,6 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use taskq_actors::api::OperatorStats;
-
-pub use session::Sessions;
 
 use super::error::{ApiError, TOO_MANY_WRONG_TOKENS};
 use super::extract::{query_pairs, OperatorOrSession};
@@ -80,7 +78,7 @@ fn back_to_page() -> Response {
 pub async fn page(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     operator_token(&state)?;
     let nonce = nonce();
-    if !state.sessions.is_valid(&headers) {
+    if !session::is_valid(&state.engine, &headers).await? {
         return Ok(html(
             StatusCode::UNAUTHORIZED,
             &nonce,
@@ -138,7 +136,7 @@ pub async fn login(
             }
         });
     }
-    let id = state.sessions.open();
+    let id = session::open(&state.engine).await?;
     let mut response = back_to_page();
     let (name, value) = session::set_cookie(&id, state.secure_cookies);
     response.headers_mut().insert(name, value);
@@ -151,7 +149,7 @@ pub async fn logout(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     operator_token(&state)?;
-    state.sessions.close(&headers);
+    session::close(&state.engine, &headers).await?;
     let mut response = back_to_page();
     let (name, value) = session::clear_cookie(state.secure_cookies);
     response.headers_mut().insert(name, value);

@@ -1,71 +1,41 @@
 //! Sessions of the operator page: a login with the operator token opens
 //! one, named by a random id in an `HttpOnly`, `SameSite=Strict` cookie.
 //!
-//! The cookie never carries the token. The server keeps only the SHA-256 of
-//! each id with its expiry, in memory: a restart ends every session, and a
-//! logout ends its own at once. The table is bounded; beyond that the
-//! session closest to expiry makes room.
+//! The cookie never carries the token. The store keeps only the SHA-256 of
+//! each id with its expiry, so every node of a cluster knows a session and
+//! a logout through any node ends it at once. The table is bounded; beyond
+//! that the session closest to expiry makes room.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::http::header::{COOKIE, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue};
-use taskq_actors::crypto::{hash_secret, new_key_secret};
+use taskq_actors::{Engine, EngineError};
 
 /// The cookie's name.
 pub const COOKIE_NAME: &str = "taskq_operator";
 
-/// How long a session lasts after login.
+/// How long a session lasts after login (as the engine keeps it).
 const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 
-/// Sessions open at once.
-const MAX_SESSIONS: usize = 256;
-
-#[derive(Default)]
-pub struct Sessions {
-    /// SHA-256 of a session id -> when it expires.
-    expiries: Mutex<HashMap<Vec<u8>, Instant>>,
+/// Opens a session and answers its id.
+pub async fn open(engine: &Engine) -> Result<String, EngineError> {
+    engine.open_operator_session().await
 }
 
-impl Sessions {
-    /// Opens a session and answers its id.
-    pub fn open(&self) -> String {
-        let id = new_key_secret();
-        let now = Instant::now();
-        let mut expiries = self.expiries.lock().unwrap_or_else(|e| e.into_inner());
-        expiries.retain(|_, at| *at > now);
-        if expiries.len() >= MAX_SESSIONS {
-            let closest = expiries
-                .iter()
-                .min_by_key(|(_, at)| **at)
-                .map(|(k, _)| k.clone());
-            if let Some(k) = closest {
-                expiries.remove(&k);
-            }
-        }
-        expiries.insert(hash_secret(&id), now + SESSION_TTL);
-        id
+/// Whether the request's cookie names a live session (on any node).
+pub async fn is_valid(engine: &Engine, headers: &HeaderMap) -> Result<bool, EngineError> {
+    match session_id(headers) {
+        Some(id) => engine.operator_session(id).await,
+        None => Ok(false),
     }
+}
 
-    /// Whether the request's cookie names a live session.
-    pub fn is_valid(&self, headers: &HeaderMap) -> bool {
-        let Some(id) = session_id(headers) else {
-            return false;
-        };
-        let expiries = self.expiries.lock().unwrap_or_else(|e| e.into_inner());
-        expiries
-            .get(&hash_secret(id))
-            .is_some_and(|at| *at > Instant::now())
-    }
-
-    /// Ends the request's session, if it names one.
-    pub fn close(&self, headers: &HeaderMap) {
-        if let Some(id) = session_id(headers) {
-            let mut expiries = self.expiries.lock().unwrap_or_else(|e| e.into_inner());
-            expiries.remove(&hash_secret(id));
-        }
+/// Ends the request's session, if it names one.
+pub async fn close(engine: &Engine, headers: &HeaderMap) -> Result<(), EngineError> {
+    match session_id(headers) {
+        Some(id) => engine.close_operator_session(id).await,
+        None => Ok(()),
     }
 }
 
@@ -107,35 +77,6 @@ fn cookie(value: &str, max_age: u64, secure: bool) -> (axum::http::HeaderName, H
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn with_cookie(value: &str) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        headers.insert(COOKIE, HeaderValue::from_str(value).unwrap());
-        headers
-    }
-
-    #[test]
-    fn a_session_lives_until_logout() {
-        let sessions = Sessions::default();
-        let id = sessions.open();
-        let headers = with_cookie(&format!("other=1; {COOKIE_NAME}={id}"));
-        assert!(sessions.is_valid(&headers));
-        assert!(!sessions.is_valid(&with_cookie(&format!("{COOKIE_NAME}=x{id}"))));
-        assert!(!sessions.is_valid(&with_cookie(&format!("{COOKIE_NAME}="))));
-        sessions.close(&headers);
-        assert!(!sessions.is_valid(&headers));
-    }
-
-    #[test]
-    fn the_table_is_bounded() {
-        let sessions = Sessions::default();
-        let first = sessions.open();
-        for _ in 0..MAX_SESSIONS {
-            sessions.open();
-        }
-        assert!(!sessions.is_valid(&with_cookie(&format!("{COOKIE_NAME}={first}"))));
-        assert_eq!(sessions.expiries.lock().unwrap().len(), MAX_SESSIONS);
-    }
 
     #[test]
     fn cookies_are_http_only_and_strict() {
