@@ -70,12 +70,18 @@ impl KeySource {
         let dir = match self {
             KeySource::Env => {
                 let ring = self.load()?;
-                anyhow::ensure!(
-                    ring.current().id() == new_key.id(),
-                    "the master key comes from TASKQ_MASTER_KEY: set TASKQ_MASTER_KEY to the new \
-                     key and TASKQ_MASTER_KEY_PREVIOUS to the old one, restart, then rotate again"
-                );
-                return Ok(ring);
+                if ring.current().id() == new_key.id() {
+                    return Ok(ring);
+                }
+                // Several nodes: each holds the new key among the previous
+                // ones before one of them makes it current.
+                return ring.with_current(new_key.id()).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "the master key comes from TASKQ_MASTER_KEY: set TASKQ_MASTER_KEY to the \
+                         new key and TASKQ_MASTER_KEY_PREVIOUS to the old one (or the new one \
+                         among TASKQ_MASTER_KEY_PREVIOUS), restart, then rotate again"
+                    )
+                });
             }
             KeySource::Files(dir) => dir,
         };

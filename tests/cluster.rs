@@ -23,22 +23,23 @@ struct Cluster {
 impl Cluster {
     /// `n` nodes with one master key, or `None` without PostgreSQL.
     async fn start(n: usize) -> Option<Cluster> {
-        Self::start_with(n, |b| b).await
+        Self::start_with(n, |_, b| b).await
     }
 
-    async fn start_with(n: usize, each: impl Fn(Builder) -> Builder) -> Option<Cluster> {
+    /// `each` adds what node `i` is started with.
+    async fn start_with(n: usize, each: impl Fn(usize, Builder) -> Builder) -> Option<Cluster> {
         if !Backend::Postgres.is_configured() {
             eprintln!("note: {POSTGRES_ENV} is unset; skipping a cluster test");
             return None;
         }
         let key = base64_key();
-        let first = each(TestServer::builder(Backend::Postgres))
+        let first = each(0, TestServer::builder(Backend::Postgres))
             .env("TASKQ_MASTER_KEY", &key)
             .start()
             .await;
         let mut nodes = vec![first];
-        for _ in 1..n {
-            let node = each(TestServer::builder(Backend::Postgres))
+        for i in 1..n {
+            let node = each(i, TestServer::builder(Backend::Postgres))
                 .joining(&nodes[0])
                 .env("TASKQ_MASTER_KEY", &key)
                 .start()
@@ -814,7 +815,7 @@ async fn postgres_cut_off_mid_load_the_cluster_recovers_by_itself() {
     }
     let proxy = Proxy::start(postgres_addr()).await;
     let through = proxy.addr.clone();
-    let Some(cluster) = Cluster::start_with(3, |b| b.postgres_through(&through)).await else {
+    let Some(cluster) = Cluster::start_with(3, |_, b| b.postgres_through(&through)).await else {
         return;
     };
     let org = cluster.node(0).create_org("dev").await;
@@ -1052,4 +1053,96 @@ async fn feedback_and_strike_blocks_reach_orgs_other_nodes_own() {
             assert_eq!(status, StatusCode::UNAUTHORIZED, "node {n}: {body}");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_key_rotation_through_one_node_reaches_every_node() {
+    let new_key = base64_key();
+    // Every node holds the next key before the rotation.
+    let Some(cluster) =
+        Cluster::start_with(2, |_, b| b.env("TASKQ_MASTER_KEY_PREVIOUS", &new_key)).await
+    else {
+        return;
+    };
+    let before = cluster.node(0).create_org("dev").await;
+    let task = cluster
+        .node(1)
+        .new_task(&before.owner_key, "sealed before")
+        .await;
+
+    let (status, rotated) = cluster
+        .node(1)
+        .admin(
+            Method::POST,
+            "/admin/master-key/rotate",
+            Some(json!({ "new_key": new_key })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{rotated}");
+    assert!(rotated["rewrapped"].as_u64() >= Some(2), "{rotated}");
+    assert_eq!(rotated["previous_keys_retired"], true, "{rotated}");
+
+    // Both nodes wrap new orgs with the new key and open the old ones.
+    for i in 0..2 {
+        let org = cluster.node(i).create_org("dev").await;
+        for n in 0..2 {
+            let id = cluster
+                .node(n)
+                .new_task(&org.owner_key, "sealed after")
+                .await;
+            assert_eq!(
+                cluster.node(n + 1).get_task(&org.owner_key, &id).await["title"],
+                "sealed after"
+            );
+        }
+    }
+    for n in 0..2 {
+        let t = cluster.node(n).get_task(&before.owner_key, &task).await;
+        assert_eq!(t["title"], "sealed before");
+    }
+    // Every wrap names the new key (an UPDATE that changes nothing counts
+    // the rows it matched).
+    let new_id = str_field(&rotated, "master_key_id");
+    let stale = cluster
+        .node(0)
+        .execute(
+            "UPDATE orgs SET master_key_id = master_key_id \
+             WHERE wrapped_dek IS NOT NULL AND master_key_id <> ?",
+            &[&new_id],
+        )
+        .await;
+    assert_eq!(stale, 0, "a wrap is not under the new key");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_is_refused_while_a_node_lacks_the_new_key() {
+    // Node 0 holds the next key, node 1 does not.
+    let new_key = base64_key();
+    let Some(cluster) = Cluster::start_with(2, |i, b| {
+        if i == 0 {
+            b.env("TASKQ_MASTER_KEY_PREVIOUS", &new_key)
+        } else {
+            b
+        }
+    })
+    .await
+    else {
+        return;
+    };
+    let (status, body) = cluster
+        .node(0)
+        .admin(
+            Method::POST,
+            "/admin/master-key/rotate",
+            Some(json!({ "new_key": new_key })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        str_field(&body, "error").contains("does not hold the new master key"),
+        "{body}"
+    );
+    // Nothing moved: both nodes go on as before.
+    let org = cluster.node(0).create_org("dev").await;
+    cluster.node(1).new_task(&org.owner_key, "still fine").await;
 }

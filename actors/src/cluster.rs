@@ -73,6 +73,15 @@ pub enum Placement {
 /// other node refuses (`org moving`), then a fresh look-up.
 const OWNER_FOR: Duration = Duration::from_secs(1);
 
+/// What one heartbeat saw.
+#[derive(Debug, Clone)]
+pub struct Beat {
+    /// The trust window had shut before it: every org owned is lost.
+    pub lapsed: bool,
+    /// The master key new wraps are made with, once a rotation began.
+    pub master_key: Option<String>,
+}
+
 /// A live node as this node last saw the directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveNode {
@@ -130,6 +139,8 @@ pub struct Cluster {
     links: Option<Arc<EventLinks>>,
     /// The heartbeat's own connection, made on the heartbeat's thread.
     conn: tokio::sync::Mutex<Option<sqlx::PgConnection>>,
+    /// What the heartbeats say of the master keys held.
+    master_keys: std::sync::Mutex<String>,
     /// The last heartbeat failed: the store is out of reach.
     beat_failed: std::sync::atomic::AtomicBool,
     /// What else this node drops of an org it no longer owns (its index,
@@ -140,11 +151,13 @@ pub struct Cluster {
 impl Cluster {
     /// Registers this node in the directory; it trusts itself after its
     /// first heartbeat.
+    /// Answers the cluster and what its first heartbeat saw.
     pub async fn join(
         store: Store,
         config: ClusterConfig,
         started_at: i64,
-    ) -> Result<Self, StoreError> {
+        keyring: &crate::crypto::Keyring,
+    ) -> Result<(Self, Beat), StoreError> {
         let node: Arc<str> = config
             .node_id
             .clone()
@@ -171,12 +184,14 @@ impl Cluster {
             links,
             conn: tokio::sync::Mutex::new(None),
             beat_failed: std::sync::atomic::AtomicBool::new(false),
+            master_keys: std::sync::Mutex::new(String::new()),
             on_forget: std::sync::OnceLock::new(),
         };
+        cluster.hold_keys(keyring);
         let mut first = cluster.store.heartbeat_conn().await?;
-        cluster.beat_on(&mut first).await?;
+        let beat = cluster.beat_on(&mut first).await?;
         let _ = sqlx::Connection::close(first).await;
-        Ok(cluster)
+        Ok((cluster, beat))
     }
 
     pub fn node_id(&self) -> &str {
@@ -206,7 +221,7 @@ impl Cluster {
     /// Answers whether the window had shut before it (the node was cut off
     /// or paused): then every org it owned is lost, and the caller stops
     /// their actors.
-    pub async fn beat(&self) -> Result<bool, StoreError> {
+    pub async fn beat(&self) -> Result<Beat, StoreError> {
         let mut conn = self.conn.lock().await;
         if conn.is_none() {
             *conn = Some(
@@ -229,21 +244,26 @@ impl Cluster {
     }
 
     /// Why this node does not act for an org it does not serve: its store
-    /// is unreachable (its last heartbeat failed), or the org is another
-    /// node's or between nodes.
+    /// has not answered its heartbeats in time (its trust window shut), or
+    /// the org is another node's or between nodes.
     pub fn refusal(&self) -> crate::error::EngineError {
-        if !self.trusted() && self.beat_failed.load(Ordering::Acquire) {
+        if !self.trusted() {
             crate::error::EngineError::StoreUnavailable
         } else {
             crate::error::EngineError::OrgMoving
         }
     }
 
-    async fn beat_on(&self, conn: &mut sqlx::PgConnection) -> Result<bool, StoreError> {
+    async fn beat_on(&self, conn: &mut sqlx::PgConnection) -> Result<Beat, StoreError> {
         let started = self.now_ms();
         let leaving = self.leaving.load(Ordering::Relaxed);
+        let keys = self
+            .master_keys
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let beat = async {
-            let renewed = Store::heartbeat(&mut *conn, &self.node, leaving).await?;
+            let renewed = Store::heartbeat(&mut *conn, &self.node, leaving, &keys).await?;
             if !renewed {
                 // A row removed after a very long pause: register again.
                 Store::register_node_on(
@@ -255,9 +275,10 @@ impl Cluster {
                 .await?;
             }
             let nodes = nodes_seen(&mut *conn, self.config.ttl, self.config.ttl).await?;
-            Ok::<_, StoreError>(nodes)
+            let master_key = Store::cluster_master_key(&mut *conn).await?;
+            Ok::<_, StoreError>((nodes, master_key))
         };
-        let nodes = beat.await.inspect_err(|_| self.failed())?;
+        let (nodes, master_key) = beat.await.inspect_err(|_| self.failed())?;
         self.beat_failed.store(false, Ordering::Release);
         let lapsed = started >= self.trusted_until_ms.load(Ordering::Acquire);
         let window =
@@ -286,7 +307,17 @@ impl Cluster {
         *self.live.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(live);
         self.trusted_until_ms
             .store(started.saturating_add(window), Ordering::Release);
-        Ok(lapsed)
+        Ok(Beat { lapsed, master_key })
+    }
+
+    /// The master keys this node holds, its current one first, as its
+    /// heartbeats tell the others.
+    pub fn hold_keys(&self, keyring: &crate::crypto::Keyring) {
+        let ids: Vec<&str> = std::iter::once(keyring.current())
+            .chain(keyring.previous())
+            .map(|k| k.id())
+            .collect();
+        *self.master_keys.lock().unwrap_or_else(|e| e.into_inner()) = ids.join(",");
     }
 
     /// Whether the node at `url` was live at the last heartbeat, leaving

@@ -172,6 +172,18 @@ impl Keyring {
         &self.previous
     }
 
+    /// The same keys with the one named `id` current (the old current one
+    /// among the previous); `None` when it is current already or not held.
+    pub fn with_current(&self, id: &str) -> Option<Keyring> {
+        if self.current.id == id {
+            return None;
+        }
+        let next = self.key(id)?.clone();
+        let mut previous = vec![self.current.clone()];
+        previous.extend(self.previous.iter().cloned());
+        Some(Keyring::new(next, previous))
+    }
+
     /// Whether the key named `id` is held.
     pub fn holds(&self, id: &str) -> bool {
         self.key(id).is_some()

@@ -15,7 +15,16 @@ CREATE TABLE cluster_nodes (
     advertise_url TEXT NOT NULL,
     started_at    BIGINT NOT NULL,
     last_seen     TIMESTAMPTZ NOT NULL DEFAULT now(),
-    leaving       BOOLEAN NOT NULL DEFAULT false
+    leaving       BOOLEAN NOT NULL DEFAULT false,
+    -- The fingerprints of the master keys it holds, its current one first.
+    master_keys   TEXT NOT NULL DEFAULT ''
+);
+
+-- Settings every node follows: `master_key`, the fingerprint of the key
+-- that makes new data-key wraps once a rotation began.
+CREATE TABLE cluster_settings (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
 );
 
 CREATE TABLE org_owners (

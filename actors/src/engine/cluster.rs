@@ -188,7 +188,12 @@ impl Engine {
         while !stop.load(Ordering::Relaxed) {
             tokio::time::sleep(period).await;
             let lapsed = match cluster.beat().await {
-                Ok(lapsed) => lapsed,
+                Ok(beat) => {
+                    if let Some(id) = &beat.master_key {
+                        self.follow_master_key(cluster, id).await;
+                    }
+                    beat.lapsed
+                }
                 Err(e) => {
                     self.inner.health.observe(&e);
                     tracing::warn!(error = %e, "cluster heartbeat failed");
@@ -210,6 +215,30 @@ impl Engine {
                 continue;
             }
             beaten.notify_one();
+        }
+    }
+
+    /// A rotation through another node made the key `id` current: this
+    /// node makes new wraps with it too, once no wrap of its own is being
+    /// made with the old one. The next heartbeat tells the rotating node.
+    async fn follow_master_key(&self, cluster: &Cluster, id: &str) {
+        if self.keyring().current().id() == id {
+            return;
+        }
+        let _gate = self.inner.wrap_gate.write().await;
+        let ring = self.keyring();
+        match ring.with_current(id) {
+            Some(next) => {
+                cluster.hold_keys(&next);
+                self.inner.directory.set_keyring(next);
+                tracing::info!(master_key_id = %id, "the cluster's master key changed: new wraps use it");
+            }
+            None if !ring.holds(id) => tracing::error!(
+                master_key_id = %id,
+                "the cluster's current master key is one this node does not hold: \
+                 start it with that key in TASKQ_MASTER_KEY"
+            ),
+            None => {}
         }
     }
 

@@ -103,11 +103,37 @@ impl Engine {
     /// current key, and drops its previous keys once no wrap needs them.
     pub async fn rotate_master(&self, keyring: Keyring) -> Result<MasterKeyRotated, EngineError> {
         let current = keyring.current().id().to_owned();
+        // Several nodes: every live node must hold the new key before any
+        // wrap moves to it; then all of them make new wraps with it.
+        if let Some(cluster) = &self.inner.cluster {
+            let others = self.stored(cluster.nodes().await)?;
+            for node in others
+                .iter()
+                .filter(|n| n.live && n.node_id != cluster.node_id())
+            {
+                if !node.master_keys.split(',').any(|k| k == current) {
+                    return Err(EngineError::Conflict(format!(
+                        "node {} ({}) does not hold the new master key {current}: restart \
+                         every node with it in TASKQ_MASTER_KEY_PREVIOUS first",
+                        node.node_id, node.advertise_url
+                    )));
+                }
+            }
+        }
+        // On PostgreSQL, the key every node makes new wraps with, also when
+        // the rotation runs with the servers stopped.
+        if self.backend() == "postgres" {
+            self.stored(self.inner.store.set_cluster_master_key(&current).await)?;
+        }
         {
             // No org is created with the old key once this returns.
             let _gate = self.inner.wrap_gate.write().await;
+            if let Some(cluster) = &self.inner.cluster {
+                cluster.hold_keys(&keyring);
+            }
             self.inner.directory.set_keyring(keyring);
         }
+        let everywhere = self.until_every_node_makes_wraps_with(&current).await?;
         tracing::info!(master_key_id = %current, "master key rotation: re-wrapping data keys");
         let mut rewrapped = 0;
         // A wrap created just before the swap may commit after a pass
@@ -115,12 +141,14 @@ impl Engine {
         for _ in 0..3 {
             rewrapped += self.rewrap_all(&current).await?;
             let gate = self.inner.wrap_gate.write().await;
-            if self.inner.store.count_wraps_not_under(&current).await? == 0 {
+            if everywhere && self.inner.store.count_wraps_not_under(&current).await? == 0 {
                 let ring = self.keyring();
                 let retired = ring.previous().len();
-                self.inner
-                    .directory
-                    .set_keyring(Keyring::new(ring.current().clone(), Vec::new()));
+                let kept = Keyring::new(ring.current().clone(), Vec::new());
+                if let Some(cluster) = &self.inner.cluster {
+                    cluster.hold_keys(&kept);
+                }
+                self.inner.directory.set_keyring(kept);
                 drop(gate);
                 tracing::info!(
                     master_key_id = %current,
@@ -140,6 +168,31 @@ impl Engine {
             rewrapped,
             previous_keys_retired: false,
         })
+    }
+
+    /// Several nodes: waits (a few heartbeats at most) until every live
+    /// node says `current` is the key it wraps with; true at once alone.
+    /// False when one did not follow, and then the old keys are kept.
+    async fn until_every_node_makes_wraps_with(&self, current: &str) -> Result<bool, EngineError> {
+        let Some(cluster) = &self.inner.cluster else {
+            return Ok(true);
+        };
+        for _ in 0..50 {
+            let nodes = self.stored(cluster.nodes().await)?;
+            if nodes
+                .iter()
+                .filter(|n| n.live)
+                .all(|n| n.master_keys.split(',').next() == Some(current))
+            {
+                return Ok(true);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        tracing::warn!(
+            master_key_id = %current,
+            "not every node wraps with the new master key yet: the old keys are kept"
+        );
+        Ok(false)
     }
 
     /// One pass over the wraps not under `current`.

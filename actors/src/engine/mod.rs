@@ -196,7 +196,7 @@ struct Inner {
     key_orgs: DashMap<crate::domain::KeyId, OrgId>,
     /// The SQLite file this server holds, so that no second server opens
     /// it (`None` on PostgreSQL).
-    _db_file: Option<std::fs::File>,
+    db_file: std::sync::Mutex<Option<std::fs::File>>,
     /// This node's id, URL and start, for `GET /admin/cluster` on a node
     /// alone.
     local_node: Arc<(String, String, i64)>,
@@ -252,10 +252,31 @@ impl Engine {
         let store = Store::connect(&config.database_url, &config.store).await?;
         check_master_keys(&store, &config.keyring).await?;
         let started_at = config.clock.now_ms();
+        let mut keyring = config.keyring;
         let cluster = match (&config.cluster, store.backend()) {
-            (Some(c), "postgres") => Some(Arc::new(
-                crate::cluster::Cluster::join(store.clone(), c.clone(), started_at).await?,
-            )),
+            (Some(c), "postgres") => {
+                let (cluster, beat) =
+                    crate::cluster::Cluster::join(store.clone(), c.clone(), started_at, &keyring)
+                        .await?;
+                // Every node wraps with the cluster's key (the first node's,
+                // then each rotation's), whichever of its keys is current:
+                // a node restarted with the next key wraps with the old one
+                // until a rotation moves them all.
+                let _ = beat;
+                let key = store
+                    .adopt_cluster_master_key(keyring.current().id())
+                    .await?;
+                if let Some(ring) = keyring.with_current(&key) {
+                    keyring = ring;
+                    cluster.hold_keys(&keyring);
+                } else if !keyring.holds(&key) {
+                    return Err(EngineError::Internal(format!(
+                        "the cluster wraps data keys with master key {key}, which this node \
+                         does not hold: start it with that key"
+                    )));
+                }
+                Some(Arc::new(cluster))
+            }
             _ => None,
         };
         // A failed commit asks the supervisor to restart the org's actor;
@@ -279,7 +300,7 @@ impl Engine {
             config.writer_queue,
             on_failure,
         );
-        let directory = Arc::new(OrgDirectory::new(store.clone(), config.keyring));
+        let directory = Arc::new(OrgDirectory::new(store.clone(), keyring));
         let routes: Routes = Arc::new(DashMap::new());
         let stats = Arc::new(ActorStats::default());
         let snapshots = Arc::new(OrgSnapshots::default());
@@ -381,7 +402,7 @@ impl Engine {
                     started_at,
                 )),
                 cluster,
-                _db_file: db_file,
+                db_file: std::sync::Mutex::new(db_file),
                 key_orgs: DashMap::new(),
                 peers: OnceLock::new(),
                 placement: std::sync::Mutex::new(None),
@@ -561,6 +582,8 @@ impl Engine {
         }
         self.inner.writers.close().await;
         self.inner.store.close().await;
+        // The file is whole: another server may open it now.
+        drop(self.inner.db_file.lock().expect("not poisoned").take());
     }
 
     /// The org's live actor, from the supervisor. `stale` names an actor

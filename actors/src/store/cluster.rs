@@ -25,6 +25,8 @@ pub struct NodeRow {
     pub live: bool,
     /// It is stopping and hands its orgs over.
     pub leaving: bool,
+    /// The fingerprints of the master keys it holds, its current one first.
+    pub master_keys: String,
 }
 
 /// Who owns an org, as its row says.
@@ -55,7 +57,7 @@ pub async fn nodes_seen<'e>(
          (extract(epoch FROM n.last_seen) * 1000)::int8 AS last_seen, \
          (SELECT count(*) FROM org_owners o WHERE o.node_id = n.node_id) AS orgs, \
          n.last_seen > now() - make_interval(secs => $1::int8 / 1000.0) AS live, \
-         n.leaving \
+         n.leaving, n.master_keys \
          FROM cluster_nodes n \
          WHERE n.last_seen > now() - make_interval(secs => $2::int8 / 1000.0) \
          ORDER BY n.node_id",
@@ -125,14 +127,22 @@ impl Store {
     }
 
     /// Renews this node's heartbeat, and with it every org it owns, on its
-    /// own connection; false when its row is gone (it must register again).
-    /// Nodes not seen for a day leave the directory.
-    pub async fn heartbeat(conn: &mut PgConnection, node_id: &str, leaving: bool) -> Result<bool> {
+    /// own connection, with the master keys it holds; false when its row is
+    /// gone (it must register again). Nodes not seen for a day leave the
+    /// directory.
+    pub async fn heartbeat(
+        conn: &mut PgConnection,
+        node_id: &str,
+        leaving: bool,
+        master_keys: &str,
+    ) -> Result<bool> {
         let renewed = sqlx::query(
-            "UPDATE cluster_nodes SET last_seen = now(), leaving = $2 WHERE node_id = $1",
+            "UPDATE cluster_nodes SET last_seen = now(), leaving = $2, master_keys = $3 \
+             WHERE node_id = $1",
         )
         .bind(node_id)
         .bind(leaving)
+        .bind(master_keys)
         .execute(&mut *conn)
         .await?
         .rows_affected();
@@ -140,6 +150,45 @@ impl Store {
             .execute(&mut *conn)
             .await?;
         Ok(renewed == 1)
+    }
+
+    /// The master key every node makes new wraps with, once a rotation
+    /// through one of them began.
+    pub async fn cluster_master_key(conn: &mut PgConnection) -> Result<Option<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT value FROM cluster_settings WHERE name = 'master_key'")
+                .fetch_optional(conn)
+                .await?,
+        )
+    }
+
+    /// The cluster's master key, set to `id` by the first node that asks.
+    pub async fn adopt_cluster_master_key(&self, id: &str) -> Result<String> {
+        let pool = self.cluster_pool()?;
+        sqlx::query(
+            "INSERT INTO cluster_settings (name, value) VALUES ('master_key', $1) \
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(id)
+        .execute(pool)
+        .await?;
+        Ok(
+            sqlx::query_scalar("SELECT value FROM cluster_settings WHERE name = 'master_key'")
+                .fetch_one(pool)
+                .await?,
+        )
+    }
+
+    /// Makes `id` the master key of new wraps on every node.
+    pub async fn set_cluster_master_key(&self, id: &str) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO cluster_settings (name, value) VALUES ('master_key', $1) \
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+        )
+        .bind(id)
+        .execute(self.cluster_pool()?)
+        .await?;
+        Ok(())
     }
 
     /// Every node seen within `recent`, with how many orgs each owns.
