@@ -29,7 +29,7 @@ cleanup() {
   [ -n "$nginx_pid" ] && kill "$nginx_pid" 2>/dev/null || true
   sleep 0.5
   psql "$admin_url" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-  rm -rf "$dir"
+  [ -n "${KEEP:-}" ] && echo "kept $dir" >&2 || rm -rf "$dir"
 }
 trap cleanup EXIT
 psql "$admin_url" -qc "CREATE DATABASE $db" >/dev/null
@@ -40,7 +40,7 @@ start_node() {
   mkdir -p "$d"
   : > "$d/out"
   (cd "$d" && exec env TASKQ_MASTER_KEY="$key" TASKQ_ADMIN_TOKEN="$token" TASKQ_EMBEDDINGS=none \
-     TASKQ_DATABASE_URL="$url" "$bin" serve --listen 127.0.0.1:0 > out 2>> log) &
+     TASKQ_DATABASE_URL="$url" "$bin" serve --listen 127.0.0.1:0 > out 2>> log < /dev/null) &
   pids[$i]=$!
   for _ in $(seq 1 300); do
     if grep -q "listening on" "$d/out"; then break; fi
@@ -53,11 +53,11 @@ cpu_of() { # utime+stime of a pid, in clock ticks
   awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0
 }
 
-start_nginx() {
+start_nginx() { # sets nginx_port
   local n=$1 port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   {
-    echo "worker_processes 1; daemon off; pid $dir/nginx.pid; error_log $dir/nginx.err;"
+    echo "worker_processes 2; daemon off; pid $dir/nginx.pid; error_log $dir/nginx.err;"
     echo "events { worker_connections 4096; }"
     echo "http { access_log off; client_body_temp_path $dir/b; proxy_temp_path $dir/p;"
     echo " fastcgi_temp_path $dir/f; uwsgi_temp_path $dir/u; scgi_temp_path $dir/s;"
@@ -67,13 +67,13 @@ start_nginx() {
     echo " server { listen 127.0.0.1:$port; location / { proxy_pass http://taskq;"
     echo "  proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_read_timeout 120s; } } }"
   } > "$dir/nginx.conf"
-  nginx -c "$dir/nginx.conf" -p "$dir" -e "$dir/nginx.err" &
+  nginx -c "$dir/nginx.conf" -p "$dir" -e "$dir/nginx.err" > /dev/null 2>&1 < /dev/null &
   nginx_pid=$!
   for _ in $(seq 1 100); do
     curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break
     sleep 0.05
   done
-  echo "$port"
+  nginx_port=$port
 }
 
 case "$mode" in
@@ -81,7 +81,8 @@ bench)
   nodes=$3 out=$4; shift 4
   for i in $(seq 1 "$nodes"); do start_node "$i"; done
   sleep 4  # every node sees the others
-  port=$(start_nginx "$nodes")
+  start_nginx "$nodes"
+  port=$nginx_port
   declare -A before
   for i in $(seq 1 "$nodes"); do before[$i]=$(cpu_of "${pids[$i]}"); done
   nginx_before=$(for p in $(pgrep -P "$nginx_pid") "$nginx_pid"; do cpu_of "$p"; done | paste -sd+ | bc)
