@@ -1045,6 +1045,16 @@ async fn feedback_and_strike_blocks_reach_orgs_other_nodes_own() {
     }
 }
 
+/// `POST /admin/master-key/rotate` through `node`.
+async fn rotate(node: &TestServer, new_key: &str) -> (StatusCode, Value) {
+    node.admin(
+        Method::POST,
+        "/admin/master-key/rotate",
+        Some(json!({ "new_key": new_key })),
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_key_rotation_through_one_node_reaches_every_node() {
     let new_key = base64_key();
@@ -1060,14 +1070,7 @@ async fn a_master_key_rotation_through_one_node_reaches_every_node() {
         .new_task(&before.owner_key, "sealed before")
         .await;
 
-    let (status, rotated) = cluster
-        .node(1)
-        .admin(
-            Method::POST,
-            "/admin/master-key/rotate",
-            Some(json!({ "new_key": new_key })),
-        )
-        .await;
+    let (status, rotated) = rotate(cluster.node(1), &new_key).await;
     assert_eq!(status, StatusCode::OK, "{rotated}");
     assert!(rotated["rewrapped"].as_u64() >= Some(2), "{rotated}");
     assert_eq!(rotated["previous_keys_retired"], true, "{rotated}");
@@ -1119,14 +1122,7 @@ async fn a_rotation_is_refused_while_a_node_lacks_the_new_key() {
     else {
         return;
     };
-    let (status, body) = cluster
-        .node(0)
-        .admin(
-            Method::POST,
-            "/admin/master-key/rotate",
-            Some(json!({ "new_key": new_key })),
-        )
-        .await;
+    let (status, body) = rotate(cluster.node(0), &new_key).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(
         str_field(&body, "error").contains("does not hold the new master key"),

@@ -19,7 +19,6 @@
 //! (`store::commit`'s fence), so the late write of a deposed node fails
 //! instead of landing.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -87,14 +86,53 @@ pub struct Beat {
 pub struct LiveNode {
     pub node_id: String,
     pub url: String,
+    /// It is stopping: no org is chosen for it.
+    pub leaving: bool,
+    /// Heartbeats of this node in a row that it was seen live at: orgs
+    /// move to a node only once it has settled.
+    pub beats: u32,
 }
 
 /// The node whose hash with the org is highest: each org's choice moves
 /// only when its chosen node leaves or a node that beats it joins.
-pub fn rendezvous(org: OrgId, nodes: &[LiveNode]) -> Option<&LiveNode> {
+pub fn rendezvous<'a>(
+    org: OrgId,
+    nodes: impl IntoIterator<Item = &'a LiveNode>,
+) -> Option<&'a LiveNode> {
     nodes
-        .iter()
+        .into_iter()
         .max_by_key(|n| (score(org, &n.node_id), &n.node_id))
+}
+
+/// Where a request for an org goes, once its owner is not this node (or
+/// is this node after it lost the org): the rule, apart from what it reads.
+/// `owner` is its row's live node, if any; `chosen` the node rendezvous
+/// hashing picks; `can_take` whether this node may take orgs (its trust
+/// window is open and it is not leaving); `forwarded` whether another
+/// node sent the request here.
+pub fn placement(
+    me: &str,
+    owner: Option<&LiveNode>,
+    chosen: Option<&LiveNode>,
+    can_take: bool,
+    forwarded: bool,
+) -> Placement {
+    match owner {
+        Some(o) if o.node_id == me && can_take => Placement::Here,
+        Some(o) if o.node_id == me => Placement::Moving,
+        // A forwarded request is never forwarded again.
+        Some(_) if forwarded => Placement::Moving,
+        Some(o) => Placement::At(o.url.clone()),
+        // Nobody live owns it: the chosen node takes it, or this one when
+        // it was sent here (the sender chose it) or no node is chosen.
+        None => match chosen {
+            _ if can_take && forwarded => Placement::Here,
+            None if can_take => Placement::Here,
+            Some(c) if c.node_id == me && can_take => Placement::Here,
+            Some(c) if c.node_id != me && !forwarded => Placement::At(c.url.clone()),
+            _ => Placement::Moving,
+        },
+    }
 }
 
 /// FNV-1a over the org id and the node id, then a 64-bit finaliser
@@ -126,12 +164,8 @@ pub struct Cluster {
     trusted_until_ms: AtomicU64,
     /// Owned orgs and their epochs.
     owned: DashMap<OrgId, i64>,
-    /// The live nodes that are not leaving, as of the last heartbeat, with
-    /// how many heartbeats in a row each has been seen.
+    /// The live nodes, leaving ones included, as of the last heartbeat.
     live: RwLock<Arc<Vec<LiveNode>>>,
-    /// The URLs of every live node, leaving ones included.
-    reachable: RwLock<HashSet<String>>,
-    seen: std::sync::Mutex<HashMap<String, u32>>,
     /// Other nodes' addresses for orgs they own, as last looked up.
     owners: DashMap<OrgId, (String, Instant)>,
     /// Set when this node begins to stop: it takes no org any more.
@@ -149,15 +183,14 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Registers this node in the directory; it trusts itself after its
-    /// first heartbeat.
-    /// Answers the cluster and what its first heartbeat saw.
+    /// Registers this node in the directory, holding `keyring`'s keys; it
+    /// trusts itself after its first heartbeat, made here.
     pub async fn join(
         store: Store,
         config: ClusterConfig,
         started_at: i64,
         keyring: &crate::crypto::Keyring,
-    ) -> Result<(Self, Beat), StoreError> {
+    ) -> Result<Self, StoreError> {
         let node: Arc<str> = config
             .node_id
             .clone()
@@ -177,8 +210,6 @@ impl Cluster {
             trusted_until_ms: AtomicU64::new(0),
             owned: DashMap::new(),
             live: RwLock::new(Arc::new(Vec::new())),
-            reachable: RwLock::new(HashSet::new()),
-            seen: std::sync::Mutex::new(HashMap::new()),
             owners: DashMap::new(),
             leaving: std::sync::atomic::AtomicBool::new(false),
             links,
@@ -189,9 +220,9 @@ impl Cluster {
         };
         cluster.hold_keys(keyring);
         let mut first = cluster.store.heartbeat_conn().await?;
-        let beat = cluster.beat_on(&mut first).await?;
+        cluster.beat_on(&mut first).await?;
         let _ = sqlx::Connection::close(first).await;
-        Ok((cluster, beat))
+        Ok(cluster)
     }
 
     pub fn node_id(&self) -> &str {
@@ -283,27 +314,20 @@ impl Cluster {
         let lapsed = started >= self.trusted_until_ms.load(Ordering::Acquire);
         let window =
             u64::try_from((self.config.ttl - self.config.margin).as_millis()).unwrap_or(u64::MAX);
-        let reachable: HashSet<String> = nodes
-            .iter()
-            .filter(|n| n.live)
-            .map(|n| n.advertise_url.clone())
-            .collect();
+        let before = self.live_nodes();
         let live: Vec<LiveNode> = nodes
             .into_iter()
-            .filter(|n| n.live && !n.leaving)
+            .filter(|n| n.live)
             .map(|n| LiveNode {
+                beats: before
+                    .iter()
+                    .find(|b| b.node_id == n.node_id)
+                    .map_or(1, |b| b.beats.saturating_add(1)),
                 node_id: n.node_id,
                 url: n.advertise_url,
+                leaving: n.leaving,
             })
             .collect();
-        *self.reachable.write().unwrap_or_else(|e| e.into_inner()) = reachable;
-        {
-            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-            seen.retain(|id, _| live.iter().any(|n| &n.node_id == id));
-            for n in &live {
-                *seen.entry(n.node_id.clone()).or_default() += 1;
-            }
-        }
         *self.live.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(live);
         self.trusted_until_ms
             .store(started.saturating_add(window), Ordering::Release);
@@ -324,30 +348,17 @@ impl Cluster {
     /// or not: a request forwarded to it is given up once it is not (it
     /// died or froze), and the org's next owner is looked for.
     pub fn is_live(&self, url: &str) -> bool {
-        self.reachable
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(url)
+        self.live_nodes().iter().any(|n| n.url == url)
     }
 
-    /// The live nodes that are not leaving.
-    pub fn live_nodes(&self) -> Arc<Vec<LiveNode>> {
+    /// The live nodes, leaving ones included.
+    fn live_nodes(&self) -> Arc<Vec<LiveNode>> {
         self.live.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// The node that should own the org, among the live ones.
+    /// The node that should own the org, among the live ones not leaving.
     pub fn desired(&self, org: OrgId) -> Option<LiveNode> {
-        rendezvous(org, &self.live_nodes()).cloned()
-    }
-
-    /// Whether `node` has been seen live for `beats` heartbeats in a row:
-    /// orgs move to a node only once it has settled.
-    pub fn settled(&self, node: &str, beats: u32) -> bool {
-        self.seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(node)
-            .is_some_and(|n| *n >= beats)
+        rendezvous(org, self.live_nodes().iter().filter(|n| !n.leaving)).cloned()
     }
 
     /// Takes the org's row for this node; its actor may start. `None`: a
@@ -470,30 +481,23 @@ impl Cluster {
                 "the cluster's heartbeat fails".into(),
             ));
         }
-        let here = self.trusted() && !self.leaving.load(Ordering::Relaxed);
-        match self.store.org_owner(org, self.config.ttl).await? {
-            OwnerRow::Live { node_id, .. } if *node_id == *self.node => Ok(if here {
-                Placement::Here
-            } else {
-                Placement::Moving
+        let owner = match self.store.org_owner(org, self.config.ttl).await? {
+            OwnerRow::Live { node_id, url } => Some(LiveNode {
+                node_id,
+                url,
+                leaving: false,
+                beats: 0,
             }),
-            OwnerRow::Live { url, .. } => Ok(if forwarded {
-                Placement::Moving
-            } else {
-                Placement::At(url)
-            }),
-            OwnerRow::Free => {
-                let desired = self.desired(org);
-                let mine = desired.as_ref().is_none_or(|d| *d.node_id == *self.node);
-                Ok(match (here && (mine || forwarded), desired) {
-                    (true, _) => Placement::Here,
-                    (false, Some(d)) if !forwarded && *d.node_id != *self.node => {
-                        Placement::At(d.url)
-                    }
-                    _ => Placement::Moving,
-                })
-            }
-        }
+            OwnerRow::Free => None,
+        };
+        let can_take = self.trusted() && !self.leaving.load(Ordering::Relaxed);
+        Ok(placement(
+            &self.node,
+            owner.as_ref(),
+            self.desired(org).as_ref(),
+            can_take,
+            forwarded,
+        ))
     }
 
     /// From now on this node takes no org and is no one's choice; the
@@ -529,8 +533,69 @@ mod tests {
             .map(|i| LiveNode {
                 node_id: format!("node-{i}"),
                 url: format!("http://10.0.0.{i}:8080"),
+                leaving: false,
+                beats: 1,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_request_goes_to_the_owner_or_the_chosen_node_and_is_forwarded_once() {
+        let n = nodes(2);
+        let (me, other) = (&n[0], &n[1]);
+        let at = |node: &LiveNode| Placement::At(node.url.clone());
+        // A live owner: here if it is this node and it may act.
+        assert_eq!(
+            placement("node-0", Some(me), None, true, false),
+            Placement::Here
+        );
+        assert_eq!(
+            placement("node-0", Some(me), None, false, false),
+            Placement::Moving
+        );
+        assert_eq!(
+            placement("node-0", Some(other), None, true, false),
+            at(other)
+        );
+        assert_eq!(
+            placement("node-0", Some(other), None, true, true),
+            Placement::Moving
+        );
+        // Nobody owns it: the chosen node takes it.
+        assert_eq!(
+            placement("node-0", None, Some(me), true, false),
+            Placement::Here
+        );
+        assert_eq!(
+            placement("node-0", None, Some(other), true, false),
+            at(other)
+        );
+        // Sent here by a node that chose this one: taken, never sent on.
+        assert_eq!(
+            placement("node-0", None, Some(other), true, true),
+            Placement::Here
+        );
+        assert_eq!(
+            placement("node-0", None, Some(other), false, true),
+            Placement::Moving
+        );
+        // A node that may not take orgs sends them to the chosen one.
+        assert_eq!(
+            placement("node-0", None, Some(other), false, false),
+            at(other)
+        );
+        assert_eq!(
+            placement("node-0", None, Some(me), false, false),
+            Placement::Moving
+        );
+        assert_eq!(
+            placement("node-0", None, None, true, false),
+            Placement::Here
+        );
+        assert_eq!(
+            placement("node-0", None, None, false, false),
+            Placement::Moving
+        );
     }
 
     #[test]
@@ -549,14 +614,20 @@ mod tests {
                 node.node_id
             );
         }
-        let two: Vec<LiveNode> = three[..2].to_vec();
+        let two = &three[..2];
         for (org, was) in orgs.iter().zip(&before) {
-            let now = rendezvous(*org, &two).unwrap();
+            let now = rendezvous(*org, two).unwrap();
             if *was != "node-2" {
                 assert_eq!(now.node_id, *was, "an org of a staying node moved");
             }
         }
         assert!(rendezvous(orgs[0], &[]).is_none());
+        // A leaving node is no one's choice.
+        let choosable = three.iter().filter(|n| n.node_id != "node-2");
+        for (org, was) in orgs.iter().zip(&before).take(100) {
+            let now = rendezvous(*org, choosable.clone()).unwrap();
+            assert!(now.node_id != "node-2" && (*was == "node-2" || now.node_id == *was));
+        }
     }
 
     #[test]

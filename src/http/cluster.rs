@@ -61,35 +61,42 @@ pub async fn route(State(state): State<AppState>, request: Request, next: Next) 
                 .into_response()
         }
     };
-    let mut target = url;
-    for attempt in 0..2 {
-        // A node that dies or freezes never answers: once the directory
-        // says it is not live, the org's next owner is looked for.
-        let answer = tokio::select! {
-            answer = send(&state, &target, &parts, body.clone()) => answer,
-            () = state.engine.until_gone(&target) => Ok(moving()),
-        };
-        match answer {
-            Ok(answer) if !answer.headers().contains_key(ORG_MOVING_HEADER) => return answer,
-            Ok(_) => {}
-            Err(e) => {
-                tracing::debug!(org_id = %org, url = %target, error = %e, "forwarding failed")
-            }
-        }
-        if attempt == 1 {
-            break;
-        }
-        // The owner moved or is gone: ask the directory again.
-        target = match state.engine.place(org, false, true).await {
-            Ok(Placement::Here) => {
-                return next.run(Request::from_parts(parts, Body::from(body))).await
-            }
-            Ok(Placement::At(url)) => url,
-            Ok(Placement::Moving) => break,
-            Err(e) => return ApiError::from(e).into_response(),
-        };
+    if let Some(answer) = forward(&state, org, &url, &parts, &body).await {
+        return answer;
     }
-    moving()
+    // The owner moved or is gone: ask the directory afresh, once.
+    match state.engine.place(org, false, true).await {
+        Ok(Placement::Here) => next.run(Request::from_parts(parts, Body::from(body))).await,
+        Ok(Placement::At(url)) => forward(&state, org, &url, &parts, &body)
+            .await
+            .unwrap_or_else(moving),
+        Ok(Placement::Moving) => moving(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// The owner's answer to a forwarded request; `None` when it was not the
+/// owner (`org moving`), could not be reached, or stopped being live (a
+/// node that dies or freezes never answers) before it answered.
+async fn forward(
+    state: &AppState,
+    org: taskq_actors::domain::OrgId,
+    url: &str,
+    parts: &Parts,
+    body: &Bytes,
+) -> Option<Response> {
+    let answer = tokio::select! {
+        answer = send(state, url, parts, body.clone()) => answer,
+        () = state.engine.until_gone(url) => return None,
+    };
+    match answer {
+        Ok(answer) if !answer.headers().contains_key(ORG_MOVING_HEADER) => Some(answer),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::debug!(org_id = %org, url, error = %e, "forwarding failed");
+            None
+        }
+    }
 }
 
 /// 503 `org moving`: the org is between nodes; retry shortly.

@@ -271,7 +271,7 @@ impl Engine {
 }
 
 /// How long an operator page session lasts after login.
-const OPERATOR_SESSION_MS: i64 = 12 * 3600 * 1000;
+pub const OPERATOR_SESSION: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
 
 impl Engine {
     /// Opens a session of the operator page; answers its id, which only
@@ -283,7 +283,7 @@ impl Engine {
             .store
             .open_session(
                 &crate::crypto::hash_secret(&id),
-                now + OPERATOR_SESSION_MS,
+                now + OPERATOR_SESSION.as_millis() as i64,
                 now,
             )
             .await?;

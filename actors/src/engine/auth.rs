@@ -124,14 +124,9 @@ impl Engine {
         })
     }
 
-    /// Drops what this node knows of an org it no longer owns: its keys'
-    /// authentications, its meaning index and its cached runbooks.
-    pub(super) fn forget_org(&self, org: OrgId) {
+    /// Forgets every key of an org whose node changes.
+    pub(super) fn forget_org_keys(&self, org: OrgId) {
         self.inner.keys.forget_org(org);
-        if let Some(meaning) = &self.inner.meaning {
-            meaning.unload(org);
-        }
-        self.inner.reporter.forget(org);
     }
 
     /// Forgets keys whose revocation has committed.

@@ -42,11 +42,24 @@ impl Engine {
         if let Some(org) = self.inner.key_orgs.get(&key_id) {
             return Ok(Some(*org));
         }
-        let org = self.stored(self.inner.store.org_of_key(key_id).await)?;
+        let org = self
+            .stored(self.inner.store.get_key(key_id).await)?
+            .map(|k| k.org_id);
         if let Some(org) = org {
             self.inner.key_orgs.insert(key_id, org);
         }
         Ok(org)
+    }
+
+    /// Drops what this node knows of an org it no longer owns (or just
+    /// took): its keys' authentications, its meaning index and its cached
+    /// runbooks.
+    pub(super) fn forget_org(&self, org: OrgId) {
+        self.forget_org_keys(org);
+        if let Some(meaning) = &self.inner.meaning {
+            meaning.unload(org);
+        }
+        self.inner.reporter.forget(org);
     }
 
     /// Where a request for `org` is served: here, at another node, or
@@ -280,9 +293,9 @@ impl Engine {
             .owned()
             .into_iter()
             .filter(|org| {
-                cluster.desired(*org).is_some_and(|d| {
-                    d.node_id != cluster.node_id() && cluster.settled(&d.node_id, SETTLED_BEATS)
-                })
+                cluster
+                    .desired(*org)
+                    .is_some_and(|d| d.node_id != cluster.node_id() && d.beats >= SETTLED_BEATS)
             })
             .take(MOVES_PER_BEAT);
         for org in moving {

@@ -33,7 +33,7 @@ use dashmap::DashMap;
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorId, ActorRef};
 
-pub use admin::parse_org_id;
+pub use admin::{parse_org_id, OPERATOR_SESSION};
 pub use feedback::{FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT, ORG_STRIKE_LIMIT};
 pub use peers::{PeerAnswer, PeerCall, PeerOp, Peers};
 
@@ -255,14 +255,13 @@ impl Engine {
         let mut keyring = config.keyring;
         let cluster = match (&config.cluster, store.backend()) {
             (Some(c), "postgres") => {
-                let (cluster, beat) =
+                let cluster =
                     crate::cluster::Cluster::join(store.clone(), c.clone(), started_at, &keyring)
                         .await?;
                 // Every node wraps with the cluster's key (the first node's,
                 // then each rotation's), whichever of its keys is current:
                 // a node restarted with the next key wraps with the old one
                 // until a rotation moves them all.
-                let _ = beat;
                 let key = store
                     .adopt_cluster_master_key(keyring.current().id())
                     .await?;

@@ -301,15 +301,4 @@ impl Store {
             .map(|(id,)| super::rows::org_id(&id))
             .collect()
     }
-
-    /// The org of a key, if the key exists: a key never changes org.
-    pub async fn org_of_key(&self, key_id: crate::domain::KeyId) -> Result<Option<OrgId>> {
-        let row: Option<(String,)> = on_pool!(self, pool => {
-            sqlx::query_as("SELECT org_id FROM api_keys WHERE key_id = $1")
-                .bind(key_id.to_string())
-                .fetch_optional(pool)
-                .await?
-        });
-        row.map(|(id,)| super::rows::org_id(&id)).transpose()
-    }
 }

@@ -136,7 +136,7 @@ pub async fn login(
             }
         });
     }
-    let id = session::open(&state.engine).await?;
+    let id = state.engine.open_operator_session().await?;
     let mut response = back_to_page();
     let (name, value) = session::set_cookie(&id, state.secure_cookies);
     response.headers_mut().insert(name, value);

@@ -6,22 +6,12 @@
 //! a logout through any node ends it at once. The table is bounded; beyond
 //! that the session closest to expiry makes room.
 
-use std::time::Duration;
-
 use axum::http::header::{COOKIE, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue};
-use taskq_actors::{Engine, EngineError};
+use taskq_actors::{Engine, EngineError, OPERATOR_SESSION};
 
 /// The cookie's name.
 pub const COOKIE_NAME: &str = "taskq_operator";
-
-/// How long a session lasts after login (as the engine keeps it).
-const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
-
-/// Opens a session and answers its id.
-pub async fn open(engine: &Engine) -> Result<String, EngineError> {
-    engine.open_operator_session().await
-}
 
 /// Whether the request's cookie names a live session (on any node).
 pub async fn is_valid(engine: &Engine, headers: &HeaderMap) -> Result<bool, EngineError> {
@@ -55,7 +45,7 @@ fn session_id(headers: &HeaderMap) -> Option<&str> {
 /// `Set-Cookie` for a session id; `Secure` when the server speaks TLS
 /// itself (behind a TLS-terminating proxy it cannot tell).
 pub fn set_cookie(id: &str, secure: bool) -> (axum::http::HeaderName, HeaderValue) {
-    cookie(id, SESSION_TTL.as_secs(), secure)
+    cookie(id, OPERATOR_SESSION.as_secs(), secure)
 }
 
 /// `Set-Cookie` that removes the session cookie.
