@@ -307,3 +307,123 @@ backend_tests!(tools_obey_the_org_limits, |srv| async move {
     let text = failed(&srv, &free.owner_key, "list_teams", json!({})).await;
     assert!(text.contains("paid plan"), "{text}");
 });
+
+/// The route of every tool, from the OpenAPI document: its operation id is
+/// the tool's name.
+/// Answers the method, the path template, whether the route reads a query
+/// and whether it reads a body.
+async fn route_of(srv: &TestServer, tool: &str) -> (Method, String, bool, bool) {
+    let (_, text) = srv.raw(Method::GET, "/openapi.json", &[], None).await;
+    let document: Value = serde_json::from_str(&text).expect("the document");
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        for (method, operation) in item.as_object().expect("a path item") {
+            if operation["operationId"] == tool {
+                let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+                let query = operation["parameters"]
+                    .as_array()
+                    .is_some_and(|ps| ps.iter().any(|p| p["in"] == "query"));
+                let body = operation["requestBody"].is_object();
+                return (method, path.clone(), query, body);
+            }
+        }
+    }
+    panic!("{tool} is no operation of the document");
+}
+
+/// Sends `arguments` to the route of `tool` as HTTP does: path parameters
+/// in the path, the rest as the query or the body.
+async fn over_http(
+    srv: &TestServer,
+    key: &str,
+    tool: &str,
+    arguments: &Value,
+) -> (StatusCode, Value) {
+    let (method, mut path, query, _) = route_of(srv, tool).await;
+    let mut rest = arguments.as_object().cloned().unwrap_or_default();
+    for name in ["name", "email"] {
+        if let Some(value) = rest
+            .get(name)
+            .filter(|_| path.contains(&format!("{{{name}}}")))
+        {
+            path = path.replace(&format!("{{{name}}}"), value.as_str().unwrap());
+            rest.remove(name);
+        }
+    }
+    let body = if query {
+        let pairs: Vec<String> = rest
+            .iter()
+            .map(|(k, v)| {
+                format!(
+                    "{k}={}",
+                    encode_query(v.as_str().map_or(&v.to_string(), |s| s))
+                )
+            })
+            .collect();
+        if !pairs.is_empty() {
+            path = format!("{path}?{}", pairs.join("&"));
+        }
+        None
+    } else if matches!(method, Method::GET | Method::DELETE) {
+        None
+    } else {
+        Some(Value::Object(rest).to_string())
+    };
+    let (status, text) = srv.raw(method, &path, &[("x-api-key", key)], body).await;
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+backend_tests!(every_tool_answers_as_its_route, |srv| async move {
+    let org = srv.create_org("pro").await;
+    let key = &org.owner_key;
+    srv.add_member(&org, "member@example.com", "user").await;
+    srv.create_tags(key, json!([{ "name": "backend" }])).await;
+    srv.create_team(key, json!({ "name": "core", "tags": ["backend"] }))
+        .await;
+    let task = srv.new_task(key, "parity").await;
+    let (_, listed) = rpc(&srv, Some(key), "tools/list", json!({})).await;
+    let tools = listed["result"]["tools"].as_array().expect("tools").clone();
+    // Arguments every tool accepts: its path parameters, and for reads a
+    // valid request that changes nothing.
+    let reads: &[(&str, Value)] = &[
+        ("get_tasks", json!({ "task_ids": [task] })),
+        ("list_tasks", json!({ "status": "pending", "limit": 5 })),
+        ("list_tags", json!({})),
+        ("list_members", json!({})),
+        ("get_me", json!({})),
+        ("list_teams", json!({})),
+        ("get_team", json!({ "name": "core" })),
+        ("get_quota", json!({})),
+        ("get_insights", json!({})),
+        ("list_runbooks", json!({})),
+        ("get_standup", json!({ "cadence": "daily" })),
+        ("search_tasks", json!({ "query": "parity" })),
+    ];
+    for tool in &tools {
+        let name = str_field(tool, "name");
+        let (_, path, query, body) = route_of(&srv, &name).await;
+        // A refused request: an unknown field beside the path parameters.
+        let mut refused = json!({ "zzz_unknown": 1 });
+        for (param, value) in [("name", "core"), ("email", "member@example.com")] {
+            if path.contains(&format!("{{{param}}}")) {
+                refused[param] = json!(value);
+            }
+        }
+        // A route that reads neither body nor query has no input to refuse.
+        if query || body {
+            let (status, body) = over_http(&srv, key, &name, &refused).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{name}: {body}");
+            let text = failed(&srv, key, &name, refused.clone()).await;
+            assert_eq!(text, str_field(&body, "error"), "{name}: the same refusal");
+        }
+        if let Some((_, arguments)) = reads.iter().find(|(t, _)| *t == name) {
+            let (status, body) = over_http(&srv, key, &name, arguments).await;
+            assert_eq!(status, StatusCode::OK, "{name}: {body}");
+            let answer = ok(&srv, key, &name, arguments.clone()).await;
+            assert_eq!(answer, body, "{name}: the same answer");
+        }
+    }
+    // Every read was compared.
+    for (name, _) in reads {
+        assert!(tools.iter().any(|t| t["name"] == *name), "{name} is a tool");
+    }
+});

@@ -85,7 +85,10 @@ async fn a_failed_commit_is_not_served_and_the_org_recovers() {
     };
 
     let listed = engine
-        .list_tasks(&owner, ListTasks::from_query(&[]).unwrap())
+        .list_tasks(
+            &owner,
+            taskq_actors::api::decode_query::<ListTasks>(Vec::new()).unwrap(),
+        )
         .await
         .expect("list");
     let titles: Vec<Text> = listed

@@ -24,7 +24,10 @@ fn one(title: &str) -> CreateTasks {
 
 async fn titles(engine: &Engine, caller: &Caller) -> Vec<Text> {
     engine
-        .list_tasks(caller, ListTasks::from_query(&[]).expect("query"))
+        .list_tasks(
+            caller,
+            taskq_actors::api::decode_query::<ListTasks>(Vec::new()).expect("query"),
+        )
         .await
         .expect("list")
         .tasks

@@ -167,14 +167,6 @@ async fn send(
         }))
 }
 
-/// `GET /admin/cluster`.
-pub async fn view(
-    _: Operator,
-    State(state): State<AppState>,
-) -> Result<axum::Json<taskq_actors::api::ClusterView>, ApiError> {
-    Ok(axum::Json(state.engine.cluster_view().await?))
-}
-
 /// What nodes present to each other on `/internal/peer`.
 const PEER_TOKEN_HEADER: &str = "x-taskq-peer-token";
 

@@ -1,19 +1,14 @@
 //! Extractors that answer in our error shape: the caller behind
-//! `X-Api-Key`, the operator behind the bearer token, typed request bodies
-//! and queries decoded by the engine's own decoders, and path parameters.
-//!
-//! A member's request that fails to decode is handed to the engine
-//! (`Engine::reject`), which decides what the client hears: the plan gate,
-//! a spent limit, or the validation error. So `Auth` must come before
-//! `Body` and `Params` in a handler's arguments: it leaves the caller in the
-//! request's extensions for them.
+//! `X-Api-Key`, the operator behind the bearer token, the test hooks'
+//! bodies, and path parameters. The API's operations read their requests
+//! in `operation.rs`.
 
 use axum::body::Bytes;
 use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
-use serde_json::{Map, Value};
-use taskq_actors::api::{Decode, MemberRequest};
+use serde_json::Value;
+use taskq_actors::api::Decode;
 use taskq_actors::Caller;
 
 use super::error::ApiError;
@@ -153,72 +148,6 @@ async fn json_body<S: Send + Sync>(req: Request, state: &S) -> Result<Value, Api
     }
     serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
-}
-
-/// Decodes a member's request; one that does not decode goes to the engine.
-async fn decode_member<T: MemberRequest>(
-    state: &AppState,
-    caller: Option<&Caller>,
-    value: &Value,
-) -> Result<T, ApiError> {
-    match (T::decode(value), caller) {
-        (Ok(request), _) => Ok(request),
-        (Err(e), Some(caller)) => Err(state.engine.reject::<T>(caller, e).await.into()),
-        (Err(e), None) => Err(e.into()),
-    }
-}
-
-/// A member's request from the JSON body.
-pub struct Body<T>(pub T);
-
-impl<S, T> FromRequest<S> for Body<T>
-where
-    AppState: FromRef<S>,
-    S: Send + Sync,
-    T: MemberRequest,
-{
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let app = AppState::from_ref(state);
-        let caller = req.extensions().get::<Caller>().cloned();
-        let value = json_body(req, state).await?;
-        decode_member(&app, caller.as_ref(), &value).await.map(Body)
-    }
-}
-
-/// A member's request from the query string: each parameter a string, a
-/// repeated one joined with commas.
-pub struct Params<T>(pub T);
-
-impl<S, T> FromRequestParts<S> for Params<T>
-where
-    AppState: FromRef<S>,
-    S: Send + Sync,
-    T: MemberRequest,
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let app = AppState::from_ref(state);
-        let pairs = query_pairs(parts.uri.query().unwrap_or(""))?;
-        let mut params = Map::new();
-        for (key, value) in pairs {
-            match params.get_mut(&key) {
-                Some(Value::String(joined)) => {
-                    joined.push(',');
-                    joined.push_str(&value);
-                }
-                _ => {
-                    params.insert(key, Value::String(value));
-                }
-            }
-        }
-        let caller = parts.extensions.get::<Caller>().cloned();
-        decode_member(&app, caller.as_ref(), &Value::Object(params))
-            .await
-            .map(Params)
-    }
 }
 
 /// The pairs of a query string, percent-decoded; a key or value whose bytes

@@ -7,13 +7,10 @@ mod admin;
 mod cluster;
 mod error;
 mod extract;
-mod keys;
 mod lockout;
 mod metrics;
 mod openapi;
-mod org_admin;
-mod reports;
-mod tasks;
+mod operation;
 mod ui;
 
 use std::sync::Arc;
@@ -25,14 +22,15 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use taskq_actors::Engine;
 
-use openapi::{Access, Route};
+use operation::Access;
+pub use operation::{Arguments, MemberCall, Operation, Reply};
+use taskq_actors::{parse_org_id, Caller};
 
 use crate::keyfiles::KeySource;
 
 pub use cluster::HttpPeers;
 pub use error::ApiError;
 pub use lockout::{OperatorAttempts, TrustedProxies, DEFAULT_WRONG_TOKENS};
-pub(crate) use openapi::drop_null_defaults;
 
 /// What every handler shares, behind one `Arc`: each request clones the
 /// state for its middleware and each extractor, so a clone is one count.
@@ -102,267 +100,399 @@ async fn health() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
-/// Every route of the API, documented: the router serves exactly these
-/// (plus `/mcp` and the test hooks), and `/openapi.json` describes exactly
-/// these.
-pub fn routes() -> Vec<Route> {
+/// Every operation of the API, defined once: the router serves exactly
+/// these (plus `/mcp`, the peer route and the test hooks), `/openapi.json`
+/// describes exactly these, and the tools are those marked `tool`.
+pub fn operations() -> Vec<Operation> {
     use taskq_actors::api::*;
-    use Access::{Operator, Public};
+    use Access::Operator;
+    type S = AppState;
+    type C = Caller;
+    const TEAM: Option<&str> = Some(TEAMS);
 
     vec![
         // ---- service
-        Route::get("/healthz", health)
+        Operation::get("/healthz")
             .doc("health", "service", "Whether the server is up")
-            .access(Public)
-            .answer::<Health>(200, "The server accepts requests"),
-        Route::get("/openapi.json", openapi::serve)
+            .answer::<Health>(200, "The server accepts requests")
+            .handler(health),
+        Operation::get("/openapi.json")
             .doc("openapi", "service", "This document")
-            .access(Public)
-            .answer::<serde_json::Map<String, serde_json::Value>>(200, "The OpenAPI 3.1 document"),
-        Route::get("/metrics", metrics::render)
+            .answer::<serde_json::Map<String, serde_json::Value>>(200, "The OpenAPI 3.1 document")
+            .handler(openapi::serve),
+        Operation::get("/metrics")
             .doc("metrics", "operator", "Prometheus metrics: requests by route and status, claim latency, actors, queue depth")
             .access(Operator)
-            .text(200, "Prometheus text format"),
+            .text(200, "Prometheus text format")
+            .handler(metrics::render),
         // ---- tasks
-        Route::post("/tasks", tasks::create)
+        Operation::post("/tasks")
             .doc("create_tasks", "tasks", "Create 1 to 25 tasks in one all-or-nothing call")
-            .body::<CreateTasks>()
+            .tool("Create 1 to 25 tasks in one all-or-nothing call; items may block each other with `ref:<name>` in blocked_by. Returns each task's id and status (pending, or blocked while a blocker is open).")
+            .writes(None)
+            .body()
             .answer::<CreateAnswer>(201, "Every task was created")
-            .errors(&[409]),
-        Route::get("/tasks", tasks::list)
+            .errors(&[409])
+            .member(|s: S, c: C, (): (), r: CreateTasks| async move { s.engine.create_tasks(&c, r).await }),
+        Operation::get("/tasks")
             .doc("list_tasks", "tasks", "List the org's tasks, open work first, a page at a time")
-            .query::<ListTasks>()
+            .tool("List the org's tasks, open work first, filtered by status, tags, assignee, parent or priority. Returns a page of lean items (or whole tasks with full=true) and a next_cursor for the next page.")
+            .read_only()
+            .reads(None)
+            .query()
             .answer::<ListAnswer>(200, "A page of tasks and the cursor of the next")
-            .errors(&[500]),
-        Route::post("/tasks/update", tasks::update)
+            .errors(&[500])
+            .member(|s: S, c: C, (): (), r: ListTasks| async move { s.engine.list_tasks(&c, r).await }),
+        Operation::post("/tasks/update")
             .doc("update_tasks", "tasks", "Change 1 to 25 tasks, each item attempted in order")
-            .body::<UpdateTasks>()
+            .tool("Change 1 to 25 tasks: status (with a note for completed, failed or canceled), output, metadata, tags, assignee, priority, blockers. Send the claim's lease_id so a lost lease fails the item; each item reports applied or its own error.")
+            .writes(None)
+            .body()
             .answer::<UpdateAnswer>(200, "Every item applied")
             .answer::<UpdateAnswer>(207, "Some items failed (`partial: true`); each result says why")
-            .errors(&[500]),
-        Route::post("/tasks/get", tasks::get)
+            .errors(&[500])
+            .member_with_status(
+                |s: S, c: C, (): (), r: UpdateTasks| async move { s.engine.update_tasks(&c, r).await },
+                |a| a.partial.then_some(StatusCode::MULTI_STATUS),
+            ),
+        Operation::post("/tasks/get")
             .doc("get_tasks", "tasks", "Fetch 1 to 25 tasks by id; one id also returns its history")
-            .body::<GetTasks>()
+            .tool("Fetch 1 to 25 tasks by id with their content and blockers' statuses; asking for one id also returns its history of status changes.")
+            .read_only()
+            .reads(None)
+            .body()
             .answer::<GetAnswer>(200, "The tasks found and the ids not found")
-            .errors(&[500]),
-        Route::post("/tasks/claim", tasks::claim)
+            .errors(&[500])
+            .member(|s: S, c: C, (): (), r: GetTasks| async move { s.engine.get_tasks(&c, r).await }),
+        Operation::post("/tasks/claim")
             .doc("claim_task", "tasks", "Take the next pending task (or up to `count` tasks) under a time-limited lease")
-            .optional_body::<ClaimRequest>()
+            .tool("Take the next pending task to work on (optionally only with given tags) under a time-limited lease. Returns the task with its lease_id and a briefing context, or null when nothing is waiting (after up to wait_seconds of waiting for one, when given). With count (1 to 25), claims up to that many tasks, each with its own lease, and returns {tasks: [...]}.")
+            .writes(None)
+            .body()
             .answer::<ClaimAnswer>(200, "The claimed task with its lease, or `null` when nothing is waiting; with `count`, `{tasks: [...]}`, each with its own lease")
-            .errors(&[500]),
-        Route::post("/tasks/search", tasks::search)
+            .errors(&[500])
+            .member(|s: S, c: C, (): (), r: ClaimRequest| async move { s.engine.claim_answer(&c, r).await }),
+        Operation::post("/tasks/search")
             .doc("search_tasks", "tasks", "Recall tasks by meaning from the org's history")
-            .body::<SearchTasks>()
+            .tool("Recall tasks by meaning from the org's history (1 to 25 results, best first). Answers {available: false, reason} when the org is client-encrypted (byok) or the server has no embedding model (not_configured).")
+            .read_only()
+            .reads(None)
+            .body()
             .answer::<SearchAnswer>(200, "The best matches, or `{available: false, reason}`")
-            .errors(&[500]),
-        Route::post("/tasks/plan", reports::plan)
+            .errors(&[500])
+            .member(|s: S, c: C, (): (), r: SearchTasks| async move { s.engine.search_tasks(&c, r).await }),
+        Operation::post("/tasks/plan")
             .doc("plan_tasks", "reports", "Turn a goal into a task graph grounded on the org's history (pro and enterprise)")
-            .body::<PlanRequest>()
+            .tool("Turn a goal into a task graph grounded on the org's history (similar tasks, cycle time, the tag that fails most, the best runbook); with create: true the drafted tasks are created. Pro and enterprise; each call counts against the monthly plan allowance.")
+            .writes(Some(PLANNING))
+            .body()
             .answer::<PlanAnswer>(200, "The plan, the tasks created if asked, or `{available: false, reason}`")
-            .errors(&[429, 502]),
+            .errors(&[429, 502])
+            .member(|s: S, c: C, (): (), r: PlanRequest| async move { s.engine.plan_tasks(&c, r).await }),
         // ---- reports
-        Route::get("/insights", reports::insights)
+        Operation::get("/insights")
             .doc("get_insights", "reports", "Flow insights: stuck and churning tasks, throughput, cycle times, failure rates, agents (paid plans)")
-            .query::<InsightsQuery>()
+            .tool("Flow insights over the last 30 days: stuck and churning tasks, throughput, cycle times, failure rates by tag, per-agent figures, and failure clusters on pro and enterprise. Paid plans; {available: false, reason: not_computed_yet} before the first computation.")
+            .read_only()
+            .reads(Some(INSIGHTS))
+            .query()
             .answer::<InsightsAnswer>(200, "The last computed insights, or `{available: false, reason}`")
-            .errors(&[500]),
-        Route::get("/runbooks", reports::runbooks)
+            .errors(&[500])
+            .member(|s: S, c: C, (): (), _: InsightsQuery| async move { s.engine.insights(&c).await }),
+        Operation::get("/runbooks")
             .doc("list_runbooks", "reports", "Runbooks distilled from clusters of completed tasks (pro and enterprise)")
-            .query::<RunbooksQuery>()
+            .tool("Runbooks distilled from clusters of the org's completed tasks, newest first (pro and enterprise; {available: false, reason: byok} for client-encrypted orgs).")
+            .read_only()
+            .reads(Some(RUNBOOKS))
+            .query()
             .answer::<RunbooksAnswer>(200, "The runbooks, newest first, or `{available: false, reason}`")
-            .errors(&[500]),
-        Route::get("/standup", reports::standup)
+            .errors(&[500])
+            .member(|s: S, c: C, (): (), _: RunbooksQuery| async move { s.engine.runbooks(&c).await }),
+        Operation::get("/standup")
             .doc("get_standup", "reports", "A standup report of the org or a team, with its history (paid plans)")
-            .query::<StandupQuery>()
+            .tool("A standup report: scope `org` or `team:<name>`, cadence daily, weekly or monthly, period YYYY-MM-DD, YYYY-Www or YYYY-MM; the headline figures with their change since the previous report, a body, and up to 10 earlier reports. Paid plans.")
+            .read_only()
+            .reads(Some(STANDUP))
+            .query()
             .answer::<StandupAnswer>(200, "The report, or `{available: false, reason}`")
-            .errors(&[404, 500]),
+            .errors(&[404, 500])
+            .member(|s: S, c: C, (): (), r: StandupQuery| async move { s.engine.standup(&c, r).await }),
         // ---- the org's data key
-        Route::get("/org/dek", keys::org_dek)
+        Operation::get("/org/dek")
             .doc("get_org_dek", "keys", "A BYOK org's wrapped data key")
+            .tool("A client-encrypted (BYOK) org's data key, wrapped by the org's KMS, with its kms_key_id. Errors when the org's keys are managed by the server (clients must not encrypt) or none is enrolled yet.")
+            .read_only()
+            .reads(None)
             .answer::<OrgDekView>(200, "The wrapped data key")
-            .errors(&[404, 409]),
-        Route::put("/org/dek", keys::put_org_dek)
+            .errors(&[404, 409])
+            .member(|s: S, c: C, (): (), _: NoArguments| async move { s.engine.org_dek(&c).await }),
+        Operation::put("/org/dek")
             .doc("put_org_dek", "keys", "Enroll a BYOK org's wrapped data key, once")
-            .body::<PutOrgDek>()
+            .tool("Enroll a BYOK org's data key once (owners only): wrapped_dek (base64, wrapped by the org's KMS) and kms_key_id (stored verbatim).")
+            .writes(None)
+            .body()
             .answer::<OrgDekCreated>(201, "The data key is enrolled")
-            .errors(&[409]),
+            .errors(&[409])
+            .member(|s: S, c: C, (): (), r: PutOrgDek| async move { s.engine.put_org_dek(&c, r).await }),
         // ---- org administration
-        Route::get("/quota", org_admin::quota)
+        Operation::get("/quota")
             .doc("get_quota", "org", "This month's task quota")
-            .answer::<QuotaView>(200, "Limit, used, remaining and when it resets"),
-        Route::post("/feedback", org_admin::send_feedback)
+            .tool("This month's task quota: limit, used, remaining and when it resets.")
+            .read_only()
+            .reads(None)
+            .answer::<QuotaView>(200, "Limit, used, remaining and when it resets")
+            .member(|s: S, c: C, (): (), _: NoArguments| async move { s.engine.quota(&c).await }),
+        Operation::post("/feedback")
             .doc("send_feedback", "org", "Send product feedback to the service's operators")
-            .body::<SendFeedback>()
-            .answer::<FeedbackFiled>(201, "The feedback was filed as a task"),
-        Route::get("/tags", org_admin::list_tags)
+            .tool("Send product feedback (bug, feature or general) to the service's operators. Returns the id of the task it became.")
+            .writes(None)
+            .body()
+            .answer::<FeedbackFiled>(201, "The feedback was filed as a task")
+            .member(|s: S, c: C, (): (), r: SendFeedback| async move { s.engine.send_feedback(&c, r).await }),
+        Operation::get("/tags")
             .doc("list_tags", "tags", "The org's tag vocabulary")
-            .answer::<Vec<TagView>>(200, "Every tag"),
-        Route::post("/tags", org_admin::create_tags)
+            .tool("List the org's tag vocabulary: each tag's name, whether it is strict or a default, and its description.")
+            .read_only()
+            .reads(None)
+            .answer::<Vec<TagView>>(200, "Every tag")
+            .member(|s: S, c: C, (): (), _: NoArguments| async move { s.engine.list_tags(&c).await }),
+        Operation::post("/tags")
             .doc("create_tags", "tags", "Add tags to the vocabulary")
-            .body::<CreateTags>()
+            .tool("Add tags to the org's vocabulary (admins and owners). A strict tag needs a description.")
+            .writes(None)
+            .body()
             .answer::<TagsCreated>(201, "The tags were added")
-            .errors(&[409]),
-        Route::post("/tags/update", org_admin::update_tags)
+            .errors(&[409])
+            .member(|s: S, c: C, (): (), r: CreateTags| async move { s.engine.create_tags(&c, r).await }),
+        Operation::post("/tags/update")
             .doc("update_tags", "tags", "Change tags of the vocabulary")
-            .body::<UpdateTags>()
+            .tool("Change tags of the vocabulary: strict, default or description (admins and owners).")
+            .writes(None)
+            .body()
             .answer::<TagsUpdated>(200, "The tags were changed")
-            .errors(&[404, 409]),
-        Route::post("/tags/delete", org_admin::delete_tags)
+            .errors(&[404, 409])
+            .member(|s: S, c: C, (): (), r: UpdateTags| async move { s.engine.update_tags(&c, r).await }),
+        Operation::post("/tags/delete")
             .doc("delete_tags", "tags", "Remove tags from the vocabulary")
-            .body::<DeleteTags>()
+            .tool("Remove tags from the org's vocabulary by name (admins and owners).")
+            .writes(None)
+            .body()
             .answer::<TagsDeleted>(200, "The tags were removed")
-            .errors(&[404, 409]),
-        Route::get("/members", org_admin::list_members)
+            .errors(&[404, 409])
+            .member(|s: S, c: C, (): (), r: DeleteTags| async move { s.engine.delete_tags(&c, r).await }),
+        Operation::get("/members")
             .doc("list_members", "members", "The org's members")
-            .answer::<Vec<MemberView>>(200, "Every member"),
-        Route::patch("/members/{email}", org_admin::patch_member)
+            .tool("List the org's members with their role, profile tags, team tags and seat.")
+            .read_only()
+            .reads(None)
+            .answer::<Vec<MemberView>>(200, "Every member")
+            .member(|s: S, c: C, (): (), _: NoArguments| async move { s.engine.list_members(&c).await }),
+        Operation::patch("/members/{email}")
             .doc("update_member", "members", "Change a member's role, profile tags or seat")
-            .body::<MemberPatch>()
+            .tool("Change a member's role, profile tags or seat (admins and owners). Returns the member.")
+            .writes(None)
+            .body()
             .answer::<MemberView>(200, "The member")
-            .errors(&[409]),
-        Route::get("/me", org_admin::me)
+            .errors(&[409])
+            .member(|s: S, c: C, email: String, r: MemberPatch| async move { s.engine.patch_member(&c, &email, r).await }),
+        Operation::get("/me")
             .doc("get_me", "members", "Who the key belongs to")
-            .answer::<MeView>(200, "The caller's member"),
-        Route::patch("/me", org_admin::patch_me)
+            .tool("Who the key belongs to: email, role and profile tags.")
+            .read_only()
+            .reads(None)
+            .answer::<MeView>(200, "The caller's member")
+            .member(|s: S, c: C, (): (), _: NoArguments| async move { s.engine.me(&c).await }),
+        Operation::patch("/me")
             .doc("update_me", "members", "Set your own profile tags")
-            .body::<MePatch>()
-            .answer::<MemberView>(200, "The caller's member"),
-        Route::get("/teams", org_admin::list_teams)
+            .tool("Set your own profile tags (users cannot give themselves strict tags). Returns your member record.")
+            .writes(None)
+            .body()
+            .answer::<MemberView>(200, "The caller's member")
+            .member(|s: S, c: C, (): (), r: MePatch| async move { s.engine.patch_me(&c, r).await }),
+        Operation::get("/teams")
             .doc("list_teams", "teams", "The org's teams")
-            .answer::<Vec<TeamView>>(200, "Every team"),
-        Route::post("/teams", org_admin::create_team)
+            .tool("List the org's teams and the tags they give their members (paid plans).")
+            .read_only()
+            .reads(TEAM)
+            .answer::<Vec<TeamView>>(200, "Every team")
+            .member(|s: S, c: C, (): (), _: NoArguments| async move { s.engine.list_teams(&c).await }),
+        Operation::post("/teams")
             .doc("create_team", "teams", "Create a team whose tags its members inherit")
-            .body::<NewTeam>()
+            .tool("Create a team whose tags its members inherit (admins and owners, paid plans).")
+            .writes(TEAM)
+            .body()
             .answer::<TeamView>(201, "The team")
-            .errors(&[409]),
-        Route::get("/teams/{name}", org_admin::get_team)
+            .errors(&[409])
+            .member(|s: S, c: C, (): (), r: NewTeam| async move { s.engine.create_team(&c, r).await }),
+        Operation::get("/teams/{name}")
             .doc("get_team", "teams", "One team with its members")
-            .answer::<TeamDetail>(200, "The team"),
-        Route::patch("/teams/{name}", org_admin::patch_team)
+            .tool("Fetch one team with its members and where each membership comes from (paid plans).")
+            .read_only()
+            .reads(TEAM)
+            .answer::<TeamDetail>(200, "The team")
+            .member(|s: S, c: C, name: String, _: NoArguments| async move { s.engine.get_team(&c, &name).await }),
+        Operation::patch("/teams/{name}")
             .doc("update_team", "teams", "Change a team's tags, description or idp_only flag")
-            .body::<TeamPatch>()
+            .tool("Change a team's tags, description or idp_only flag (admins and owners, paid plans).")
+            .writes(TEAM)
+            .body()
             .answer::<TeamView>(200, "The team")
-            .errors(&[409]),
-        Route::delete("/teams/{name}", org_admin::delete_team)
+            .errors(&[409])
+            .member(|s: S, c: C, name: String, r: TeamPatch| async move { s.engine.patch_team(&c, &name, r).await }),
+        Operation::delete("/teams/{name}")
             .doc("delete_team", "teams", "Delete a team and its memberships")
-            .empty(204, "The team is gone"),
-        Route::post("/teams/{name}/members", org_admin::add_team_member)
+            .tool("Delete a team and its memberships (admins and owners, paid plans).")
+            .writes(TEAM)
+            .empty(204, "The team is gone")
+            .member(|s: S, c: C, name: String, _: NoArguments| async move { s.engine.delete_team(&c, &name).await }),
+        Operation::post("/teams/{name}/members")
             .doc("add_team_member", "teams", "Add a member to a team by hand")
-            .body::<AddTeamMember>()
+            .tool("Add a member to a team by hand (admins and owners, paid plans). Returns the membership.")
+            .writes(TEAM)
+            .body()
             .answer::<TeamMemberView>(201, "The membership")
-            .errors(&[409]),
-        Route::delete("/teams/{name}/members/{email}", org_admin::remove_team_member)
+            .errors(&[409])
+            .member(|s: S, c: C, name: String, r: AddTeamMember| async move { s.engine.add_team_member(&c, &name, r).await }),
+        Operation::delete("/teams/{name}/members/{email}")
             .doc("remove_team_member", "teams", "Remove a member's manual membership of a team")
+            .tool("Remove a member's manual membership of a team (admins and owners, paid plans).")
+            .writes(TEAM)
             .empty(204, "The membership is gone")
-            .errors(&[409]),
+            .errors(&[409])
+            .member(|s: S, c: C, (name, email): (String, String), _: NoArguments| async move {
+                s.engine.remove_team_member(&c, &name, &email).await
+            }),
         // ---- a member's keys
-        Route::post("/keys", keys::create)
+        Operation::post("/keys")
             .doc("create_key", "keys", "Create a key for the caller's member; the secret is shown once")
-            .body::<CreateKey>()
+            .writes(None)
+            .body()
             .answer::<KeyCreated>(201, "The key and its secret")
-            .errors(&[409]),
-        Route::get("/keys", keys::list)
+            .errors(&[409])
+            .member(|s: S, c: C, (): (), r: CreateKey| async move { s.engine.create_key(&c, r).await }),
+        Operation::get("/keys")
             .doc("list_keys", "keys", "The caller's member's keys")
-            .answer::<KeyList>(200, "Every key, active or not"),
-        Route::delete("/keys/{key_id}", keys::revoke)
+            .reads(None)
+            .answer::<KeyList>(200, "Every key, active or not")
+            .member(|s: S, c: C, (): (), _: NoArguments| async move { s.engine.list_keys(&c).await }),
+        Operation::delete("/keys/{key_id}")
             .doc("revoke_key", "keys", "Revoke a key; it stops working at once")
-            .empty(204, "The key is revoked"),
+            .writes(None)
+            .empty(204, "The key is revoked")
+            .member(|s: S, c: C, key_id: String, _: NoArguments| async move { s.engine.revoke_key(&c, &key_id).await }),
         // ---- operator
-        Route::post("/admin/orgs", admin::create_org)
+        Operation::post("/admin/orgs")
             .doc("create_org", "operator", "Create an org with its owner and the owner's first key")
             .access(Operator)
-            .body::<CreateOrg>()
+            .body()
             .answer::<CreatedOrg>(201, "The org and its owner's key")
-            .errors(&[403, 409]),
-        Route::get("/admin/orgs/{org_id}", admin::get_org)
+            .errors(&[403, 409])
+            .operator(|s: S, (): (), r: CreateOrg| async move { s.engine.create_org(r).await }),
+        Operation::get("/admin/orgs/{org_id}")
             .doc("get_org", "operator", "An org with its effective limits")
             .access(Operator)
-            .answer::<OrgView>(200, "The org"),
-        Route::patch("/admin/orgs/{org_id}", admin::patch_org)
+            .answer::<OrgView>(200, "The org")
+            .operator(|s: S, org: String, _: NoArguments| async move { s.engine.get_org(parse_org_id(&org)?).await }),
+        Operation::patch("/admin/orgs/{org_id}")
             .doc("patch_org", "operator", "Change an org's tier, seats, suspension or limits")
             .access(Operator)
-            .body::<PatchOrg>()
+            .body()
             .answer::<OrgView>(200, "The org")
-            .errors(&[409]),
-        Route::post("/admin/orgs/{org_id}/members", admin::add_member)
+            .errors(&[409])
+            .operator(|s: S, org: String, r: PatchOrg| async move { s.engine.patch_org(parse_org_id(&org)?, r).await }),
+        Operation::post("/admin/orgs/{org_id}/members")
             .doc("add_member", "operator", "Add an active member and issue its first key")
             .access(Operator)
-            .body::<AddMember>()
+            .body()
             .answer::<AddedMember>(201, "The member and its key")
-            .errors(&[403, 409, 429]),
-        Route::post("/admin/orgs/{org_id}/members/{email}/keys", admin::reset_key)
+            .errors(&[403, 409, 429])
+            .operator(|s: S, org: String, r: AddMember| async move { s.engine.add_member(parse_org_id(&org)?, r).await }),
+        Operation::post("/admin/orgs/{org_id}/members/{email}/keys")
             .doc("reset_key", "operator", "Issue a member a new key (the key reset)")
             .access(Operator)
-            .optional_body::<ResetKey>()
+            .body()
             .answer::<IssuedKey>(201, "The new key")
-            .errors(&[403, 409]),
-        Route::post("/admin/members/unblock", admin::unblock_member)
+            .errors(&[403, 409])
+            .operator(|s: S, (org, email): (String, String), r: ResetKey| async move {
+                s.engine.reset_key(parse_org_id(&org)?, &email, r).await
+            }),
+        Operation::post("/admin/members/unblock")
             .doc("unblock_member", "operator", "Lift a member's strike block")
             .access(Operator)
-            .body::<UnblockMember>()
-            .answer::<Unblocked>(200, "The block is lifted"),
-        Route::get("/admin/feedback", admin::feedback_org)
+            .body()
+            .answer::<Unblocked>(200, "The block is lifted")
+            .operator(|s: S, (): (), r: UnblockMember| async move { s.engine.unblock_member(r).await }),
+        Operation::get("/admin/feedback")
             .doc("feedback_org", "operator", "The org that receives feedback")
             .access(Operator)
-            .answer::<FeedbackOrg>(200, "The feedback org's id"),
-        Route::post("/admin/orgs/{org_id}/idp", admin::set_idp)
+            .answer::<FeedbackOrg>(200, "The feedback org's id")
+            .operator(|s: S, (): (), _: NoArguments| async move { Ok::<_, ApiError>(s.engine.feedback_org()) }),
+        Operation::post("/admin/orgs/{org_id}/idp")
             .doc("set_idp", "operator", "Turn the identity-provider enrollment on or off")
             .access(Operator)
-            .body::<IdpEnrollment>()
-            .answer::<IdpEnrollment>(200, "The enrollment"),
-        Route::post("/admin/orgs/{org_id}/idp/sync", admin::idp_sync)
+            .body()
+            .answer::<IdpEnrollment>(200, "The enrollment")
+            .operator(|s: S, org: String, r: IdpEnrollment| async move { s.engine.set_idp_enrollment(parse_org_id(&org)?, r).await }),
+        Operation::post("/admin/orgs/{org_id}/idp/sync")
             .doc("idp_sync", "operator", "The identity provider's view of team membership")
             .access(Operator)
-            .body::<IdpSync>()
+            .body()
             .answer::<IdpSyncAnswer>(200, "Memberships added and removed")
-            .errors(&[403, 409]),
-        Route::post("/admin/orgs/{org_id}/recompute", reports::recompute)
+            .errors(&[403, 409])
+            .operator(|s: S, org: String, r: IdpSync| async move { s.engine.idp_sync(parse_org_id(&org)?, r).await }),
+        Operation::post("/admin/orgs/{org_id}/recompute")
             .doc("recompute_reports", "operator", "Compute an org's reports now instead of waiting for the schedule")
             .access(Operator)
-            .optional_body::<Recompute>()
+            .body()
             .answer::<Recomputed>(200, "The reports computed (those that apply to the org's plan and encryption)")
-            .errors(&[503]),
-        Route::post("/admin/master-key/rotate", admin::rotate_master_key)
+            .errors(&[503])
+            .operator(|s: S, org: String, r: Recompute| async move { s.engine.recompute(parse_org_id(&org)?, r).await }),
+        Operation::post("/admin/master-key/rotate")
             .doc("rotate_master_key", "operator", "Make a new master key current and re-wrap every data key")
             .access(Operator)
-            .body::<RotateMasterKey>()
+            .body()
             .answer::<MasterKeyRotated>(200, "Every data key is wrapped by the new key")
-            .errors(&[409]),
-        Route::get("/admin/cluster", cluster::view)
+            .errors(&[409])
+            .operator(|s: S, (): (), r: RotateMasterKey| async move { admin::rotate_master_key(s, r).await }),
+        Operation::get("/admin/cluster")
             .doc("cluster", "operator", "The nodes of the cluster and the orgs each owns now")
             .access(Operator)
-            .answer::<ClusterView>(200, "The nodes seen in the last minute"),
-        Route::get("/admin/stats", ui::stats)
+            .answer::<ClusterView>(200, "The nodes seen in the last minute")
+            .operator(|s: S, (): (), _: NoArguments| async move { s.engine.cluster_view().await }),
+        Operation::get("/admin/stats")
             .doc("operator_stats", "operator", "What the operator page shows: orgs' open tasks and leases, actors, group commits, limit refusals")
             .access(Access::OperatorOrSession)
-            .answer::<OperatorStats>(200, "The figures, from memory"),
+            .answer::<OperatorStats>(200, "The figures, from memory")
+            .handler(ui::stats),
         // ---- the operator page (HTML)
-        Route::get("/admin/ui", ui::page)
+        Operation::get("/admin/ui")
             .doc("operator_page", "operator", "The operator page; without a session, its sign-in form")
-            .access(Public)
             .html(200, "The page, for a signed-in operator")
             .html(401, "The sign-in form")
-            .errors(&[404]),
-        Route::post("/admin/ui/login", ui::login)
+            .errors(&[404])
+            .handler(ui::page),
+        Operation::post("/admin/ui/login")
             .doc("operator_login", "operator", "Sign in to the operator page with the operator token")
-            .access(Public)
             .form::<ui::LoginForm>()
             .empty(303, "Signed in: the session cookie is set and the page follows")
             .html(401, "A wrong token: the form again, no cookie")
             .html(429, "Too many wrong operator tokens from this address: the form again, no cookie, and `Retry-After`")
-            .errors(&[404]),
-        Route::post("/admin/ui/logout", ui::logout)
+            .errors(&[404])
+            .handler(ui::login),
+        Operation::post("/admin/ui/logout")
             .doc("operator_logout", "operator", "End the operator page's session")
-            .access(Public)
             .empty(303, "Signed out: the cookie is cleared and the form follows")
-            .errors(&[404]),
+            .errors(&[404])
+            .handler(ui::logout),
     ]
 }
 
 pub fn router(state: AppState) -> Router {
-    let api = routes()
+    let api = operations()
         .into_iter()
-        .fold(Router::new(), |router, route| route.register(router));
+        .fold(Router::new(), |router, operation| {
+            operation.register(router)
+        });
     #[cfg(feature = "test-hooks")]
     let api = api
         .route("/admin/orgs/{org_id}/crash", post(admin::crash))
@@ -374,7 +504,7 @@ pub fn router(state: AppState) -> Router {
 
     // MCP's transport is a service of its own, behind the same key check.
     let mcp = Router::new()
-        .route_service("/mcp", crate::mcp::service(state.engine.clone()))
+        .route_service("/mcp", crate::mcp::service(state.clone()))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             extract::mcp_gate,

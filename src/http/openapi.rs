@@ -13,222 +13,75 @@
 use std::collections::BTreeSet;
 use std::sync::LazyLock;
 
-use axum::handler::Handler;
-use axum::http::{header, Method};
+use axum::http::header;
 use axum::response::IntoResponse;
-use axum::routing::{on, MethodFilter, MethodRouter};
 use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 use taskq_actors::ErrorBody;
 
-use super::AppState;
+use super::operation::{Access, Answer, Input, Operation};
 
-/// The schema of a type, from a generator (a `$ref` when it is named).
-type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
-
-fn subschema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
-    generator.subschema_for::<T>()
-}
-
-/// The object schema of a type itself, properties inline (for a query).
-fn object_schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
-    T::json_schema(generator)
-}
-
-/// Who may call a route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Anyone.
-    Public,
-    /// A member's key in `X-Api-Key`.
-    Member,
-    /// The operator token as `Authorization: Bearer`.
-    Operator,
-    /// The operator token, or the operator page's session cookie.
-    OperatorOrSession,
-}
-
-/// What a route answers with a given status.
-enum Answer {
-    Json(SchemaFn),
-    Text,
-    Html,
-    Empty,
-}
-
-/// The request a route decodes, besides its path parameters.
-enum Input {
-    None,
-    /// A JSON body; `false` when an absent body reads as `{}`.
-    Body(SchemaFn, bool),
-    /// An HTML form (`application/x-www-form-urlencoded`).
-    Form(SchemaFn),
-    Query(SchemaFn),
-}
-
-/// One operation: a method and path, its handler, and its documentation.
-pub struct Route {
-    pub method: Method,
-    /// The path template; axum and OpenAPI both write parameters `{name}`.
-    pub path: &'static str,
-    handler: MethodRouter<AppState>,
-    id: &'static str,
-    summary: &'static str,
-    tag: &'static str,
-    access: Access,
-    input: Input,
-    answers: Vec<(u16, &'static str, Answer)>,
-    errors: Vec<u16>,
-}
-
-impl Route {
-    fn new<H, T>(method: Method, filter: MethodFilter, path: &'static str, handler: H) -> Self
-    where
-        H: Handler<T, AppState>,
-        T: 'static,
-    {
-        Self {
-            method,
-            path,
-            handler: on(filter, handler),
-            id: "",
-            summary: "",
-            tag: "",
-            access: Access::Member,
-            input: Input::None,
-            answers: Vec::new(),
-            errors: Vec::new(),
+/// Every error status the route can answer: those of its access (a bad
+/// key, a suspended org, a limit, an overload or outage), of its input
+/// (a malformed body, query or path; a body too large), and its own.
+fn error_statuses(route: &Operation) -> BTreeSet<u16> {
+    let mut statuses: BTreeSet<u16> = route.errors.iter().copied().collect();
+    match route.access {
+        Access::Public => {}
+        Access::Member(..) => statuses.extend([401, 403, 429, 503]),
+        // The operator routes are all 404 when no token is configured.
+        // 429: too many wrong tokens from the caller's address.
+        Access::Operator | Access::OperatorOrSession => statuses.extend([401, 404, 429, 503]),
+    }
+    let has_path = route.path_params().next().is_some();
+    match route.input {
+        Input::Body(..) | Input::Form(_) => statuses.extend([400, 413]),
+        Input::Query(_) => {
+            statuses.insert(400);
         }
-    }
-
-    pub fn get<H: Handler<T, AppState>, T: 'static>(path: &'static str, handler: H) -> Self {
-        Self::new(Method::GET, MethodFilter::GET, path, handler)
-    }
-
-    pub fn post<H: Handler<T, AppState>, T: 'static>(path: &'static str, handler: H) -> Self {
-        Self::new(Method::POST, MethodFilter::POST, path, handler)
-    }
-
-    pub fn put<H: Handler<T, AppState>, T: 'static>(path: &'static str, handler: H) -> Self {
-        Self::new(Method::PUT, MethodFilter::PUT, path, handler)
-    }
-
-    pub fn patch<H: Handler<T, AppState>, T: 'static>(path: &'static str, handler: H) -> Self {
-        Self::new(Method::PATCH, MethodFilter::PATCH, path, handler)
-    }
-
-    pub fn delete<H: Handler<T, AppState>, T: 'static>(path: &'static str, handler: H) -> Self {
-        Self::new(Method::DELETE, MethodFilter::DELETE, path, handler)
-    }
-
-    /// The operation id (the MCP tool's name where there is one), its tag
-    /// and a one-line summary.
-    pub fn doc(mut self, id: &'static str, tag: &'static str, summary: &'static str) -> Self {
-        (self.id, self.tag, self.summary) = (id, tag, summary);
-        self
-    }
-
-    pub fn access(mut self, access: Access) -> Self {
-        self.access = access;
-        self
-    }
-
-    /// The JSON body, decoded into `T`.
-    pub fn body<T: JsonSchema>(mut self) -> Self {
-        self.input = Input::Body(subschema::<T>, true);
-        self
-    }
-
-    /// A JSON body decoded into `T` that may be left out (read as `{}`).
-    pub fn optional_body<T: JsonSchema>(mut self) -> Self {
-        self.input = Input::Body(subschema::<T>, false);
-        self
-    }
-
-    /// A form body (`application/x-www-form-urlencoded`) with the fields of `T`.
-    pub fn form<T: JsonSchema>(mut self) -> Self {
-        self.input = Input::Form(subschema::<T>);
-        self
-    }
-
-    /// The query string, decoded into `T`: one parameter per field.
-    pub fn query<T: JsonSchema>(mut self) -> Self {
-        self.input = Input::Query(object_schema::<T>);
-        self
-    }
-
-    /// A JSON answer of type `T` with `status`.
-    pub fn answer<T: JsonSchema>(mut self, status: u16, description: &'static str) -> Self {
-        self.answers
-            .push((status, description, Answer::Json(subschema::<T>)));
-        self
-    }
-
-    /// An answer without a body.
-    pub fn empty(mut self, status: u16, description: &'static str) -> Self {
-        self.answers.push((status, description, Answer::Empty));
-        self
-    }
-
-    /// A plain-text answer.
-    pub fn text(mut self, status: u16, description: &'static str) -> Self {
-        self.answers.push((status, description, Answer::Text));
-        self
-    }
-
-    /// An HTML page.
-    pub fn html(mut self, status: u16, description: &'static str) -> Self {
-        self.answers.push((status, description, Answer::Html));
-        self
-    }
-
-    /// Error statuses of this route beyond those every route of its kind
-    /// can give (see [`Route::error_statuses`]).
-    pub fn errors(mut self, statuses: &[u16]) -> Self {
-        self.errors.extend_from_slice(statuses);
-        self
-    }
-
-    /// Adds the route to a router.
-    pub fn register(self, router: axum::Router<AppState>) -> axum::Router<AppState> {
-        router.route(self.path, self.handler)
-    }
-
-    fn path_params(&self) -> impl Iterator<Item = &'static str> {
-        self.path
-            .split('/')
-            .filter_map(|s| s.strip_prefix('{')?.strip_suffix('}'))
-    }
-
-    /// Every error status the route can answer: those of its access (a bad
-    /// key, a suspended org, a limit, an overload or outage), of its input
-    /// (a malformed body, query or path; a body too large), and its own.
-    fn error_statuses(&self) -> BTreeSet<u16> {
-        let mut statuses: BTreeSet<u16> = self.errors.iter().copied().collect();
-        match self.access {
-            Access::Public => {}
-            Access::Member => statuses.extend([401, 403, 429, 503]),
-            // The operator routes are all 404 when no token is configured.
-            // 429: too many wrong tokens from the caller's address.
-            Access::Operator | Access::OperatorOrSession => statuses.extend([401, 404, 429, 503]),
+        Input::None if has_path => {
+            statuses.insert(400);
         }
-        let has_path = self.path_params().next().is_some();
-        match self.input {
-            Input::Body(..) | Input::Form(_) => statuses.extend([400, 413]),
-            Input::Query(_) => {
-                statuses.insert(400);
+        Input::None => {}
+    }
+    if has_path {
+        statuses.insert(404);
+    }
+    statuses
+}
+
+/// A tool's input schema: the request's own (the one requests are checked
+/// against), with the operation's path parameters as properties.
+pub(super) fn tool_schema<T: JsonSchema>() -> Value {
+    taskq_actors::api::request_schema::<T>()
+}
+
+/// `schema` with the path parameters `names` as required string
+/// properties, ready for `tools/list`.
+pub(super) fn with_path_params(schema: fn() -> Value, names: Vec<&'static str>) -> Value {
+    let mut schema = schema();
+    drop_null_defaults(&mut schema);
+    if let Some(object) = schema.as_object_mut() {
+        // Clients read the properties; the generator's bookkeeping stays out.
+        object.remove("$schema");
+        object.remove("title");
+        let properties = object.entry("properties").or_insert_with(|| json!({}));
+        for name in &names {
+            properties[*name] = json!({
+                "type": "string",
+                "minLength": 1,
+                "description": path_param_description(name),
+            });
+        }
+        if !names.is_empty() {
+            let required = object.entry("required").or_insert_with(|| json!([]));
+            if let Some(list) = required.as_array_mut() {
+                list.extend(names.iter().map(|n| json!(n)));
             }
-            Input::None if has_path => {
-                statuses.insert(400);
-            }
-            Input::None => {}
         }
-        if has_path {
-            statuses.insert(404);
-        }
-        statuses
     }
+    schema
 }
 
 /// The `Retry-After` header of an answer that asks the client to wait.
@@ -271,7 +124,7 @@ fn path_param_description(name: &str) -> &'static str {
 }
 
 /// The document, built and serialized once.
-static DOCUMENT: LazyLock<String> = LazyLock::new(|| document(&super::routes()).to_string());
+static DOCUMENT: LazyLock<String> = LazyLock::new(|| document(&super::operations()).to_string());
 
 /// `GET /openapi.json`.
 pub async fn serve() -> impl IntoResponse {
@@ -282,7 +135,7 @@ pub async fn serve() -> impl IntoResponse {
 }
 
 /// Builds the OpenAPI document of `routes`.
-pub fn document(routes: &[Route]) -> Value {
+pub fn document(routes: &[Operation]) -> Value {
     // Requests are described as they are read, answers as they are
     // written (a field left out when empty is not required in an answer).
     let mut requests = generator(SchemaSettings::draft2020_12().for_deserialize());
@@ -432,17 +285,20 @@ const SCHEMAS: &str = "#/components/schemas/";
 
 /// The operation object of a route.
 fn operation(
-    route: &Route,
+    route: &Operation,
     requests: &mut SchemaGenerator,
     answers: &mut SchemaGenerator,
 ) -> Value {
     let mut operation = Map::new();
     operation.insert("operationId".into(), route.id.into());
     operation.insert("summary".into(), route.summary.into());
+    if let Some(description) = route.tool {
+        operation.insert("description".into(), description.into());
+    }
     operation.insert("tags".into(), json!([route.tag]));
     let security = match route.access {
         Access::Public => json!([]),
-        Access::Member => json!([{ "ApiKey": [] }]),
+        Access::Member(..) => json!([{ "ApiKey": [] }]),
         Access::Operator => json!([{ "OperatorToken": [] }]),
         Access::OperatorOrSession => json!([{ "OperatorToken": [] }, { "OperatorSession": [] }]),
     };
@@ -505,7 +361,7 @@ fn operation(
         responses.insert(status.to_string(), response);
     }
     let error = answers.subschema_for::<ErrorBody>();
-    for status in route.error_statuses() {
+    for status in error_statuses(route) {
         let mut response = json!({
             "description": error_description(status),
             "content": { "application/json": { "schema": error } },
@@ -608,7 +464,7 @@ mod tests {
 
     #[test]
     fn every_route_is_one_operation_and_nothing_else_is() {
-        let routes = crate::http::routes();
+        let routes = crate::http::operations();
         let document = document(&routes);
         let served: BTreeSet<(String, String)> = routes
             .iter()
@@ -662,16 +518,9 @@ mod tests {
                 "/internal/peer",
                 "/mcp"
             ],
-            "register routes through `routes()` so that the document has them"
+            "register routes through `operations()` so that the document has them"
         );
-        for other in [
-            "admin.rs",
-            "keys.rs",
-            "org_admin.rs",
-            "tasks.rs",
-            "metrics.rs",
-            "ui/mod.rs",
-        ] {
+        for other in ["admin.rs", "cluster.rs", "metrics.rs", "ui/mod.rs"] {
             let source = std::fs::read_to_string(
                 std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                     .join("src/http")
@@ -684,7 +533,7 @@ mod tests {
 
     #[test]
     fn every_ref_resolves_and_errors_are_error_bodies() {
-        let document = document(&crate::http::routes());
+        let document = document(&crate::http::operations());
         fn walk(v: &Value, schemas: &Map<String, Value>) {
             match v {
                 Value::Object(o) => {
@@ -717,7 +566,7 @@ mod tests {
 
     #[test]
     fn security_follows_the_path() {
-        let document = document(&crate::http::routes());
+        let document = document(&crate::http::operations());
         for (method, path, operation) in operations(&document) {
             // The operator page signs in by itself; its figures take the
             // token or the page's session.
@@ -743,9 +592,11 @@ mod tests {
 
     #[test]
     fn the_list_query_has_a_parameter_per_field() {
-        let document = document(&crate::http::routes());
+        let document = document(&crate::http::operations());
         let mut generator = SchemaSettings::draft2020_12().into_generator();
-        let list = object_schema::<taskq_actors::api::ListTasks>(&mut generator).to_value();
+        let list =
+            super::super::operation::object_schema::<taskq_actors::api::ListTasks>(&mut generator)
+                .to_value();
         let fields: BTreeSet<&str> = list["properties"]
             .as_object()
             .unwrap()
@@ -772,7 +623,7 @@ mod tests {
 
     #[test]
     fn answers_and_requests_keep_their_own_forms() {
-        let document = document(&crate::http::routes());
+        let document = document(&crate::http::operations());
         let schemas = &document["components"]["schemas"];
         // Left out when there is none: optional in the answer.
         let detail = schemas["TaskDetail"].to_string();

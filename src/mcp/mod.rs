@@ -24,10 +24,10 @@ use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use serde_json::Value;
-use taskq_actors::{Caller, Engine};
+use taskq_actors::Caller;
 
-pub use tools::TOOLS;
+use crate::http::AppState;
+pub use tools::tools;
 
 /// The largest MCP request body, as for the rest of the API.
 const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
@@ -39,7 +39,7 @@ claim's lease_id), and create follow-up work with create_tasks.";
 /// The tool server of one request.
 #[derive(Clone)]
 pub struct TaskqTools {
-    engine: Engine,
+    state: AppState,
 }
 
 impl TaskqTools {
@@ -72,7 +72,7 @@ impl ServerHandler for TaskqTools {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(TOOLS.clone()))
+        Ok(ListToolsResult::with_all_items(tools()))
     }
 
     async fn call_tool(
@@ -81,8 +81,8 @@ impl ServerHandler for TaskqTools {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let caller = Self::caller(&context)?;
-        let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let answer = tools::call(&self.engine, &caller, &request.name, arguments)
+        let arguments = request.arguments.unwrap_or_default();
+        let answer = tools::call(&self.state, &caller, &request.name, arguments)
             .await
             .ok_or_else(|| {
                 ErrorData::invalid_params(format!("no tool named {}", request.name), None)
@@ -111,7 +111,7 @@ fn result(answer: tools::Answer) -> CallToolResult {
 }
 
 /// The `/mcp` endpoint: stateless streamable HTTP, answering in JSON.
-pub fn service(engine: Engine) -> StreamableHttpService<TaskqTools, NeverSessionManager> {
+pub fn service(state: AppState) -> StreamableHttpService<TaskqTools, NeverSessionManager> {
     let mut config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
@@ -121,7 +121,7 @@ pub fn service(engine: Engine) -> StreamableHttpService<TaskqTools, NeverSession
     StreamableHttpService::new(
         move || {
             Ok(TaskqTools {
-                engine: engine.clone(),
+                state: state.clone(),
             })
         },
         Arc::new(NeverSessionManager::default()),

@@ -1,22 +1,158 @@
 """Schemathesis hooks for taskq's fuzz run (tests/openapi.rs).
 
-A claim may long-poll for up to 30 seconds (`wait_seconds`), and an empty
-queue makes it wait that long on purpose. The run's request timeout is what
-catches a hang, so a generated claim waits at most one second: a long poll
-is not mistaken for a hang, and the run stays short. The waiting itself is
-covered by tests/long_poll.rs. Values outside the schema are left alone, so
-the server's validation of them is still fuzzed.
+Long polls. A claim may long-poll for up to 30 seconds (`wait_seconds`),
+and an empty queue makes it wait that long on purpose. The run's request
+timeout is what catches a hang, so a generated claim waits at most one
+second: a long poll is not mistaken for a hang, and the run stays short.
+The waiting itself is covered by tests/long_poll.rs.
+
+The exceptions. Every rule of a request's shape is in the document, so a
+request the document allows is accepted; three kinds of rule cannot be
+stated in a JSON Schema, and a request the fuzzer generates as valid is
+brought within them before it is sent:
+
+1. What the org's state decides: tags of its vocabulary (task tags,
+   profile and team tags), the teams and members of an identity-provider
+   sync, assignees (members and keys), blocking and parent tasks, the
+   list cursor the server minted, client envelopes (only a BYOK org takes
+   them), and a seat (an owner keeps theirs). A generated value becomes
+   one the state admits, or is left out.
+2. Rules across the items of one call: names and ids unique (JSON
+   Schema's `uniqueItems` compares whole items, not one field of each),
+   and `ref:` blockers that name another item without forming a cycle.
+   A generated batch keeps the first of each name and only the `ref:`s
+   to earlier items.
+3. A standup period of the cadence asked for, and one the calendar has
+   (`2023-02-29`): two query parameters that must agree, and a calendar.
+
+Requests generated as invalid are sent as they are, so the server's
+refusals are still fuzzed.
 """
+
+import datetime
+import re
 
 import schemathesis
 
 LONGEST_WAIT = 1
+# What tests/openapi.rs creates before the run.
+TAG = "backend"
+TEAM = "core"
+MEMBER = "member@example.com"
+
+
+def positive(case, location):
+    """Whether `location` of the case was generated as valid data."""
+    component = case.meta.components.get(location) if case.meta else None
+    mode = component.mode if component else (case.meta.generation.mode if case.meta else None)
+    return mode is not None and str(getattr(mode, "value", mode)) == "positive"
+
+
+def cadence_of(period):
+    """The cadence of a period the calendar has, or None."""
+    try:
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", period):
+            datetime.date.fromisoformat(period)
+            return "daily"
+        if re.fullmatch(r"\d{4}-W\d{2}", period):
+            datetime.date.fromisocalendar(int(period[:4]), int(period[6:]), 1)
+            return "weekly"
+        if re.fullmatch(r"\d{4}-\d{2}", period):
+            datetime.date(int(period[:4]), int(period[5:]), 1)
+            return "monthly"
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
+ENVELOPE = "__service_enc__"
+CONTENT = ("title", "description", "note")
+OBJECTS = ("metadata", "output")
+
+
+def plain_content(body):
+    """Client envelopes in a create or an update made plain."""
+    for item in body.get("tasks") or body.get("updates") or []:
+        if not isinstance(item, dict):
+            continue
+        for key in CONTENT:
+            if isinstance(item.get(key), dict):
+                item[key] = "plain"
+        for key in OBJECTS:
+            if isinstance(item.get(key), dict) and ENVELOPE in item[key]:
+                item[key] = {}
+
+
+def known_tags(value):
+    return [TAG] if isinstance(value, list) and value else value
+
+
+def within_state(case):
+    path, body = case.operation.path, case.body
+    if isinstance(body, dict) and positive(case, "body"):
+        if path == "/tasks":
+            refs, ids = [], set()
+            for task in body.get("tasks") or []:
+                if isinstance(task, dict):
+                    if "tags" in task:
+                        task["tags"] = known_tags(task["tags"])
+                    if task.get("assignee") is not None:
+                        task["assignee"] = MEMBER
+                    task.pop("parent_task_id", None)
+                    task["blocked_by"] = [
+                        b for b in task.get("blocked_by") or [] if b[4:] in refs
+                    ]
+                    if task.get("ref") in refs:
+                        task.pop("ref")
+                    if task.get("ref") is not None:
+                        refs.append(task["ref"])
+                    if task.get("task_id") in ids:
+                        task.pop("task_id")
+                    if task.get("task_id") is not None:
+                        ids.add(task["task_id"])
+        if path == "/tasks/update":
+            for update in body.get("updates") or []:
+                if isinstance(update, dict):
+                    if "tags" in update:
+                        update["tags"] = known_tags(update["tags"])
+                    if update.get("assignee") is not None:
+                        update["assignee"] = MEMBER
+                    update.pop("blocked_by", None)
+        if path in ("/me", "/members/{email}") and "profile_tags" in body:
+            body["profile_tags"] = known_tags(body["profile_tags"])
+        if path == "/members/{email}" and body.get("seated") is False:
+            body["seated"] = True
+        if path in ("/tasks", "/tasks/update"):
+            plain_content(body)
+        if path in ("/teams", "/teams/{name}") and "tags" in body:
+            body["tags"] = known_tags(body["tags"])
+        if path.endswith("/idp/sync") and isinstance(body.get("teams"), dict):
+            body["teams"] = {TEAM: [MEMBER] if any(body["teams"].values()) else []}
+        if path in ("/tags", "/tags/update") and isinstance(body.get("tags"), list):
+            seen, unique = set(), []
+            for tag in body["tags"]:
+                name = tag.get("name", "").strip() if isinstance(tag, dict) else None
+                if name not in seen:
+                    seen.add(name)
+                    unique.append(tag)
+            body["tags"] = unique
+    query = case.query
+    if isinstance(query, dict) and positive(case, "query"):
+        if path == "/tasks":
+            query.pop("cursor", None)
+        if path == "/standup" and "period" in query:
+            cadence = cadence_of(query["period"])
+            if cadence:
+                query["cadence"] = cadence
+            else:
+                query.pop("period")
 
 
 @schemathesis.hook
 def before_call(context, case, kwargs):
+    within_state(case)
     if case.operation.path != "/tasks/claim" or not isinstance(case.body, dict):
         return
     wait = case.body.get("wait_seconds")
-    if isinstance(wait, int) and not isinstance(wait, bool) and LONGEST_WAIT < wait <= 30:
+    if isinstance(wait, (int, float)) and not isinstance(wait, bool) and LONGEST_WAIT < wait <= 30:
         case.body["wait_seconds"] = LONGEST_WAIT

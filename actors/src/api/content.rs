@@ -4,10 +4,10 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::decode::{err, Result};
-use super::{Object, ValidationError};
+use super::{Object, ValidationError, NON_BLANK_PATTERN};
 
 /// The reserved key of a client-encrypted envelope.
 pub const ENVELOPE_KEY: &str = "__service_enc__";
@@ -55,12 +55,9 @@ pub enum ContentPolicy {
     ClientEncrypted,
 }
 
-fn is_envelope(v: &Value) -> bool {
-    v.as_object().is_some_and(|o| o.contains_key(ENVELOPE_KEY))
-}
-
-/// Refuses a JSON value larger than `MAX_CONTENT_BYTES` as compact JSON.
-fn check_bytes(v: &Value, field: &str) -> Result<()> {
+/// Refuses a JSON value larger than `MAX_CONTENT_BYTES` as compact JSON:
+/// a size in bytes, which no JSON Schema keyword measures.
+fn check_bytes<T: Serialize>(v: &T, field: &str) -> Result<()> {
     let mut counter = ByteCounter(0);
     // Writing to a counter cannot fail.
     let _ = serde_json::to_writer(&mut counter, v);
@@ -87,54 +84,80 @@ impl std::io::Write for ByteCounter {
     }
 }
 
-/// A text field of at most `max_chars` characters, or an envelope object
-/// in its place (of at most `MAX_CONTENT_BYTES`).
-fn bounded_text(v: &Value, field: &str, max_chars: usize) -> Result<Text> {
-    match v {
-        Value::String(s) if s.chars().count() > max_chars => Err(err(
-            field,
-            format!("must be at most {max_chars} characters"),
-        )),
-        Value::String(s) => Ok(Text::Plain(s.clone())),
-        Value::Object(o) if is_envelope(v) => {
-            check_bytes(v, field)?;
-            Ok(Text::Envelope(o.clone()))
-        }
-        _ => Err(err(field, "must be a string")),
+/// The sizes in bytes of a title or description: an envelope's.
+pub(super) fn check_text_bytes(t: Option<&Text>, field: impl FnOnce() -> String) -> Result<()> {
+    match t {
+        Some(Text::Envelope(o)) => check_bytes(o, &field()),
+        _ => Ok(()),
     }
 }
 
-/// A description.
-pub(super) fn text(v: &Value, field: &str) -> Result<Text> {
-    bounded_text(v, field, MAX_DESCRIPTION_CHARS)
-}
-
-/// A title: a non-blank string or an envelope.
-pub(super) fn title(v: &Value, field: &str) -> Result<Text> {
-    let t = bounded_text(v, field, MAX_TITLE_CHARS)?;
-    if matches!(&t, Text::Plain(s) if s.trim().is_empty()) {
-        return Err(err(field, "must not be empty"));
-    }
-    Ok(t)
-}
-
-/// A state event's note: text of at most `MAX_CONTENT_BYTES`, or a client
-/// envelope in its place; `None` for null.
-pub(super) fn note(v: &Value, field: &str) -> Result<Option<Text>> {
-    match v {
-        Value::Null => Ok(None),
-        Value::String(s) if s.len() > MAX_CONTENT_BYTES => Err(err(
-            field,
+/// The size in bytes of a note: its text, or its envelope as JSON.
+pub(super) fn check_note_bytes(t: Option<&Text>, field: impl FnOnce() -> String) -> Result<()> {
+    match t {
+        Some(Text::Plain(s)) if s.len() > MAX_CONTENT_BYTES => Err(err(
+            &field(),
             format!("must be at most {MAX_CONTENT_BYTES} bytes"),
         )),
-        Value::String(s) if s.trim().is_empty() => Err(err(field, "must not be empty")),
-        Value::String(s) => Ok(Some(Text::Plain(s.clone()))),
-        Value::Object(o) if is_envelope(v) => {
-            check_bytes(v, field)?;
-            Ok(Some(Text::Envelope(o.clone())))
-        }
-        _ => Err(err(field, "must be a string")),
+        Some(Text::Envelope(o)) => check_bytes(o, &field()),
+        _ => Ok(()),
     }
+}
+
+/// The size in bytes of metadata or output, as compact JSON.
+pub(super) fn check_object_bytes(o: Option<&Object>, field: impl FnOnce() -> String) -> Result<()> {
+    match o {
+        Some(o) => check_bytes(o, &field()),
+        None => Ok(()),
+    }
+}
+
+/// A client envelope: an object holding the reserved key.
+fn envelope_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": [ENVELOPE_KEY],
+        "description": "a client-encrypted envelope (BYOK orgs only)",
+    })
+}
+
+fn text_schema(text: Value, nullable: bool) -> schemars::Schema {
+    let mut options = vec![text, envelope_schema()];
+    if nullable {
+        options.push(json!({ "type": "null" }));
+    }
+    let schema = json!({ "anyOf": options });
+    schemars::Schema::try_from(schema).unwrap_or_default()
+}
+
+/// A title: non-blank text of at most 1,000 characters, or an envelope.
+pub(super) fn title_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    text_schema(
+        json!({ "type": "string", "minLength": 1, "maxLength": MAX_TITLE_CHARS, "pattern": NON_BLANK_PATTERN }),
+        false,
+    )
+}
+
+fn description_text() -> Value {
+    json!({ "type": "string", "maxLength": MAX_DESCRIPTION_CHARS })
+}
+
+/// A description: text of at most 65,536 characters, or an envelope.
+pub(super) fn description_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    text_schema(description_text(), false)
+}
+
+/// A description, or `null`.
+pub(super) fn nullable_description_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    text_schema(description_text(), true)
+}
+
+/// A note, or `null`: non-blank text (at most 65,536 bytes), or an envelope.
+pub(super) fn note_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    text_schema(
+        json!({ "type": "string", "minLength": 1, "maxLength": MAX_CONTENT_BYTES, "pattern": NON_BLANK_PATTERN }),
+        true,
+    )
 }
 
 /// Merges a metadata patch key by key. A client envelope cannot be merged
@@ -175,15 +198,6 @@ pub fn note_from_bytes(bytes: &[u8]) -> Option<Text> {
 /// Never the first byte of UTF-8 text.
 const NOTE_ENVELOPE: u8 = 0xFF;
 
-/// An object field (metadata, output).
-pub(super) fn content_object(v: &Value, field: &str) -> Result<Object> {
-    let object = v
-        .as_object()
-        .ok_or_else(|| err(field, "must be a JSON object"))?;
-    check_bytes(v, field)?;
-    Ok(object.clone())
-}
-
 /// A managed org refuses client envelopes: `field` carries one.
 fn managed_rejects(field: &str) -> ValidationError {
     err(
@@ -214,23 +228,37 @@ mod tests {
 
     #[test]
     fn content_is_bounded() {
-        assert!(title(&json!("t".repeat(MAX_TITLE_CHARS)), "title").is_ok());
-        let e = title(&json!("t".repeat(MAX_TITLE_CHARS + 1)), "title").unwrap_err();
-        assert_eq!(e.0, "title: must be at most 1000 characters");
-        assert!(text(&json!("é".repeat(MAX_DESCRIPTION_CHARS)), "d").is_ok());
-        assert!(text(&json!("d".repeat(MAX_DESCRIPTION_CHARS + 1)), "d").is_err());
+        use super::super::{CreateTasks, Decode, UpdateTasks};
+        let create = |task: Value| CreateTasks::decode(&json!({ "tasks": [task] }));
+        assert!(create(json!({"title": "t".repeat(MAX_TITLE_CHARS)})).is_ok());
+        let e = create(json!({"title": "t".repeat(MAX_TITLE_CHARS + 1)})).unwrap_err();
+        assert_eq!(e.0, "tasks[0].title: must be at most 1000 characters");
+        let long = |n| "é".repeat(n);
+        assert!(create(json!({"title": "t", "description": long(MAX_DESCRIPTION_CHARS)})).is_ok());
+        assert!(
+            create(json!({"title": "t", "description": long(MAX_DESCRIPTION_CHARS + 1)})).is_err()
+        );
         // {"k":"..."} is 8 bytes around the string.
         let fits = json!({ "k": "x".repeat(MAX_CONTENT_BYTES - 8) });
-        assert!(content_object(&fits, "metadata").is_ok());
+        assert!(create(json!({"title": "t", "metadata": fits})).is_ok());
         let over = json!({ "k": "x".repeat(MAX_CONTENT_BYTES - 7) });
-        let e = content_object(&over, "metadata").unwrap_err();
+        let e = create(json!({"title": "t", "metadata": over})).unwrap_err();
         assert!(
-            e.0.starts_with("metadata: must be at most 65536 bytes"),
+            e.0.starts_with("tasks[0].metadata: must be at most 65536 bytes"),
             "{e}"
         );
-        assert!(note(&json!("n".repeat(MAX_CONTENT_BYTES + 1)), "note").is_err());
         let envelope = json!({ ENVELOPE_KEY: { "c": "x".repeat(MAX_CONTENT_BYTES) } });
-        assert!(title(&envelope, "title").is_err());
+        assert!(create(json!({ "title": envelope })).is_err());
+        let id = "0190a0c2-7f3e-7c1a-9b2d-3e4f5a6b7c8d";
+        let note = |n: &str| UpdateTasks::decode(&json!({"updates": [{"task_id": id, "note": n}]}));
+        assert!(note(&"n".repeat(MAX_CONTENT_BYTES)).is_ok());
+        // Within the characters, over the bytes.
+        let e = note(&"é".repeat(MAX_CONTENT_BYTES / 2 + 1)).unwrap_err();
+        assert!(
+            e.0.starts_with("updates[0].note: must be at most 65536 bytes"),
+            "{e}"
+        );
+        assert!(note(" ").is_err());
     }
 
     fn object(v: Value) -> Object {

@@ -4,14 +4,16 @@
 use std::collections::{HashMap, HashSet};
 
 use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use super::content::{check_object, check_text, content_object, text, title, ContentPolicy, Text};
-use super::decode::{
-    batch, err, field_path, non_empty_string, optional_string, present, reject_unknown, Result,
+use super::content::{
+    check_object, check_object_bytes, check_text, check_text_bytes, description_schema,
+    title_schema, ContentPolicy, Text,
 };
-use super::tasks::{priority, tag_list, task_id, DEFAULT_PRIORITY};
-use super::{Decode, MemberRequest, Object, RequestKind};
+use super::decode::{dedup, err, Result};
+use super::tasks::DEFAULT_PRIORITY;
+use super::{Decode, Object, NON_BLANK_PATTERN};
 use crate::domain::lease::{DEFAULT_MAX_ATTEMPTS, MAX_MAX_ATTEMPTS};
 use crate::domain::TaskId;
 
@@ -24,7 +26,7 @@ fn default_max_attempts() -> u8 {
 }
 
 /// `POST /tasks`: 1 to 25 tasks, created together or not at all.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[schemars(example = create_example())]
 pub struct CreateTasks {
@@ -60,29 +62,54 @@ impl JsonSchema for BlockerRef {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "type": "string",
-            "pattern": "^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|ref:.+)$",
+            "pattern": BLOCKER_PATTERN,
             "description": "a task UUID, or `ref:<name>` naming another item of the same call"
         })
     }
 }
 
+/// A task UUID (either case), or `ref:` and a name.
+const BLOCKER_PATTERN: &str =
+    "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|ref:.+)$";
+
+/// A canonical UUID as a client mints one: lowercase and hyphenated.
+const LOWERCASE_UUID_PATTERN: &str =
+    "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
+
+impl<'de> Deserialize<'de> for BlockerRef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        match s.strip_prefix("ref:") {
+            Some(name) if !name.is_empty() => Ok(BlockerRef::Ref(name.to_owned())),
+            _ => s.parse().map(BlockerRef::Task).map_err(|()| {
+                serde::de::Error::custom("must be a task UUID or a 'ref:<name>' string")
+            }),
+        }
+    }
+}
+
 /// One task to create.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewTask {
     /// A client-minted id (canonical lowercase UUID), which makes retries safe.
     #[serde(default)]
+    #[schemars(regex(pattern = LOWERCASE_UUID_PATTERN))]
     pub task_id: Option<TaskId>,
     /// A name other items of this call use in `blocked_by` as `ref:<name>`.
     #[serde(rename = "ref", default)]
+    #[schemars(length(min = 1), regex(pattern = NON_BLANK_PATTERN))]
     pub reference: Option<String>,
+    #[schemars(schema_with = "title_schema")]
     pub title: Text,
     #[serde(default)]
+    #[schemars(schema_with = "description_schema")]
     pub description: Option<Text>,
     #[serde(rename = "parent_task_id", default)]
     pub parent: Option<TaskId>,
     /// A member's email or the name of one of the org's keys.
     #[serde(default)]
+    #[schemars(length(min = 1), regex(pattern = NON_BLANK_PATTERN))]
     pub assignee: Option<String>,
     /// 1 is most urgent.
     #[serde(default = "default_priority")]
@@ -90,6 +117,7 @@ pub struct NewTask {
     pub priority: u8,
     /// Absent: the org's default tags; `[]`: no tags.
     #[serde(default)]
+    #[schemars(inner(length(min = 1), regex(pattern = NON_BLANK_PATTERN)))]
     pub tags: Option<Vec<String>>,
     #[serde(default)]
     pub metadata: Option<Object>,
@@ -98,7 +126,7 @@ pub struct NewTask {
     /// How many leases may run out before the task is failed with the note
     /// `max attempts reached`.
     #[serde(default = "default_max_attempts")]
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = 1, max = MAX_MAX_ATTEMPTS))]
     pub max_attempts: u8,
 }
 
@@ -121,133 +149,34 @@ impl NewTask {
     }
 }
 
-impl MemberRequest for CreateTasks {
-    const KIND: RequestKind = RequestKind::Write;
-}
-
 impl Decode for CreateTasks {
-    fn decode(body: &Value) -> Result<Self> {
-        let items = batch(body, "tasks")?;
-        let mut out = Vec::with_capacity(items.len());
+    /// Ids and refs unique within the call, sizes in bytes, repeats
+    /// dropped, and a `ref:` graph without cycles or dangling names.
+    fn validate(&mut self) -> Result<()> {
         let mut refs = HashSet::new();
         let mut ids = HashSet::new();
-        for (i, item) in items.iter().enumerate() {
-            let p = format!("tasks[{i}]");
-            let obj = item
-                .as_object()
-                .ok_or_else(|| err(&p, "must be an object"))?;
-            reject_unknown(
-                obj,
-                &p,
-                &[
-                    "title",
-                    "description",
-                    "parent_task_id",
-                    "assignee",
-                    "priority",
-                    "tags",
-                    "metadata",
-                    "blocked_by",
-                    "ref",
-                    "task_id",
-                    "max_attempts",
-                ],
-            )?;
-            let f = |name: &str| field_path(&p, name);
-            let title = match present(obj, "title") {
-                None => return Err(err(&f("title"), "is required")),
-                Some(v) => title(v, &f("title"))?,
-            };
-            let description = present(obj, "description")
-                .map(|v| text(v, &f("description")))
-                .transpose()?;
-            let client_id = match present(obj, "task_id") {
-                None => None,
-                Some(v) => {
-                    let id = v
-                        .as_str()
-                        .and_then(TaskId::parse_canonical)
-                        .ok_or_else(|| {
-                            err(&f("task_id"), "must be a canonical lowercase UUID string")
-                        })?;
-                    if !ids.insert(id) {
-                        return Err(err(&f("task_id"), "appears twice in this call"));
-                    }
-                    Some(id)
+        for (i, t) in self.tasks.iter_mut().enumerate() {
+            let f = |name: &str| format!("tasks[{i}].{name}");
+            if let Some(id) = t.task_id {
+                if !ids.insert(id) {
+                    return Err(err(&f("task_id"), "appears twice in this call"));
                 }
-            };
-            let reference = match present(obj, "ref") {
-                None => None,
-                Some(v) => {
-                    let r = non_empty_string(v, &f("ref"))?;
-                    if !refs.insert(r.clone()) {
-                        return Err(err(&f("ref"), format!("duplicate ref '{r}' in this call")));
-                    }
-                    Some(r)
+            }
+            if let Some(r) = &t.reference {
+                if !refs.insert(r.clone()) {
+                    return Err(err(&f("ref"), format!("duplicate ref '{r}' in this call")));
                 }
-            };
-            let blocked_by = match present(obj, "blocked_by") {
-                None => Vec::new(),
-                Some(Value::Array(list)) => blockers(list, &p)?,
-                Some(_) => return Err(err(&f("blocked_by"), "must be an array")),
-            };
-            out.push(NewTask {
-                task_id: client_id,
-                reference,
-                title,
-                description,
-                parent: present(obj, "parent_task_id")
-                    .map(|v| task_id(v, &f("parent_task_id")))
-                    .transpose()?,
-                assignee: match obj.get("assignee") {
-                    None => None,
-                    Some(v) => optional_string(v, &f("assignee"))?,
-                },
-                priority: present(obj, "priority")
-                    .map(|v| priority(v, &f("priority")))
-                    .transpose()?
-                    .unwrap_or(DEFAULT_PRIORITY),
-                tags: present(obj, "tags")
-                    .map(|v| tag_list(v, &f("tags")))
-                    .transpose()?,
-                metadata: present(obj, "metadata")
-                    .map(|v| content_object(v, &f("metadata")))
-                    .transpose()?,
-                blocked_by,
-                max_attempts: match present(obj, "max_attempts") {
-                    None => DEFAULT_MAX_ATTEMPTS,
-                    Some(v) => match v.as_u64() {
-                        Some(n @ 1..) if n <= u64::from(MAX_MAX_ATTEMPTS) => n as u8,
-                        _ => {
-                            return Err(err(
-                                &f("max_attempts"),
-                                format!("must be an integer from 1 to {MAX_MAX_ATTEMPTS}"),
-                            ))
-                        }
-                    },
-                },
-            });
+            }
+            check_text_bytes(Some(&t.title), || f("title"))?;
+            check_text_bytes(t.description.as_ref(), || f("description"))?;
+            check_object_bytes(t.metadata.as_ref(), || f("metadata"))?;
+            if let Some(tags) = t.tags.as_mut() {
+                dedup(tags);
+            }
+            dedup(&mut t.blocked_by);
         }
-        check_ref_graph(&out)?;
-        Ok(CreateTasks { tasks: out })
+        check_ref_graph(&self.tasks)
     }
-}
-
-fn blockers(list: &[Value], item: &str) -> Result<Vec<BlockerRef>> {
-    let mut out: Vec<BlockerRef> = Vec::with_capacity(list.len());
-    for (j, b) in list.iter().enumerate() {
-        let field = format!("{item}.blocked_by[{j}]");
-        let bad = || err(&field, "must be a task UUID or a 'ref:<name>' string");
-        let s = b.as_str().ok_or_else(bad)?;
-        let blocker = match s.strip_prefix("ref:") {
-            Some(name) if !name.is_empty() => BlockerRef::Ref(name.to_owned()),
-            _ => BlockerRef::Task(s.parse().map_err(|_| bad())?),
-        };
-        if !out.contains(&blocker) {
-            out.push(blocker);
-        }
-    }
-    Ok(out)
 }
 
 impl CreateTasks {

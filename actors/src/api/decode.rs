@@ -1,239 +1,524 @@
-//! The small pieces every decoder is made of. Each refuses with the field's
-//! path and a short reason (`tasks[2].priority: must be ...`).
+//! How a request is read: the JSON is checked against the request type's
+//! own JSON Schema (the one the OpenAPI document and the MCP tools
+//! publish), then deserialized by serde, then the type's
+//! [`Decode::validate`] runs what a schema cannot state. So what a client
+//! is told it may send is exactly what is accepted, and a rule is written
+//! once, as an attribute on the type.
+//!
+//! Refusals name the field by its path (`tasks[2].priority: ...`).
 
-use serde_json::Value;
+use std::any::TypeId;
+use std::sync::LazyLock;
 
-use super::{Object, ValidationError};
+use dashmap::DashMap;
+use jsonschema::error::{TypeKind, ValidationErrorKind};
+use jsonschema::paths::LocationSegment;
+use jsonschema::{Draft, Validator};
+use schemars::generate::SchemaSettings;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use super::{ValidationError, NAME_PATTERN, NON_BLANK_PATTERN, TAG_NAME_PATTERN};
+use super::{TEAM_NAME_PATTERN, UUID_PATTERN};
 
 pub(super) type Result<T> = std::result::Result<T, ValidationError>;
 
 /// The most items a batch call carries.
 pub const MAX_BATCH: usize = 25;
 
+/// A request read from JSON: a body, a tool's arguments, or a query
+/// string turned into an object by [`decode_query`].
+pub trait Decode: DeserializeOwned + JsonSchema + Send + 'static {
+    /// Whether the request needs a body; a front end reads an absent body
+    /// of one that does not as `{}`.
+    const BODY_REQUIRED: bool = true;
+
+    /// What the schema cannot state (a cycle among `ref:`s, a duplicate
+    /// across items), and the normal form of what was read (trimmed
+    /// names, lists without repeats). Runs after the schema and serde.
+    fn validate(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// The request `body` holds, or why it is refused.
+    fn decode(body: &Value) -> Result<Self> {
+        decode(body)
+    }
+}
+
+/// The schema requests of `T` are checked against: JSON Schema 2020-12,
+/// as they are read (the OpenAPI document uses the same settings).
+pub fn request_schema<T: JsonSchema>() -> Value {
+    SchemaSettings::draft2020_12()
+        .for_deserialize()
+        .into_generator()
+        .into_root_schema_for::<T>()
+        .to_value()
+}
+
+/// `T`'s compiled validator, built on first use and kept for the process.
+fn validator<T: JsonSchema + 'static>() -> &'static Validator {
+    static VALIDATORS: LazyLock<DashMap<TypeId, &'static Validator>> = LazyLock::new(DashMap::new);
+    let id = TypeId::of::<T>();
+    if let Some(v) = VALIDATORS.get(&id) {
+        return *v;
+    }
+    let schema = request_schema::<T>();
+    // Every request type's schema compiles: a unit test builds each one.
+    let compiled = jsonschema::options()
+        .with_draft(Draft::Draft202012)
+        .should_validate_formats(true)
+        .build(&schema)
+        .unwrap_or_else(|e| panic!("the schema of {} compiles: {e}", T::schema_name()));
+    *VALIDATORS
+        .entry(id)
+        .or_insert(Box::leak(Box::new(compiled)))
+}
+
+/// Checks `body` against `T`'s schema, deserializes it, and validates.
+pub fn decode<T: Decode>(body: &Value) -> Result<T> {
+    if let Some(error) = validator::<T>().iter_errors(body).next() {
+        return Err(refusal(&error));
+    }
+    // JSON Schema counts `3.0` as an integer; serde's integers do not.
+    let integral;
+    let body = if has_integral_float(body) {
+        integral = with_integers(body.clone());
+        &integral
+    } else {
+        body
+    };
+    let mut request: T = serde_path_to_error::deserialize(body).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        if path == "." {
+            ValidationError::new(message)
+        } else {
+            ValidationError::field(path, message)
+        }
+    })?;
+    request.validate()?;
+    Ok(request)
+}
+
+/// Whether `v` holds a float without a fraction.
+fn has_integral_float(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => n.is_f64() && n.as_f64().is_some_and(|f| f.fract() == 0.0),
+        Value::Array(items) => items.iter().any(has_integral_float),
+        Value::Object(fields) => fields.values().any(has_integral_float),
+        _ => false,
+    }
+}
+
+/// `v` with every float without a fraction written as an integer, where
+/// one holds it.
+fn with_integers(v: Value) -> Value {
+    match v {
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9.0e15 => Value::from(f as i64),
+            _ => Value::Number(n),
+        },
+        Value::Array(items) => Value::Array(items.into_iter().map(with_integers).collect()),
+        Value::Object(fields) => Value::Object(
+            fields
+                .into_iter()
+                .map(|(k, v)| (k, with_integers(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// Reads query parameters (each a string; a repeated one already joined
+/// with commas) as `T`: a value whose property the schema types as an
+/// integer, a number or a boolean is read as one when it parses, else it
+/// stays text and the schema refuses it.
+pub fn decode_query<T: Decode>(pairs: Vec<(String, String)>) -> Result<T> {
+    let schema = request_schema::<T>();
+    let mut object = Map::new();
+    for (key, text) in pairs {
+        let kinds = schema["properties"][&key]["type"].clone();
+        let is = |kind: &str| match &kinds {
+            Value::String(k) => k == kind,
+            Value::Array(ks) => ks.iter().any(|k| k == kind),
+            _ => false,
+        };
+        let value = if is("integer") {
+            text.parse::<i64>().map(Value::from).ok()
+        } else if is("number") {
+            text.parse::<f64>().ok().map(Value::from)
+        } else if is("boolean") {
+            match text.as_str() {
+                "true" => Some(Value::Bool(true)),
+                "false" => Some(Value::Bool(false)),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        object.insert(key, value.unwrap_or(Value::String(text)));
+    }
+    decode(&Value::Object(object))
+}
+
+/// `tasks[0].title` for the instance path `/tasks/0/title`.
+fn dotted<'a>(segments: impl Iterator<Item = LocationSegment<'a>>) -> String {
+    let mut out = String::new();
+    for segment in segments {
+        match segment {
+            LocationSegment::Property(name) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(&name);
+            }
+            LocationSegment::Index(i) => {
+                out.push('[');
+                out.push_str(&i.to_string());
+                out.push(']');
+            }
+        }
+    }
+    out
+}
+
+/// `{parent}.{name}`, or `name` at the top.
+fn child(parent: &str, name: &str) -> String {
+    if parent.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{parent}.{name}")
+    }
+}
+
+/// The first schema violation, in the words clients read.
+fn refusal(error: &jsonschema::ValidationError<'_>) -> ValidationError {
+    let path = dotted(error.instance_path().iter());
+    let at = |message: String| {
+        if path.is_empty() {
+            ValidationError::new(message)
+        } else {
+            ValidationError::field(&path, message)
+        }
+    };
+    match error.kind() {
+        ValidationErrorKind::Required { property } => {
+            let name = property.as_str().unwrap_or_default();
+            ValidationError::field(child(&path, name), "is required")
+        }
+        ValidationErrorKind::AdditionalProperties { unexpected } => {
+            let name = unexpected.first().map(String::as_str).unwrap_or_default();
+            ValidationError::field(child(&path, name), "unknown field")
+        }
+        ValidationErrorKind::Type { kind } if path.is_empty() && !error.instance().is_object() => {
+            let _ = kind;
+            ValidationError::new("request body must be a JSON object")
+        }
+        ValidationErrorKind::Type { kind } => at(match error.instance().as_ref() {
+            Value::Null => "must not be null".to_owned(),
+            _ => format!("must be {}", type_names(kind)),
+        }),
+        ValidationErrorKind::MinLength { limit: 1 } => at("must not be empty".to_owned()),
+        ValidationErrorKind::MinLength { limit } => {
+            at(format!("must be at least {limit} characters"))
+        }
+        ValidationErrorKind::MaxLength { limit } => {
+            at(format!("must be at most {limit} characters"))
+        }
+        ValidationErrorKind::MinItems { limit } | ValidationErrorKind::MaxItems { limit } => {
+            let _ = limit;
+            at(items_bounds(error))
+        }
+        ValidationErrorKind::Minimum { .. } | ValidationErrorKind::Maximum { .. } => {
+            at(number_bounds(error))
+        }
+        ValidationErrorKind::Pattern { pattern } => at(pattern_message(pattern)),
+        ValidationErrorKind::Enum { options } => at(format!(
+            "must be one of {}",
+            options
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|o| o.as_str().map_or_else(|| o.to_string(), str::to_owned))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        ValidationErrorKind::Constant { expected_value } => at(format!("must be {expected_value}")),
+        ValidationErrorKind::Format { format } => at(match format.as_str() {
+            "uuid" => "must be a canonical UUID string".to_owned(),
+            "email" => "must be an email address".to_owned(),
+            "date-time" => "must be an RFC 3339 date-time".to_owned(),
+            other => format!("must be a valid {other}"),
+        }),
+        ValidationErrorKind::MinProperties { .. } => at("must not be empty".to_owned()),
+        ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => {
+            // The alternative of the value's own type says what is wrong.
+            let fitting = context.iter().find(|errors| {
+                !errors.is_empty()
+                    && !errors.iter().any(|e| {
+                        matches!(e.kind(), ValidationErrorKind::Type { .. })
+                            && e.instance_path() == error.instance_path()
+                    })
+            });
+            match fitting.and_then(|errors| errors.first()) {
+                Some(inner) => refusal(inner),
+                None => at("is not any of the accepted forms".to_owned()),
+            }
+        }
+        ValidationErrorKind::PropertyNames { error: name } => {
+            let name = name.instance();
+            let name = name
+                .as_str()
+                .map_or_else(|| name.to_string(), str::to_owned);
+            ValidationError::field(child(&path, &name), "is not an accepted name")
+        }
+        ValidationErrorKind::UniqueItems => at("must not repeat an item".to_owned()),
+        // `additionalProperties: false` without `properties` refuses each
+        // field on its own.
+        ValidationErrorKind::FalseSchema => at("unknown field".to_owned()),
+        _ => at(error.to_string()),
+    }
+}
+
+fn type_names(kind: &TypeKind) -> String {
+    let article = |t: &str| match t {
+        "array" | "integer" | "object" => format!("an {t}"),
+        "null" => "null".to_owned(),
+        other => format!("a {other}"),
+    };
+    let names: Vec<String> = match kind {
+        TypeKind::Single(t) => vec![t.to_string()],
+        TypeKind::Multiple(ts) => ts
+            .iter()
+            .map(|t| t.to_string())
+            .filter(|t| t != "null")
+            .collect(),
+    };
+    names
+        .iter()
+        .map(|t| {
+            if t == "object" {
+                "a JSON object".to_owned()
+            } else {
+                article(t)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" or ")
+}
+
+/// `must hold 1 to 25 items`, from the schema that refused the value.
+fn items_bounds(error: &jsonschema::ValidationError<'_>) -> String {
+    let len = error.instance().as_array().map_or(0, Vec::len);
+    match error.kind() {
+        ValidationErrorKind::MinItems { limit } => {
+            format!("must hold at least {limit} items, got {len}")
+        }
+        ValidationErrorKind::MaxItems { limit } => {
+            format!("must hold at most {limit} items, got {len}")
+        }
+        _ => String::new(),
+    }
+}
+
+fn number_bounds(error: &jsonschema::ValidationError<'_>) -> String {
+    match error.kind() {
+        ValidationErrorKind::Minimum { limit } => format!("must be at least {limit}"),
+        ValidationErrorKind::Maximum { limit } => format!("must be at most {limit}"),
+        _ => String::new(),
+    }
+}
+
+/// What a pattern of ours means, said plainly.
+fn pattern_message(pattern: &str) -> String {
+    const NAME: &str = "must not be blank or contain control characters or bidirectional overrides";
+    if pattern == NAME_PATTERN {
+        NAME.to_owned()
+    } else if pattern == TAG_NAME_PATTERN {
+        format!("{NAME}, nor a comma")
+    } else if pattern == TEAM_NAME_PATTERN {
+        format!("{NAME}, nor '#' or '/'")
+    } else if pattern == NON_BLANK_PATTERN {
+        "must not be blank".to_owned()
+    } else if pattern == UUID_PATTERN {
+        "must be a canonical UUID string".to_owned()
+    } else {
+        format!("must match {pattern}")
+    }
+}
+
+/// Trims `s` in place.
+pub(super) fn trim(s: &mut String) {
+    let trimmed = s.trim();
+    if trimmed.len() != s.len() {
+        *s = trimmed.to_owned();
+    }
+}
+
+/// Drops repeats, keeping the first of each in order.
+pub(super) fn dedup<T: PartialEq>(items: &mut Vec<T>) {
+    let mut i = 0;
+    while i < items.len() {
+        if items[..i].contains(&items[i]) {
+            items.remove(i);
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// Trims each name and drops repeats.
+pub(super) fn names(items: &mut Vec<String>) {
+    items.iter_mut().for_each(trim);
+    dedup(items);
+}
+
+/// An email address as stored: trimmed and lowercased.
+pub(super) fn normal_email(s: &mut String) {
+    *s = s.trim().to_lowercase();
+}
+
 pub(super) fn err(field: &str, message: impl AsRef<str>) -> ValidationError {
     ValidationError::field(field, message)
 }
 
-/// The request body as an object.
-pub(super) fn body(v: &Value) -> Result<&Object> {
-    v.as_object()
-        .ok_or_else(|| ValidationError::new("request body must be a JSON object"))
-}
-
-/// The request body as an object; an absent body (`null`) reads as `{}`.
-pub(super) fn optional_body(v: &Value) -> Result<&Object> {
-    static EMPTY: std::sync::OnceLock<Object> = std::sync::OnceLock::new();
-    match v {
-        Value::Null => Ok(EMPTY.get_or_init(Object::new)),
-        other => body(other),
-    }
-}
-
-/// `v` as an object, or `{what} must be a JSON object`.
-pub(super) fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Object> {
-    v.as_object()
-        .ok_or_else(|| ValidationError::new(format!("{what} must be a JSON object")))
-}
-
-/// `{parent}.{name}`, the path of an item's field. Built by hand: a batch
-/// decodes one for every field of every item, and the formatting
-/// machinery costs more than the copy.
-pub(super) fn field_path(parent: &str, name: &str) -> String {
-    let mut path = String::with_capacity(parent.len() + 1 + name.len());
-    path.push_str(parent);
-    path.push('.');
-    path.push_str(name);
-    path
-}
-
-/// Refuses keys outside `known`, naming the first by its path under
-/// `parent` (the item's path, or `""` for the body itself).
-pub(super) fn reject_unknown(obj: &Object, parent: &str, known: &[&str]) -> Result<()> {
-    match obj.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(k) if parent.is_empty() => Err(ValidationError::new(format!("{k}: unknown field"))),
-        Some(k) => Err(ValidationError::new(format!(
-            "{}: unknown field",
-            field_path(parent, k)
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// The `key` array of a batch body: present, an array, 1 to 25 items.
-pub(super) fn batch<'a>(body: &'a Value, key: &str) -> Result<&'a Vec<Value>> {
-    let obj = body.as_object().ok_or_else(|| {
-        ValidationError::new(format!(
-            "request body must be a JSON object with a `{key}` array"
-        ))
-    })?;
-    reject_unknown(obj, "", &[key])?;
-    let items = match obj.get(key) {
-        None => return Err(err(key, "is required")),
-        Some(Value::Array(items)) => items,
-        Some(_) => return Err(err(key, "must be an array")),
-    };
-    if items.is_empty() || items.len() > MAX_BATCH {
-        return Err(err(
-            key,
-            format!("must hold 1 to {MAX_BATCH} items, got {}", items.len()),
-        ));
-    }
-    Ok(items)
-}
-
-/// A present, non-null value of `key`.
-pub(super) fn present<'a>(obj: &'a Object, key: &str) -> Option<&'a Value> {
-    obj.get(key).filter(|v| !v.is_null())
-}
-
-pub(super) fn string(v: &Value, field: &str) -> Result<String> {
-    v.as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| err(field, "must be a string"))
-}
-
-pub(super) fn non_empty_string(v: &Value, field: &str) -> Result<String> {
-    let s = string(v, field)?;
-    if s.trim().is_empty() {
-        return Err(err(field, "must not be empty"));
-    }
-    Ok(s)
-}
-
-/// A non-empty string, or `None` for null.
-pub(super) fn optional_string(v: &Value, field: &str) -> Result<Option<String>> {
-    match v {
-        Value::Null => Ok(None),
-        _ => non_empty_string(v, field).map(Some),
-    }
-}
-
-pub(super) fn boolean(v: &Value, field: &str) -> Result<bool> {
-    v.as_bool().ok_or_else(|| err(field, "must be a boolean"))
-}
-
-/// A list of strings checked one by one, deduplicated in order.
-pub(super) fn string_list(
-    v: &Value,
-    field: &str,
-    item: impl Fn(&Value, &str) -> Result<String>,
-) -> Result<Vec<String>> {
-    let items = v
-        .as_array()
-        .ok_or_else(|| err(field, "must be an array of strings"))?;
-    let mut out: Vec<String> = Vec::with_capacity(items.len());
-    for (i, t) in items.iter().enumerate() {
-        let s = item(t, &format!("{field}[{i}]"))?;
-        if !out.contains(&s) {
-            out.push(s);
-        }
-    }
-    Ok(out)
-}
-
-/// An email address, trimmed and lowercased.
-pub(super) fn email(v: &Value, field: &str) -> Result<String> {
-    let s = v
-        .as_str()
-        .map(str::trim)
-        .filter(|s| is_email(s))
-        .ok_or_else(|| err(field, "must be an email address"))?;
-    Ok(s.to_lowercase())
-}
-
-/// Something shaped like `local@domain`, without white space.
-pub fn is_email(s: &str) -> bool {
-    match s.split_once('@') {
-        Some((local, domain)) => {
-            !local.is_empty() && !domain.is_empty() && !s.contains(char::is_whitespace)
-        }
-        None => false,
-    }
-}
-
-/// The longest description in characters.
-pub const MAX_DESCRIPTION: usize = 200;
-
-/// A description: a string of at most 200 characters, or null.
-pub(super) fn description(v: &Value, field: &str) -> Result<Option<String>> {
-    match v {
-        Value::Null => Ok(None),
-        Value::String(s) if s.chars().count() > MAX_DESCRIPTION => Err(err(
-            field,
-            format!("must be at most {MAX_DESCRIPTION} characters"),
-        )),
-        Value::String(s) => Ok(Some(s.clone())),
-        _ => Err(err(field, "must be a string or null")),
-    }
-}
-
-pub(super) fn optional<T>(
-    obj: &super::Object,
-    key: &str,
-    field: &str,
-    parse: impl Fn(&Value, &str) -> Result<T>,
-) -> Result<Option<T>> {
-    obj.get(key).map(|v| parse(v, field)).transpose()
-}
-
-/// The longest name (org, key) in characters.
-pub const MAX_NAME_CHARS: usize = 200;
-
-/// A name: a non-blank string of at most 200 characters, trimmed.
-pub(super) fn name(v: &Value, field: &str) -> Result<String> {
-    match v {
-        Value::String(s) if s.trim().is_empty() => Err(err(field, "must not be empty")),
-        Value::String(s) if s.chars().count() > MAX_NAME_CHARS => Err(err(
-            field,
-            format!("must be at most {MAX_NAME_CHARS} characters"),
-        )),
-        Value::String(s) => safe_name(s.trim(), field).map(str::to_owned),
-        _ => Err(err(field, "must be a string")),
-    }
-}
-
-/// Whether `c` would let a name rewrite what a terminal, a log or a page
-/// shows: a control character or a bidirectional override.
-fn is_unsafe_in_name(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
-}
-
-/// Refuses a name (tag, team, key, org) with a control character or a
-/// bidirectional override: names reach logs, terminals and pages.
-pub(super) fn safe_name<'a>(name: &'a str, field: &str) -> Result<&'a str> {
-    if name.chars().any(is_unsafe_in_name) {
-        return Err(err(
-            field,
-            "must not contain control characters or bidirectional overrides",
-        ));
-    }
-    Ok(name)
-}
-
-/// A required field: present and not null.
-pub(super) fn required<'a>(obj: &'a Object, key: &str) -> Result<&'a Value> {
-    present(obj, key).ok_or_else(|| err(key, "is required"))
-}
-
 #[cfg(test)]
 mod tests {
+    use serde::Deserialize;
     use serde_json::json;
 
     use super::*;
 
+    #[derive(Debug, Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct Item {
+        #[schemars(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN))]
+        name: String,
+        #[serde(default)]
+        #[schemars(range(min = 1, max = 5))]
+        priority: Option<u8>,
+    }
+
+    #[derive(Debug, Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct Batch {
+        #[schemars(length(min = 1, max = 25))]
+        items: Vec<Item>,
+        #[serde(default)]
+        full: bool,
+    }
+
+    impl Decode for Batch {}
+
+    fn refused(body: Value) -> String {
+        Batch::decode(&body).unwrap_err().0
+    }
+
+    #[test]
+    fn refusals_name_the_field_by_its_path() {
+        assert_eq!(
+            refused(json!({"items": [{"name": "a"}, {"name": "b", "priority": 6}]})),
+            "items[1].priority: must be at most 5"
+        );
+        assert_eq!(
+            refused(json!({"items": [{"name": "a", "colour": 1}]})),
+            "items[0].colour: unknown field"
+        );
+        assert_eq!(
+            refused(json!({"items": [{}]})),
+            "items[0].name: is required"
+        );
+        assert_eq!(refused(json!({})), "items: is required");
+        assert_eq!(
+            refused(json!({"items": []})),
+            "items: must hold at least 1 items, got 0"
+        );
+        assert_eq!(refused(json!([])), "request body must be a JSON object");
+        assert_eq!(
+            refused(json!({"items": [{"name": null}]})),
+            "items[0].name: must not be null"
+        );
+        assert!(refused(json!({"items": [{"name": "a\u{202E}b"}]})).contains("bidirectional"));
+        assert!(refused(json!({"items": [{"name": "a,b"}]})).contains("comma"));
+    }
+
     #[test]
     fn names_refuse_controls_and_bidi_overrides() {
-        assert_eq!(name(&json!(" acme "), "name").unwrap(), "acme");
         for bad in [
             "a\u{0007}b",
             "a\nb",
             "a\u{009B}b",
             "a\u{202E}b",
             "a\u{2066}b",
+            "  ",
         ] {
-            let e = name(&json!(bad), "name").unwrap_err();
-            assert!(e.0.contains("control characters"), "{bad:?}: {e}");
+            let e = refused(json!({"items": [{"name": bad}]}));
+            assert!(
+                e.starts_with("items[0].name: must not be blank"),
+                "{bad:?}: {e}"
+            );
         }
-        assert!(name(&json!("naïve Ünïcode ✓"), "name").is_ok());
+        let batch = Batch::decode(&json!({"items": [{"name": "naïve Ünïcode ✓"}]})).unwrap();
+        assert_eq!(
+            (
+                batch.items[0].name.as_str(),
+                batch.items[0].priority,
+                batch.full
+            ),
+            ("naïve Ünïcode ✓", None, false)
+        );
+    }
+
+    #[test]
+    fn query_values_are_read_as_their_schema_types() {
+        let pairs = |p: &[(&str, &str)]| {
+            p.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+        };
+        #[derive(Debug, Deserialize, JsonSchema)]
+        #[serde(deny_unknown_fields)]
+        struct Query {
+            #[serde(default)]
+            #[schemars(range(min = 1, max = 200))]
+            limit: Option<u32>,
+            #[serde(default)]
+            full: bool,
+            #[serde(default)]
+            cursor: Option<String>,
+        }
+        impl Decode for Query {}
+        let q: Query =
+            decode_query(pairs(&[("limit", "20"), ("full", "true"), ("cursor", "7")])).unwrap();
+        assert_eq!(
+            (q.limit, q.full, q.cursor.as_deref()),
+            (Some(20), true, Some("7"))
+        );
+        let e = decode_query::<Query>(pairs(&[("limit", "x")])).unwrap_err();
+        assert_eq!(e.0, "limit: must be an integer");
+        let e = decode_query::<Query>(pairs(&[("full", "yes")])).unwrap_err();
+        assert_eq!(e.0, "full: must be a boolean");
+        let e = decode_query::<Query>(pairs(&[("zzz", "1")])).unwrap_err();
+        assert_eq!(e.0, "zzz: unknown field");
+    }
+
+    #[test]
+    fn integral_floats_read_as_integers() {
+        let batch = Batch::decode(&json!({"items": [{"name": "a", "priority": 3.0}]})).unwrap();
+        assert_eq!(batch.items[0].priority, Some(3));
+        let e = Batch::decode(&json!({"items": [{"name": "a", "priority": 2.5}]})).unwrap_err();
+        assert_eq!(e.0, "items[0].priority: must be an integer");
+    }
+
+    #[test]
+    fn dedup_keeps_the_first_of_each() {
+        let mut v = vec![" b", "a", "b ", "a"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        names(&mut v);
+        assert_eq!(v, ["b", "a"]);
     }
 }

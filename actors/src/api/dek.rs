@@ -2,65 +2,34 @@
 //! server stores it verbatim for the org's clients to fetch; it can never
 //! unwrap it.
 
-use base64::engine::general_purpose::STANDARD;
-use base64::Engine as _;
 use schemars::JsonSchema;
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 
-use super::decode::{body, err, reject_unknown, required, Result};
-use super::{Decode, MemberRequest, RequestKind, Timestamp};
+use super::{Decode, Timestamp, NON_BLANK_PATTERN};
 use crate::domain::OrgId;
 
-/// The longest `wrapped_dek` or `kms_key_id` accepted, in bytes: room for
-/// any KMS's wrapped key or key ARN, not for a payload.
-pub const MAX_DEK_FIELD_BYTES: usize = 8_192;
+/// The longest `wrapped_dek` or `kms_key_id` accepted, in characters: room
+/// for any KMS's wrapped key or key ARN, not for a payload.
+pub const MAX_DEK_FIELD_CHARS: usize = 8_192;
 
 /// `PUT /org/dek`: enrolls the org's data key, once.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutOrgDek {
-    /// The data key wrapped by the client's KMS, base64.
+    /// The data key wrapped by the client's KMS, base64 (padded, canonical).
+    #[schemars(length(min = 4, max = MAX_DEK_FIELD_CHARS), regex(pattern = BASE64_PATTERN))]
     pub wrapped_dek: String,
     /// The KMS key that unwraps it; stored verbatim, never parsed.
+    #[schemars(length(min = 1, max = MAX_DEK_FIELD_CHARS), regex(pattern = NON_BLANK_PATTERN))]
     pub kms_key_id: String,
 }
 
-impl MemberRequest for PutOrgDek {
-    const KIND: RequestKind = RequestKind::Write;
-}
+/// Standard base64 with padding, whose last character carries no stray
+/// bits: what the `base64` crate's standard engine decodes.
+const BASE64_PATTERN: &str =
+    "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$";
 
-/// A required string field of at most `MAX_DEK_FIELD_BYTES`, not blank.
-fn dek_field(obj: &super::Object, key: &str) -> Result<String> {
-    let s = required(obj, key)?
-        .as_str()
-        .ok_or_else(|| err(key, "must be a string"))?;
-    if s.trim().is_empty() {
-        return Err(err(key, "must not be empty"));
-    }
-    if s.len() > MAX_DEK_FIELD_BYTES {
-        return Err(err(
-            key,
-            format!("must be at most {MAX_DEK_FIELD_BYTES} bytes"),
-        ));
-    }
-    Ok(s.to_owned())
-}
-
-impl Decode for PutOrgDek {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = body(v)?;
-        reject_unknown(obj, "", &["wrapped_dek", "kms_key_id"])?;
-        let wrapped_dek = dek_field(obj, "wrapped_dek")?;
-        if STANDARD.decode(&wrapped_dek).is_err() {
-            return Err(err("wrapped_dek", "must be base64"));
-        }
-        Ok(PutOrgDek {
-            wrapped_dek,
-            kms_key_id: dek_field(obj, "kms_key_id")?,
-        })
-    }
-}
+impl Decode for PutOrgDek {}
 
 /// `GET /org/dek`: the enrolled key, as the owner gave it.
 #[derive(Debug, Clone, Serialize, JsonSchema)]

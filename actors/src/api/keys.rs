@@ -1,15 +1,14 @@
 //! A member's own API keys.
 
 use schemars::JsonSchema;
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 
-use super::decode::{body, name, reject_unknown, required, Result};
-use super::{Decode, MemberRequest, RequestKind, Timestamp, NAME_PATTERN};
+use super::decode::{trim, Result};
+use super::{Decode, Timestamp, NAME_PATTERN};
 use crate::domain::KeyId;
 
 /// `POST /keys`: a new key for the caller's own member; its secret is shown once.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateKey {
     /// The key's name; tasks it claims are assigned to this name.
@@ -17,17 +16,10 @@ pub struct CreateKey {
     pub name: String,
 }
 
-impl MemberRequest for CreateKey {
-    const KIND: RequestKind = RequestKind::Write;
-}
-
 impl Decode for CreateKey {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = body(v)?;
-        reject_unknown(obj, "", &["name"])?;
-        Ok(CreateKey {
-            name: name(required(obj, "name")?, "name")?,
-        })
+    fn validate(&mut self) -> Result<()> {
+        trim(&mut self.name);
+        Ok(())
     }
 }
 

@@ -1,11 +1,12 @@
 //! The engine's vocabulary for every front end: typed requests and answers.
 //!
 //! HTTP, MCP and the planner speak to the engine only in these types. A
-//! request is decoded from JSON by its [`Decode`] impl, which refuses a bad
-//! body with a [`ValidationError`] naming the offending field in the words
-//! clients rely on; an answer is serialized by serde into the wire shape.
-//! Both derive their JSON Schema (schemars), so tool input schemas and the
-//! OpenAPI document come from the same types and cannot drift from them.
+//! request is checked against its own JSON Schema and deserialized by
+//! serde ([`Decode`]), which refuses a bad body with a [`ValidationError`]
+//! naming the offending field; an answer is serialized by serde into the
+//! wire shape. Both derive their JSON Schema (schemars), so tool input
+//! schemas, the OpenAPI document and what is accepted come from the same
+//! types and cannot drift from each other.
 //! `serde_json::Value` appears only where content is free-form (metadata,
 //! output, client envelopes).
 //!
@@ -36,6 +37,7 @@ pub use crate::domain::error::ValidationError;
 pub use crate::domain::usage::RequestKind;
 pub use content::*;
 pub use create::*;
+pub use decode::{decode_query, request_schema, Decode, MAX_BATCH};
 pub use dek::*;
 pub use keys::*;
 pub use operator::*;
@@ -48,23 +50,8 @@ pub use task_views::*;
 pub use tasks::*;
 pub use teams::*;
 
-/// A request decoded from a JSON body (or query, as key/value pairs turned
-/// into an object by the front end).
-pub trait Decode: Sized + Send + 'static {
-    fn decode(body: &Value) -> Result<Self, ValidationError>;
-}
-
-/// A request made with a member's key. It counts against the org's limits
-/// as a read or a write, also when it fails to decode.
-pub trait MemberRequest: Decode {
-    const KIND: RequestKind;
-    /// The paid feature the route belongs to: a free org hears that it
-    /// needs an upgrade before it hears what its body lacks.
-    const PAID_FEATURE: Option<&'static str> = None;
-}
-
 /// JSON Schema patterns of the names decoders accept: not blank, no control
-/// character or bidirectional override (see `decode::safe_name`), and for
+/// character or bidirectional override, and for
 /// tags no comma, for teams no `#` or `/`.
 pub(crate) const NAME_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*[^\s\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069][^\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*$";
 pub(crate) const TAG_NAME_PATTERN: &str = r"^[^,\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*[^,\s\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069][^,\u0000-\u001F\u007F-\u009F\u202A-\u202E\u2066-\u2069]*$";
@@ -72,6 +59,43 @@ pub(crate) const TEAM_NAME_PATTERN: &str = r"^[^#/\u0000-\u001F\u007F-\u009F\u20
 
 /// Text that is not blank.
 pub(crate) const NON_BLANK_PATTERN: &str = r"\S";
+
+pub(crate) use crate::domain::UUID_PATTERN;
+
+/// Reads a field whose `null` means "clear it": `null` is `Some(None)`,
+/// and an absent field stays `None` through `#[serde(default)]`.
+pub(crate) fn double_option<'de, T, D>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    T: serde::Deserialize<'de>,
+    D: serde::Deserializer<'de>,
+{
+    <Option<T> as serde::Deserialize>::deserialize(d).map(Some)
+}
+
+/// The request of an operation that takes none: any field is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoArguments {}
+
+impl schemars::JsonSchema for NoArguments {
+    fn schema_name() -> Cow<'static, str> {
+        "NoArguments".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        // `properties`, though empty, makes a validator name the fields
+        // it refuses.
+        schemars::json_schema!({
+            "type": "object",
+            "properties": {},
+            "additionalProperties": false,
+        })
+    }
+}
+
+impl Decode for NoArguments {
+    const BODY_REQUIRED: bool = false;
+}
 
 /// A free-form JSON object (metadata, output).
 pub type Object = serde_json::Map<String, Value>;

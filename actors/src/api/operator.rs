@@ -4,35 +4,48 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use schemars::JsonSchema;
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 
-use super::decode::{
-    body, boolean, email, err, name, optional_body, present, reject_unknown, required, string,
-    Result,
-};
-use super::teams::{email_set, team_name};
-use super::{Decode, Timestamp, ValidationError, NAME_PATTERN};
+use super::decode::{normal_email, trim, Result};
+use super::teams::normal_team_name;
+use super::{Decode, Timestamp, NAME_PATTERN, TEAM_NAME_PATTERN};
 use crate::domain::account::{
     Encryption, LimitKey, LimitOverrides, Limits, OrgRecord, Role, SettingsChange, Tier,
 };
 use crate::domain::OrgId;
 
-fn tier(v: &Value) -> Result<Tier> {
-    v.as_str()
-        .and_then(Tier::parse)
-        .ok_or_else(|| err("tier", "must be one of free, dev, pro, enterprise"))
+/// The largest limit an override sets: JSON's largest exact integer.
+const MAX_LIMIT: i64 = (1 << 53) - 1;
+
+/// The most seats an org can be billed for.
+pub const MAX_SEATS: i64 = 1_000_000;
+
+/// Limit overrides: an object of limit names, each a non-negative integer
+/// or `null` (unlimited).
+fn limit_overrides_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let names: Vec<&str> = LimitKey::ALL.iter().map(|k| k.as_str()).collect();
+    schemars::json_schema!({
+        "type": "object",
+        "propertyNames": { "enum": names },
+        "additionalProperties": { "type": ["integer", "null"], "minimum": 0, "maximum": MAX_LIMIT },
+    })
 }
 
-fn seats(v: &Value) -> Result<i64> {
-    match v.as_i64() {
-        Some(n) if (1..=1_000_000).contains(&n) => Ok(n),
-        _ => Err(err("seats", "must be a positive integer")),
-    }
+/// The identity provider's view: team names to member emails.
+fn idp_teams_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "propertyNames": { "minLength": 1, "maxLength": 32, "pattern": TEAM_NAME_PATTERN },
+        "additionalProperties": {
+            "type": "array",
+            "uniqueItems": true,
+            "items": { "type": "string", "format": "email" },
+        },
+    })
 }
 
 /// `POST /admin/orgs`.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateOrg {
     #[schemars(length(min = 1, max = 200), regex(pattern = NAME_PATTERN))]
@@ -45,7 +58,7 @@ pub struct CreateOrg {
     pub owner_email: String,
     /// Seats billed on pro and enterprise (default 5).
     #[serde(default = "default_seats")]
-    #[schemars(range(min = 1, max = 1_000_000))]
+    #[schemars(range(min = 1, max = MAX_SEATS))]
     pub seats: i64,
 }
 
@@ -62,44 +75,22 @@ fn default_seats() -> i64 {
 }
 
 impl Decode for CreateOrg {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = body(v)?;
-        reject_unknown(
-            obj,
-            "",
-            &["name", "tier", "encryption", "owner_email", "seats"],
-        )?;
-        Ok(CreateOrg {
-            name: name(required(obj, "name")?, "name")?,
-            tier: present(obj, "tier")
-                .map(tier)
-                .transpose()?
-                .unwrap_or(Tier::Dev),
-            encryption: match present(obj, "encryption") {
-                None => Encryption::Managed,
-                Some(v) => v
-                    .as_str()
-                    .and_then(Encryption::parse)
-                    .ok_or_else(|| err("encryption", "must be managed or byok"))?,
-            },
-            seats: present(obj, "seats").map(seats).transpose()?.unwrap_or(5),
-            owner_email: {
-                let given = name(required(obj, "owner_email")?, "owner_email")?;
-                email(&Value::String(given), "owner_email")?
-            },
-        })
+    fn validate(&mut self) -> Result<()> {
+        trim(&mut self.name);
+        normal_email(&mut self.owner_email);
+        Ok(())
     }
 }
 
 /// `PATCH /admin/orgs/{org_id}`: any of the fields; omitted ones stay.
-#[derive(Debug, Clone, PartialEq, Default, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PatchOrg {
     #[serde(default)]
     #[schemars(with = "Tier")]
     pub tier: Option<Tier>,
     #[serde(default)]
-    #[schemars(with = "i64", range(min = 1, max = 1_000_000))]
+    #[schemars(with = "i64", range(min = 1, max = MAX_SEATS))]
     pub seats: Option<i64>,
     #[serde(default)]
     #[schemars(with = "bool")]
@@ -107,7 +98,7 @@ pub struct PatchOrg {
     /// Overrides of the tier's numbers: an integer, or `null` for unlimited;
     /// omitted keys keep their current value.
     #[serde(default)]
-    #[schemars(with = "LimitOverrides")]
+    #[schemars(schema_with = "limit_overrides_schema")]
     pub limits: Option<LimitOverrides>,
 }
 
@@ -123,42 +114,7 @@ impl From<PatchOrg> for SettingsChange {
     }
 }
 
-impl Decode for PatchOrg {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = body(v)?;
-        reject_unknown(obj, "", &["tier", "seats", "suspended", "limits"])?;
-        let limits = match obj.get("limits") {
-            None => None,
-            Some(v) => {
-                let given = v
-                    .as_object()
-                    .ok_or_else(|| err("limits", "must be an object"))?;
-                let mut out = LimitOverrides::new();
-                for (k, v) in given {
-                    let field = format!("limits.{k}");
-                    let key = LimitKey::parse(k).ok_or_else(|| err(&field, "unknown limit"))?;
-                    let value = match v {
-                        Value::Null => None,
-                        v => Some(v.as_i64().filter(|n| *n >= 0).ok_or_else(|| {
-                            err(&field, "must be a non-negative integer or null (unlimited)")
-                        })?),
-                    };
-                    out.insert(key, value);
-                }
-                Some(out)
-            }
-        };
-        Ok(PatchOrg {
-            tier: obj.get("tier").map(tier).transpose()?,
-            seats: obj.get("seats").map(seats).transpose()?,
-            suspended: obj
-                .get("suspended")
-                .map(|v| boolean(v, "suspended"))
-                .transpose()?,
-            limits,
-        })
-    }
-}
+impl Decode for PatchOrg {}
 
 /// An org as the operator sees it, with its effective limits.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -207,7 +163,7 @@ pub struct OwnerKey {
 }
 
 /// `POST /admin/orgs/{org_id}/members`: an active member and a first key.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddMember {
     #[schemars(email)]
@@ -225,23 +181,12 @@ fn default_role() -> Role {
 }
 
 impl Decode for AddMember {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = body(v)?;
-        reject_unknown(obj, "", &["email", "role", "key_name"])?;
-        let given = name(required(obj, "email")?, "email")?;
-        Ok(AddMember {
-            email: email(&Value::String(given), "email")?,
-            role: match present(obj, "role") {
-                None => Role::User,
-                Some(v) => v
-                    .as_str()
-                    .and_then(Role::parse)
-                    .ok_or_else(|| err("role", "must be one of owner, admin, user"))?,
-            },
-            key_name: present(obj, "key_name")
-                .map(|v| name(v, "key_name"))
-                .transpose()?,
-        })
+    fn validate(&mut self) -> Result<()> {
+        normal_email(&mut self.email);
+        if let Some(name) = self.key_name.as_mut() {
+            trim(name);
+        }
+        Ok(())
     }
 }
 
@@ -257,7 +202,7 @@ pub struct AddedMember {
 }
 
 /// `POST /admin/orgs/{org_id}/members/{email}/keys`: the operator's key reset.
-#[derive(Debug, Clone, PartialEq, Default, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResetKey {
     /// Default: the member's email.
@@ -267,14 +212,11 @@ pub struct ResetKey {
 }
 
 impl Decode for ResetKey {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = optional_body(v)?;
-        reject_unknown(obj, "", &["key_name"])?;
-        Ok(ResetKey {
-            key_name: present(obj, "key_name")
-                .map(|v| name(v, "key_name"))
-                .transpose()?,
-        })
+    fn validate(&mut self) -> Result<()> {
+        if let Some(name) = self.key_name.as_mut() {
+            trim(name);
+        }
+        Ok(())
     }
 }
 
@@ -286,45 +228,35 @@ pub struct IssuedKey {
 }
 
 /// `POST /admin/orgs/{org_id}/idp`, and its answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct IdpEnrollment {
     pub enrolled: bool,
 }
 
-impl Decode for IdpEnrollment {
-    fn decode(v: &Value) -> Result<Self> {
-        v.as_object()
-            .and_then(|o| o.get("enrolled"))
-            .and_then(Value::as_bool)
-            .map(|enrolled| IdpEnrollment { enrolled })
-            .ok_or_else(|| ValidationError::field("enrolled", "must be a boolean"))
-    }
-}
+impl Decode for IdpEnrollment {}
 
 /// `POST /admin/orgs/{org_id}/idp/sync`: the identity provider's whole view
 /// of team membership (team name to member emails).
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IdpSync {
+    #[schemars(schema_with = "idp_teams_schema")]
     pub teams: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Decode for IdpSync {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = body(v)?;
-        reject_unknown(obj, "", &["teams"])?;
-        let given = obj
-            .get("teams")
-            .ok_or_else(|| err("teams", "is required"))?
-            .as_object()
-            .ok_or_else(|| err("teams", "must be an object of team name to emails"))?;
-        let mut teams = BTreeMap::new();
+    /// Team names and emails as stored: lowercased, trimmed.
+    fn validate(&mut self) -> Result<()> {
+        let given = std::mem::take(&mut self.teams);
         for (team, emails) in given {
-            let field = format!("teams.{team}");
-            let name = team_name(&Value::String(team.clone()), &field)?;
-            teams.insert(name, email_set(emails, &field)?);
+            let members = self.teams.entry(normal_team_name(&team)).or_default();
+            members.extend(emails.into_iter().map(|mut e| {
+                normal_email(&mut e);
+                e
+            }));
         }
-        Ok(IdpSync { teams })
+        Ok(())
     }
 }
 
@@ -336,7 +268,7 @@ pub struct IdpSyncAnswer {
 }
 
 /// `POST /admin/members/unblock`.
-#[derive(Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UnblockMember {
     #[schemars(email)]
@@ -344,14 +276,9 @@ pub struct UnblockMember {
 }
 
 impl Decode for UnblockMember {
-    fn decode(v: &Value) -> Result<Self> {
-        let given = v
-            .as_object()
-            .and_then(|o| o.get("email"))
-            .unwrap_or(&Value::Null);
-        Ok(UnblockMember {
-            email: email(given, "email")?,
-        })
+    fn validate(&mut self) -> Result<()> {
+        normal_email(&mut self.email);
+        Ok(())
     }
 }
 
@@ -386,7 +313,7 @@ mod tests {
         assert_eq!(limits[&LimitKey::Tags], Some(3));
         assert_eq!(limits[&LimitKey::Teams], None);
         let e = PatchOrg::decode(&json!({"limits": {"colours": 1}})).unwrap_err();
-        assert_eq!(e.0, "limits.colours: unknown limit");
+        assert_eq!(e.0, "limits.colours: is not an accepted name");
         assert!(PatchOrg::decode(&json!({"limits": {"tags": -1}})).is_err());
     }
 
@@ -399,22 +326,18 @@ mod tests {
 }
 
 /// `POST /admin/master-key/rotate`: the new master key, base64 of 32 bytes.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RotateMasterKey {
+    #[schemars(regex(pattern = MASTER_KEY_PATTERN))]
     pub new_key: String,
 }
 
-impl Decode for RotateMasterKey {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = body(v)?;
-        reject_unknown(obj, "", &["new_key"])?;
-        let new_key = string(required(obj, "new_key")?, "new_key")?;
-        crate::crypto::MasterKey::from_base64(&new_key)
-            .map_err(|_| err("new_key", "must be base64 of exactly 32 bytes"))?;
-        Ok(RotateMasterKey { new_key })
-    }
-}
+impl Decode for RotateMasterKey {}
+
+/// Standard base64 of exactly 32 bytes: 43 characters, the last carrying
+/// no stray bits, and one `=`.
+const MASTER_KEY_PATTERN: &str = "^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$";
 
 /// What a master-key rotation did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]

@@ -2,21 +2,16 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-use super::decode::{body, boolean, err, optional, optional_body, present, reject_unknown, Result};
-use super::tags::tag_names;
-use super::{
-    Decode, MemberRequest, RequestKind, Timestamp, ValidationError, NON_BLANK_PATTERN,
-    TAG_NAME_PATTERN,
-};
+use super::decode::{names, Result};
+use super::{Decode, Timestamp, NON_BLANK_PATTERN, TAG_NAME_PATTERN};
 use crate::domain::account::{Role, Tier};
 use crate::domain::TaskId;
 
 // ---- members ----------------------------------------------------------------
 
 /// `PATCH /members/{email}`: at least one field.
-#[derive(Debug, Clone, PartialEq, Default, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[schemars(extend("minProperties" = 1))]
 pub struct MemberPatch {
@@ -35,55 +30,28 @@ pub struct MemberPatch {
     pub seated: Option<bool>,
 }
 
-impl MemberRequest for MemberPatch {
-    const KIND: RequestKind = RequestKind::Write;
-}
-
 impl Decode for MemberPatch {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = body(v)?;
-        reject_unknown(obj, "", &["role", "profile_tags", "seated"])?;
-        let patch = MemberPatch {
-            role: optional(obj, "role", "role", |v, f| {
-                v.as_str()
-                    .and_then(Role::parse)
-                    .ok_or_else(|| err(f, "must be one of owner, admin, user"))
-            })?,
-            profile_tags: optional(obj, "profile_tags", "profile_tags", tag_names)?,
-            seated: optional(obj, "seated", "seated", boolean)?,
-        };
-        if patch == MemberPatch::default() {
-            return Err(ValidationError::new(
-                "request body needs at least one of role, profile_tags, seated",
-            ));
+    fn validate(&mut self) -> Result<()> {
+        if let Some(tags) = self.profile_tags.as_mut() {
+            names(tags);
         }
-        Ok(patch)
+        Ok(())
     }
 }
 
 /// `PATCH /me`: the caller's own profile tags. A user's request loses the
 /// strict tags it names and keeps the strict tags the user already has.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MePatch {
     #[schemars(inner(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN)))]
     pub profile_tags: Vec<String>,
 }
 
-impl MemberRequest for MePatch {
-    const KIND: RequestKind = RequestKind::Write;
-}
-
 impl Decode for MePatch {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = body(v)?;
-        reject_unknown(obj, "", &["profile_tags"])?;
-        match obj.get("profile_tags") {
-            Some(v) => Ok(MePatch {
-                profile_tags: tag_names(v, "profile_tags")?,
-            }),
-            None => Err(err("profile_tags", "is required")),
-        }
+    fn validate(&mut self) -> Result<()> {
+        names(&mut self.profile_tags);
+        Ok(())
     }
 }
 
@@ -151,6 +119,9 @@ impl FeedbackKind {
 
 pub const MAX_MESSAGE_CHARS: usize = 4096;
 pub const MAX_FIRST_LINE_CHARS: usize = 256;
+/// A first line (up to the first line feed, a carriage return before it
+/// aside) of at most `MAX_FIRST_LINE_CHARS` characters.
+const FIRST_LINE_PATTERN: &str = r"^[^\n]{0,256}(?:\r?\n[\s\S]*)?$";
 
 /// `POST /feedback`: product feedback, filed as a task in the operator's
 /// feedback org. The first line becomes its title.
@@ -158,7 +129,11 @@ pub const MAX_FIRST_LINE_CHARS: usize = 256;
 #[serde(deny_unknown_fields)]
 pub struct SendFeedback {
     /// At most 4,096 characters; the first line at most 256.
-    #[schemars(length(min = 1, max = 4096), regex(pattern = NON_BLANK_PATTERN))]
+    #[schemars(
+        length(min = 1, max = MAX_MESSAGE_CHARS),
+        regex(pattern = NON_BLANK_PATTERN),
+        extend("allOf" = [{ "pattern": FIRST_LINE_PATTERN }])
+    )]
     pub message: String,
     #[serde(rename = "type", default)]
     pub kind: FeedbackKind,
@@ -181,46 +156,7 @@ impl SendFeedback {
     }
 }
 
-impl MemberRequest for SendFeedback {
-    const KIND: RequestKind = RequestKind::Write;
-}
-
-impl Decode for SendFeedback {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = optional_body(v)?;
-        reject_unknown(obj, "", &["message", "type"])?;
-        let message = match present(obj, "message") {
-            None => return Err(err("message", "is required")),
-            Some(Value::String(s)) => s.clone(),
-            Some(_) => return Err(err("message", "must be a string")),
-        };
-        if message.trim().is_empty() {
-            return Err(err("message", "must not be empty"));
-        }
-        if message.chars().count() > MAX_MESSAGE_CHARS {
-            return Err(err(
-                "message",
-                format!("must be at most {MAX_MESSAGE_CHARS} characters"),
-            ));
-        }
-        let first_line = message.lines().next().unwrap_or("");
-        if first_line.chars().count() > MAX_FIRST_LINE_CHARS {
-            return Err(err(
-                "message",
-                format!("the first line must be at most {MAX_FIRST_LINE_CHARS} characters"),
-            ));
-        }
-        let kind = match present(obj, "type") {
-            None => FeedbackKind::General,
-            Some(Value::String(t)) => FeedbackKind::ALL
-                .into_iter()
-                .find(|k| k.as_str() == t)
-                .ok_or_else(|| err("type", "must be one of bug, feature, general"))?,
-            Some(_) => return Err(err("type", "must be a string")),
-        };
-        Ok(SendFeedback { message, kind })
-    }
-}
+impl Decode for SendFeedback {}
 
 /// `POST /feedback` answer: the task it became.
 #[derive(Debug, Clone, Serialize, JsonSchema)]

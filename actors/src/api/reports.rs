@@ -6,13 +6,10 @@
 //! so a stored report is served exactly as it was written.
 
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde::{Deserialize, Deserializer, Serialize};
 
-use super::decode::{
-    body, boolean, err, optional_body, present, reject_unknown, required, string, Result,
-};
-use super::{Decode, MemberRequest, RequestKind, Timestamp, Unavailable};
+use super::decode::{dedup, err, Result};
+use super::{Decode, Timestamp, Unavailable, NON_BLANK_PATTERN};
 use crate::domain::TaskId;
 
 /// The paid features these routes belong to, named in the upgrade hint.
@@ -251,102 +248,88 @@ impl Scope {
 }
 
 /// `GET /standup` query: which report.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StandupQuery {
     /// `org` (default) or `team:<name>`.
-    #[schemars(with = "Option<String>", regex(pattern = r"^(org|team:.*\S.*)$"))]
+    #[serde(default, deserialize_with = "scope_or_org")]
+    #[schemars(with = "Option<String>", regex(pattern = SCOPE_PATTERN))]
     pub scope: Scope,
     /// Omitted: the most recent report of any cadence (or the period's).
+    #[serde(default)]
     pub cadence: Option<Cadence>,
     /// `YYYY-MM-DD` (daily), `YYYY-Www` (weekly, ISO week) or `YYYY-MM`
-    /// (monthly).
-    #[schemars(
-        with = "Option<String>",
-        regex(pattern = r"^\d{4}-(\d{2}-\d{2}|W\d{2}|\d{2})$")
-    )]
+    /// (monthly), of the cadence when one is given.
+    #[serde(default)]
+    #[schemars(with = "Option<String>", regex(pattern = PERIOD_PATTERN))]
     pub period: Option<String>,
 }
 
-impl MemberRequest for StandupQuery {
-    const KIND: RequestKind = RequestKind::Read;
-    const PAID_FEATURE: Option<&'static str> = Some(STANDUP);
+const SCOPE_PATTERN: &str = r"^(org|team:.*\S.*)$";
+
+/// A day, an ISO week or a month, as far as a pattern can tell a calendar.
+const PERIOD_PATTERN: &str = concat!(
+    r"^\d{4}-(?:",
+    r"(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|02-(?:0[1-9]|1\d|2\d)",
+    r"|W(?:0[1-9]|[1-4]\d|5[0-3])",
+    r"|0[1-9]|1[0-2]",
+    r")$"
+);
+
+fn scope_or_org<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Scope, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        None => Ok(Scope::Org),
+        Some(s) => Scope::parse(&s)
+            .ok_or_else(|| serde::de::Error::custom("must be `org` or `team:<name>`")),
+    }
+}
+
+impl Default for Scope {
+    fn default() -> Self {
+        Scope::Org
+    }
 }
 
 impl Decode for StandupQuery {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = optional_body(v)?;
-        reject_unknown(obj, "", &["scope", "cadence", "period"])?;
-        let scope = match present(obj, "scope") {
-            None => Scope::Org,
-            Some(v) => {
-                let s = string(v, "scope")?;
-                Scope::parse(&s).ok_or_else(|| err("scope", "must be `org` or `team:<name>`"))?
+    /// A period that exists in the calendar, of the cadence asked for.
+    fn validate(&mut self) -> Result<()> {
+        let Some(p) = self.period.as_deref() else {
+            return Ok(());
+        };
+        let period = crate::reports::period::Period::parse(p)
+            .ok_or_else(|| err("period", format!("`{p}` is not in the calendar")))?;
+        if let Some(c) = self.cadence {
+            if period.cadence() != c {
+                return Err(err(
+                    "period",
+                    format!("`{p}` is not a {} period", c.as_str()),
+                ));
             }
-        };
-        let cadence = match present(obj, "cadence") {
-            None => None,
-            Some(v) => Some(
-                Cadence::parse(&string(v, "cadence")?)
-                    .ok_or_else(|| err("cadence", "must be `daily`, `weekly` or `monthly`"))?,
-            ),
-        };
-        let period = match present(obj, "period") {
-            None => None,
-            Some(v) => {
-                let p = string(v, "period")?;
-                let of_period = crate::reports::period::Period::parse(&p).ok_or_else(|| {
-                    err("period", "must be `YYYY-MM-DD`, `YYYY-Www` or `YYYY-MM`")
-                })?;
-                if let Some(c) = cadence {
-                    if of_period.cadence() != c {
-                        return Err(err(
-                            "period",
-                            format!("`{p}` is not a {} period", c.as_str()),
-                        ));
-                    }
-                }
-                Some(of_period.to_string())
-            }
-        };
-        Ok(StandupQuery {
-            scope,
-            cadence,
-            period,
-        })
+        }
+        self.period = Some(period.to_string());
+        Ok(())
     }
 }
 
 /// A route's query that takes no parameters (and refuses any).
 macro_rules! empty_query {
-    ($(#[$doc:meta])* $name:ident, $feature:expr) => {
+    ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, JsonSchema)]
+        #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
         #[serde(deny_unknown_fields)]
         pub struct $name {}
 
-        impl MemberRequest for $name {
-            const KIND: RequestKind = RequestKind::Read;
-            const PAID_FEATURE: Option<&'static str> = Some($feature);
-        }
-
-        impl Decode for $name {
-            fn decode(v: &Value) -> Result<Self> {
-                reject_unknown(optional_body(v)?, "", &[]).map(|()| $name {})
-            }
-        }
+        impl Decode for $name {}
     };
 }
 
 empty_query!(
     /// `GET /insights`'s (empty) query.
-    InsightsQuery,
-    INSIGHTS
+    InsightsQuery
 );
 empty_query!(
     /// `GET /runbooks`'s (empty) query.
-    RunbooksQuery,
-    RUNBOOKS
+    RunbooksQuery
 );
 
 pub const MAX_GOAL_CHARS: usize = 2_000;
@@ -355,64 +338,46 @@ pub const DEFAULT_PLAN_TASKS: u8 = 8;
 pub const MAX_PLAN_TASKS: u8 = 25;
 
 /// `POST /tasks/plan`: turn a goal into a task graph.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlanRequest {
     /// What should be achieved; clipped to 2,000 characters.
-    #[schemars(length(min = 1), regex(pattern = r"\S"))]
+    #[schemars(length(min = 1), regex(pattern = NON_BLANK_PATTERN))]
     pub goal: String,
     /// Anything the planner should know; clipped to 8,000 characters.
-    #[schemars(with = "Option<String>")]
+    #[serde(default)]
     pub context: Option<String>,
     /// At most this many drafted tasks (default 8; above 25 reads as 25).
-    #[schemars(with = "Option<u32>", range(min = 1))]
+    #[serde(default = "default_plan_tasks", deserialize_with = "plan_tasks")]
+    #[schemars(with = "Option<u32>", range(min = 1, max = u32::MAX))]
     pub max_tasks: u8,
     /// Also create the drafted tasks (default false; null is refused).
     #[serde(default)]
     pub create: bool,
 }
 
-impl MemberRequest for PlanRequest {
-    const KIND: RequestKind = RequestKind::Write;
-    const PAID_FEATURE: Option<&'static str> = Some(PLANNING);
-}
-
 fn clip(s: &str, max: usize) -> String {
     s.chars().take(max).collect()
 }
 
+fn default_plan_tasks() -> u8 {
+    DEFAULT_PLAN_TASKS
+}
+
+/// `max_tasks` as given, 25 at most; `null` is the default.
+fn plan_tasks<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u8, D::Error> {
+    Ok(
+        Option::<u32>::deserialize(d)?.map_or(DEFAULT_PLAN_TASKS, |n| {
+            n.min(u32::from(MAX_PLAN_TASKS)) as u8
+        }),
+    )
+}
+
 impl Decode for PlanRequest {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = body(v)?;
-        reject_unknown(obj, "", &["goal", "context", "max_tasks", "create"])?;
-        let goal = string(required(obj, "goal")?, "goal")?;
-        if goal.trim().is_empty() {
-            return Err(err("goal", "must not be empty"));
-        }
-        let context = match present(obj, "context") {
-            None => None,
-            Some(v) => Some(clip(&string(v, "context")?, MAX_CONTEXT_CHARS)),
-        };
-        let max_tasks = match present(obj, "max_tasks") {
-            None => DEFAULT_PLAN_TASKS,
-            Some(v) => {
-                let n = v
-                    .as_u64()
-                    .filter(|n| *n >= 1)
-                    .ok_or_else(|| err("max_tasks", "must be a positive integer"))?;
-                n.min(u64::from(MAX_PLAN_TASKS)) as u8
-            }
-        };
-        let create = match obj.get("create") {
-            None => false,
-            Some(v) => boolean(v, "create")?,
-        };
-        Ok(PlanRequest {
-            goal: clip(&goal, MAX_GOAL_CHARS),
-            context,
-            max_tasks,
-            create,
-        })
+    fn validate(&mut self) -> Result<()> {
+        self.goal = clip(&self.goal, MAX_GOAL_CHARS);
+        self.context = self.context.as_deref().map(|c| clip(c, MAX_CONTEXT_CHARS));
+        Ok(())
     }
 }
 
@@ -545,42 +510,31 @@ impl ReportKind {
 }
 
 /// `POST /admin/orgs/{org_id}/recompute`.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Recompute {
-    /// Which reports; omitted: all four.
+    /// Which reports; omitted or `null`: all four.
+    #[serde(default = "all_reports", deserialize_with = "reports_or_all")]
     #[schemars(with = "Option<Vec<ReportKind>>", length(min = 1))]
     pub reports: Vec<ReportKind>,
 }
 
+fn all_reports() -> Vec<ReportKind> {
+    ReportKind::ALL.to_vec()
+}
+
+fn reports_or_all<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<ReportKind>, D::Error> {
+    Ok(Option::<Vec<ReportKind>>::deserialize(d)?.unwrap_or_else(all_reports))
+}
+
 impl Decode for Recompute {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = optional_body(v)?;
-        reject_unknown(obj, "", &["reports"])?;
-        let Some(list) = present(obj, "reports") else {
-            return Ok(Recompute {
-                reports: ReportKind::ALL.to_vec(),
-            });
-        };
-        let items = list
-            .as_array()
-            .ok_or_else(|| err("reports", "must be an array of report names"))?;
-        if items.is_empty() {
-            return Err(err("reports", "must name at least one report"));
-        }
-        let mut reports = Vec::new();
-        for (i, item) in items.iter().enumerate() {
-            let kind = item.as_str().and_then(ReportKind::parse).ok_or_else(|| {
-                err(
-                    &format!("reports[{i}]"),
-                    "must be one of insights, runbooks, standup, failure_clusters",
-                )
-            })?;
-            if !reports.contains(&kind) {
-                reports.push(kind);
-            }
-        }
-        Ok(Recompute { reports })
+    const BODY_REQUIRED: bool = false;
+
+    fn validate(&mut self) -> Result<()> {
+        dedup(&mut self.reports);
+        Ok(())
     }
 }
 

@@ -1,11 +1,9 @@
 //! `POST /tasks/search`: recall by meaning over the org's task history.
 
 use schemars::JsonSchema;
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 
-use super::decode::{body, err, non_empty_string, present, reject_unknown, required, Result};
-use super::{Decode, MemberRequest, Object, RequestKind, Text, Unavailable};
+use super::{Decode, Object, Text, Unavailable, NON_BLANK_PATTERN};
 use crate::domain::{TaskId, TaskStatus};
 
 pub const DEFAULT_SEARCH_LIMIT: u8 = 3;
@@ -13,15 +11,15 @@ pub const MAX_SEARCH_LIMIT: u8 = 25;
 /// The longest query, in characters.
 pub const MAX_QUERY_CHARS: usize = 4_096;
 
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchTasks {
     /// What to look for, in words.
-    #[schemars(length(min = 1, max = 4096))]
+    #[schemars(length(min = 1, max = MAX_QUERY_CHARS), regex(pattern = NON_BLANK_PATTERN))]
     pub query: String,
     /// How many results (1 to 25).
-    #[serde(default)]
-    #[schemars(range(min = 1, max = 25), default = "default_limit")]
+    #[serde(default = "default_limit")]
+    #[schemars(range(min = 1, max = MAX_SEARCH_LIMIT))]
     pub limit: u8,
 }
 
@@ -29,36 +27,7 @@ fn default_limit() -> u8 {
     DEFAULT_SEARCH_LIMIT
 }
 
-impl MemberRequest for SearchTasks {
-    const KIND: RequestKind = RequestKind::Read;
-}
-
-impl Decode for SearchTasks {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = body(v)?;
-        reject_unknown(obj, "", &["query", "limit"])?;
-        let query = non_empty_string(required(obj, "query")?, "query")?;
-        if query.chars().count() > MAX_QUERY_CHARS {
-            return Err(err(
-                "query",
-                format!("must be at most {MAX_QUERY_CHARS} characters"),
-            ));
-        }
-        let limit = match present(obj, "limit") {
-            None => DEFAULT_SEARCH_LIMIT,
-            Some(v) => v
-                .as_u64()
-                .filter(|n| (1..=u64::from(MAX_SEARCH_LIMIT)).contains(n))
-                .ok_or_else(|| {
-                    err(
-                        "limit",
-                        format!("must be an integer from 1 to {MAX_SEARCH_LIMIT}"),
-                    )
-                })? as u8,
-        };
-        Ok(SearchTasks { query, limit })
-    }
-}
+impl Decode for SearchTasks {}
 
 /// One task recalled, best first.
 #[derive(Debug, Clone, Serialize, JsonSchema)]

@@ -2,54 +2,40 @@
 //! and the tag as clients see it.
 
 use schemars::JsonSchema;
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 
-use super::decode::{
-    batch, boolean, description, err, field_path, object, optional, reject_unknown, safe_name,
-    string_list, Result,
-};
-use super::{Decode, MemberRequest, RequestKind, Timestamp, TAG_NAME_PATTERN};
+use super::decode::{err, names, trim, Result};
+use super::{Decode, Timestamp, TAG_NAME_PATTERN};
 use crate::domain::admin::{self, Tag};
 
 pub const MAX_TAG_NAME: usize = 64;
 
-/// A tag name as stored: trimmed, at most 64 characters, no comma.
-pub fn tag_name(v: &Value, field: &str) -> Result<String> {
-    let name = v
-        .as_str()
-        .ok_or_else(|| err(field, "must be a string"))?
-        .trim();
-    if name.is_empty() {
-        return Err(err(field, "must not be empty"));
+/// Refuses a name given twice in one call.
+fn unique_names<'a>(names: impl Iterator<Item = &'a str>) -> Result<()> {
+    let mut seen: Vec<&str> = Vec::new();
+    for name in names {
+        if seen.contains(&name) {
+            return Err(err("tags", format!("duplicate name '{name}' in this call")));
+        }
+        seen.push(name);
     }
-    if name.chars().count() > MAX_TAG_NAME {
-        return Err(err(
-            field,
-            format!("must be at most {MAX_TAG_NAME} characters"),
-        ));
-    }
-    if name.contains(',') {
-        return Err(err(field, "must not contain a comma"));
-    }
-    safe_name(name, field).map(str::to_owned)
-}
-
-/// A list of tag names, deduplicated in order.
-pub fn tag_names(v: &Value, field: &str) -> Result<Vec<String>> {
-    string_list(v, field, tag_name)
+    Ok(())
 }
 
 /// `POST /tags`: 1 to 25 new tags.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTags {
     #[schemars(length(min = 1, max = 25))]
     pub tags: Vec<NewTag>,
 }
 
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend(
+    "if" = { "properties": { "strict": { "const": true } }, "required": ["strict"] },
+    "then" = { "properties": { "description": { "type": "string" } }, "required": ["description"] },
+))]
 pub struct NewTag {
     #[schemars(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN))]
     pub name: String,
@@ -66,33 +52,31 @@ pub struct NewTag {
 }
 
 /// `POST /tags/update`: 1 to 25 changes; omitted fields stay.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateTags {
     #[schemars(length(min = 1, max = 25))]
     pub tags: Vec<TagPatch>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TagPatch {
     /// The tag to change.
     #[schemars(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN))]
     pub name: String,
     #[serde(default)]
-    #[schemars(with = "bool")]
     pub strict: Option<bool>,
     #[serde(rename = "default", default)]
-    #[schemars(with = "bool")]
     pub is_default: Option<bool>,
     /// `null` clears it.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::double_option")]
     #[schemars(length(max = 200))]
     pub description: Option<Option<String>>,
 }
 
 /// `POST /tags/delete`.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteTags {
     #[schemars(
@@ -102,90 +86,31 @@ pub struct DeleteTags {
     pub names: Vec<String>,
 }
 
-/// The items of a tag batch; a patch leaves out what it does not change.
-fn tag_items(body: &Value, patch: bool) -> Result<Vec<TagPatch>> {
-    let mut out: Vec<TagPatch> = Vec::new();
-    for (i, item) in batch(body, "tags")?.iter().enumerate() {
-        let p = format!("tags[{i}]");
-        let obj = object(item, &p)?;
-        reject_unknown(obj, &p, &["name", "strict", "default", "description"])?;
-        let f = |k: &str| field_path(&p, k);
-        let name = tag_name(obj.get("name").unwrap_or(&Value::Null), &f("name"))?;
-        let flag = |key: &str| -> Result<Option<bool>> {
-            match obj.get(key) {
-                Some(Value::Null) if !patch => Ok(None),
-                v => v.map(|v| boolean(v, &f(key))).transpose(),
-            }
-        };
-        let tag = TagPatch {
-            strict: flag("strict")?,
-            is_default: flag("default")?,
-            description: optional(obj, "description", &f("description"), description)?,
-            name,
-        };
-        if out.iter().any(|t| t.name == tag.name) {
-            return Err(err(
-                "tags",
-                format!("duplicate name '{}' in this call", tag.name),
-            ));
-        }
-        out.push(tag);
-    }
-    Ok(out)
-}
-
-impl MemberRequest for CreateTags {
-    const KIND: RequestKind = RequestKind::Write;
-}
-
 impl Decode for CreateTags {
-    fn decode(body: &Value) -> Result<Self> {
-        let mut tags = Vec::new();
-        for (i, t) in tag_items(body, false)?.into_iter().enumerate() {
-            let tag = NewTag {
-                name: t.name,
-                strict: t.strict.unwrap_or(false),
-                is_default: t.is_default.unwrap_or(false),
-                description: t.description.flatten(),
-            };
+    fn validate(&mut self) -> Result<()> {
+        for (i, tag) in self.tags.iter_mut().enumerate() {
+            trim(&mut tag.name);
             admin::check_strict_tag(
                 &format!("tags[{i}].description"),
                 tag.strict,
                 tag.description.as_deref(),
             )?;
-            tags.push(tag);
         }
-        Ok(CreateTags { tags })
+        unique_names(self.tags.iter().map(|t| t.name.as_str()))
     }
-}
-
-impl MemberRequest for UpdateTags {
-    const KIND: RequestKind = RequestKind::Write;
 }
 
 impl Decode for UpdateTags {
-    fn decode(body: &Value) -> Result<Self> {
-        Ok(UpdateTags {
-            tags: tag_items(body, true)?,
-        })
+    fn validate(&mut self) -> Result<()> {
+        self.tags.iter_mut().for_each(|t| trim(&mut t.name));
+        unique_names(self.tags.iter().map(|t| t.name.as_str()))
     }
 }
 
-impl MemberRequest for DeleteTags {
-    const KIND: RequestKind = RequestKind::Write;
-}
-
 impl Decode for DeleteTags {
-    fn decode(body: &Value) -> Result<Self> {
-        let list = batch(body, "names")?;
-        let mut names: Vec<String> = Vec::with_capacity(list.len());
-        for (i, v) in list.iter().enumerate() {
-            let name = tag_name(v, &format!("names[{i}]"))?;
-            if !names.contains(&name) {
-                names.push(name);
-            }
-        }
-        Ok(DeleteTags { names })
+    fn validate(&mut self) -> Result<()> {
+        names(&mut self.names);
+        Ok(())
     }
 }
 
@@ -234,7 +159,7 @@ pub struct TagsDeleted {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::*;
 

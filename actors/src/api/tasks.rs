@@ -2,17 +2,15 @@
 //! its own file).
 
 use schemars::JsonSchema;
-use serde_json::Value;
+use serde::{Deserialize, Deserializer};
 use uuid::Uuid;
 
 use super::content::{
-    check_object, check_text, content_object, note, text, title, ContentPolicy, Text, ENVELOPE_KEY,
+    check_note_bytes, check_object, check_object_bytes, check_text, check_text_bytes, note_schema,
+    nullable_description_schema, title_schema, ContentPolicy, Text, ENVELOPE_KEY,
 };
-use super::decode::{
-    batch, err, field_path, non_empty_string, optional_body, optional_string, present,
-    reject_unknown, string, string_list, Result,
-};
-use super::{Decode, MemberRequest, Object, RequestKind};
+use super::decode::{dedup, err, Result};
+use super::{Decode, Object, NON_BLANK_PATTERN, UUID_PATTERN};
 use crate::domain::{TaskId, TaskStatus};
 
 pub const DEFAULT_PRIORITY: u8 = 3;
@@ -32,35 +30,10 @@ fn default_list_limit() -> u32 {
     DEFAULT_LIST_LIMIT
 }
 
-// ---- ids and lists ----------------------------------------------------------
-
-fn uuid(v: &Value, field: &str) -> Result<Uuid> {
-    v.as_str()
-        .and_then(|s| s.parse::<TaskId>().ok())
-        .map(|id| id.0)
-        .ok_or_else(|| err(field, "must be a canonical UUID string"))
-}
-
-pub(super) fn task_id(v: &Value, field: &str) -> Result<TaskId> {
-    uuid(v, field).map(TaskId)
-}
-
-pub(super) fn priority(v: &Value, field: &str) -> Result<u8> {
-    match v.as_i64() {
-        Some(p @ 1..=5) => Ok(p as u8),
-        Some(_) => Err(err(field, "priority must be between 1 and 5")),
-        None => Err(err(field, "must be an integer between 1 and 5")),
-    }
-}
-
-pub(super) fn tag_list(v: &Value, field: &str) -> Result<Vec<String>> {
-    string_list(v, field, non_empty_string)
-}
-
 // ---- update -----------------------------------------------------------------
 
 /// `POST /tasks/update`: 1 to 25 items, each attempted in order.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateTasks {
     #[schemars(length(min = 1, max = 25))]
@@ -68,41 +41,65 @@ pub struct UpdateTasks {
 }
 
 /// One task's changes. `Option<Option<_>>` tells "absent" from "null".
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend(
+    "if" = {
+        "properties": { "status": { "enum": ["completed", "failed", "canceled"] } },
+        "required": ["status"],
+    },
+    "then" = {
+        "properties": { "note": { "not": { "type": "null" } } },
+        "required": ["note"],
+    },
+))]
 pub struct TaskUpdate {
     pub task_id: TaskId,
     #[serde(default)]
+    #[schemars(with = "TaskStatus")]
     pub status: Option<TaskStatus>,
     #[serde(default)]
+    #[schemars(schema_with = "title_schema")]
     pub title: Option<Text>,
     /// `null` clears it.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::double_option")]
+    #[schemars(schema_with = "nullable_description_schema")]
     pub description: Option<Option<Text>>,
     /// Required when the status is completed, failed or canceled.
     #[serde(default)]
+    #[schemars(schema_with = "note_schema")]
     pub note: Option<Text>,
     #[serde(default)]
+    #[schemars(with = "Object")]
     pub output: Option<Object>,
     /// `null` clears it.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::double_option")]
+    #[schemars(length(min = 1), regex(pattern = NON_BLANK_PATTERN))]
     pub assignee: Option<Option<String>>,
     #[serde(default)]
-    #[schemars(range(min = 1, max = 5))]
+    #[schemars(with = "u8", range(min = 1, max = 5))]
     pub priority: Option<u8>,
     /// Replaces the blockers.
     #[serde(default)]
+    #[schemars(with = "Vec<TaskId>")]
     pub blocked_by: Option<Vec<TaskId>>,
     #[serde(default)]
+    #[schemars(
+        with = "Vec<String>",
+        inner(length(min = 1), regex(pattern = NON_BLANK_PATTERN))
+    )]
     pub tags: Option<Vec<String>>,
     /// Merged into the task's metadata, key by key.
     #[serde(default)]
+    #[schemars(with = "Object")]
     pub metadata: Option<Object>,
     /// Who the state event names (default: the key's name).
     #[serde(default)]
+    #[schemars(length(min = 1), regex(pattern = NON_BLANK_PATTERN))]
     pub agent_id: Option<String>,
     /// The claim's lease; when it is no longer current the item fails with `lease lost`.
     #[serde(default)]
+    #[schemars(regex(pattern = UUID_PATTERN))]
     pub lease_id: Option<Uuid>,
 }
 
@@ -126,104 +123,35 @@ impl TaskUpdate {
     }
 }
 
-impl MemberRequest for UpdateTasks {
-    const KIND: RequestKind = RequestKind::Write;
-}
-
 impl Decode for UpdateTasks {
-    fn decode(body: &Value) -> Result<Self> {
-        let items = batch(body, "updates")?;
-        let mut out = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            out.push(update_item(item, &format!("updates[{i}]"))?);
-        }
-        Ok(UpdateTasks { updates: out })
-    }
-}
-
-fn update_item(item: &Value, p: &str) -> Result<TaskUpdate> {
-    let obj = item
-        .as_object()
-        .ok_or_else(|| err(p, "must be an object"))?;
-    reject_unknown(
-        obj,
-        p,
-        &[
-            "task_id",
-            "status",
-            "title",
-            "note",
-            "output",
-            "assignee",
-            "priority",
-            "blocked_by",
-            "tags",
-            "description",
-            "metadata",
-            "agent_id",
-            "lease_id",
-        ],
-    )?;
-    let f = |name: &str| field_path(p, name);
-    let mut u = TaskUpdate::new(match present(obj, "task_id") {
-        None => return Err(err(&f("task_id"), "is required")),
-        Some(v) => task_id(v, &f("task_id"))?,
-    });
-    for (key, v) in obj {
-        let field = f(key);
-        match key.as_str() {
-            "status" => {
-                let s = string(v, &field)?;
-                u.status = Some(
-                    TaskStatus::parse(&s)
-                        .ok_or_else(|| err(&field, format!("unknown status '{s}'")))?,
-                );
-            }
-            "title" => u.title = Some(title(v, &field)?),
-            "description" => {
-                u.description = Some(match v {
-                    Value::Null => None,
-                    _ => Some(text(v, &field)?),
-                })
-            }
-            "note" => u.note = note(v, &field)?,
-            "output" => u.output = Some(content_object(v, &field)?),
-            "assignee" => u.assignee = Some(optional_string(v, &field)?),
-            "priority" => u.priority = Some(priority(v, &field)?),
-            "blocked_by" => {
-                let list = v
-                    .as_array()
-                    .ok_or_else(|| err(&field, "must be an array of task UUIDs"))?;
-                let mut ids: Vec<TaskId> = Vec::with_capacity(list.len());
-                for (j, b) in list.iter().enumerate() {
-                    let id = task_id(b, &format!("{field}[{j}]"))?;
-                    if !ids.contains(&id) {
-                        ids.push(id);
-                    }
-                }
-                u.blocked_by = Some(ids);
-            }
-            "tags" => u.tags = Some(tag_list(v, &field)?),
-            "metadata" => u.metadata = Some(content_object(v, &field)?),
-            "agent_id" => u.agent_id = optional_string(v, &field)?,
-            "lease_id" => {
-                u.lease_id = match v {
-                    Value::Null => None,
-                    _ => Some(uuid(v, &field)?),
+    /// A note with every terminal status, sizes in bytes, repeats dropped.
+    fn validate(&mut self) -> Result<()> {
+        for (i, u) in self.updates.iter_mut().enumerate() {
+            let f = |name: &str| format!("updates[{i}].{name}");
+            if let Some(status) = u.status {
+                if status.needs_note() && u.note.is_none() {
+                    return Err(err(
+                        &f("note"),
+                        format!("a note is required when the status is {status}"),
+                    ));
                 }
             }
-            _ => {}
+            check_text_bytes(u.title.as_ref(), || f("title"))?;
+            check_text_bytes(u.description.as_ref().and_then(Option::as_ref), || {
+                f("description")
+            })?;
+            check_note_bytes(u.note.as_ref(), || f("note"))?;
+            check_object_bytes(u.output.as_ref(), || f("output"))?;
+            check_object_bytes(u.metadata.as_ref(), || f("metadata"))?;
+            if let Some(ids) = u.blocked_by.as_mut() {
+                dedup(ids);
+            }
+            if let Some(tags) = u.tags.as_mut() {
+                dedup(tags);
+            }
         }
+        Ok(())
     }
-    if let Some(status) = u.status {
-        if status.needs_note() && u.note.is_none() {
-            return Err(err(
-                &f("note"),
-                format!("a note is required when the status is {status}"),
-            ));
-        }
-    }
-    Ok(u)
 }
 
 impl UpdateTasks {
@@ -259,28 +187,17 @@ impl UpdateTasks {
 // ---- get --------------------------------------------------------------------
 
 /// `POST /tasks/get`: 1 to 25 ids.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetTasks {
     #[schemars(length(min = 1, max = 25))]
     pub task_ids: Vec<TaskId>,
 }
 
-impl MemberRequest for GetTasks {
-    const KIND: RequestKind = RequestKind::Read;
-}
-
 impl Decode for GetTasks {
-    fn decode(body: &Value) -> Result<Self> {
-        let items = batch(body, "task_ids")?;
-        let mut ids: Vec<TaskId> = Vec::with_capacity(items.len());
-        for (i, v) in items.iter().enumerate() {
-            let id = task_id(v, &format!("task_ids[{i}]"))?;
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
-        }
-        Ok(GetTasks { task_ids: ids })
+    fn validate(&mut self) -> Result<()> {
+        dedup(&mut self.task_ids);
+        Ok(())
     }
 }
 
@@ -289,11 +206,11 @@ impl Decode for GetTasks {
 /// `GET /tasks`: filters, page size and cursor. Over HTTP the fields are
 /// query parameters (`status` and `tags` comma-separated); a tool may send
 /// them as JSON values.
-#[derive(Debug, Clone, PartialEq, Default, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListTasks {
     /// Statuses to keep, comma-separated.
-    #[serde(rename = "status", default)]
+    #[serde(rename = "status", default, deserialize_with = "status_list")]
     #[schemars(with = "Option<String>", regex(pattern = STATUS_LIST_PATTERN))]
     pub statuses: Vec<TaskStatus>,
     #[serde(rename = "parent_task_id", default)]
@@ -301,7 +218,7 @@ pub struct ListTasks {
     #[serde(default)]
     pub assignee: Option<String>,
     /// Tags, comma-separated; a task matches when it has any of them.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "comma_list")]
     #[schemars(with = "Option<String>")]
     pub tags: Vec<String>,
     /// Keep priority <= this.
@@ -319,25 +236,34 @@ pub struct ListTasks {
     pub full: bool,
 }
 
-impl MemberRequest for ListTasks {
-    const KIND: RequestKind = RequestKind::Read;
+impl Decode for ListTasks {}
+
+/// The items of a comma-separated list, trimmed, without blanks or
+/// repeats, sorted (a cursor is bound to the query as a set).
+fn comma_list<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<String>, D::Error> {
+    let mut items: Vec<String> = Option::<String>::deserialize(d)?
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    items.sort();
+    items.dedup();
+    Ok(items)
 }
 
-impl Decode for ListTasks {
-    fn decode(body: &Value) -> Result<Self> {
-        let obj = optional_body(body)?;
-        Self::from_pairs(obj.iter().map(|(k, v)| (k.as_str(), v)))
-    }
-}
-
-/// A query value as text: strings as they are, other scalars as JSON,
-/// arrays joined with commas.
-fn query_text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Array(items) => items.iter().map(query_text).collect::<Vec<_>>().join(","),
-        other => other.to_string(),
-    }
+fn status_list<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<TaskStatus>, D::Error> {
+    let mut statuses = comma_list(d)?
+        .iter()
+        .map(|s| {
+            TaskStatus::parse(s)
+                .ok_or_else(|| serde::de::Error::custom(format!("unknown status '{s}'")))
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    statuses.sort();
+    statuses.dedup();
+    Ok(statuses)
 }
 
 impl ListTasks {
@@ -353,90 +279,17 @@ impl ListTasks {
             && self.priority_max.is_none_or(|p| h.priority <= p)
             && (self.tags.is_empty() || h.tags.iter().any(|t| self.tags.contains(t)))
     }
-
-    /// Query parameters as HTTP gives them; repeated keys accumulate.
-    pub fn from_query(params: &[(String, String)]) -> Result<Self> {
-        let values: Vec<(&str, Value)> = params
-            .iter()
-            .map(|(k, v)| (k.as_str(), Value::String(v.clone())))
-            .collect();
-        Self::from_pairs(values.iter().map(|(k, v)| (*k, v)))
-    }
-
-    fn from_pairs<'a>(pairs: impl Iterator<Item = (&'a str, &'a Value)>) -> Result<Self> {
-        let mut q = ListTasks {
-            limit: DEFAULT_LIST_LIMIT,
-            ..ListTasks::default()
-        };
-        for (key, value) in pairs {
-            let value = query_text(value);
-            match key {
-                "status" => {
-                    for s in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                        let st = TaskStatus::parse(s)
-                            .ok_or_else(|| err("status", format!("unknown status '{s}'")))?;
-                        if !q.statuses.contains(&st) {
-                            q.statuses.push(st);
-                        }
-                    }
-                }
-                "parent_task_id" => {
-                    q.parent = Some(
-                        value
-                            .parse()
-                            .map_err(|_| err("parent_task_id", "must be a canonical UUID"))?,
-                    )
-                }
-                "assignee" => q.assignee = Some(value),
-                "tags" => {
-                    for t in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                        if !q.tags.iter().any(|x| x == t) {
-                            q.tags.push(t.to_owned());
-                        }
-                    }
-                }
-                "priority_max" => {
-                    q.priority_max = Some(match value.parse::<u8>() {
-                        Ok(p @ 1..=5) => p,
-                        _ => return Err(err("priority_max", "must be an integer from 1 to 5")),
-                    })
-                }
-                "limit" => {
-                    q.limit = match value.parse::<u32>() {
-                        Ok(l @ 1..=MAX_LIST_LIMIT) => l,
-                        _ => {
-                            return Err(err(
-                                "limit",
-                                format!("must be an integer from 1 to {MAX_LIST_LIMIT}"),
-                            ))
-                        }
-                    }
-                }
-                "cursor" => q.cursor = Some(value),
-                "full" => {
-                    q.full = match value.as_str() {
-                        "true" | "1" => true,
-                        "false" | "0" => false,
-                        _ => return Err(err("full", "must be true or false")),
-                    }
-                }
-                other => return Err(err(other, "unknown query parameter")),
-            }
-        }
-        q.statuses.sort();
-        q.tags.sort();
-        Ok(q)
-    }
 }
 
 // ---- claim ------------------------------------------------------------------
 
 /// `POST /tasks/claim`: every field optional; an absent body is `{}`.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimRequest {
     /// Claim only a task carrying any of these tags.
     #[serde(default)]
+    #[schemars(inner(length(min = 1), regex(pattern = NON_BLANK_PATTERN)))]
     pub tags: Vec<String>,
     /// How long the lease lasts unless renewed by an update.
     #[serde(default = "default_lease_seconds")]
@@ -453,7 +306,7 @@ pub struct ClaimRequest {
     /// Claim up to this many tasks, each with its own lease; the answer is
     /// then `{tasks: [...]}`. Without it, one task or `null`.
     #[serde(default)]
-    #[schemars(range(min = 1, max = 25))]
+    #[schemars(range(min = 1, max = MAX_CLAIM_COUNT))]
     pub count: Option<u32>,
 }
 
@@ -484,78 +337,20 @@ impl Default for ClaimRequest {
     }
 }
 
-impl MemberRequest for ClaimRequest {
-    const KIND: RequestKind = RequestKind::Write;
-}
-
 impl Decode for ClaimRequest {
-    fn decode(body: &Value) -> Result<Self> {
-        let obj = optional_body(body)?;
-        reject_unknown(
-            obj,
-            "",
-            &[
-                "tags",
-                "lease_seconds",
-                "include_context",
-                "wait_seconds",
-                "count",
-            ],
-        )?;
-        Ok(ClaimRequest {
-            tags: present(obj, "tags")
-                .map(|v| tag_list(v, "tags"))
-                .transpose()?
-                .unwrap_or_default(),
-            lease_seconds: match present(obj, "lease_seconds") {
-                None => DEFAULT_LEASE_SECONDS,
-                Some(v) => match v.as_i64() {
-                    Some(s) if (1..=i64::from(MAX_LEASE_SECONDS)).contains(&s) => s as u32,
-                    _ => {
-                        return Err(err(
-                            "lease_seconds",
-                            format!("must be an integer from 1 to {MAX_LEASE_SECONDS}"),
-                        ))
-                    }
-                },
-            },
-            include_context: match present(obj, "include_context") {
-                None => true,
-                Some(Value::Bool(b)) => *b,
-                Some(_) => return Err(err("include_context", "must be a boolean")),
-            },
-            wait_seconds: match present(obj, "wait_seconds") {
-                None => 0,
-                Some(v) => match v.as_u64() {
-                    Some(s) if s <= u64::from(MAX_WAIT_SECONDS) => s as u32,
-                    _ => {
-                        return Err(err(
-                            "wait_seconds",
-                            format!("must be an integer from 0 to {MAX_WAIT_SECONDS}"),
-                        ))
-                    }
-                },
-            },
-            count: match present(obj, "count") {
-                None => None,
-                Some(v) => match v.as_u64() {
-                    Some(n) if (1..=u64::from(MAX_CLAIM_COUNT)).contains(&n) => Some(n as u32),
-                    _ => {
-                        return Err(err(
-                            "count",
-                            format!("must be an integer from 1 to {MAX_CLAIM_COUNT}"),
-                        ))
-                    }
-                },
-            },
-        })
+    const BODY_REQUIRED: bool = false;
+
+    fn validate(&mut self) -> Result<()> {
+        dedup(&mut self.tags);
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{json, Value};
 
+    use super::super::decode_query;
     use super::*;
 
     #[test]
@@ -580,7 +375,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
-            ListTasks::from_query(&params).unwrap()
+            decode_query::<ListTasks>(params).unwrap()
         };
         assert!(q(&[]).matches(&h));
         assert!(q(&[("status", "pending,in_progress")]).matches(&h));
@@ -694,21 +489,20 @@ mod tests {
     #[test]
     fn list_query_bounds_and_json_values() {
         let p = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
-        assert!(ListTasks::from_query(&p("limit", "0")).is_err());
-        assert!(ListTasks::from_query(&p("limit", "201")).is_err());
+        assert!(decode_query::<ListTasks>(p("limit", "0")).is_err());
+        assert!(decode_query::<ListTasks>(p("limit", "201")).is_err());
         assert_eq!(
-            ListTasks::from_query(&p("limit", "200")).unwrap().limit,
+            decode_query::<ListTasks>(p("limit", "200")).unwrap().limit,
             200
         );
-        assert!(ListTasks::from_query(&p("status", "done")).is_err());
-        assert!(ListTasks::from_query(&p("full", "yes")).is_err());
+        assert!(decode_query::<ListTasks>(p("status", "done")).is_err());
+        assert!(decode_query::<ListTasks>(p("full", "yes")).is_err());
         assert_eq!(
-            ListTasks::from_query(&[]).unwrap().limit,
+            decode_query::<ListTasks>(Vec::new()).unwrap().limit,
             DEFAULT_LIST_LIMIT
         );
-        let q =
-            ListTasks::decode(&json!({"limit": 5, "full": true, "status": ["blocked", "pending"]}))
-                .unwrap();
+        let q = ListTasks::decode(&json!({"limit": 5, "full": true, "status": "blocked,pending"}))
+            .unwrap();
         assert_eq!((q.limit, q.full), (5, true));
         assert_eq!(q.statuses, vec![TaskStatus::Pending, TaskStatus::Blocked]);
     }

@@ -1,48 +1,24 @@
 //! Teams: team names, the team requests, and teams and memberships as
 //! clients see them.
 
-use std::collections::BTreeSet;
-
 use schemars::JsonSchema;
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 
-use super::decode::{
-    body, boolean, description, email, err, optional, present, reject_unknown, safe_name, Result,
-};
-use super::tags::tag_names;
-use super::{Decode, MemberRequest, RequestKind, Timestamp, TAG_NAME_PATTERN, TEAM_NAME_PATTERN};
+use super::decode::{names, normal_email, Result};
+use super::{Decode, Timestamp, TAG_NAME_PATTERN, TEAM_NAME_PATTERN};
 use crate::domain::admin::{Membership, Team};
 
 pub const MAX_TEAM_NAME: usize = 32;
 /// The paid feature of the team routes.
 pub const TEAMS: &str = "teams";
 
-/// A team name as stored: trimmed and lowercased.
-pub fn team_name(v: &Value, field: &str) -> Result<String> {
-    let name = v
-        .as_str()
-        .ok_or_else(|| err(field, "must be a string"))?
-        .trim()
-        .to_lowercase();
-    if name.is_empty() {
-        return Err(err(field, "must not be empty"));
-    }
-    if name.chars().count() > MAX_TEAM_NAME {
-        return Err(err(
-            field,
-            format!("must be at most {MAX_TEAM_NAME} characters"),
-        ));
-    }
-    if name.contains('#') || name.contains('/') {
-        return Err(err(field, "must not contain '#' or '/'"));
-    }
-    safe_name(&name, field)?;
-    Ok(name)
+/// A team's name as stored: trimmed and lowercased.
+pub fn normal_team_name(name: &str) -> String {
+    name.trim().to_lowercase()
 }
 
 /// `POST /teams`.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewTeam {
     /// At most 32 characters, stored lowercased; no `#` or `/`.
@@ -60,32 +36,16 @@ pub struct NewTeam {
     pub idp_only: bool,
 }
 
-impl MemberRequest for NewTeam {
-    const KIND: RequestKind = RequestKind::Write;
-    const PAID_FEATURE: Option<&'static str> = Some(TEAMS);
-}
-
 impl Decode for NewTeam {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = body(v)?;
-        reject_unknown(obj, "", &["name", "tags", "description", "idp_only"])?;
-        Ok(NewTeam {
-            name: team_name(obj.get("name").unwrap_or(&Value::Null), "name")?,
-            tags: present(obj, "tags")
-                .map(|v| tag_names(v, "tags"))
-                .transpose()?
-                .unwrap_or_default(),
-            description: optional(obj, "description", "description", description)?.flatten(),
-            idp_only: present(obj, "idp_only")
-                .map(|v| boolean(v, "idp_only"))
-                .transpose()?
-                .unwrap_or(false),
-        })
+    fn validate(&mut self) -> Result<()> {
+        self.name = normal_team_name(&self.name);
+        names(&mut self.tags);
+        Ok(())
     }
 }
 
 /// `PATCH /teams/{name}`: omitted fields stay.
-#[derive(Debug, Clone, PartialEq, Default, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TeamPatch {
     #[serde(default)]
@@ -95,7 +55,7 @@ pub struct TeamPatch {
     )]
     pub tags: Option<Vec<String>>,
     /// `null` clears it.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::double_option")]
     #[schemars(length(max = 200))]
     pub description: Option<Option<String>>,
     #[serde(default)]
@@ -103,46 +63,27 @@ pub struct TeamPatch {
     pub idp_only: Option<bool>,
 }
 
-impl MemberRequest for TeamPatch {
-    const KIND: RequestKind = RequestKind::Write;
-    const PAID_FEATURE: Option<&'static str> = Some(TEAMS);
-}
-
 impl Decode for TeamPatch {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = body(v)?;
-        reject_unknown(obj, "", &["tags", "description", "idp_only"])?;
-        Ok(TeamPatch {
-            tags: optional(obj, "tags", "tags", tag_names)?,
-            description: optional(obj, "description", "description", description)?,
-            idp_only: optional(obj, "idp_only", "idp_only", boolean)?,
-        })
+    fn validate(&mut self) -> Result<()> {
+        if let Some(tags) = self.tags.as_mut() {
+            names(tags);
+        }
+        Ok(())
     }
 }
 
 /// `POST /teams/{name}/members`: adds a member by hand.
-#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddTeamMember {
     #[schemars(email)]
     pub email: String,
 }
 
-impl MemberRequest for AddTeamMember {
-    const KIND: RequestKind = RequestKind::Write;
-    const PAID_FEATURE: Option<&'static str> = Some(TEAMS);
-}
-
 impl Decode for AddTeamMember {
-    fn decode(v: &Value) -> Result<Self> {
-        let obj = body(v)?;
-        reject_unknown(obj, "", &["email"])?;
-        match obj.get("email") {
-            Some(v) => Ok(AddTeamMember {
-                email: email(v, "email")?,
-            }),
-            None => Err(err("email", "is required")),
-        }
+    fn validate(&mut self) -> Result<()> {
+        normal_email(&mut self.email);
+        Ok(())
     }
 }
 
@@ -210,17 +151,6 @@ pub struct TeamDetail {
     #[serde(flatten)]
     pub team: TeamView,
     pub members: Vec<TeamMemberView>,
-}
-
-/// Emails as a set, for the identity provider's view.
-pub(super) fn email_set(v: &Value, field: &str) -> Result<BTreeSet<String>> {
-    let list = v
-        .as_array()
-        .ok_or_else(|| err(field, "must be an array of emails"))?;
-    list.iter()
-        .enumerate()
-        .map(|(i, e)| email(e, &format!("{field}[{i}]")))
-        .collect()
 }
 
 #[cfg(test)]

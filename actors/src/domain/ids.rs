@@ -6,6 +6,10 @@ use std::str::FromStr;
 
 use uuid::Uuid;
 
+/// A UUID in its hyphenated form, either case: what ids parse from.
+pub const UUID_PATTERN: &str =
+    "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+
 /// The length of an id's canonical text.
 pub const ID_TEXT_LEN: usize = 36;
 
@@ -68,7 +72,11 @@ macro_rules! uuid_id {
             }
 
             fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-                schemars::json_schema!({ "type": "string", "format": "uuid" })
+                schemars::json_schema!({
+                    "type": "string",
+                    "format": "uuid",
+                    "pattern": UUID_PATTERN,
+                })
             }
         }
     };

@@ -14,6 +14,6 @@ mod status;
 mod task;
 pub mod usage;
 
-pub use ids::{KeyId, OrgId, TaskId, ID_TEXT_LEN};
+pub use ids::{KeyId, OrgId, TaskId, ID_TEXT_LEN, UUID_PATTERN};
 pub use status::TaskStatus;
 pub use task::*;

@@ -37,7 +37,7 @@ pub use admin::{parse_org_id, OPERATOR_SESSION};
 pub use feedback::{FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT, ORG_STRIKE_LIMIT};
 pub use peers::{PeerAnswer, PeerCall, PeerOp, Peers};
 
-use crate::api::{MemberRequest, ValidationError};
+use crate::api::ValidationError;
 use crate::clock::{Clock, SystemClock};
 use crate::crypto::{CursorSigner, Keyring, MasterKey};
 use crate::directory::OrgDirectory;
@@ -704,15 +704,6 @@ impl Engine {
     /// gate of its route answers first; then it counts against the org's
     /// limits like any other request, so a flood of bad requests is limited
     /// too, and a spent limit answers before the validation error.
-    pub async fn reject<R: MemberRequest>(
-        &self,
-        caller: &Caller,
-        error: ValidationError,
-    ) -> EngineError {
-        self.reject_as(caller, R::KIND, R::PAID_FEATURE, error)
-            .await
-    }
-
     /// Like [`Engine::reject`], for an operation that counts as `kind` and
     /// belongs to the paid feature `paid_feature`, if any.
     pub async fn reject_as(
