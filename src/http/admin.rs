@@ -189,7 +189,7 @@ pub async fn rotate_master_key(
     _: Operator,
     AdminBody(request): AdminBody<RotateMasterKey>,
 ) -> Answer<MasterKeyRotated> {
-    crate::cli::keys::rotate(&state.engine, &state.keys, &request.new_key)
+    crate::keyfiles::rotate(&state.engine, &state.keys, &request.new_key)
         .await
         .map(Json)
         .map_err(|e| match e.downcast::<taskq_actors::EngineError>() {
