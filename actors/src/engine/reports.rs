@@ -22,6 +22,7 @@ use crate::reports::actor::ReportsMsg;
 use crate::reports::cluster;
 use crate::reports::compute::{self, best_runbook, standup_key};
 use crate::reports::insights;
+use crate::reports::period::Period;
 use crate::reports::plan;
 use crate::views;
 
@@ -99,7 +100,7 @@ impl Engine {
         let store = &self.inner.store;
         let stored = match &query.period {
             Some(period) => {
-                let cadence = crate::reports::period::Period::parse(period)
+                let cadence = Period::parse(period)
                     .map(|p| p.cadence())
                     .unwrap_or(Cadence::Daily);
                 let key = standup_key(&scope, cadence, period);

@@ -15,7 +15,6 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::cluster::{self, Item, Source};
-use super::history::TaskHistory;
 use super::insights::{self, WINDOW_DAYS};
 use super::period::Period;
 use super::runtime::Background;
@@ -28,6 +27,7 @@ use crate::clock::Clock;
 use crate::crypto::OrgCipher;
 use crate::directory::{OrgDirectory, OrgEntry};
 use crate::domain::account::{Encryption, Tier};
+use crate::domain::history::TaskHistory;
 use crate::domain::{OrgId, StoredTask, TaskId, TaskStatus};
 use crate::error::EngineError;
 use crate::llm::{ChatMessage, ChatModel};

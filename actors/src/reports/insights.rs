@@ -18,10 +18,10 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::history::TaskHistory;
 use crate::api::{
     AgentStats, CycleTimes, FailureRate, Insights, Signal, Throughput, Timestamp, SIGNAL_TOP,
 };
+use crate::domain::history::TaskHistory;
 use crate::domain::{TaskId, TaskStatus};
 
 const HOUR_MS: i64 = 60 * 60 * 1000;
@@ -349,8 +349,8 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
+    use crate::domain::history::StateChange;
     use crate::domain::TaskStatus::*;
-    use crate::reports::history::StateChange;
 
     const H: i64 = HOUR_MS;
     const NOW: i64 = 20_000 * DAY_MS;

@@ -6,7 +6,6 @@
 pub mod actor;
 pub mod cluster;
 pub mod compute;
-pub mod history;
 pub mod insights;
 pub mod period;
 pub mod plan;
