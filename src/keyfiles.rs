@@ -7,13 +7,16 @@
 //! line. A file rotation writes the previous file before it replaces the
 //! current one (each by a synced temporary file renamed into place), so a
 //! crash between any two steps leaves files that open every wrap in the
-//! store.
+//! store. [`rotate`] is the rotation itself, shared by the operator API
+//! and `taskq keys rotate-master`.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use taskq_actors::api::MasterKeyRotated;
 use taskq_actors::crypto::{Keyring, MasterKey};
+use taskq_actors::Engine;
 
 const CURRENT: &str = "master.key";
 const PREVIOUS: &str = "master.key.previous";
@@ -118,6 +121,21 @@ impl KeySource {
         }
         Ok(())
     }
+}
+
+/// Installs `new_key` as the current master key, re-wraps every data key
+/// with it, and forgets the previous keys once nothing needs them.
+pub async fn rotate(
+    engine: &Engine,
+    source: &KeySource,
+    new_key: &str,
+) -> anyhow::Result<MasterKeyRotated> {
+    let keyring = source.stage(new_key)?;
+    let report = engine.rotate_master(keyring).await?;
+    if report.previous_keys_retired {
+        source.retire_previous()?;
+    }
+    Ok(report)
 }
 
 /// Keys given one per line or comma-separated; blanks are skipped.

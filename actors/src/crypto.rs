@@ -21,6 +21,7 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+pub use crate::domain::account::WrappedDek;
 use crate::domain::{OrgId, TaskId, ID_TEXT_LEN};
 
 const SEALED: u8 = 1;
@@ -60,15 +61,6 @@ impl std::fmt::Debug for MasterKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "MasterKey({})", self.id)
     }
-}
-
-/// A data key as stored: wrapped by a master key, which it names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WrappedDek {
-    /// The fingerprint of the master key that made the wrap; `None` for
-    /// wraps made before wraps named their key.
-    pub master_key_id: Option<String>,
-    pub bytes: Vec<u8>,
 }
 
 impl MasterKey {

@@ -37,6 +37,10 @@ impl OrgEntry {
     pub fn limit(&self, key: LimitKey) -> Option<i64> {
         self.limits.get(key)
     }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
 }
 
 pub struct OrgDirectory {

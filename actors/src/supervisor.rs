@@ -125,7 +125,7 @@ struct Retiring {
 pub struct SupervisorState {
     orgs_by_actor: HashMap<ActorId, OrgId>,
     retiring: HashMap<OrgId, Retiring>,
-    recent_failures: HashMap<OrgId, (Instant, u32)>,
+    recent_failures: RestartWindow,
     #[cfg(feature = "test-hooks")]
     crash_waiters: HashMap<OrgId, Vec<RpcReplyPort<()>>>,
     stopping: bool,
@@ -133,6 +133,27 @@ pub struct SupervisorState {
 
 const RESTART_WINDOW: Duration = Duration::from_secs(10);
 const MAX_EAGER_RESTARTS: u32 = 5;
+
+/// Each org's recent failures. A failed actor is restarted at once up to
+/// `MAX_EAGER_RESTARTS` times within `RESTART_WINDOW` of the first
+/// failure; beyond that only when a request asks for it, so an org whose
+/// actor keeps failing does not spin. A failure after the window starts
+/// the count again.
+#[derive(Default)]
+struct RestartWindow(HashMap<OrgId, (Instant, u32)>);
+
+impl RestartWindow {
+    /// Counts a failure of `org` at `now`; answers whether to restart its
+    /// actor at once.
+    fn failed(&mut self, org: OrgId, now: Instant) -> bool {
+        let entry = self.0.entry(org).or_insert((now, 0));
+        if now.duration_since(entry.0) > RESTART_WINDOW {
+            *entry = (now, 0);
+        }
+        entry.1 += 1;
+        entry.1 <= MAX_EAGER_RESTARTS
+    }
+}
 
 impl Supervisor {
     async fn spawn_org(
@@ -294,7 +315,7 @@ impl Actor for Supervisor {
         Ok(SupervisorState {
             orgs_by_actor: HashMap::new(),
             retiring: HashMap::new(),
-            recent_failures: HashMap::new(),
+            recent_failures: RestartWindow::default(),
             #[cfg(feature = "test-hooks")]
             crash_waiters: HashMap::new(),
             stopping: false,
@@ -416,13 +437,7 @@ impl Actor for Supervisor {
                 self.stats
                     .record_failure(org, &error.to_string(), self.deps.clock.now_ms());
                 tracing::warn!(org_id = %org, error = %error, "org actor failed; restarting");
-                let now = Instant::now();
-                let entry = state.recent_failures.entry(org).or_insert((now, 0));
-                if now.duration_since(entry.0) > RESTART_WINDOW {
-                    *entry = (now, 0);
-                }
-                entry.1 += 1;
-                let eager = entry.1 <= MAX_EAGER_RESTARTS;
+                let eager = state.recent_failures.failed(org, Instant::now());
                 self.succeed(&myself, state, org, eager).await;
                 if self.routes.contains_key(&org) {
                     tracing::info!(org_id = %org, "org actor restarted");
@@ -435,5 +450,32 @@ impl Actor for Supervisor {
             _ => {}
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crash_loop_stops_restarting_until_its_window_has_passed() {
+        let mut window = RestartWindow::default();
+        let (org, other) = (OrgId::new_v7(), OrgId::new_v7());
+        let start = Instant::now();
+        for i in 0..MAX_EAGER_RESTARTS {
+            let at = start + Duration::from_secs(u64::from(i));
+            assert!(window.failed(org, at), "failure {i} restarts at once");
+        }
+        let last = start + Duration::from_secs(9);
+        assert!(!window.failed(org, last), "the sixth in the window waits");
+        assert!(!window.failed(org, start + RESTART_WINDOW));
+        // Another org's failures are its own.
+        assert!(window.failed(other, last));
+        // Past the window from the first failure, the count starts again.
+        let later = start + RESTART_WINDOW + Duration::from_millis(1);
+        for _ in 0..MAX_EAGER_RESTARTS {
+            assert!(window.failed(org, later));
+        }
+        assert!(!window.failed(org, later));
     }
 }

@@ -1,15 +1,14 @@
 //! `taskq keys rotate-master`: re-wraps every org's data key under a new
 //! master key, through a running server's operator API or, with the server
-//! stopped, against the store directly. Both run [`rotate`].
+//! stopped, against the store directly. Both run `keyfiles::rotate`.
 
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use taskq_actors::api::MasterKeyRotated;
 use taskq_actors::{Engine, EngineConfig};
 
 use super::serve::StoreArgs;
-use crate::keyfiles::KeySource;
+use crate::keyfiles::{rotate, KeySource};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct KeysArgs {
@@ -36,21 +35,6 @@ pub struct RotateArgs {
     /// The server's store and data directory, used when it is stopped.
     #[command(flatten)]
     pub store: StoreArgs,
-}
-
-/// Installs `new_key` as the current master key, re-wraps every data key
-/// with it, and forgets the previous keys once nothing needs them.
-pub async fn rotate(
-    engine: &Engine,
-    source: &KeySource,
-    new_key: &str,
-) -> anyhow::Result<MasterKeyRotated> {
-    let keyring = source.stage(new_key)?;
-    let report = engine.rotate_master(keyring).await?;
-    if report.previous_keys_retired {
-        source.retire_previous()?;
-    }
-    Ok(report)
 }
 
 pub async fn run(args: KeysArgs) -> anyhow::Result<()> {

@@ -93,7 +93,7 @@ pub async fn rotate_master_key(
     state: AppState,
     request: RotateMasterKey,
 ) -> Result<MasterKeyRotated, ApiError> {
-    crate::cli::keys::rotate(&state.engine, &state.keys, &request.new_key)
+    crate::keyfiles::rotate(&state.engine, &state.keys, &request.new_key)
         .await
         .map_err(|e| match e.downcast::<taskq_actors::EngineError>() {
             Ok(e) => ApiError::from(e),

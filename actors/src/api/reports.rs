@@ -129,32 +129,7 @@ pub enum RunbooksAnswer {
     Unavailable(Unavailable),
 }
 
-/// How often a standup report is written, and the period it covers.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Cadence {
-    Daily,
-    Weekly,
-    Monthly,
-}
-
-impl Cadence {
-    pub const ALL: [Cadence; 3] = [Cadence::Daily, Cadence::Weekly, Cadence::Monthly];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Cadence::Daily => "daily",
-            Cadence::Weekly => "weekly",
-            Cadence::Monthly => "monthly",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.as_str() == s)
-    }
-}
+pub use crate::domain::period::Cadence;
 
 /// Changes since the previous report of the same scope and cadence; null
 /// when there is none.
@@ -296,7 +271,7 @@ impl Decode for StandupQuery {
         let Some(p) = self.period.as_deref() else {
             return Ok(());
         };
-        let period = crate::reports::period::Period::parse(p)
+        let period = crate::domain::period::Period::parse(p)
             .ok_or_else(|| err("period", format!("`{p}` is not in the calendar")))?;
         if let Some(c) = self.cadence {
             if period.cadence() != c {

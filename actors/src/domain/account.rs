@@ -224,6 +224,16 @@ impl Role {
     }
 }
 
+/// A data key as stored: wrapped by a master key, which it names. Only
+/// `crypto` makes or opens one; the org record carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrappedDek {
+    /// The fingerprint of the master key that made the wrap; `None` for
+    /// wraps made before wraps named their key.
+    pub master_key_id: Option<String>,
+    pub bytes: Vec<u8>,
+}
+
 #[derive(Debug, Clone)]
 pub struct OrgRecord {
     pub org_id: OrgId,
@@ -234,7 +244,7 @@ pub struct OrgRecord {
     pub suspended: bool,
     pub limit_overrides: LimitOverrides,
     /// A managed org's data key.
-    pub wrapped_dek: Option<crate::crypto::WrappedDek>,
+    pub wrapped_dek: Option<WrappedDek>,
     pub idp_enrolled: bool,
     pub created_at: i64,
 }

@@ -15,14 +15,16 @@ use crate::api::{
     STANDUP, STANDUP_HISTORY,
 };
 use crate::domain::account::{Caller, Encryption, Role};
+use crate::domain::period::Period;
 use crate::domain::usage::RequestKind;
 use crate::domain::{OrgId, TaskId};
 use crate::error::EngineError;
 use crate::reports::actor::ReportsMsg;
 use crate::reports::cluster;
-use crate::reports::compute::{self, best_runbook, standup_key};
+use crate::reports::compute;
 use crate::reports::insights;
 use crate::reports::plan;
+use crate::reports::stored::{self, best_runbook, standup_key};
 use crate::views;
 
 /// How long the operator's recompute may take.
@@ -50,7 +52,7 @@ impl Engine {
                 "not_computed_yet",
             )));
         };
-        if compute::applies(
+        if stored::applies(
             crate::api::ReportKind::FailureClusters,
             entry.record.tier,
             entry.record.encryption,
@@ -99,7 +101,7 @@ impl Engine {
         let store = &self.inner.store;
         let stored = match &query.period {
             Some(period) => {
-                let cadence = crate::reports::period::Period::parse(period)
+                let cadence = Period::parse(period)
                     .map(|p| p.cadence())
                     .unwrap_or(Cadence::Daily);
                 let key = standup_key(&scope, cadence, period);
@@ -131,7 +133,7 @@ impl Engine {
                 "not_computed_yet",
             )));
         };
-        let report: StandupEntry = compute::open(&entry.cipher, &stored.key, &stored.body)?;
+        let report: StandupEntry = stored::open(&entry.cipher, &stored.key, &stored.body)?;
         let earlier = store
             .recent_reports(
                 org,
@@ -150,7 +152,7 @@ impl Engine {
             let older = r.computed_at < stored.computed_at
                 || (r.computed_at == stored.computed_at && r.key.period < stored.key.period);
             if older || query.period.is_none() {
-                history.push(compute::open::<StandupEntry>(
+                history.push(stored::open::<StandupEntry>(
                     &entry.cipher,
                     &r.key,
                     &r.body,
@@ -243,7 +245,7 @@ impl Engine {
         title: &Text,
     ) -> Result<Option<RunbookContext>, EngineError> {
         let entry = self.inner.directory.get(org).await?;
-        if !compute::applies(
+        if !stored::applies(
             crate::api::ReportKind::Runbooks,
             entry.record.tier,
             entry.record.encryption,

@@ -21,7 +21,7 @@ use super::work::Work;
 use super::{Admission, OrgActor, OrgState};
 use crate::api::{QuotaView, Timestamp};
 use crate::clock::Clock;
-use crate::domain::account::LimitKey;
+use crate::domain::account::{LimitKey, Limits, Tier};
 use crate::domain::usage::{next_month_start, RequestKind, Usage};
 use crate::error::{EngineError, LimitExceeded, LimitKind};
 
@@ -130,33 +130,42 @@ impl Buckets {
         };
         bucket.as_ref().map_or(stored, Bucket::tat)
     }
+    /// `usage` as it should be stored now, the buckets' state included.
+    fn snapshot(&self, usage: &Usage) -> Usage {
+        Usage {
+            read_tat: self.tat(RequestKind::Read, usage.read_tat),
+            write_tat: self.tat(RequestKind::Write, usage.write_tat),
+            ..usage.clone()
+        }
+    }
 }
 
-impl OrgState {
-    /// Usage as it should be stored now, bucket state included.
-    pub(super) fn usage_snapshot(&self) -> Usage {
-        Usage {
-            read_tat: self.buckets.tat(RequestKind::Read, self.usage.read_tat),
-            write_tat: self.buckets.tat(RequestKind::Write, self.usage.write_tat),
-            ..self.usage.clone()
-        }
-    }
+/// What admission reads and changes of an org: its tier and effective
+/// limits, this month's counters and the buckets. Apart from the rest of
+/// the actor's state, so admission is tested alone.
+pub(super) struct Allowance<'a> {
+    pub tier: Tier,
+    pub limits: &'a Limits,
+    pub usage: &'a mut Usage,
+    pub buckets: &'a mut Buckets,
+}
 
-    /// A refusal by a limit of `kind`, with this org's numbers.
-    fn exceeded(&self, kind: LimitKind, limit: i64, now: i64) -> LimitExceeded {
-        let monthly = matches!(
-            kind,
-            LimitKind::MonthlyRequests | LimitKind::MonthlyTasks | LimitKind::MonthlyPlans
-        );
-        LimitExceeded {
-            kind,
-            limit,
-            tier: self.entry.record.tier,
-            resets: monthly.then(|| Timestamp(next_month_start(now))),
-            retry_after: None,
-        }
+/// A refusal by a limit of `kind`.
+fn exceeded(tier: Tier, kind: LimitKind, limit: i64, now: i64) -> LimitExceeded {
+    let monthly = matches!(
+        kind,
+        LimitKind::MonthlyRequests | LimitKind::MonthlyTasks | LimitKind::MonthlyPlans
+    );
+    LimitExceeded {
+        kind,
+        limit,
+        tier,
+        resets: monthly.then(|| Timestamp(next_month_start(now))),
+        retry_after: None,
     }
+}
 
+impl Allowance<'_> {
     /// Admits one request, or refuses it with the limit that applies; a
     /// refused request counts nowhere. Answers whether the usage changed
     /// (an org none of whose limits apply counts nothing).
@@ -171,10 +180,12 @@ impl OrgState {
             requests,
             tasks,
         } = admission;
-        let entry = self.entry.clone();
-        let per_minute = entry.limit(kind.limit_key());
-        let monthly = entry.limit(LimitKey::RequestsPerMonth);
-        let quota = entry.limit(LimitKey::TasksPerMonth).filter(|_| tasks > 0);
+        let per_minute = self.limits.get(kind.limit_key());
+        let monthly = self.limits.get(LimitKey::RequestsPerMonth);
+        let quota = self
+            .limits
+            .get(LimitKey::TasksPerMonth)
+            .filter(|_| tasks > 0);
         if per_minute.is_none() && monthly.is_none() && quota.is_none() {
             return Ok(false);
         }
@@ -184,7 +195,7 @@ impl OrgState {
         }
         if let Some(limit) = monthly {
             if self.usage.requests + requests > limit {
-                return Err(self.exceeded(LimitKind::MonthlyRequests, limit, now).into());
+                return Err(exceeded(self.tier, LimitKind::MonthlyRequests, limit, now).into());
             }
         }
         let stored_tat = match kind {
@@ -206,7 +217,7 @@ impl OrgState {
                 if let Some(Err(retry_after)) = slot.as_ref().map(|b| b.take(now)) {
                     return Err(LimitExceeded {
                         retry_after: Some(retry_after),
-                        ..self.exceeded(refused, limit, now)
+                        ..exceeded(self.tier, refused, limit, now)
                     }
                     .into());
                 }
@@ -219,12 +230,48 @@ impl OrgState {
     /// Refuses creating `tasks` more tasks this month beyond the quota.
     pub(super) fn check_task_quota(&mut self, tasks: i64, now: i64) -> Result<(), EngineError> {
         self.usage.roll(now);
-        match self.entry.limit(LimitKey::TasksPerMonth) {
+        match self.limits.get(LimitKey::TasksPerMonth) {
             Some(limit) if self.usage.tasks + tasks > limit => {
-                Err(self.exceeded(LimitKind::MonthlyTasks, limit, now).into())
+                Err(exceeded(self.tier, LimitKind::MonthlyTasks, limit, now).into())
             }
             _ => Ok(()),
         }
+    }
+}
+
+impl OrgState {
+    fn allowance(&mut self) -> Allowance<'_> {
+        Allowance {
+            tier: self.entry.record.tier,
+            limits: self.entry.limits(),
+            usage: &mut self.usage,
+            buckets: &mut self.buckets,
+        }
+    }
+
+    /// Usage as it should be stored now, bucket state included.
+    pub(super) fn usage_snapshot(&self) -> Usage {
+        self.buckets.snapshot(&self.usage)
+    }
+
+    /// A refusal by a limit of `kind`, with this org's numbers.
+    fn exceeded(&self, kind: LimitKind, limit: i64, now: i64) -> LimitExceeded {
+        exceeded(self.entry.record.tier, kind, limit, now)
+    }
+
+    /// See [`Allowance::admit`].
+    pub(super) fn admit(
+        &mut self,
+        admission: Admission,
+        now: i64,
+        clock: &Arc<dyn Clock>,
+    ) -> Result<bool, EngineError> {
+        self.allowance().admit(admission, now, clock)
+    }
+
+    /// See [`Allowance::check_task_quota`].
+    pub(super) fn check_task_quota(&mut self, tasks: i64, now: i64) -> Result<(), EngineError> {
+        self.allowance().check_task_quota(tasks, now)
     }
 
     /// Refuses having `wanted` of a counted thing (tags, teams) beyond its limit.
@@ -275,5 +322,197 @@ impl OrgActor {
         state.usage.plans += 1;
         work.save_usage = true;
         Ok(limit.map(|l| l - state.usage.plans))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicI64;
+
+    use super::*;
+
+    /// 2026-11-24T12:00:00Z, and the start of the month after it.
+    const NOW: i64 = 1_795_521_600_000;
+    const DECEMBER: i64 = 1_796_083_200_000;
+
+    /// A clock the test moves by hand.
+    struct Hand(AtomicI64);
+
+    impl Clock for Hand {
+        fn now_ms(&self) -> i64 {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    /// An org's allowance alone, with a clock of its own.
+    struct Org {
+        limits: Limits,
+        usage: Usage,
+        buckets: Buckets,
+        hand: Arc<Hand>,
+        clock: Arc<dyn Clock>,
+    }
+
+    impl Org {
+        fn new(limits: Limits) -> Self {
+            let hand = Arc::new(Hand(AtomicI64::new(NOW)));
+            Org {
+                limits,
+                usage: Usage::default(),
+                buckets: Buckets::default(),
+                clock: hand.clone(),
+                hand,
+            }
+        }
+
+        /// The same org after a restart: the usage as stored, no buckets.
+        fn restarted(&self) -> Self {
+            Org {
+                limits: self.limits,
+                usage: self.buckets.snapshot(&self.usage),
+                buckets: Buckets::default(),
+                hand: self.hand.clone(),
+                clock: self.clock.clone(),
+            }
+        }
+
+        fn advance(&self, ms: i64) {
+            self.hand.0.fetch_add(ms, Ordering::SeqCst);
+        }
+
+        fn admit(&mut self, admission: Admission) -> Result<bool, EngineError> {
+            let now = self.clock.now_ms();
+            Allowance {
+                tier: Tier::Dev,
+                limits: &self.limits,
+                usage: &mut self.usage,
+                buckets: &mut self.buckets,
+            }
+            .admit(admission, now, &self.clock)
+        }
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            writes_per_minute: None,
+            reads_per_minute: None,
+            requests_per_month: None,
+            tasks_per_month: None,
+            tags: None,
+            teams: None,
+            plans_per_month: None,
+        }
+    }
+
+    fn refusal(result: Result<bool, EngineError>) -> LimitExceeded {
+        match result {
+            Err(EngineError::Limit(e)) => e,
+            other => panic!("expected a limit refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn writes_over_the_minute_limit_wait_for_a_token_and_reads_go_on() {
+        let mut org = Org::new(Limits {
+            writes_per_minute: Some(3),
+            reads_per_minute: Some(3),
+            ..limits()
+        });
+        for _ in 0..3 {
+            assert!(org.admit(Admission::write()).unwrap());
+        }
+        let refused = refusal(org.admit(Admission::write()));
+        assert_eq!((refused.kind, refused.limit), (LimitKind::Writes, 3));
+        // Three a minute: a token every twenty seconds.
+        assert_eq!(refused.retry_after, Some(20));
+        assert_eq!(refused.resets, None);
+        // A refused request counts nowhere; reads have a bucket of their own.
+        assert_eq!(org.usage.requests, 3);
+        assert!(org.admit(Admission::read()).is_ok());
+
+        org.advance(19_000);
+        assert_eq!(refusal(org.admit(Admission::write())).retry_after, Some(1));
+        org.advance(1_000);
+        assert!(org.admit(Admission::write()).is_ok());
+        assert!(org.admit(Admission::write()).is_err());
+    }
+
+    #[test]
+    fn a_restart_hands_out_no_fresh_burst() {
+        let mut org = Org::new(Limits {
+            writes_per_minute: Some(2),
+            ..limits()
+        });
+        assert!(org.admit(Admission::write()).is_ok());
+        assert!(org.admit(Admission::write()).is_ok());
+        let mut again = org.restarted();
+        assert_eq!(
+            refusal(again.admit(Admission::write())).kind,
+            LimitKind::Writes
+        );
+        again.advance(30_000);
+        assert!(again.admit(Admission::write()).is_ok());
+    }
+
+    #[test]
+    fn a_zero_limit_refuses_everything() {
+        let mut org = Org::new(Limits {
+            reads_per_minute: Some(0),
+            ..limits()
+        });
+        let refused = refusal(org.admit(Admission::read()));
+        assert_eq!(
+            (refused.kind, refused.retry_after),
+            (LimitKind::Reads, Some(60))
+        );
+        assert!(org.admit(Admission::write()).is_ok());
+    }
+
+    #[test]
+    fn the_monthly_allowance_refuses_until_the_next_month() {
+        let mut org = Org::new(Limits {
+            requests_per_month: Some(2),
+            ..limits()
+        });
+        assert!(org.admit(Admission::write()).is_ok());
+        assert!(org.admit(Admission::read()).is_ok());
+        let refused = refusal(org.admit(Admission::read()));
+        assert_eq!(refused.kind, LimitKind::MonthlyRequests);
+        assert_eq!(refused.resets, Some(Timestamp(DECEMBER)));
+        assert_eq!(refused.retry_after, None);
+
+        org.advance(DECEMBER - NOW);
+        assert!(org.admit(Admission::read()).is_ok());
+        assert_eq!(org.usage.requests, 1);
+    }
+
+    #[test]
+    fn a_create_over_the_task_quota_is_refused_whole() {
+        let mut org = Org::new(Limits {
+            tasks_per_month: Some(5),
+            ..limits()
+        });
+        org.usage.roll(NOW);
+        org.usage.tasks = 3;
+        let create = |tasks| Admission {
+            kind: RequestKind::Write,
+            requests: 1,
+            tasks,
+        };
+        let refused = refusal(org.admit(create(3)));
+        assert_eq!((refused.kind, refused.limit), (LimitKind::MonthlyTasks, 5));
+        assert_eq!(org.usage.requests, 0);
+        assert!(org.admit(create(2)).is_ok());
+        // Reads are not held to the task quota.
+        assert!(!org.admit(Admission::read()).unwrap());
+    }
+
+    #[test]
+    fn an_org_without_limits_counts_nothing() {
+        let mut org = Org::new(limits());
+        for _ in 0..1_000 {
+            assert!(!org.admit(Admission::write()).unwrap());
+        }
+        assert_eq!(org.usage, Usage::default());
     }
 }

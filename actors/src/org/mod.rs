@@ -25,6 +25,7 @@
 
 mod access;
 mod admin;
+mod claims;
 mod content;
 mod limits;
 mod messages;

@@ -57,6 +57,34 @@ impl Waiters {
     pub fn drop_gone(&mut self) {
         self.queue.retain(|w| !w.reply.is_closed());
     }
+
+    /// Queues a waiter behind the others, after dropping those whose
+    /// caller went away.
+    fn push(&mut self, waiter: Waiter) {
+        self.drop_gone();
+        self.queue.push_back(waiter);
+    }
+
+    /// Takes the waiters whose time ran out at `now` or whose caller went
+    /// away; the others keep their order.
+    fn take_due(&mut self, now: Instant) -> VecDeque<Waiter> {
+        let (due, waiting) = self
+            .queue
+            .drain(..)
+            .partition(|w| w.deadline <= now || w.reply.is_closed());
+        self.queue = waiting;
+        due
+    }
+}
+
+impl Waiter {
+    /// Answers `null`: nothing came in time, or the actor is stopping.
+    fn answer_null(self) {
+        let _ = self.reply.send(Outcome {
+            result: Ok(Vec::new()),
+            commit: self.usage,
+        });
+    }
 }
 
 impl OrgActor {
@@ -94,8 +122,7 @@ impl OrgActor {
         }
         let usage = (!work.is_empty()).then(|| slot.submit(work.into_batch(state)));
         let wait = Duration::from_secs(u64::from(request.wait_seconds));
-        state.waiters.drop_gone();
-        state.waiters.queue.push_back(Waiter {
+        state.waiters.push(Waiter {
             caller,
             request,
             reply,
@@ -177,28 +204,105 @@ impl OrgActor {
     /// Answers `null` to the waiters whose time ran out, and drops those
     /// whose client went away.
     pub(super) fn answer_elapsed_waiters(&self, state: &mut OrgState) {
-        let now = Instant::now();
-        let (due, waiting): (VecDeque<Waiter>, VecDeque<Waiter>) = state
-            .waiters
-            .queue
-            .drain(..)
-            .partition(|w| w.deadline <= now || w.reply.is_closed());
-        state.waiters.queue = waiting;
-        for w in due {
-            let _ = w.reply.send(Outcome {
-                result: Ok(Vec::new()),
-                commit: w.usage,
-            });
+        for w in state.waiters.take_due(Instant::now()) {
+            w.answer_null();
         }
     }
 
     /// Answers `null` to every waiter: the actor or the server is stopping.
     pub(super) fn release_waiters(&self, state: &mut OrgState) {
         for w in state.waiters.queue.drain(..) {
-            let _ = w.reply.send(Outcome {
-                result: Ok(Vec::new()),
-                commit: w.usage,
-            });
+            w.answer_null();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::oneshot;
+
+    use super::*;
+    use crate::domain::account::Role;
+    use crate::domain::{KeyId, OrgId};
+
+    type Answer = oneshot::Receiver<Outcome<Vec<Claimed>>>;
+
+    fn waiter(name: &str, deadline: Instant) -> (Waiter, Answer) {
+        let (tx, rx) = oneshot::channel();
+        let caller = Caller {
+            org_id: OrgId::new_v7(),
+            key_id: KeyId::new_v7(),
+            key_name: name.to_owned(),
+            email: format!("{name}@example.com"),
+            role: Role::User,
+        };
+        let waiter = Waiter {
+            caller,
+            request: ClaimRequest::default(),
+            reply: tx.into(),
+            deadline,
+            usage: None,
+        };
+        (waiter, rx)
+    }
+
+    fn names(waiters: &Waiters) -> Vec<&str> {
+        waiters
+            .queue
+            .iter()
+            .map(|w| w.caller.key_name.as_str())
+            .collect()
+    }
+
+    fn answered_null(answer: &mut Answer) -> bool {
+        matches!(answer.try_recv(), Ok(Outcome { result: Ok(tasks), .. }) if tasks.is_empty())
+    }
+
+    #[test]
+    fn waiters_keep_arrival_order_and_the_gone_leave() {
+        let later = Instant::now() + Duration::from_secs(30);
+        let mut waiters = Waiters::default();
+        let (a, _a) = waiter("a", later);
+        let (b, b_answer) = waiter("b", later);
+        let (c, _c) = waiter("c", later);
+        waiters.push(a);
+        waiters.push(b);
+        drop(b_answer);
+        waiters.push(c);
+        // The gone one left when the next waiter came.
+        assert_eq!(names(&waiters), ["a", "c"]);
+        let (d, _d) = waiter("d", later);
+        waiters.push(d);
+        assert_eq!(names(&waiters), ["a", "c", "d"]);
+        assert_eq!(waiters.len(), 3);
+    }
+
+    #[test]
+    fn a_waiter_past_its_deadline_is_answered_null_and_the_rest_wait_in_order() {
+        let now = Instant::now();
+        let mut waiters = Waiters::default();
+        let (a, mut a_answer) = waiter("a", now + Duration::from_secs(5));
+        let (b, mut b_answer) = waiter("b", now + Duration::from_secs(1));
+        let (c, mut c_answer) = waiter("c", now + Duration::from_secs(9));
+        let (d, d_answer) = waiter("d", now + Duration::from_secs(9));
+        for w in [a, b, c, d] {
+            waiters.queue.push_back(w);
+        }
+        drop(d_answer);
+
+        let due = waiters.take_due(now + Duration::from_secs(2));
+        let due_names: Vec<&str> = due.iter().map(|w| w.caller.key_name.as_str()).collect();
+        assert_eq!(due_names, ["b", "d"]);
+        due.into_iter().for_each(Waiter::answer_null);
+        assert!(answered_null(&mut b_answer));
+        assert_eq!(names(&waiters), ["a", "c"]);
+        assert!(a_answer.try_recv().is_err(), "a still waits");
+
+        for w in waiters.take_due(now + Duration::from_secs(9)) {
+            w.answer_null();
+        }
+        assert!(waiters.is_empty());
+        assert!(answered_null(&mut a_answer));
+        assert!(answered_null(&mut c_answer));
     }
 }

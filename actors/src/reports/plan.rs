@@ -13,7 +13,7 @@ use std::ops::RangeInclusive;
 
 use serde_json::{Map, Value};
 
-use super::cluster::{clip, one_line};
+use super::wording::{clip, one_line};
 use crate::api::{DraftTask, Grounding, DEFAULT_PRIORITY};
 use crate::llm::ChatMessage;
 

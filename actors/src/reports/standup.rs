@@ -8,10 +8,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::history::TaskHistory;
 use super::insights;
-use super::period::Period;
 use crate::api::{Delta, Headline};
+use crate::domain::history::TaskHistory;
+use crate::domain::period::Period;
 use crate::domain::TaskStatus;
 use crate::llm::ChatMessage;
 
@@ -204,9 +204,9 @@ mod tests {
 
     use super::*;
     use crate::api::Cadence;
+    use crate::domain::history::StateChange;
     use crate::domain::TaskId;
     use crate::domain::TaskStatus::*;
-    use crate::reports::history::StateChange;
 
     const H: i64 = 60 * 60 * 1000;
 

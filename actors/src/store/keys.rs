@@ -3,7 +3,7 @@
 
 use super::rows::org_id;
 use super::{Arg, Result, Store};
-use crate::crypto::WrappedDek;
+use crate::domain::account::WrappedDek;
 use crate::domain::OrgId;
 
 /// A BYOK org's data key as its client enrolled it. Never parsed.

@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 
 use super::{Arg, Result, Store, StoreError};
+use crate::domain::history::{StateChange, TaskHistory};
 use crate::domain::{OrgId, TaskId, TaskStatus};
-use crate::reports::history::{StateChange, TaskHistory};
 
 /// Which report a row holds: `scope`, `cadence` and `period` are empty
 /// except for standups.

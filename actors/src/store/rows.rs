@@ -4,8 +4,9 @@
 //! fields are read by column name.
 
 use super::StoreError;
-use crate::crypto::WrappedDek;
-use crate::domain::account::{Encryption, KeyRecord, MemberRecord, OrgRecord, Role, Tier};
+use crate::domain::account::{
+    Encryption, KeyRecord, MemberRecord, OrgRecord, Role, Tier, WrappedDek,
+};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::usage::Usage;
 use crate::domain::{Lease, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus};

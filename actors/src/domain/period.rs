@@ -1,11 +1,48 @@
-//! Standup periods: a UTC day (`YYYY-MM-DD`), an ISO week (`YYYY-Www`) or
-//! a calendar month (`YYYY-MM`), with their bounds in milliseconds.
+//! Standup cadences and periods: a UTC day (`YYYY-MM-DD`), an ISO week
+//! (`YYYY-Www`) or a calendar month (`YYYY-MM`), with their bounds in
+//! milliseconds.
 
 use std::fmt;
 
 use chrono::{Datelike, Days, Months, NaiveDate, TimeZone, Utc, Weekday};
+use serde::{Deserialize, Serialize};
 
-use crate::api::Cadence;
+/// How often a standup report is written, and the period it covers.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Cadence {
+    Daily,
+    Weekly,
+    Monthly,
+}
+
+impl Cadence {
+    pub const ALL: [Cadence; 3] = [Cadence::Daily, Cadence::Weekly, Cadence::Monthly];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cadence::Daily => "daily",
+            Cadence::Weekly => "weekly",
+            Cadence::Monthly => "monthly",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Period {
@@ -42,28 +79,26 @@ impl Period {
         }
     }
 
-    /// The period of `cadence` holding the instant `ms`.
-    pub fn containing(cadence: Cadence, ms: i64) -> Self {
-        let day = Utc
-            .timestamp_millis_opt(ms)
-            .single()
-            .map(|t| t.date_naive())
-            .unwrap_or_default();
-        match cadence {
-            Cadence::Daily => Period::Day(day),
-            Cadence::Weekly => {
-                Period::Week(day - Days::new(u64::from(day.weekday().num_days_from_monday())))
-            }
-            Cadence::Monthly => Period::Month(day.with_day(1).unwrap_or(day)),
-        }
+    /// The UTC day holding the instant `ms`.
+    pub fn day_of(ms: i64) -> Self {
+        Period::Day(
+            Utc.timestamp_millis_opt(ms)
+                .single()
+                .map(|t| t.date_naive())
+                .unwrap_or_default(),
+        )
     }
 
-    pub fn cadence(self) -> Cadence {
-        match self {
-            Period::Day(_) => Cadence::Daily,
-            Period::Week(_) => Cadence::Weekly,
-            Period::Month(_) => Cadence::Monthly,
-        }
+    /// The ISO week holding the instant `ms`.
+    pub fn week_of(ms: i64) -> Self {
+        let day = Self::day_of(ms).first_day();
+        Period::Week(day - Days::new(u64::from(day.weekday().num_days_from_monday())))
+    }
+
+    /// The calendar month holding the instant `ms`.
+    pub fn month_of(ms: i64) -> Self {
+        let day = Self::day_of(ms).first_day();
+        Period::Month(day.with_day(1).unwrap_or(day))
     }
 
     fn first_day(self) -> NaiveDate {
@@ -101,6 +136,25 @@ impl Period {
     }
 }
 
+impl Period {
+    /// The period of `cadence` holding the instant `ms`.
+    pub fn containing(cadence: Cadence, ms: i64) -> Self {
+        match cadence {
+            Cadence::Daily => Period::day_of(ms),
+            Cadence::Weekly => Period::week_of(ms),
+            Cadence::Monthly => Period::month_of(ms),
+        }
+    }
+
+    pub fn cadence(self) -> Cadence {
+        match self {
+            Period::Day(_) => Cadence::Daily,
+            Period::Week(_) => Cadence::Weekly,
+            Period::Month(_) => Cadence::Monthly,
+        }
+    }
+}
+
 impl fmt::Display for Period {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -117,12 +171,6 @@ impl fmt::Display for Period {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn at(s: &str) -> i64 {
-        chrono::DateTime::parse_from_rfc3339(s)
-            .unwrap()
-            .timestamp_millis()
-    }
 
     #[test]
     fn periods_parse_and_print_the_same() {
@@ -150,6 +198,12 @@ mod tests {
         ] {
             assert_eq!(Period::parse(bad), None, "{bad}");
         }
+    }
+
+    fn at(s: &str) -> i64 {
+        chrono::DateTime::parse_from_rfc3339(s)
+            .unwrap()
+            .timestamp_millis()
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! What the report writers read of an org's history: each task's header
 //! and its state changes, loaded from the store (never from an org actor,
-//! so a report never holds a claim up).
+//! so a report never holds a claim up). Here, below both, so the store
+//! that reads it knows nothing of the reports.
 
-use crate::domain::{TaskId, TaskStatus};
+use super::{TaskId, TaskStatus};
 
 /// One task as the reports see it. No content: titles and outputs are read
 /// separately, only for the reports that word things (clusters, runbooks).

@@ -7,32 +7,29 @@
 //! It never asks an org actor for anything, so computing a report never
 //! holds a claim up; the reports actor calls it one org at a time.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use dashmap::DashMap;
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use serde::Serialize;
 
-use super::cluster::{self, Item, Source};
-use super::history::TaskHistory;
+mod standups;
+
+use super::cluster::{self, Item};
 use super::insights::{self, WINDOW_DAYS};
-use super::period::Period;
 use super::runtime::Background;
-use super::standup::{self, TeamScope};
-use crate::api::{
-    Cadence, FailureCluster, Headline, Insights, ReportKind, Runbook, Scope, StandupEntry, Text,
-    Timestamp, RUNBOOK_SOURCES,
-};
+use super::stored::{applies, centroid, open, seal, StoredRunbook};
+use super::wording::{self, Source};
+use crate::api::{FailureCluster, Insights, ReportKind, Runbook, Text, Timestamp, RUNBOOK_SOURCES};
 use crate::clock::Clock;
 use crate::crypto::OrgCipher;
 use crate::directory::{OrgDirectory, OrgEntry};
-use crate::domain::account::{Encryption, Tier};
+use crate::domain::history::TaskHistory;
 use crate::domain::{OrgId, StoredTask, TaskId, TaskStatus};
 use crate::error::EngineError;
 use crate::llm::{ChatMessage, ChatModel};
 use crate::meaning::Meaning;
-use crate::store::{ReportKey, Store, StoreError, StoreOptions};
+use crate::store::{ReportKey, Store, StoreOptions};
 use crate::views;
 
 pub const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -56,22 +53,6 @@ const LABEL_TITLES: usize = 20;
 const WORK_CONNECTIONS: u32 = 2;
 /// Orgs whose runbooks are kept in memory for claims and the planner.
 const CACHED_ORGS: usize = 1_024;
-/// The field reports are sealed under.
-const SEAL_FIELD: &str = "report";
-
-/// A runbook as stored: the answer plus what claims and the planner match
-/// it by.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct StoredRunbook {
-    #[serde(flatten)]
-    pub runbook: Runbook,
-    /// The mean of its members' vectors, unit length; `None` when they had
-    /// none.
-    pub centroid: Option<Vec<f32>>,
-    /// Words and tags shared by most of its members.
-    pub terms: Vec<String>,
-}
-
 /// The reports of one computation, sealed, written together at its end.
 #[derive(Default)]
 struct Written(Vec<(ReportKey, Vec<u8>)>);
@@ -80,58 +61,6 @@ impl Written {
     fn add<T: Serialize>(&mut self, entry: &OrgEntry, key: ReportKey, report: &T) {
         let sealed = seal(&entry.cipher, &key, report);
         self.0.push((key, sealed));
-    }
-}
-
-/// Reports that apply to an org of this tier and encryption.
-pub fn applies(kind: ReportKind, tier: Tier, encryption: Encryption) -> bool {
-    let managed = encryption == Encryption::Managed;
-    let pro = tier.has_pro_features();
-    match kind {
-        ReportKind::Insights => tier.is_paid(),
-        ReportKind::Standup => tier.is_paid() && managed,
-        ReportKind::Runbooks | ReportKind::FailureClusters => pro && managed,
-    }
-}
-
-/// The id a report's seal is bound to: a digest of its key, so a sealed
-/// body opens only under the key it was written for.
-fn binding(key: &ReportKey) -> TaskId {
-    let digest = Sha256::digest(
-        format!(
-            "{}\n{}\n{}\n{}",
-            key.kind, key.scope, key.cadence, key.period
-        )
-        .as_bytes(),
-    );
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&digest[..16]);
-    TaskId(uuid::Uuid::from_bytes(bytes))
-}
-
-pub fn seal<T: Serialize>(cipher: &OrgCipher, key: &ReportKey, report: &T) -> Vec<u8> {
-    let json = serde_json::to_vec(report).expect("reports serialize");
-    cipher.seal(binding(key), SEAL_FIELD, &json)
-}
-
-pub fn open<T: for<'de> Deserialize<'de>>(
-    cipher: &OrgCipher,
-    key: &ReportKey,
-    sealed: &[u8],
-) -> Result<T, EngineError> {
-    let json = cipher.open(binding(key), SEAL_FIELD, sealed).map_err(|_| {
-        EngineError::Internal(format!("a stored {} report does not open", key.kind))
-    })?;
-    serde_json::from_slice(&json)
-        .map_err(|e| EngineError::Store(StoreError::Corrupt(format!("{} report: {e}", key.kind))))
-}
-
-pub fn standup_key(scope: &str, cadence: Cadence, period: &str) -> ReportKey {
-    ReportKey {
-        kind: ReportKind::Standup.as_str(),
-        scope: scope.to_owned(),
-        cadence: cadence.as_str().to_owned(),
-        period: period.to_owned(),
     }
 }
 
@@ -158,38 +87,6 @@ fn output_text(output: Option<crate::api::Object>) -> Option<String> {
 fn round(x: f64, places: i32) -> f64 {
     let f = 10f64.powi(places);
     (x * f).round() / f
-}
-
-/// Unit-length mean of vectors of one length; `None` if there are none.
-pub fn centroid<'a>(vectors: impl Iterator<Item = &'a Vec<f32>>) -> Option<Vec<f32>> {
-    let mut sum: Option<Vec<f32>> = None;
-    for v in vectors {
-        match &mut sum {
-            None => sum = Some(v.clone()),
-            Some(s) if s.len() == v.len() => s.iter_mut().zip(v).for_each(|(a, b)| *a += b),
-            Some(_) => return None,
-        }
-    }
-    let mut sum = sum?;
-    crate::meaning::index::normalise(&mut sum).then_some(sum)
-}
-
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    if a.len() != b.len() {
-        return 0.0;
-    }
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-/// Jaccard similarity of two term lists.
-pub fn overlap(a: &[String], b: &[String]) -> f32 {
-    let a: HashSet<&String> = a.iter().collect();
-    let b: HashSet<&String> = b.iter().collect();
-    let union = a.union(&b).count();
-    if union == 0 {
-        return 0.0;
-    }
-    a.intersection(&b).count() as f32 / union as f32
 }
 
 pub struct Reporter {
@@ -459,14 +356,14 @@ impl Reporter {
             .collect();
         if self.chat.is_some() {
             if let Some(label) = self
-                .ask(cluster::label_prompt(&titles))
+                .ask(wording::label_prompt(&titles))
                 .await
-                .and_then(|a| cluster::read_label(&a))
+                .and_then(|a| wording::read_label(&a))
             {
                 return label;
             }
         }
-        cluster::template_label(items, members)
+        wording::template_label(items, members)
     }
 
     async fn failure_clusters(
@@ -526,16 +423,16 @@ impl Reporter {
                     output: output_text(views::output(&entry.cipher, t)?),
                 });
             }
-            let label = cluster::template_label(&items, &members);
+            let label = wording::template_label(&items, &members);
             let written = match self.chat.is_some() {
                 true => self
-                    .ask(cluster::runbook_prompt(&label, &sources))
+                    .ask(wording::runbook_prompt(&label, &sources))
                     .await
-                    .and_then(|a| cluster::read_runbook(&a)),
+                    .and_then(|a| wording::read_runbook(&a)),
                 false => None,
             };
             let (topic, body) =
-                written.unwrap_or_else(|| cluster::template_runbook(&label, &sources));
+                written.unwrap_or_else(|| wording::template_runbook(&label, &sources));
             let vectors: Vec<&Vec<f32>> = members
                 .iter()
                 .filter_map(|&i| items[i].vector.as_ref())
@@ -564,142 +461,6 @@ impl Reporter {
         }
         Ok(runbooks)
     }
-
-    /// The standups of the last complete day, week and month, for the org
-    /// and each team. A scheduled run leaves a week's or month's report
-    /// that is already stored as it is; a recompute writes them again.
-    async fn standups(
-        &self,
-        org: OrgId,
-        entry: &OrgEntry,
-        histories: &[TaskHistory],
-        now: i64,
-        scheduled: bool,
-        written: &mut Written,
-    ) -> Result<(), EngineError> {
-        let teams = self.work.org_teams(org).await?;
-        let memberships = self.work.org_memberships(org).await?;
-        let mut scopes: Vec<(Scope, Option<TeamScope>)> = vec![(Scope::Org, None)];
-        for team in teams {
-            let emails = memberships
-                .iter()
-                .filter(|m| m.team == team.name)
-                .map(|m| m.email.clone())
-                .collect();
-            scopes.push((
-                Scope::Team(team.name.clone()),
-                Some(TeamScope {
-                    tags: team.tags.clone(),
-                    emails,
-                }),
-            ));
-        }
-        let threshold = insights::stuck_threshold_ms(insights::median_cycle_ms(histories, now));
-        for (scope, team) in &scopes {
-            let scope_key = scope.key();
-            let tasks: Vec<TaskHistory> = match team {
-                None => histories.to_vec(),
-                Some(team) => histories
-                    .iter()
-                    .filter(|t| standup::in_team(t, team))
-                    .cloned()
-                    .collect(),
-            };
-            for cadence in Cadence::ALL {
-                let period = Period::containing(cadence, now).previous();
-                let key = standup_key(&scope_key, cadence, &period.to_string());
-                if scheduled
-                    && cadence != Cadence::Daily
-                    && self.work.report(org, &key).await?.is_some()
-                {
-                    continue;
-                }
-                let previous_key = standup_key(&scope_key, cadence, &period.previous().to_string());
-                let previous: Option<StandupEntry> =
-                    match self.work.report(org, &previous_key).await? {
-                        Some(stored) => open(&entry.cipher, &previous_key, &stored.body).ok(),
-                        None => None,
-                    };
-                let headline = standup::headline(
-                    &tasks,
-                    &scope_key,
-                    period,
-                    now,
-                    threshold,
-                    previous.as_ref().map(|p| &p.headline),
-                );
-                let body = self
-                    .standup_body(org, entry, &tasks, period, &headline)
-                    .await?;
-                let report = StandupEntry {
-                    scope: scope_key.clone(),
-                    period: period.to_string(),
-                    cadence,
-                    computed_at: Timestamp(now),
-                    headline,
-                    body,
-                };
-                written.add(entry, key, &report);
-            }
-        }
-        Ok(())
-    }
-
-    async fn standup_body(
-        &self,
-        org: OrgId,
-        entry: &OrgEntry,
-        tasks: &[TaskHistory],
-        period: Period,
-        headline: &Headline,
-    ) -> Result<String, EngineError> {
-        let (start, end) = period.bounds();
-        let finished = |status: TaskStatus| -> Vec<TaskId> {
-            tasks
-                .iter()
-                .filter(|t| t.status == status)
-                .filter(|t| t.finished_at().is_some_and(|at| at >= start && at < end))
-                .take(STANDUP_TITLES)
-                .map(|t| t.task_id)
-                .collect()
-        };
-        let (completed, failed) = (
-            finished(TaskStatus::Completed),
-            finished(TaskStatus::Failed),
-        );
-        let mut wanted = completed.clone();
-        wanted.extend(&failed);
-        let stored: HashMap<TaskId, StoredTask> = self
-            .work
-            .tasks(org, &wanted)
-            .await?
-            .into_iter()
-            .map(|t| (t.header.task_id, t))
-            .collect();
-        let titles = |ids: &[TaskId]| -> Result<Vec<String>, EngineError> {
-            let mut out = Vec::new();
-            for id in ids {
-                if let Some(t) = stored.get(id) {
-                    if let Some(title) = plain(Some(views::title(&entry.cipher, t)?)) {
-                        out.push(title);
-                    }
-                }
-            }
-            Ok(out)
-        };
-        let (completed, failed) = (titles(&completed)?, titles(&failed)?);
-        if self.chat.is_some() {
-            if let Some(body) = self
-                .ask(standup::standup_prompt(headline, &completed, &failed))
-                .await
-                .map(|b| b.trim().to_owned())
-                .filter(|b| !b.is_empty())
-            {
-                return Ok(body);
-            }
-        }
-        Ok(standup::template_body(headline, &completed, &failed))
-    }
 }
 
 /// Terms (title words and `tag:` entries) carried by at least half of a
@@ -718,86 +479,4 @@ fn shared_terms(items: &[Item], members: &[usize]) -> Vec<String> {
         .collect();
     shared.sort();
     shared
-}
-
-/// The runbook that best fits a task or a goal: by vector when both have
-/// one, else by shared terms; `None` below the thresholds.
-pub fn best_runbook<'a>(
-    runbooks: &'a [StoredRunbook],
-    vector: Option<&[f32]>,
-    terms: &[String],
-) -> Option<(&'a StoredRunbook, f32)> {
-    const VECTOR_MATCH: f32 = 0.5;
-    const TERM_MATCH: f32 = 0.2;
-    runbooks
-        .iter()
-        .filter_map(|r| match (vector, &r.centroid) {
-            (Some(v), Some(c)) => Some((r, dot(v, c))).filter(|(_, s)| *s >= VECTOR_MATCH),
-            _ => Some((r, overlap(terms, &r.terms))).filter(|(_, s)| *s >= TERM_MATCH),
-        })
-        .max_by(|a, b| a.1.total_cmp(&b.1))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn runbook(topic: &str, centroid: Option<Vec<f32>>, terms: &[&str]) -> StoredRunbook {
-        StoredRunbook {
-            runbook: Runbook {
-                runbook_id: topic.to_owned(),
-                topic: topic.to_owned(),
-                body: String::new(),
-                computed_at: Timestamp(0),
-                member_count: 3,
-                source_task_ids: Vec::new(),
-            },
-            centroid,
-            terms: terms.iter().map(|s| s.to_string()).collect(),
-        }
-    }
-
-    #[test]
-    fn the_best_runbook_matches_by_vector_or_by_terms() {
-        let books = [
-            runbook("tls", Some(vec![1.0, 0.0]), &["certificate", "rotate"]),
-            runbook("db", Some(vec![0.0, 1.0]), &["database", "migrate"]),
-        ];
-        let (best, score) = best_runbook(&books, Some(&[0.6, 0.8]), &[]).unwrap();
-        assert_eq!((best.runbook.topic.as_str(), score), ("db", 0.8));
-        assert!(best_runbook(&books, Some(&[-1.0, 0.0]), &[]).is_none());
-        let terms = vec![
-            "rotate".to_owned(),
-            "certificate".to_owned(),
-            "x".to_owned(),
-        ];
-        let (best, _) = best_runbook(&books, None, &terms).unwrap();
-        assert_eq!(best.runbook.topic, "tls");
-        assert!(best_runbook(&books, None, &["unrelated".to_owned()]).is_none());
-    }
-
-    #[test]
-    fn reports_open_only_under_their_own_key() {
-        let org = OrgId(uuid::Uuid::now_v7());
-        let cipher = crate::crypto::MasterKey::from_bytes(&[7; 32]);
-        let wrapped = cipher.new_wrapped_dek(org);
-        let cipher = cipher.unwrap_dek(org, &wrapped.bytes).unwrap();
-        let a = standup_key("org", Cadence::Daily, "2026-11-23");
-        let b = standup_key("org", Cadence::Daily, "2026-11-22");
-        let sealed = seal(&cipher, &a, &vec![1, 2, 3]);
-        assert_eq!(
-            open::<Vec<i32>>(&cipher, &a, &sealed).unwrap(),
-            vec![1, 2, 3]
-        );
-        assert!(open::<Vec<i32>>(&cipher, &b, &sealed).is_err());
-        assert!(!String::from_utf8_lossy(&sealed).contains("1,2,3"));
-    }
-
-    #[test]
-    fn centroids_are_unit_means() {
-        let c = centroid([vec![1.0, 0.0], vec![0.0, 1.0]].iter()).unwrap();
-        assert!((c[0] - std::f32::consts::FRAC_1_SQRT_2).abs() < 1e-6);
-        assert!(centroid([vec![1.0], vec![1.0, 0.0]].iter()).is_none());
-        assert!(centroid(std::iter::empty()).is_none());
-    }
 }

@@ -1,0 +1,189 @@
+//! The account changes of a group commit (orgs, members, keys, tags,
+//! teams): rare, one statement each, the same text on both backends. A
+//! macro, since each backend runs them on its own connection type.
+
+/// The account statements of a `CommitPlan` (orgs, members, keys, tags,
+/// teams: rare, one statement each), each executed on `$exec`, for either
+/// backend.
+macro_rules! account_statements {
+    ($exec:expr, $plan:ident) => {{
+        {
+            use $crate::store::commit::WriteOp;
+            use $crate::store::rows::OrgRow;
+            for (org, op) in &$plan.accounts {
+                let org = org.to_string();
+                match op {
+                    WriteOp::InsertOrg(record) => {
+                        let o = OrgRow::from(record);
+                        sqlx::query(
+                            "INSERT INTO orgs (org_id, name, tier, encryption, seats, suspended, \
+                             limits, wrapped_dek, master_key_id, created_at, idp_enrolled) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                        )
+                        .bind(o.org_id)
+                        .bind(o.name)
+                        .bind(o.tier)
+                        .bind(o.encryption)
+                        .bind(o.seats)
+                        .bind(o.suspended)
+                        .bind(o.limits)
+                        .bind(o.wrapped_dek)
+                        .bind(o.master_key_id)
+                        .bind(o.created_at)
+                        .bind(o.idp_enrolled)
+                        .execute($exec)
+                        .await?;
+                    }
+                    WriteOp::UpdateOrgSettings(record) => {
+                        let o = OrgRow::from(record);
+                        sqlx::query(
+                            "UPDATE orgs SET tier = $2, seats = $3, suspended = $4, limits = $5, \
+                             idp_enrolled = $6 WHERE org_id = $1",
+                        )
+                        .bind(o.org_id)
+                        .bind(o.tier)
+                        .bind(o.seats)
+                        .bind(o.suspended)
+                        .bind(o.limits)
+                        .bind(o.idp_enrolled)
+                        .execute($exec)
+                        .await?;
+                    }
+                    WriteOp::InsertMember(m) => {
+                        sqlx::query(
+                            "INSERT INTO members (org_id, email, role, seated, profile_tags, joined_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6)",
+                        )
+                        .bind(&org)
+                        .bind(&m.email)
+                        .bind(m.role.as_str())
+                        .bind(i64::from(m.seated))
+                        .bind(serde_json::to_string(&m.profile_tags).unwrap_or_default())
+                        .bind(m.joined_at)
+                        .execute($exec)
+                        .await?;
+                    }
+                    WriteOp::InsertKey(k) => {
+                        sqlx::query(
+                            "INSERT INTO api_keys (key_id, org_id, email, name, secret_hash, active, created_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                        )
+                        .bind(k.key_id.to_string())
+                        .bind(&org)
+                        .bind(&k.email)
+                        .bind(&k.name)
+                        .bind(k.secret_hash.clone())
+                        .bind(i64::from(k.active))
+                        .bind(k.created_at)
+                        .execute($exec)
+                        .await?;
+                    }
+                    WriteOp::DeactivateKey(key_id) => {
+                        sqlx::query("UPDATE api_keys SET active = 0 WHERE org_id = $1 AND key_id = $2")
+                            .bind(&org)
+                            .bind(key_id.to_string())
+                            .execute($exec)
+                            .await?;
+                    }
+                    WriteOp::UpdateMember(m) => {
+                        sqlx::query(
+                            "UPDATE members SET role = $3, seated = $4, profile_tags = $5 \
+                             WHERE org_id = $1 AND email = $2",
+                        )
+                        .bind(&org)
+                        .bind(&m.email)
+                        .bind(m.role.as_str())
+                        .bind(i64::from(m.seated))
+                        .bind(serde_json::to_string(&m.profile_tags).unwrap_or_default())
+                        .execute($exec)
+                        .await?;
+                    }
+                    WriteOp::UpsertTag(t) => {
+                        sqlx::query(
+                            "INSERT INTO tags (org_id, name, strict, is_default, description, created_by, created_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (org_id, name) DO UPDATE SET \
+                             strict = excluded.strict, is_default = excluded.is_default, \
+                             description = excluded.description",
+                        )
+                        .bind(&org)
+                        .bind(&t.name)
+                        .bind(i64::from(t.strict))
+                        .bind(i64::from(t.is_default))
+                        .bind(t.description.clone())
+                        .bind(&t.created_by)
+                        .bind(t.created_at)
+                        .execute($exec)
+                        .await?;
+                    }
+                    WriteOp::DeleteTag(name) => {
+                        sqlx::query("DELETE FROM tags WHERE org_id = $1 AND name = $2")
+                            .bind(&org)
+                            .bind(name)
+                            .execute($exec)
+                            .await?;
+                    }
+                    WriteOp::UpsertTeam(t) => {
+                        sqlx::query(
+                            "INSERT INTO teams (org_id, name, tags, description, idp_only, created_by, created_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (org_id, name) DO UPDATE SET \
+                             tags = excluded.tags, description = excluded.description, \
+                             idp_only = excluded.idp_only",
+                        )
+                        .bind(&org)
+                        .bind(&t.name)
+                        .bind(serde_json::to_string(&t.tags).unwrap_or_default())
+                        .bind(t.description.clone())
+                        .bind(i64::from(t.idp_only))
+                        .bind(&t.created_by)
+                        .bind(t.created_at)
+                        .execute($exec)
+                        .await?;
+                    }
+                    WriteOp::DeleteTeam(name) => {
+                        sqlx::query("DELETE FROM team_members WHERE org_id = $1 AND team = $2")
+                            .bind(&org)
+                            .bind(name)
+                            .execute($exec)
+                            .await?;
+                        sqlx::query("DELETE FROM teams WHERE org_id = $1 AND name = $2")
+                            .bind(&org)
+                            .bind(name)
+                            .execute($exec)
+                            .await?;
+                    }
+                    WriteOp::UpsertMembership(m) => {
+                        sqlx::query(
+                            "INSERT INTO team_members (org_id, team, email, manual, idp, added_by, added_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (org_id, team, email) DO UPDATE SET \
+                             manual = excluded.manual, idp = excluded.idp",
+                        )
+                        .bind(&org)
+                        .bind(&m.team)
+                        .bind(&m.email)
+                        .bind(i64::from(m.manual))
+                        .bind(i64::from(m.idp))
+                        .bind(&m.added_by)
+                        .bind(m.added_at)
+                        .execute($exec)
+                        .await?;
+                    }
+                    WriteOp::DeleteMembership { team, email } => {
+                        sqlx::query("DELETE FROM team_members WHERE org_id = $1 AND team = $2 AND email = $3")
+                            .bind(&org)
+                            .bind(team)
+                            .bind(email)
+                            .execute($exec)
+                            .await?;
+                    }
+                    WriteOp::InsertTasks(_)
+                    | WriteOp::SaveUsage(_)
+                    | WriteOp::UpdateHeader { .. }
+                    | WriteOp::SetContent { .. }
+                    | WriteOp::InsertEvents(_) => unreachable!("task ops are planned apart"),
+                }
+            }
+        }
+    }};
+}
+
+pub(super) use account_statements;
