@@ -111,7 +111,7 @@ type OperatorCall =
 /// What serves an operation.
 enum Serve {
     /// A handler of its own (pages, the document, metrics).
-    Handler(MethodRouter<AppState>),
+    Handler(Box<MethodRouter<AppState>>),
     Member(MemberCall),
     Operator(OperatorCall),
 }
@@ -291,7 +291,7 @@ impl Operation {
 
     /// Served by a handler of its own.
     pub fn handler<H: Handler<T, AppState>, T: 'static>(mut self, handler: H) -> Self {
-        self.serve = Some(Serve::Handler(on(self.filter, handler)));
+        self.serve = Some(Serve::Handler(Box::new(on(self.filter, handler))));
         self
     }
 
@@ -422,7 +422,7 @@ impl Operation {
         let source = self.source;
         let optional_body = matches!(self.input, Input::Body(_, false));
         let method_router = match self.serve {
-            Some(Serve::Handler(handler)) => handler,
+            Some(Serve::Handler(handler)) => *handler,
             Some(Serve::Member(call)) => on(
                 self.filter,
                 move |State(state): State<AppState>, Auth(caller): Auth, request: Request| {

@@ -196,8 +196,9 @@ pub enum StandupAnswer {
 pub const STANDUP_HISTORY: usize = 10;
 
 /// Whose work a standup covers.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub enum Scope {
+    #[default]
     Org,
     /// Tasks carrying one of the team's tags or assigned to one of its members.
     Team(String),
@@ -256,12 +257,6 @@ fn scope_or_org<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Scope, D
         None => Ok(Scope::Org),
         Some(s) => Scope::parse(&s)
             .ok_or_else(|| serde::de::Error::custom("must be `org` or `team:<name>`")),
-    }
-}
-
-impl Default for Scope {
-    fn default() -> Self {
-        Scope::Org
     }
 }
 
