@@ -3,11 +3,16 @@
 //! bodies, and path parameters. The API's operations read their requests
 //! in `operation.rs`.
 
+#[cfg(feature = "test-hooks")]
 use axum::body::Bytes;
-use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
+#[cfg(feature = "test-hooks")]
+use axum::extract::FromRequest;
+use axum::extract::{FromRef, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
+#[cfg(feature = "test-hooks")]
 use serde_json::Value;
+#[cfg(feature = "test-hooks")]
 use taskq_actors::api::Decode;
 use taskq_actors::Caller;
 
@@ -137,6 +142,7 @@ where
     }
 }
 
+#[cfg(feature = "test-hooks")]
 /// A JSON body; an empty body reads as `null`. Malformed JSON is a 400
 /// naming the problem, whatever the content type says.
 async fn json_body<S: Send + Sync>(req: Request, state: &S) -> Result<Value, ApiError> {
@@ -176,9 +182,11 @@ pub(super) fn query_pairs(query: &str) -> Result<Vec<(String, String)>, ApiError
         .collect()
 }
 
+#[cfg(feature = "test-hooks")]
 /// An operator's request from the JSON body.
 pub struct AdminBody<T>(pub T);
 
+#[cfg(feature = "test-hooks")]
 impl<S: Send + Sync, T: Decode> FromRequest<S> for AdminBody<T> {
     type Rejection = ApiError;
 
@@ -188,9 +196,11 @@ impl<S: Send + Sync, T: Decode> FromRequest<S> for AdminBody<T> {
     }
 }
 
+#[cfg(feature = "test-hooks")]
 /// Path parameters; one that does not parse is a 400 in our error shape.
 pub struct PathParams<T>(pub T);
 
+#[cfg(feature = "test-hooks")]
 impl<S, T> FromRequestParts<S> for PathParams<T>
 where
     S: Send + Sync,

@@ -78,8 +78,12 @@ fn validator<T: JsonSchema + 'static>() -> &'static Validator {
 
 /// Checks `body` against `T`'s schema, deserializes it, and validates.
 pub fn decode<T: Decode>(body: &Value) -> Result<T> {
-    if let Some(error) = validator::<T>().iter_errors(body).next() {
-        return Err(refusal(&error));
+    let validator = validator::<T>();
+    // The quick yes first: collecting errors allocates.
+    if !validator.is_valid(body) {
+        if let Some(error) = validator.iter_errors(body).next() {
+            return Err(refusal(&error));
+        }
     }
     // JSON Schema counts `3.0` as an integer; serde's integers do not.
     let integral;

@@ -318,7 +318,7 @@ pub struct PlanRequest {
     #[serde(default)]
     pub context: Option<String>,
     /// At most this many drafted tasks (default 8; above 25 reads as 25).
-    #[serde(default = "default_plan_tasks", deserialize_with = "plan_tasks")]
+    #[serde(default = "default_plan_tasks", deserialize_with = "max_plan_tasks")]
     #[schemars(with = "Option<u32>", range(min = 1, max = u32::MAX))]
     pub max_tasks: u8,
     /// Also create the drafted tasks (default false; null is refused).
@@ -335,7 +335,7 @@ fn default_plan_tasks() -> u8 {
 }
 
 /// `max_tasks` as given, 25 at most; `null` is the default.
-fn plan_tasks<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u8, D::Error> {
+fn max_plan_tasks<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u8, D::Error> {
     Ok(
         Option::<u32>::deserialize(d)?.map_or(DEFAULT_PLAN_TASKS, |n| {
             n.min(u32::from(MAX_PLAN_TASKS)) as u8
