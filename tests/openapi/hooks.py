@@ -13,7 +13,7 @@ brought within them before it is sent:
 
 1. What the org's state decides: tags of its vocabulary (task tags,
    profile and team tags), the teams and members of an identity-provider
-   sync, assignees (members and keys), blocking and parent tasks, the
+   sync, team members and assignees (members and keys), blocking and parent tasks, the
    list cursor the server minted, client envelopes (only a BYOK org takes
    them), and a seat (an owner keeps theirs). A generated value becomes
    one the state admits, or is left out.
@@ -120,6 +120,8 @@ def within_state(case):
                     update.pop("blocked_by", None)
         if path in ("/me", "/members/{email}") and "profile_tags" in body:
             body["profile_tags"] = known_tags(body["profile_tags"])
+        if path == "/teams/{name}/members" and "email" in body:
+            body["email"] = MEMBER
         if path == "/members/{email}" and body.get("seated") is False:
             body["seated"] = True
         if path in ("/tasks", "/tasks/update"):

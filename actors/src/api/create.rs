@@ -13,7 +13,7 @@ use super::content::{
 };
 use super::decode::{dedup, err, Result};
 use super::tasks::DEFAULT_PRIORITY;
-use super::{Decode, Object, NON_BLANK_PATTERN};
+use super::{Decode, Object, NON_BLANK_NO_NUL_PATTERN, NON_BLANK_PATTERN};
 use crate::domain::lease::{DEFAULT_MAX_ATTEMPTS, MAX_MAX_ATTEMPTS};
 use crate::domain::TaskId;
 
@@ -117,7 +117,7 @@ pub struct NewTask {
     pub priority: u8,
     /// Absent: the org's default tags; `[]`: no tags.
     #[serde(default)]
-    #[schemars(inner(length(min = 1), regex(pattern = NON_BLANK_PATTERN)))]
+    #[schemars(inner(length(min = 1), regex(pattern = NON_BLANK_NO_NUL_PATTERN)))]
     pub tags: Option<Vec<String>>,
     #[serde(default)]
     pub metadata: Option<Object>,

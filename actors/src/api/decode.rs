@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::{ValidationError, NAME_PATTERN, NON_BLANK_PATTERN, TAG_NAME_PATTERN};
+use super::{NON_BLANK_NO_NUL_PATTERN, NO_NUL_PATTERN};
 use super::{TEAM_NAME_PATTERN, UUID_PATTERN};
 
 pub(super) type Result<T> = std::result::Result<T, ValidationError>;
@@ -346,6 +347,10 @@ fn pattern_message(pattern: &str) -> String {
         format!("{NAME}, nor '#' or '/'")
     } else if pattern == NON_BLANK_PATTERN {
         "must not be blank".to_owned()
+    } else if pattern == NON_BLANK_NO_NUL_PATTERN {
+        "must not be blank or hold a NUL character".to_owned()
+    } else if pattern == NO_NUL_PATTERN {
+        "must not hold a NUL character".to_owned()
     } else if pattern == UUID_PATTERN {
         "must be a canonical UUID string".to_owned()
     } else {

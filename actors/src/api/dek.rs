@@ -5,7 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Decode, Timestamp, NON_BLANK_PATTERN};
+use super::{Decode, Timestamp, NON_BLANK_NO_NUL_PATTERN};
 use crate::domain::OrgId;
 
 /// The longest `wrapped_dek` or `kms_key_id` accepted, in characters: room
@@ -20,7 +20,7 @@ pub struct PutOrgDek {
     #[schemars(length(min = 4, max = MAX_DEK_FIELD_CHARS), regex(pattern = BASE64_PATTERN))]
     pub wrapped_dek: String,
     /// The KMS key that unwraps it; stored verbatim, never parsed.
-    #[schemars(length(min = 1, max = MAX_DEK_FIELD_CHARS), regex(pattern = NON_BLANK_PATTERN))]
+    #[schemars(length(min = 1, max = MAX_DEK_FIELD_CHARS), regex(pattern = NON_BLANK_NO_NUL_PATTERN))]
     pub kms_key_id: String,
 }
 

@@ -60,6 +60,13 @@ pub(crate) const TEAM_NAME_PATTERN: &str = r"^[^#/\u0000-\u001F\u007F-\u009F\u20
 /// Text that is not blank.
 pub(crate) const NON_BLANK_PATTERN: &str = r"\S";
 
+/// Text kept as it is in a text column: no NUL, which PostgreSQL's text
+/// cannot hold.
+pub(crate) const NO_NUL_PATTERN: &str = r"^[^\u0000]*$";
+
+/// Text kept in a text column that is not blank either.
+pub(crate) const NON_BLANK_NO_NUL_PATTERN: &str = r"^[^\u0000]*[^\s\u0000][^\u0000]*$";
+
 pub(crate) use crate::domain::UUID_PATTERN;
 
 /// Reads a field whose `null` means "clear it": `null` is `Some(None)`,

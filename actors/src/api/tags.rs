@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::decode::{err, names, trim, Result};
-use super::{Decode, Timestamp, TAG_NAME_PATTERN};
+use super::{Decode, Timestamp, NO_NUL_PATTERN, TAG_NAME_PATTERN};
 use crate::domain::admin::{self, Tag};
 
 pub const MAX_TAG_NAME: usize = 64;
@@ -47,7 +47,7 @@ pub struct NewTag {
     pub is_default: bool,
     /// At most 200 characters; required for a strict tag.
     #[serde(default)]
-    #[schemars(length(max = 200))]
+    #[schemars(length(max = 200), regex(pattern = NO_NUL_PATTERN))]
     pub description: Option<String>,
 }
 
@@ -71,7 +71,7 @@ pub struct TagPatch {
     pub is_default: Option<bool>,
     /// `null` clears it.
     #[serde(default, deserialize_with = "super::double_option")]
-    #[schemars(length(max = 200))]
+    #[schemars(length(max = 200), regex(pattern = NO_NUL_PATTERN))]
     pub description: Option<Option<String>>,
 }
 
@@ -173,6 +173,12 @@ mod tests {
         assert!(create(json!({"tags": [{"name": "a"}, {"name": "a"}]})).is_err());
         let long = "x".repeat(201);
         assert!(create(json!({"tags": [{"name": "a", "description": long}]})).is_err());
+        // PostgreSQL's text holds no NUL: refused before it reaches a store.
+        let nul = create(json!({"tags": [{"name": "a", "description": "x\u{0}y"}]}));
+        assert_eq!(
+            nul.unwrap_err().0,
+            "tags[0].description: must not hold a NUL character"
+        );
         assert!(create(json!({"tags": []})).is_err());
         let patch =
             UpdateTags::decode(&json!({"tags": [{"name": "a", "description": null}]})).unwrap();

@@ -10,7 +10,7 @@ use super::content::{
     nullable_description_schema, title_schema, ContentPolicy, Text, ENVELOPE_KEY,
 };
 use super::decode::{dedup, err, Result};
-use super::{Decode, Object, NON_BLANK_PATTERN, UUID_PATTERN};
+use super::{Decode, Object, NON_BLANK_NO_NUL_PATTERN, NON_BLANK_PATTERN, UUID_PATTERN};
 use crate::domain::{TaskId, TaskStatus};
 
 pub const DEFAULT_PRIORITY: u8 = 3;
@@ -86,7 +86,7 @@ pub struct TaskUpdate {
     #[serde(default)]
     #[schemars(
         with = "Vec<String>",
-        inner(length(min = 1), regex(pattern = NON_BLANK_PATTERN))
+        inner(length(min = 1), regex(pattern = NON_BLANK_NO_NUL_PATTERN))
     )]
     pub tags: Option<Vec<String>>,
     /// Merged into the task's metadata, key by key.
@@ -95,7 +95,7 @@ pub struct TaskUpdate {
     pub metadata: Option<Object>,
     /// Who the state event names (default: the key's name).
     #[serde(default)]
-    #[schemars(length(min = 1), regex(pattern = NON_BLANK_PATTERN))]
+    #[schemars(length(min = 1), regex(pattern = NON_BLANK_NO_NUL_PATTERN))]
     pub agent_id: Option<String>,
     /// The claim's lease; when it is no longer current the item fails with `lease lost`.
     #[serde(default)]
@@ -289,7 +289,7 @@ impl ListTasks {
 pub struct ClaimRequest {
     /// Claim only a task carrying any of these tags.
     #[serde(default)]
-    #[schemars(inner(length(min = 1), regex(pattern = NON_BLANK_PATTERN)))]
+    #[schemars(inner(length(min = 1), regex(pattern = NON_BLANK_NO_NUL_PATTERN)))]
     pub tags: Vec<String>,
     /// How long the lease lasts unless renewed by an update.
     #[serde(default = "default_lease_seconds")]
@@ -427,7 +427,7 @@ mod tests {
     #[test]
     fn claim_bounds_wait_seconds() {
         let claim = |v: Value| ClaimRequest::decode(&v);
-        assert_eq!(claim(Value::Null).unwrap().wait_seconds, 0);
+        assert_eq!(claim(json!({})).unwrap().wait_seconds, 0);
         assert_eq!(claim(json!({"wait_seconds": 30})).unwrap().wait_seconds, 30);
         assert_eq!(claim(json!({"wait_seconds": 0})).unwrap().wait_seconds, 0);
         for bad in [json!(31), json!(-1), json!(1.5), json!("5"), json!(true)] {
@@ -439,8 +439,8 @@ mod tests {
     #[test]
     fn claim_bounds_count() {
         let claim = |v: Value| ClaimRequest::decode(&v);
-        assert_eq!(claim(Value::Null).unwrap().count, None);
-        assert_eq!(claim(Value::Null).unwrap().limit(), 1);
+        assert_eq!(claim(json!({})).unwrap().count, None);
+        assert_eq!(claim(json!({})).unwrap().limit(), 1);
         assert_eq!(claim(json!({"count": null})).unwrap().count, None);
         assert_eq!(claim(json!({"count": 1})).unwrap().count, Some(1));
         assert_eq!(claim(json!({"count": 25})).unwrap().limit(), 25);
@@ -454,7 +454,7 @@ mod tests {
     fn claim_bounds_lease_seconds() {
         let claim = |v: Value| ClaimRequest::decode(&v);
         assert_eq!(
-            claim(Value::Null).unwrap().lease_seconds,
+            claim(json!({})).unwrap().lease_seconds,
             DEFAULT_LEASE_SECONDS
         );
         assert!(claim(json!({"lease_seconds": 0})).is_err());

@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::decode::{names, normal_email, Result};
-use super::{Decode, Timestamp, TAG_NAME_PATTERN, TEAM_NAME_PATTERN};
+use super::{Decode, Timestamp, NO_NUL_PATTERN, TAG_NAME_PATTERN, TEAM_NAME_PATTERN};
 use crate::domain::admin::{Membership, Team};
 
 pub const MAX_TEAM_NAME: usize = 32;
@@ -29,7 +29,7 @@ pub struct NewTeam {
     #[schemars(inner(length(min = 1, max = 64), regex(pattern = TAG_NAME_PATTERN)))]
     pub tags: Vec<String>,
     #[serde(default)]
-    #[schemars(length(max = 200))]
+    #[schemars(length(max = 200), regex(pattern = NO_NUL_PATTERN))]
     pub description: Option<String>,
     /// Membership managed only by the identity provider's sync.
     #[serde(default)]
@@ -56,7 +56,7 @@ pub struct TeamPatch {
     pub tags: Option<Vec<String>>,
     /// `null` clears it.
     #[serde(default, deserialize_with = "super::double_option")]
-    #[schemars(length(max = 200))]
+    #[schemars(length(max = 200), regex(pattern = NO_NUL_PATTERN))]
     pub description: Option<Option<String>>,
     #[serde(default)]
     #[schemars(with = "bool")]
