@@ -58,28 +58,37 @@ pub fn request_schema<T: JsonSchema>() -> Value {
         .to_value()
 }
 
-/// `T`'s compiled validator, built on first use and kept for the process.
-fn validator<T: JsonSchema + 'static>() -> &'static Validator {
-    static VALIDATORS: LazyLock<DashMap<TypeId, &'static Validator>> = LazyLock::new(DashMap::new);
+/// A request type's schema and its compiled validator.
+struct Checked {
+    schema: Value,
+    validator: Validator,
+}
+
+/// `T`'s schema and validator, built on first use and kept for the
+/// process: a request is read without generating a schema again.
+fn checked<T: JsonSchema + 'static>() -> &'static Checked {
+    static CHECKED: LazyLock<DashMap<TypeId, &'static Checked>> = LazyLock::new(DashMap::new);
     let id = TypeId::of::<T>();
-    if let Some(v) = VALIDATORS.get(&id) {
-        return *v;
+    if let Some(c) = CHECKED.get(&id) {
+        return *c;
     }
     let schema = request_schema::<T>();
-    // Every request type's schema compiles: a unit test builds each one.
-    let compiled = jsonschema::options()
+    // The schemas come from the types' derives; every operation's request
+    // is decoded by the black-box tests, so one that did not compile
+    // would fail them.
+    let validator = jsonschema::options()
         .with_draft(Draft::Draft202012)
         .should_validate_formats(true)
         .build(&schema)
         .unwrap_or_else(|e| panic!("the schema of {} compiles: {e}", T::schema_name()));
-    *VALIDATORS
+    *CHECKED
         .entry(id)
-        .or_insert(Box::leak(Box::new(compiled)))
+        .or_insert(Box::leak(Box::new(Checked { schema, validator })))
 }
 
 /// Checks `body` against `T`'s schema, deserializes it, and validates.
 pub fn decode<T: Decode>(body: &Value) -> Result<T> {
-    let validator = validator::<T>();
+    let validator = &checked::<T>().validator;
     // The quick yes first: collecting errors allocates.
     if !validator.is_valid(body) {
         if let Some(error) = validator.iter_errors(body).next() {
@@ -141,7 +150,7 @@ fn with_integers(v: Value) -> Value {
 /// integer, a number or a boolean is read as one when it parses, else it
 /// stays text and the schema refuses it.
 pub fn decode_query<T: Decode>(pairs: Vec<(String, String)>) -> Result<T> {
-    let schema = request_schema::<T>();
+    let schema = &checked::<T>().schema;
     let mut object = Map::new();
     for (key, text) in pairs {
         let kinds = schema["properties"][&key]["type"].clone();

@@ -152,16 +152,16 @@ pub fn cluster(items: &[Item], min_size: usize) -> Vec<Vec<usize>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use uuid::Uuid;
 
     use super::*;
 
-    fn id(n: u128) -> TaskId {
+    pub(in crate::reports) fn id(n: u128) -> TaskId {
         TaskId(Uuid::from_u128(n))
     }
 
-    fn item(n: u128, at: i64, title: &str, tags: &[&str]) -> Item {
+    pub(in crate::reports) fn item(n: u128, at: i64, title: &str, tags: &[&str]) -> Item {
         Item {
             task_id: id(n),
             at,

@@ -217,23 +217,8 @@ fn capitalise(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use uuid::Uuid;
-
+    use super::super::cluster::tests::{id, item};
     use super::*;
-
-    fn id(n: u128) -> TaskId {
-        TaskId(Uuid::from_u128(n))
-    }
-
-    fn item(n: u128, at: i64, title: &str, tags: &[&str]) -> Item {
-        Item {
-            task_id: id(n),
-            at,
-            title: title.into(),
-            tags: tags.iter().map(|t| t.to_string()).collect(),
-            vector: None,
-        }
-    }
 
     #[test]
     fn labels_name_shared_words_and_the_common_tag() {
