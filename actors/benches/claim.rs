@@ -2,6 +2,10 @@
 //! through the org actor, the group-commit writer and a durable SQLite
 //! commit, and the same for a claim followed by its completion.
 //!
+//! Also what reading a cycle's two request bodies costs: each checked
+//! against its type's schema, read by serde and validated, as every
+//! front end reads them.
+//!
 //! Run with `cargo bench -p taskq-actors`.
 
 use std::time::{Duration, Instant};
@@ -126,5 +130,26 @@ fn claim_path(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, claim_path);
+/// The bodies `taskq bench` sends for one cycle: its claim, and the
+/// completion of the claimed task with its lease.
+fn reading_requests(c: &mut Criterion) {
+    let claim = json!({"lease_seconds": 300, "include_context": false});
+    let complete = json!({"updates": [{
+        "task_id": uuid::Uuid::now_v7().to_string(),
+        "status": "completed",
+        "note": "done",
+        "output": {"ok": true},
+        "lease_id": uuid::Uuid::new_v4().to_string(),
+    }]});
+    let mut group = c.benchmark_group("requests");
+    group.bench_function("claim", |b| {
+        b.iter(|| ClaimRequest::decode(std::hint::black_box(&claim)).expect("valid"))
+    });
+    group.bench_function("complete", |b| {
+        b.iter(|| UpdateTasks::decode(std::hint::black_box(&complete)).expect("valid"))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, claim_path, reading_requests);
 criterion_main!(benches);

@@ -103,17 +103,30 @@ pub fn decode<T: Decode>(body: &Value) -> Result<T> {
     } else {
         body
     };
-    let mut request: T = serde_path_to_error::deserialize(body).map_err(|e| {
-        let path = e.path().to_string();
-        let message = e.into_inner().to_string();
-        if path == "." {
-            ValidationError::new(message)
-        } else {
-            ValidationError::field(path, message)
-        }
-    })?;
+    // Read again through `serde_path_to_error` only to name a refusal's
+    // path: tracking the path of every value costs more than the read.
+    let mut request = match T::deserialize(body) {
+        Ok(request) => request,
+        Err(_) => return Err(serde_refusal::<T>(body)),
+    };
     request.validate()?;
     Ok(request)
+}
+
+/// Why serde refuses `body` as a `T`, naming the field by its path.
+fn serde_refusal<T: DeserializeOwned>(body: &Value) -> ValidationError {
+    match serde_path_to_error::deserialize::<_, T>(body) {
+        Ok(_) => ValidationError::new("request body could not be read"),
+        Err(e) => {
+            let path = e.path().to_string();
+            let message = e.into_inner().to_string();
+            if path == "." {
+                ValidationError::new(message)
+            } else {
+                ValidationError::field(path, message)
+            }
+        }
+    }
 }
 
 /// Whether `v` holds a float without a fraction.
