@@ -1,7 +1,7 @@
 use std::io::IsTerminal as _;
 
 use clap::Parser as _;
-use taskq::cli::{bench, keys, mcp, models, serve, Cli, Command};
+use taskq::cli::{keys, mcp, models, serve, Cli, Command};
 use tracing_subscriber::EnvFilter;
 
 // Many small, short-lived allocations per request (JSON, rows, messages):
@@ -42,7 +42,6 @@ async fn run() -> anyhow::Result<()> {
             init_tracing();
             serve::run(*args).await
         }
-        Command::Bench(args) => bench::run(args).await,
         // stdout carries the protocol: no logging there.
         Command::Mcp(args) => mcp::run(args).await,
         Command::Keys(args) => {

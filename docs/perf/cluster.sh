@@ -2,9 +2,10 @@
 # Several taskq nodes on one PostgreSQL database, behind nginx, for the
 # cluster's figures (docs/perf.md, "Several nodes").
 #
-#   docs/perf/cluster.sh bench BIN NODES OUT.json [taskq bench flags...]
-#       `taskq bench --url` through nginx round-robin over NODES nodes;
-#       prints the CPU seconds each node and nginx used during the run.
+#   docs/perf/cluster.sh bench BIN NODES OUT.json [taskq-bench flags...]
+#       `taskq-bench --url` (the one beside BIN, or $TASKQ_BENCH) through
+#       nginx round-robin over NODES nodes; prints the CPU seconds each
+#       node and nginx used during the run.
 #   docs/perf/cluster.sh failover BIN KILLS
 #       three nodes; KILLS times: kill -9 the owner of a busy org and time
 #       the first successful answer through another node; prints each
@@ -86,7 +87,8 @@ bench)
   declare -A before
   for i in $(seq 1 "$nodes"); do before[$i]=$(cpu_of "${pids[$i]}"); done
   nginx_before=$(for p in $(pgrep -P "$nginx_pid") "$nginx_pid"; do cpu_of "$p"; done | paste -sd+ | bc)
-  "$bin" bench --url "http://127.0.0.1:$port" --admin-token "$token" --json "$@" > "$out"
+  "${TASKQ_BENCH:-$(dirname "$bin")/taskq-bench}" --url "http://127.0.0.1:$port" \
+    --admin-token "$token" --json "$@" > "$out"
   hz=$(getconf CLK_TCK)
   for i in $(seq 1 "$nodes"); do
     echo "node $i cpu_s $(echo "($(cpu_of "${pids[$i]}") - ${before[$i]}) / $hz" | bc -l)"

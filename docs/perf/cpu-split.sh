@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Splits the two cores between the server and the load tool while
-# `taskq bench`'s agents run cycles.
+# `taskq-bench`'s agents run cycles.
 #
 #   docs/perf/cpu-split.sh TASKQ_BINARY OUT_DIR [bench flags...]
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Profiles the server `taskq bench` spawns, while its agents run cycles.
+# Profiles the server `taskq-bench` spawns, while its agents run cycles.
 #
 #   docs/perf/profile.sh TASKQ_BINARY OUT_DIR [bench flags...]
 #

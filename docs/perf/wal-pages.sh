@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Counts the pages each SQLite commit writes, by table and index, while the
-# agents of `taskq bench` run cycles.
+# agents of `taskq-bench` run cycles.
 #
 #   docs/perf/wal-pages.sh TASKQ_BINARY OUT_DIR [bench flags...]
 #

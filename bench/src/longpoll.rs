@@ -19,13 +19,13 @@ use anyhow::Context as _;
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use taskq_process::ServerProcess;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::api::{exchange, http_client, AgentApi, Routes};
 use super::bootstrap::{Admin, Agent};
 use super::stats::Op;
-use crate::process::ServerProcess;
 
 const WAIT_BODY: &str = r#"{"wait_seconds":30,"lease_seconds":300,"include_context":false}"#;
 /// Pause between a producer's creates: arrivals are sparse, as for an

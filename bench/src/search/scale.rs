@@ -12,12 +12,12 @@ use serde::Serialize;
 
 use super::endpoint::LocalEndpoint;
 use super::{bootstrap_one_org, ms, wait_for_index, EvalSet, BATCH};
-use crate::cli::bench::api::{AgentApi, Routes};
-use crate::cli::bench::bootstrap::Admin;
-use crate::cli::bench::report::{op_report, OpReport};
-use crate::cli::bench::server::Server;
-use crate::cli::bench::stats::{AgentOutcome, Op, OpStats, Phase};
-use crate::cli::bench::BenchArgs;
+use crate::api::{AgentApi, Routes};
+use crate::bootstrap::Admin;
+use crate::report::{op_report, OpReport};
+use crate::server::Server;
+use crate::stats::{AgentOutcome, Op, OpStats, Phase};
+use crate::BenchArgs;
 
 /// Results asked for: what an agent gets by default.
 const SCALE_LIMIT: u8 = 3;

@@ -21,7 +21,7 @@ pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest error text kept per sample.
 const ERROR_TEXT_MAX: usize = 300;
 const CLAIM_BODY: &str = r#"{"lease_seconds":300,"include_context":false}"#;
-const TASK_DESCRIPTION: &str = "Synthetic task written by taskq bench. Claim it, do nothing, \
+const TASK_DESCRIPTION: &str = "Synthetic task written by taskq-bench. Claim it, do nothing, \
                                 and complete it with a short note and a tiny output object.";
 
 pub(super) fn http_client(max_idle: usize) -> anyhow::Result<Client> {

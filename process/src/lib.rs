@@ -1,12 +1,18 @@
-//! A `taskq serve` child process, as started by `taskq bench` and by the
-//! black-box tests.
+//! A `taskq serve` child process, as started by the load tool
+//! (`taskq-bench`) and by the black-box tests.
 //!
 //! Owns everything about running the server as a child: the command line
 //! (`serve` on a free loopback port, in a given directory, with a given
 //! database and operator token), waiting for the readiness line the server
 //! prints on stdout, draining stdout afterwards, sending stderr to a log
 //! file, stopping the process (SIGTERM, waiting with a timeout, SIGKILL), the
-//! tail of its log, and its memory as Linux reports it in `/proc`.
+//! tail of its log, and its memory as Linux reports it in `/proc`. Other
+//! `taskq` subcommands that print the same readiness line (`models serve`)
+//! are run the same way.
+//!
+//! A crate of its own so that the load tool can start servers without
+//! linking the server: it needs only tokio and thiserror. The `taskq` crate
+//! re-exports it as `taskq::process`.
 //!
 //! Errors are returned, not printed: each caller words its own messages.
 
@@ -19,8 +25,9 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-/// What `taskq serve` prints on stdout, followed by its base URL
-/// (`http://ADDR` or `https://ADDR`), once it accepts connections.
+/// What `taskq serve` (and `taskq models serve`) prints on stdout, followed
+/// by its base URL (`http://ADDR` or `https://ADDR`), once it accepts
+/// connections.
 pub const READY_PREFIX: &str = "taskq listening on ";
 
 /// How long a child that closed its stdout before the readiness line is
@@ -48,12 +55,33 @@ impl ServeCommand {
         stderr_log: &Path,
         ready_timeout: Duration,
     ) -> Self {
+        let args = [
+            OsStr::new("serve"),
+            OsStr::new("--listen"),
+            OsStr::new("127.0.0.1:0"),
+            OsStr::new("--database-url"),
+            OsStr::new(database_url),
+        ];
+        Self::subcommand(binary, args, dir, stderr_log, ready_timeout)
+            .env("TASKQ_ADMIN_TOKEN", admin_token)
+    }
+
+    /// Any `taskq` command line whose process prints [`READY_PREFIX`] and
+    /// its URL once it is ready (`models serve --listen 127.0.0.1:0`), run
+    /// in `dir` like a server.
+    pub fn subcommand<I, S>(
+        binary: &Path,
+        args: I,
+        dir: &Path,
+        stderr_log: &Path,
+        ready_timeout: Duration,
+    ) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
         let mut command = Command::new(binary);
-        command
-            .args(["serve", "--listen", "127.0.0.1:0", "--database-url"])
-            .arg(database_url)
-            .current_dir(dir)
-            .env("TASKQ_ADMIN_TOKEN", admin_token);
+        command.args(args).current_dir(dir);
         ServeCommand {
             command,
             binary: binary.to_owned(),
@@ -172,7 +200,7 @@ async fn exit_status(child: &mut Child) -> Option<ExitStatus> {
 pub enum StartError {
     #[error("opening the server log {}", path.display())]
     OpenLog { path: PathBuf, source: io::Error },
-    #[error("starting {} serve", binary.display())]
+    #[error("starting {}", binary.display())]
     Spawn { binary: PathBuf, source: io::Error },
     /// Reading stdout failed before the readiness line; `status` as for
     /// `StdoutClosed`.
@@ -281,7 +309,6 @@ impl ServerProcess {
             .is_ok()
     }
 
-    /// A `kB` field of `/proc/<pid>/status`.
     /// CPU time the server has used so far, user plus system, over all its
     /// threads (`/proc/<pid>/stat`; Linux only, counted in the kernel's
     /// 100 Hz user-visible ticks).
@@ -297,6 +324,7 @@ impl ServerProcess {
         Some(Duration::from_millis((utime + stime) * 10))
     }
 
+    /// A `kB` field of `/proc/<pid>/status`.
     async fn proc_status_kb(&self, field: &str) -> Option<u64> {
         let pid = self.pid?;
         let status = tokio::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -5,8 +5,8 @@
 //!   (`bench/search-eval.json`: 248 tasks and 218 paraphrased queries, each
 //!   naming its relevant tasks), three ways: `builtin`, a spawned server
 //!   running the model; `endpoint`, the same model through the server's
-//!   endpoint code path (served by the bench, see `endpoint`, or the
-//!   `--embeddings-url` given), which should score like `builtin`; and
+//!   endpoint code path (served by `taskq models serve`, see `endpoint`, or
+//!   the `--embeddings-url` given), which should score like `builtin`; and
 //!   `keyword`, a BM25 baseline computed in the bench (see `keyword`).
 //!   Figures: recall@3, the share of queries with a relevant task in the
 //!   top 3; MRR, the mean of 1 / rank of the first relevant task in the top
@@ -50,13 +50,11 @@ use super::report::{op_report, OpReport};
 use super::server::Server;
 use super::stats::{Op, OpStats};
 use super::BenchArgs;
-use crate::embed::builtin::MODEL_NAME;
-use crate::embed::BuiltinEmbedder;
-use endpoint::{Backend, LocalEndpoint};
+use endpoint::{LocalEndpoint, ModelEndpoint};
 use keyword::Bm25;
 use scale::{scale_run, Scale};
 
-const EVAL_SET: &str = include_str!("../../../bench/search-eval.json");
+const EVAL_SET: &str = include_str!("../search-eval.json");
 /// Results asked for when measuring relevance: as deep as MRR looks.
 const RELEVANCE_LIMIT: u8 = 25;
 /// Tasks per create (the API's batch maximum).
@@ -65,8 +63,10 @@ const GAUGE_POLL: Duration = Duration::from_millis(100);
 const GAUGE_REPORT: Duration = Duration::from_secs(5);
 /// How long the model may take to embed the evaluation corpus.
 const RELEVANCE_EMBED_TIMEOUT: Duration = Duration::from_secs(600);
-/// The model name a server asks the bench's model-backed endpoint for.
+/// The model name a server asks the model-backed endpoint for.
 const ENDPOINT_MODEL: &str = "all-MiniLM-L6-v2";
+/// The name a server gives its builtin model (`builtin::MODEL_NAME`).
+const BUILTIN_MODEL: &str = "builtin:all-MiniLM-L6-v2";
 
 #[derive(Deserialize)]
 struct EvalSet {
@@ -141,8 +141,14 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<SearchSummary> {
             model_dir.display().to_string(),
         ),
     ];
-    let builtin =
-        server_relevance(args, &eval, "builtin", MODEL_NAME.to_owned(), &builtin_env).await?;
+    let builtin = server_relevance(
+        args,
+        &eval,
+        "builtin",
+        BUILTIN_MODEL.to_owned(),
+        &builtin_env,
+    )
+    .await?;
 
     let (local, url, model) = match &args.embeddings_url {
         Some(url) => {
@@ -150,27 +156,25 @@ pub(super) async fn run(args: &BenchArgs) -> anyhow::Result<SearchSummary> {
             (None, url.clone(), model.to_owned())
         }
         None => {
-            eprintln!("[search] loading the model into the bench's own embeddings endpoint");
-            let dir = model_dir.clone();
-            let embedder = tokio::task::spawn_blocking(move || BuiltinEmbedder::load(&dir))
-                .await?
-                .with_context(|| format!("loading the model from {}", model_dir.display()))?;
-            let local = LocalEndpoint::start(Backend::Model(embedder)).await?;
-            let url = local.url().to_owned();
+            eprintln!("[search] starting `taskq models serve` as the embeddings endpoint");
+            let local = ModelEndpoint::start(args, &model_dir).await?;
+            let url = local.url();
             (Some(local), url, ENDPOINT_MODEL.to_owned())
         }
     };
     let label = if local.is_some() {
-        format!("endpoint:{model} at {url} (the bench, builtin model)")
+        format!("endpoint:{model} at {url} (taskq models serve, builtin model)")
     } else {
         format!("endpoint:{model} at {url}")
     };
     let endpoint_env = [("TASKQ_EMBEDDINGS", url), ("TASKQ_EMBEDDINGS_MODEL", model)];
-    let endpoint = server_relevance(args, &eval, "endpoint", label, &endpoint_env).await?;
-    // The model's memory is not the next servers' business.
-    drop(local);
+    let endpoint = server_relevance(args, &eval, "endpoint", label, &endpoint_env).await;
+    if let Some(local) = local {
+        local.stop().await;
+    }
+    let endpoint = endpoint?;
 
-    let bag_of_words = LocalEndpoint::start(Backend::BagOfWords).await?;
+    let bag_of_words = LocalEndpoint::start().await?;
     let mut scale = Vec::new();
     for &tasks in &args.search_sizes {
         scale.push(scale_run(args, &eval, &bag_of_words, tasks).await?);

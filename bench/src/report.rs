@@ -211,7 +211,7 @@ pub(super) fn render_table(report: &Report) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
-        "taskq bench: scenario {}, orgs {}",
+        "taskq-bench: scenario {}, orgs {}",
         scenario_name(report.scenario),
         report.orgs
     );
