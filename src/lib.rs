@@ -14,6 +14,7 @@ pub mod llm;
 pub mod mcp;
 pub mod moderation;
 pub mod process;
+pub mod webhooks;
 
 /// Installs ring as rustls's process-wide crypto provider: the server's
 /// TLS and every outgoing HTTPS connection (moderation, embeddings and

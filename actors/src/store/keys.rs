@@ -121,12 +121,15 @@ impl Store {
         Ok(rows.into_iter().map(|r| (r.master_key_id, r.n)).collect())
     }
 
-    /// How many managed orgs' data keys are not wrapped by `current`.
+    /// How many managed orgs' data keys and webhook secrets are not sealed by
+    /// `current`.
     pub async fn count_wraps_not_under(&self, current: &str) -> Result<i64> {
         let rows: Vec<CountRow> = self
             .fetch_all(
-                "SELECT COUNT(*) AS n FROM orgs WHERE wrapped_dek IS NOT NULL \
-                 AND (master_key_id IS NULL OR master_key_id <> $1)",
+                "SELECT (SELECT COUNT(*) FROM orgs WHERE wrapped_dek IS NOT NULL \
+                 AND (master_key_id IS NULL OR master_key_id <> $1)) \
+                 + (SELECT COUNT(*) FROM webhooks WHERE secret_key_id <> $1 \
+                 OR (previous_secret IS NOT NULL AND previous_secret_key_id <> $1)) AS n",
                 vec![Arg::Text(current.to_owned())],
             )
             .await?;
