@@ -59,6 +59,7 @@ impl Receiver {
                     .push(serde_json::from_str(&line).unwrap());
             }
         });
+        taskq::install_crypto_provider();
         Some(Receiver {
             _child: child,
             port,
@@ -169,7 +170,7 @@ backend_tests!(
         assert_eq!(str_field(&claimed, "task_id"), a);
         srv.update_ok(
             key,
-            json!({ "task_id": a, "status": "completed", "output": { "secret": 1 } }),
+            json!({ "task_id": a, "status": "completed", "output": { "secret": 1 }, "note": "secret" }),
         )
         .await;
         srv.claim(key, json!({})).await.expect("b to claim");
@@ -178,9 +179,14 @@ backend_tests!(
             json!({ "task_id": b, "status": "failed", "note": "secret note" }),
         )
         .await;
-        let c = srv.create_task(key, json!({ "title": "c" })).await;
-        srv.update_ok(key, json!({ "task_id": c, "status": "canceled" }))
+        let c = srv
+            .create_task(key, json!({ "title": "c", "assignee": org.owner_email }))
             .await;
+        srv.update_ok(
+            key,
+            json!({ "task_id": c, "status": "canceled", "note": "n" }),
+        )
+        .await;
         let d = srv.create_task(key, json!({ "title": "d" })).await;
         srv.claim(key, json!({ "lease_seconds": 1 }))
             .await
@@ -384,12 +390,13 @@ backend_tests!(
         .await;
         rx.verify_with("k", &[&secret(&endpoint)]).await;
 
-        // Agents create, claim and complete until the server dies; each
+        // Agents create and claim until the server dies; each
         // acknowledged change is noted.
         let acked: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
         let mut agents = tokio::task::JoinSet::new();
         for n in 0..4 {
             let (base, key, acked) = (srv.base_url.clone(), key.clone(), acked.clone());
+            taskq::install_crypto_provider();
             agents.spawn(async move {
                 let http = reqwest::Client::new();
                 for i in 0.. {
@@ -400,25 +407,32 @@ backend_tests!(
                         .send()
                         .await;
                     let Ok(r) = created else { return };
-                    if r.status() != StatusCode::CREATED {
-                        return;
-                    }
+                    assert_eq!(r.status(), StatusCode::CREATED, "create");
                     let Ok(body) = r.json::<Value>().await else {
                         return;
                     };
-                    let id = str_field(&body["tasks"][0], "task_id");
-                    acked.lock().unwrap().push((id.clone(), "pending".into()));
-                    let done = http
-                        .post(format!("{base}/tasks/update"))
+                    let id = str_field(&body["results"][0], "task_id");
+                    acked.lock().unwrap().push((id, "pending".into()));
+                    let claimed = http
+                        .post(format!("{base}/tasks/claim"))
                         .header("X-Api-Key", &key)
-                        .json(&json!({ "updates": [{ "task_id": id, "status": "canceled" }] }))
+                        .json(&json!({}))
                         .send()
                         .await;
-                    match done {
+                    match claimed {
                         Ok(r) if r.status() == StatusCode::OK => {
-                            acked.lock().unwrap().push((id, "canceled".into()));
+                            let Ok(task) = r.json::<Value>().await else {
+                                return;
+                            };
+                            if let Some(id) = task["task_id"].as_str() {
+                                acked
+                                    .lock()
+                                    .unwrap()
+                                    .push((id.to_owned(), "in_progress".into()));
+                            }
                         }
-                        _ => return,
+                        Ok(r) => panic!("claim: {} {:?}", r.status(), r.text().await),
+                        Err(_) => return,
                     }
                 }
             });
@@ -447,7 +461,7 @@ backend_tests!(
         )
         .await;
         assert!(got.iter().all(|d| d["verified"] == json!([0])));
-        // Per task, pending before canceled.
+        // Per task, pending before in_progress.
         let mut order: HashMap<String, Vec<String>> = HashMap::new();
         for (_, id, _, to) in events(&got) {
             let seen = order.entry(id).or_default();
@@ -456,8 +470,8 @@ backend_tests!(
             }
         }
         for (id, to) in &acked {
-            if to == "canceled" {
-                assert_eq!(order[id], ["pending", "canceled"], "{id}");
+            if to == "in_progress" {
+                assert_eq!(order[id], ["pending", "in_progress"], "{id}");
             }
         }
     }
