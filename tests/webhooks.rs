@@ -369,6 +369,29 @@ backend_tests!(
         let got = rx.until("r", "a delivery", |got| !got.is_empty()).await;
         assert_eq!(got[0]["verified"], json!([0, 1]), "{got:#?}");
         assert_eq!(got[0]["signature"].as_str().unwrap().split(' ').count(), 2);
+
+        // A master-key rotation re-seals both secrets, and retires the old
+        // key only then: deliveries still sign with both.
+        let new_master = {
+            use base64::Engine as _;
+            let mut key = uuid::Uuid::new_v4().as_bytes().to_vec();
+            key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+            base64::engine::general_purpose::STANDARD.encode(key)
+        };
+        let (status, rotated) = srv
+            .admin(
+                reqwest::Method::POST,
+                "/admin/master-key/rotate",
+                Some(json!({ "new_key": new_master })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{rotated}");
+        assert_eq!(rotated["previous_keys_retired"], true, "{rotated}");
+        srv.new_task(key, "signed after the master key moved").await;
+        let got = rx
+            .until("r", "a second delivery", |got| got.len() >= 2)
+            .await;
+        assert_eq!(got[1]["verified"], json!([0, 1]), "{got:#?}");
     }
 );
 

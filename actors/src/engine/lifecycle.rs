@@ -133,12 +133,13 @@ async fn check_master_keys(store: &Store, keyring: &Keyring) -> Result<(), Engin
             ids.join(", ")
         )));
     }
-    for (id, orgs) in missing {
+    for (id, sealed) in missing {
         tracing::warn!(
             master_key_id = %id,
-            orgs,
-            "data keys are wrapped by a master key this server does not hold: those orgs \
-             answer 500 until it is supplied (TASKQ_MASTER_KEY_PREVIOUS)"
+            sealed,
+            "data keys or webhook secrets are sealed by a master key this server does not \
+             hold: those orgs answer 500, and those webhooks are not sent, until it is \
+             supplied (TASKQ_MASTER_KEY_PREVIOUS)"
         );
     }
     Ok(())

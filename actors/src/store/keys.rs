@@ -107,13 +107,16 @@ impl Store {
             .collect()
     }
 
-    /// The master keys that wrap managed orgs' data keys, by id, each with
-    /// the number of orgs whose wrap names it.
+    /// The master keys that wrap managed orgs' data keys or seal webhook
+    /// secrets, by id, each with the number of wraps and secrets naming it.
     pub async fn wrapping_master_keys(&self) -> Result<Vec<(String, i64)>> {
         let rows: Vec<MasterKeyUseRow> = self
             .fetch_all(
-                "SELECT master_key_id, COUNT(*) AS n FROM orgs \
+                "SELECT master_key_id, COUNT(*) AS n FROM (SELECT master_key_id FROM orgs \
                  WHERE wrapped_dek IS NOT NULL AND master_key_id IS NOT NULL \
+                 UNION ALL SELECT secret_key_id FROM webhooks \
+                 UNION ALL SELECT previous_secret_key_id FROM webhooks \
+                 WHERE previous_secret_key_id IS NOT NULL) k \
                  GROUP BY master_key_id ORDER BY master_key_id",
                 vec![],
             )

@@ -302,9 +302,9 @@ impl Store {
     pub async fn webhook_secrets_not_under(&self, current: &str) -> Result<Vec<SecretSlot>> {
         let rows: Vec<SecretRow> = self
             .fetch_all(
-                "SELECT org_id, webhook_id, 0 AS previous, secret AS bytes, \
+                "SELECT org_id, webhook_id, CAST(0 AS BIGINT) AS previous, secret AS bytes, \
                  secret_key_id AS key_id FROM webhooks WHERE secret_key_id <> $1 \
-                 UNION ALL SELECT org_id, webhook_id, 1, previous_secret, \
+                 UNION ALL SELECT org_id, webhook_id, CAST(1 AS BIGINT), previous_secret, \
                  previous_secret_key_id FROM webhooks WHERE previous_secret IS NOT NULL \
                  AND previous_secret_key_id <> $1",
                 vec![Arg::Text(current.to_owned())],
