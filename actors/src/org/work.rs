@@ -1,6 +1,8 @@
 //! The changes one message makes, gathered before they are submitted as one
 //! batch: task rows, header changes, sealed content, state events, account
-//! rows, and whether the month's usage must be stored with them.
+//! rows, and whether the month's usage must be stored with them. The batch
+//! also carries the webhook events of its state events (the outbox), so
+//! they commit with them.
 
 use std::collections::{HashMap, HashSet};
 
