@@ -35,8 +35,11 @@ const PER_ENDPOINT: usize = 4;
 /// How long a worker holds the events it took: longer than a delivery
 /// takes, and short, since an event a dead worker held waits this long.
 const HOLD_MS: i64 = 2 * DELIVERY_TIMEOUT.as_millis() as i64;
-/// How often an idle worker looks for due events.
-const IDLE_POLL: Duration = Duration::from_millis(200);
+/// How soon a worker that found nothing looks again: at first soon, then
+/// less and less often while nothing comes, so an idle server spends
+/// next to nothing on it.
+const FIRST_IDLE_POLL: Duration = Duration::from_millis(100);
+const LAST_IDLE_POLL: Duration = Duration::from_secs(1);
 /// How long the delivery log keeps an attempt.
 const KEEP_LOG_MS: i64 = 7 * 24 * 3_600_000;
 const PRUNE_EVERY_MS: i64 = 3_600_000;
@@ -90,7 +93,13 @@ impl Engine {
         let permits = Arc::new(Semaphore::new(IN_FLIGHT));
         let busy = Busy::default();
         let mut pruned_at = 0;
+        let mut idle = FIRST_IDLE_POLL;
         loop {
+            if permits.available_permits() == 0 {
+                // Every slot is busy: a slot frees as a delivery ends.
+                tokio::time::sleep(FIRST_IDLE_POLL / 4).await;
+                continue;
+            }
             let started = match self.start_due(&sender, &permits, &busy).await {
                 Ok(started) => started,
                 Err(e) => {
@@ -111,7 +120,10 @@ impl Engine {
                 }
             }
             if started == 0 {
-                tokio::time::sleep(IDLE_POLL).await;
+                tokio::time::sleep(idle).await;
+                idle = (idle * 2).min(LAST_IDLE_POLL);
+            } else {
+                idle = FIRST_IDLE_POLL;
             }
         }
     }
