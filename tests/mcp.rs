@@ -136,6 +136,12 @@ backend_tests!(
             "plan_tasks",
             "get_org_dek",
             "put_org_dek",
+            "list_webhooks",
+            "create_webhook",
+            "delete_webhook",
+            "rotate_webhook_secret",
+            "list_webhook_deliveries",
+            "test_webhook",
         ];
         expected.sort();
         assert_eq!(names, expected, "features not built yet are not listed");
@@ -397,6 +403,7 @@ backend_tests!(every_tool_answers_as_its_route, |srv| async move {
         ("list_runbooks", json!({})),
         ("get_standup", json!({ "cadence": "daily" })),
         ("search_tasks", json!({ "query": "parity" })),
+        ("list_webhooks", json!({})),
     ];
     for tool in &tools {
         let name = str_field(tool, "name");

@@ -210,6 +210,8 @@ backend_tests!(
         // The fuzzer signs in with generated tokens: counted as guesses,
         // they would soon have its address refused every operator route.
         srv.set_env("TASKQ_OPERATOR_WRONG_TOKENS", Some("0"));
+        // Generated webhooks point at loopback (see the hooks file).
+        srv.set_env("TASKQ_WEBHOOKS_ALLOW_PRIVATE", Some("1"));
         srv.restart().await;
         let doc = document(&srv).await;
         let total = operations(&doc).len();
@@ -219,6 +221,7 @@ backend_tests!(
         let org = srv.create_org("pro").await;
         let key = &org.owner_key;
         srv.add_member(&org, MEMBER, "user").await;
+        srv.set_limits(&org, json!({ "webhooks": null })).await;
         srv.create_tags(key, json!([{ "name": "backend" }])).await;
         srv.create_team(key, json!({ "name": TEAM, "tags": ["backend"] }))
             .await;

@@ -1,6 +1,9 @@
 //! The engine's claim path in process, without HTTP: how long a claim takes
 //! through the org actor, the group-commit writer and a durable SQLite
-//! commit, and the same for a claim followed by its completion.
+//! commit, and the same for a claim followed by its completion; each for
+//! an org without webhook endpoints and for one with an endpoint that takes
+//! every event (its outbox rows written in the same commits; nothing
+//! delivers them here).
 //!
 //! Also what reading a cycle's two request bodies costs: each checked
 //! against its type's schema, read by serde and validated, as every
@@ -13,7 +16,8 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion};
 use serde_json::json;
 use taskq_actors::api::{
-    ClaimRequest, CreateOrg, CreateTasks, Decode, NewTask, PatchOrg, TaskUpdate, UpdateTasks,
+    ClaimRequest, CreateOrg, CreateTasks, CreateWebhook, Decode, NewTask, PatchOrg, TaskUpdate,
+    UpdateTasks,
 };
 use taskq_actors::crypto::MasterKey;
 use taskq_actors::domain::TaskStatus;
@@ -25,14 +29,14 @@ struct Fixture {
     _dir: std::path::PathBuf,
 }
 
-async fn fixture() -> Fixture {
+async fn fixture(webhook: bool) -> Fixture {
     let dir = std::env::temp_dir().join(format!("taskq-bench-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let url = format!("sqlite://{}/bench.db", dir.display());
     let master = MasterKey::from_base64(&MasterKey::generate_base64()).expect("key");
-    let engine = Engine::start(EngineConfig::new(url, master))
-        .await
-        .expect("engine starts");
+    let mut config = EngineConfig::new(url, master);
+    config.webhooks_allow_private = true;
+    let engine = Engine::start(config).await.expect("engine starts");
     let org = engine
         .create_org(
             CreateOrg::decode(
@@ -55,6 +59,16 @@ async fn fixture() -> Fixture {
         .authenticate(Some(&org.owner.api_key))
         .await
         .expect("auth");
+    if webhook {
+        let endpoint = CreateWebhook::decode(&json!({
+            "url": "http://127.0.0.1:9/bench", "events": ["*"]
+        }))
+        .expect("valid");
+        engine
+            .create_webhook(&caller, endpoint)
+            .await
+            .expect("webhook");
+    }
     Fixture {
         engine,
         caller,
@@ -82,7 +96,8 @@ fn claim_path(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("runtime");
-    let f = rt.block_on(fixture());
+    let plain = rt.block_on(fixture(false));
+    let hooked = rt.block_on(fixture(true));
     let claim = ClaimRequest {
         include_context: false,
         lease_seconds: 300,
@@ -91,7 +106,12 @@ fn claim_path(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("engine");
     group.measurement_time(Duration::from_secs(5));
-    for (name, complete) in [("claim", false), ("claim_and_complete", true)] {
+    for (name, complete, f) in [
+        ("claim", false, &plain),
+        ("claim_and_complete", true, &plain),
+        ("claim_webhook", false, &hooked),
+        ("claim_and_complete_webhook", true, &hooked),
+    ] {
         group.bench_function(name, |b| {
             b.to_async(&rt).iter_custom(|iters| {
                 let (f, claim) = (&f, &claim);

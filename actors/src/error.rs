@@ -59,6 +59,8 @@ pub enum LimitKind {
     Tags,
     /// The number of teams.
     Teams,
+    /// The number of webhook endpoints.
+    Webhooks,
 }
 
 /// A refusal by one of the org's limits.
@@ -83,6 +85,7 @@ impl LimitExceeded {
             LimitKind::MonthlyPlans => "monthly plan allowance reached",
             LimitKind::Tags => "tags limit reached",
             LimitKind::Teams => "teams limit reached",
+            LimitKind::Webhooks => "webhooks limit reached",
         }
     }
 
@@ -95,6 +98,7 @@ impl LimitExceeded {
             LimitKind::MonthlyPlans => Some("plan"),
             LimitKind::Tags => Some("tags"),
             LimitKind::Teams => Some("teams"),
+            LimitKind::Webhooks => Some("webhooks"),
         };
         let per_minute = matches!(self.kind, LimitKind::Writes | LimitKind::Reads);
         LimitDetail {

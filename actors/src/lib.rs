@@ -30,6 +30,7 @@ mod stats;
 mod store;
 mod supervisor;
 mod views;
+pub mod webhook_sender;
 mod writer;
 
 pub use clock::{Clock, SystemClock};

@@ -21,6 +21,7 @@ use crate::keyfiles::KeySource;
 use crate::llm::ChatEndpoint;
 use crate::moderation::ModerationEndpoint;
 use crate::process::READY_PREFIX;
+use crate::webhooks::HttpWebhookSender;
 
 /// Where the server keeps its data: shared by `serve` and the commands
 /// that work on a stopped server's store.
@@ -138,6 +139,10 @@ pub struct ServeArgs {
     /// operator's recompute works either way.
     #[arg(long, env = "TASKQ_REPORTS_SCHEDULE", default_value = "on")]
     pub reports_schedule: String,
+    /// Webhook URLs may lead to loopback, private, link-local and
+    /// unspecified addresses (`1`); refused otherwise.
+    #[arg(long, env = "TASKQ_WEBHOOKS_ALLOW_PRIVATE", default_value = "0")]
+    pub webhooks_allow_private: String,
 }
 
 fn chat_model(args: &ServeArgs) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
@@ -345,6 +350,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         "off" => false,
         other => bail!("TASKQ_REPORTS_SCHEDULE must be on or off, not {other}"),
     };
+    config.webhooks_allow_private = match args.webhooks_allow_private.as_str() {
+        "1" | "true" => true,
+        "0" | "false" | "" => false,
+        other => bail!("TASKQ_WEBHOOKS_ALLOW_PRIVATE must be 1 or 0, not {other}"),
+    };
+    config.webhook_sender = Some(Arc::new(HttpWebhookSender::new(
+        config.webhooks_allow_private,
+    )?));
     config.feedback_org = match &args.feedback_org {
         Some(id) => Some(
             id.parse()

@@ -28,7 +28,9 @@ EXPECTED = {
     "create_team", "update_team", "delete_team", "add_team_member",
     "remove_team_member", "send_feedback", "get_quota", "search_tasks",
     "get_insights", "list_runbooks", "get_standup", "plan_tasks",
-    "get_org_dek", "put_org_dek",
+    "get_org_dek", "put_org_dek", "list_webhooks", "create_webhook",
+    "delete_webhook", "rotate_webhook_secret", "list_webhook_deliveries",
+    "test_webhook",
 }
 
 

@@ -11,11 +11,12 @@ request the document allows is accepted; three kinds of rule cannot be
 stated in a JSON Schema, and a request the fuzzer generates as valid is
 brought within them before it is sent:
 
-1. What the org's state decides: tags of its vocabulary (task tags,
+1. What the org's state decides, or the world's: tags of its vocabulary (task tags,
    profile and team tags), the teams and members of an identity-provider
    sync, team members and assignees (members and keys), blocking and parent tasks, the
    list cursor the server minted, client envelopes (only a BYOK org takes
-   them), and a seat (an owner keeps theirs). A generated value becomes
+   them), a seat (an owner keeps theirs), and a webhook's URL (its host
+   must resolve, to an address the server allows). A generated value becomes
    one the state admits, or is left out.
 2. Rules across the items of one call: names and ids unique (JSON
    Schema's `uniqueItems` compares whole items, not one field of each),
@@ -39,6 +40,9 @@ LONGEST_WAIT = 1
 TAG = "backend"
 TEAM = "core"
 MEMBER = "member@example.com"
+# Where generated webhook endpoints point: a loopback port nothing answers
+# on (the run allows private addresses), not a host the fuzzer made up.
+WEBHOOK_URL = "http://127.0.0.1:9/hook"
 
 
 def positive(case, location):
@@ -126,6 +130,8 @@ def within_state(case):
             body["seated"] = True
         if path in ("/tasks", "/tasks/update"):
             plain_content(body)
+        if path == "/webhooks" and "url" in body:
+            body["url"] = WEBHOOK_URL
         if path in ("/teams", "/teams/{name}") and "tags" in body:
             body["tags"] = known_tags(body["tags"])
         if path.endswith("/idp/sync") and isinstance(body.get("teams"), dict):

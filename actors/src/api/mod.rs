@@ -27,6 +27,7 @@ mod tags;
 mod task_views;
 mod tasks;
 mod teams;
+mod webhooks;
 
 use std::borrow::Cow;
 
@@ -49,6 +50,7 @@ pub use tags::*;
 pub use task_views::*;
 pub use tasks::*;
 pub use teams::*;
+pub use webhooks::*;
 
 /// JSON Schema patterns of the names decoders accept: not blank, no control
 /// character or bidirectional override, and for

@@ -49,9 +49,9 @@ impl Tier {
     /// The tier's numbers before operator overrides (`None`: unlimited).
     pub fn default_limits(self, seats: i64) -> Limits {
         let seats = seats.max(1);
-        let (w, r, month, tags, teams, plans) = match self {
-            Tier::Free => (Some(10), Some(30), Some(10_000), 20, 0, 0),
-            Tier::Dev => (Some(30), Some(120), Some(100_000), 100, 5, 0),
+        let (w, r, month, tags, teams, plans, webhooks) = match self {
+            Tier::Free => (Some(10), Some(30), Some(10_000), 20, 0, 0, 0),
+            Tier::Dev => (Some(30), Some(120), Some(100_000), 100, 5, 0, 5),
             Tier::Pro => (
                 Some((60 * seats).min(600)),
                 Some((300 * seats).min(3_000)),
@@ -59,6 +59,7 @@ impl Tier {
                 500,
                 50,
                 100,
+                25,
             ),
             Tier::Enterprise => (
                 Some(600),
@@ -67,6 +68,7 @@ impl Tier {
                 2_000,
                 500,
                 1_000,
+                100,
             ),
         };
         Limits {
@@ -77,6 +79,7 @@ impl Tier {
             tags: Some(tags),
             teams: Some(teams),
             plans_per_month: Some(plans),
+            webhooks: Some(webhooks),
         }
     }
 }
@@ -94,10 +97,11 @@ pub enum LimitKey {
     Tags,
     Teams,
     PlansPerMonth,
+    Webhooks,
 }
 
 impl LimitKey {
-    pub const ALL: [LimitKey; 7] = [
+    pub const ALL: [LimitKey; 8] = [
         LimitKey::WritesPerMinute,
         LimitKey::ReadsPerMinute,
         LimitKey::RequestsPerMonth,
@@ -105,6 +109,7 @@ impl LimitKey {
         LimitKey::Tags,
         LimitKey::Teams,
         LimitKey::PlansPerMonth,
+        LimitKey::Webhooks,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -116,6 +121,7 @@ impl LimitKey {
             LimitKey::Tags => "tags",
             LimitKey::Teams => "teams",
             LimitKey::PlansPerMonth => "plans_per_month",
+            LimitKey::Webhooks => "webhooks",
         }
     }
 
@@ -134,6 +140,7 @@ pub struct Limits {
     pub tags: Option<i64>,
     pub teams: Option<i64>,
     pub plans_per_month: Option<i64>,
+    pub webhooks: Option<i64>,
 }
 
 impl Limits {
@@ -150,6 +157,7 @@ impl Limits {
             LimitKey::Tags => &self.tags,
             LimitKey::Teams => &self.teams,
             LimitKey::PlansPerMonth => &self.plans_per_month,
+            LimitKey::Webhooks => &self.webhooks,
         }
     }
 
@@ -162,6 +170,7 @@ impl Limits {
             LimitKey::Tags => &mut self.tags,
             LimitKey::Teams => &mut self.teams,
             LimitKey::PlansPerMonth => &mut self.plans_per_month,
+            LimitKey::Webhooks => &mut self.webhooks,
         };
         *slot = value;
     }

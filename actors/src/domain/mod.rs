@@ -15,6 +15,7 @@ pub mod period;
 mod status;
 mod task;
 pub mod usage;
+pub mod webhooks;
 
 pub use ids::{KeyId, OrgId, TaskId, ID_TEXT_LEN, UUID_PATTERN};
 pub use status::TaskStatus;

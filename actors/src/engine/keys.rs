@@ -8,6 +8,10 @@
 //! keyring holds; running the rotation again finishes it. The previous keys
 //! are dropped only when the store holds no wrap by them, checked while no
 //! org is being created, so no wrap by a dropped key can appear later.
+//! Webhook signing secrets are sealed by the master key itself (a BYOK org
+//! has no data key) and move the same way: re-sealed by the current key,
+//! each conditional on the seal read, and counted with the wraps, so the
+//! old keys stay until no secret needs them.
 
 use std::sync::Arc;
 
@@ -140,6 +144,7 @@ impl Engine {
         // passed its id: a few passes find it.
         for _ in 0..3 {
             rewrapped += self.rewrap_all(&current).await?;
+            self.reseal_webhook_secrets(&current).await?;
             let gate = self.inner.wrap_gate.write().await;
             if everywhere && self.inner.store.count_wraps_not_under(&current).await? == 0 {
                 let ring = self.keyring();
@@ -193,6 +198,30 @@ impl Engine {
             "not every node wraps with the new master key yet: the old keys are kept"
         );
         Ok(false)
+    }
+
+    /// One pass over the webhook secrets not sealed by `current`: each
+    /// re-sealed by it, conditional on the seal read.
+    async fn reseal_webhook_secrets(&self, current: &str) -> Result<u64, EngineError> {
+        let ring = self.keyring();
+        let mut moved = 0;
+        for slot in self.inner.store.webhook_secrets_not_under(current).await? {
+            let (org, webhook, _, sealed) = &slot;
+            let Some(new) = ring
+                .reseal_webhook_secret(*org, webhook, sealed)
+                .map_err(|e| {
+                    EngineError::Internal(format!(
+                        "a webhook secret of org {org} does not open: {e}"
+                    ))
+                })?
+            else {
+                continue;
+            };
+            if self.inner.store.reseal_webhook_secret(&slot, &new).await? {
+                moved += 1;
+            }
+        }
+        Ok(moved)
     }
 
     /// One pass over the wraps not under `current`.

@@ -28,6 +28,7 @@ use crate::reports::compute::Reporter;
 use crate::stats::{OrgSnapshots, Refusals};
 use crate::store::Store;
 use crate::supervisor::{ActorStats, Routes, Supervisor, SupervisorMsg};
+use crate::webhook_sender::WebhookSender;
 use crate::writer::Writers;
 
 pub struct EngineConfig {
@@ -69,6 +70,11 @@ pub struct EngineConfig {
     /// Several nodes on one PostgreSQL: this node's advertise URL and
     /// lease timing. `None`: a node alone (SQLite always is).
     pub cluster: Option<crate::cluster::ClusterConfig>,
+    /// Sends webhook deliveries; `None`: events wait in the outbox.
+    pub webhook_sender: Option<Arc<dyn WebhookSender>>,
+    /// Webhook URLs may lead to loopback, private, link-local or
+    /// unspecified addresses (`TASKQ_WEBHOOKS_ALLOW_PRIVATE`).
+    pub webhooks_allow_private: bool,
     /// Test hook: a master-key rotation stops for good after moving this
     /// many wraps, so a test can kill the process in the middle.
     #[cfg(feature = "test-hooks")]
@@ -100,6 +106,8 @@ impl EngineConfig {
             reader_queue: 4096,
             claim_cache_bytes: 64 << 20,
             cluster: None,
+            webhook_sender: None,
+            webhooks_allow_private: false,
             #[cfg(feature = "test-hooks")]
             rewrap_pause_after: None,
         }
@@ -125,12 +133,13 @@ async fn check_master_keys(store: &Store, keyring: &Keyring) -> Result<(), Engin
             ids.join(", ")
         )));
     }
-    for (id, orgs) in missing {
+    for (id, sealed) in missing {
         tracing::warn!(
             master_key_id = %id,
-            orgs,
-            "data keys are wrapped by a master key this server does not hold: those orgs \
-             answer 500 until it is supplied (TASKQ_MASTER_KEY_PREVIOUS)"
+            sealed,
+            "data keys or webhook secrets are sealed by a master key this server does not \
+             hold: those orgs answer 500, and those webhooks are not sent, until it is \
+             supplied (TASKQ_MASTER_KEY_PREVIOUS)"
         );
     }
     Ok(())
@@ -281,6 +290,7 @@ impl Engine {
                 feedback_filter: config.feedback_filter,
                 feedback: OnceLock::new(),
                 wrap_gate: tokio::sync::RwLock::new(()),
+                webhooks_allow_private: config.webhooks_allow_private,
                 local_node: Arc::new((
                     cluster.as_ref().map_or_else(
                         || uuid::Uuid::now_v7().to_string(),
@@ -316,6 +326,9 @@ impl Engine {
         let _ = engine.inner.feedback.set(feedback);
         engine.wake_orgs_with_leases().await?;
         background_tasks.push(tokio::spawn(engine.clone().watch_store()));
+        if let Some(sender) = config.webhook_sender {
+            background_tasks.push(engine.start_deliveries(sender));
+        }
         *engine.inner.placement.lock().expect("not poisoned") = engine.start_placement();
         *engine.inner.background_tasks.lock().expect("not poisoned") = background_tasks;
         Ok(engine)

@@ -16,6 +16,7 @@
 mod admin;
 mod auth;
 mod cluster;
+mod deliveries;
 mod feedback;
 mod keys;
 mod lifecycle;
@@ -25,6 +26,7 @@ mod peers;
 mod reports;
 mod stats;
 mod tasks;
+mod webhooks;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -109,6 +111,8 @@ struct Inner {
     /// Held shared while an org's data key is wrapped and stored, and
     /// exclusively while the keyring changes.
     wrap_gate: tokio::sync::RwLock<()>,
+    /// Webhook URLs may lead to any address (tests, private networks).
+    webhooks_allow_private: bool,
     /// This node's place among several on one PostgreSQL.
     cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The heartbeat's thread and what acts on it (several nodes).

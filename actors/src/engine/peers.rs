@@ -1,7 +1,8 @@
 //! What one node asks of another (several nodes on one PostgreSQL): an
 //! operation on an org this node does not own, run by the org's owner, as
-//! every change of an org is. Two need it: filing feedback in the feedback
-//! org, and revoking a blocked member's keys in each of the member's orgs.
+//! every change of an org is. Three need it: filing feedback in the feedback
+//! org, revoking a blocked member's keys in each of the member's orgs, and
+//! disabling a webhook endpoint the delivery worker gave up on.
 //! The front end carries them (`Peers`, over HTTP), authenticated by a
 //! token every node derives from the shared master key.
 
@@ -23,6 +24,8 @@ use crate::error::EngineError;
 pub enum PeerOp {
     /// A blocked member's keys in one org.
     RevokeMemberKeys { org: OrgId, email: String },
+    /// A webhook endpoint that answered 410 or ran out of retries.
+    DisableWebhook { org: OrgId, webhook: String },
     /// Feedback, as a task of the feedback org (`org`), from a member of
     /// another org.
     FileFeedback {
@@ -36,7 +39,9 @@ pub enum PeerOp {
 impl PeerOp {
     pub fn org(&self) -> OrgId {
         match self {
-            PeerOp::RevokeMemberKeys { org, .. } | PeerOp::FileFeedback { org, .. } => *org,
+            PeerOp::RevokeMemberKeys { org, .. }
+            | PeerOp::DisableWebhook { org, .. }
+            | PeerOp::FileFeedback { org, .. } => *org,
         }
     }
 }
@@ -123,6 +128,10 @@ impl Engine {
         match op {
             PeerOp::RevokeMemberKeys { org, email } => {
                 self.revoke_member_keys(org, &email).await?;
+                Ok(PeerAnswer::default())
+            }
+            PeerOp::DisableWebhook { org, webhook } => {
+                self.disable_webhook_here(org, &webhook).await?;
                 Ok(PeerAnswer::default())
             }
             PeerOp::FileFeedback {

@@ -24,7 +24,7 @@ impl OrgState {
             .ok_or(EngineError::InvalidApiKey)
     }
 
-    fn require_admin(&self, caller: &Caller) -> Result<Role, EngineError> {
+    pub(super) fn require_admin(&self, caller: &Caller) -> Result<Role, EngineError> {
         let role = self.role_of(caller)?;
         if role < Role::Admin {
             return Err(RuleError::admin_required().into());

@@ -138,6 +138,7 @@ impl OrgActor {
                 Some(&Text::Plain(note.into())),
                 now,
             );
+            work.lease_expired();
             work.put(state, h);
         }
         for id in &exhausted {

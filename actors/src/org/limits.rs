@@ -401,6 +401,7 @@ mod tests {
             tags: None,
             teams: None,
             plans_per_month: None,
+            webhooks: None,
         }
     }
 

@@ -10,14 +10,15 @@ use std::sync::Arc;
 use ractor::{ActorRef, RpcReplyPort};
 
 use crate::api::{
-    ClaimRequest, CreateTasks, CreatedItem, ListTasks, MemberPatch, MemberView, NewTag, NewTeam,
-    QuotaView, TagPatch, TeamPatch, UpdateResult, UpdateTasks,
+    ClaimRequest, CreateTasks, CreateWebhook, CreatedItem, ListTasks, MemberPatch, MemberView,
+    NewTag, NewTeam, QuotaView, TagPatch, TeamPatch, UpdateResult, UpdateTasks,
 };
 use crate::directory::OrgEntry;
 use crate::domain::account::{Caller, KeyRecord, MemberRecord, Role, SettingsChange};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::order::ListKey;
 use crate::domain::usage::RequestKind;
+use crate::domain::webhooks::Endpoint;
 use crate::domain::{KeyId, Lease, StoredTask, TaskHeader, TaskId};
 use crate::error::EngineError;
 use crate::writer::Commit;
@@ -156,6 +157,8 @@ pub enum OrgMsg {
     GetQuota {
         reply: Reply<QuotaView>,
     },
+    /// The org's webhook endpoints (admins and owners).
+    Webhook(WebhookMsg),
     /// Charges one planning call; answers the plans left this month.
     ChargePlan {
         reply: Reply<Option<i64>>,
@@ -215,6 +218,46 @@ pub enum OrgMsg {
     /// waiting for the timer, and answers when their batch is queued.
     #[cfg(feature = "test-hooks")]
     ExpireLeases(RpcReplyPort<()>),
+}
+
+/// A request about the org's webhook endpoints; all but `Disable` are a
+/// member's, admitted first.
+pub enum WebhookMsg {
+    List {
+        caller: Caller,
+        reply: Reply<Vec<Endpoint>>,
+    },
+    /// Answers whether the caller may see the org's endpoint `webhook`.
+    Find {
+        caller: Caller,
+        webhook: String,
+        reply: Reply<()>,
+    },
+    /// Answers the endpoint and its secret, shown once.
+    Create {
+        caller: Caller,
+        request: CreateWebhook,
+        reply: Reply<(Endpoint, String)>,
+    },
+    Delete {
+        caller: Caller,
+        webhook: String,
+        reply: Reply<()>,
+    },
+    /// Answers the new secret.
+    RotateSecret {
+        caller: Caller,
+        webhook: String,
+        reply: Reply<String>,
+    },
+    /// Queues a test event; answers its id.
+    Test {
+        caller: Caller,
+        webhook: String,
+        reply: Reply<String>,
+    },
+    /// The delivery worker's: no more deliveries to the endpoint.
+    Disable { webhook: String, reply: Reply<()> },
 }
 
 #[derive(Debug, Clone)]

@@ -32,6 +32,7 @@ mod messages;
 mod settings;
 mod tasks;
 mod waiters;
+mod webhooks;
 mod work;
 
 use std::collections::{BTreeMap, HashMap};
@@ -50,6 +51,7 @@ use crate::domain::account::{KeyRecord, MemberRecord};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::open::OpenTasks;
 use crate::domain::usage::{RequestKind, Usage};
+use crate::domain::webhooks::Endpoint;
 use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
 use crate::health::StoreHealth;
@@ -114,6 +116,8 @@ pub struct OrgState {
     teams: BTreeMap<String, Team>,
     /// (team, email) -> membership.
     memberships: BTreeMap<(String, String), Membership>,
+    /// Webhook endpoints, active or not, without their secrets.
+    webhooks: Vec<Endpoint>,
     /// This month's counters.
     usage: Usage,
     buckets: limits::Buckets,
@@ -220,6 +224,7 @@ impl Actor for OrgActor {
             tags: BTreeMap::new(),
             teams: BTreeMap::new(),
             memberships: BTreeMap::new(),
+            webhooks: Vec::new(),
             usage: Usage::default(),
             buckets: limits::Buckets::default(),
             waiters: waiters::Waiters::default(),
@@ -270,6 +275,7 @@ impl Actor for OrgActor {
             .into_iter()
             .map(|m| ((m.team.clone(), m.email.clone()), m))
             .collect();
+        state.webhooks = records.webhooks;
         state.usage = records.usage.unwrap_or_default();
         tracing::info!(org_id = %org, open_tasks = state.open.len(), "org actor started");
         self.expire_leases(state).await?;
@@ -458,6 +464,7 @@ impl Actor for OrgActor {
             OrgMsg::GetQuota { reply } => {
                 serve!(self, state, reply, read, |work| Ok(self.quota(state)))
             }
+            OrgMsg::Webhook(msg) => self.serve_webhooks(state, msg),
             OrgMsg::ChargePlan { reply } => serve!(self, state, reply, write, |work| {
                 self.charge_plan(state, &mut work)
             }),

@@ -1,6 +1,8 @@
 //! The changes one message makes, gathered before they are submitted as one
 //! batch: task rows, header changes, sealed content, state events, account
-//! rows, and whether the month's usage must be stored with them.
+//! rows, and whether the month's usage must be stored with them. The batch
+//! also carries the webhook events of its state events (the outbox), so
+//! they commit with them.
 
 use std::collections::{HashMap, HashSet};
 
@@ -8,6 +10,7 @@ use serde::Serialize;
 
 use super::OrgState;
 use crate::api::{note_bytes, Text};
+use crate::domain::webhooks::OutboxEvent;
 use crate::domain::{ContentField, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus};
 use crate::store::{WriteBatch, WriteOp};
 
@@ -25,6 +28,10 @@ pub(super) struct Work {
     pub accounts: Vec<WriteOp>,
     /// The usage counters changed (admission, task creation).
     pub save_usage: bool,
+    /// Webhook events made other than by a state change (a test event).
+    pub outbox: Vec<OutboxEvent>,
+    /// The indexes in `events` of changes a lease's expiry made.
+    lease_expired: Vec<usize>,
 }
 
 impl Work {
@@ -116,6 +123,14 @@ impl Work {
         });
     }
 
+    /// Marks the last state change as made by a lease's expiry (its
+    /// webhook event is `task.lease_expired`).
+    pub fn lease_expired(&mut self) {
+        if let Some(last) = self.events.len().checked_sub(1) {
+            self.lease_expired.push(last);
+        }
+    }
+
     /// Drops everything but the usage: a request that failed writes nothing
     /// of its own, but it was admitted and counts.
     pub fn discard_changes(&mut self) {
@@ -131,6 +146,7 @@ impl Work {
             && self.content.is_empty()
             && self.events.is_empty()
             && self.accounts.is_empty()
+            && self.outbox.is_empty()
             && !self.save_usage
     }
 
@@ -166,6 +182,13 @@ impl Work {
             }
         }
         ops.extend(self.content);
+        let mut outbox = self.outbox;
+        if !self.events.is_empty() && state.has_live_webhooks() {
+            outbox.extend(state.outbox_for(&self.events, &self.lease_expired));
+        }
+        if !outbox.is_empty() {
+            ops.push(WriteOp::InsertOutbox(outbox));
+        }
         if !self.events.is_empty() {
             ops.push(WriteOp::InsertEvents(self.events));
         }

@@ -107,13 +107,16 @@ impl Store {
             .collect()
     }
 
-    /// The master keys that wrap managed orgs' data keys, by id, each with
-    /// the number of orgs whose wrap names it.
+    /// The master keys that wrap managed orgs' data keys or seal webhook
+    /// secrets, by id, each with the number of wraps and secrets naming it.
     pub async fn wrapping_master_keys(&self) -> Result<Vec<(String, i64)>> {
         let rows: Vec<MasterKeyUseRow> = self
             .fetch_all(
-                "SELECT master_key_id, COUNT(*) AS n FROM orgs \
+                "SELECT master_key_id, COUNT(*) AS n FROM (SELECT master_key_id FROM orgs \
                  WHERE wrapped_dek IS NOT NULL AND master_key_id IS NOT NULL \
+                 UNION ALL SELECT secret_key_id FROM webhooks \
+                 UNION ALL SELECT previous_secret_key_id FROM webhooks \
+                 WHERE previous_secret_key_id IS NOT NULL) k \
                  GROUP BY master_key_id ORDER BY master_key_id",
                 vec![],
             )
@@ -121,12 +124,15 @@ impl Store {
         Ok(rows.into_iter().map(|r| (r.master_key_id, r.n)).collect())
     }
 
-    /// How many managed orgs' data keys are not wrapped by `current`.
+    /// How many managed orgs' data keys and webhook secrets are not sealed by
+    /// `current`.
     pub async fn count_wraps_not_under(&self, current: &str) -> Result<i64> {
         let rows: Vec<CountRow> = self
             .fetch_all(
-                "SELECT COUNT(*) AS n FROM orgs WHERE wrapped_dek IS NOT NULL \
-                 AND (master_key_id IS NULL OR master_key_id <> $1)",
+                "SELECT (SELECT COUNT(*) FROM orgs WHERE wrapped_dek IS NOT NULL \
+                 AND (master_key_id IS NULL OR master_key_id <> $1)) \
+                 + (SELECT COUNT(*) FROM webhooks WHERE secret_key_id <> $1 \
+                 OR (previous_secret IS NOT NULL AND previous_secret_key_id <> $1)) AS n",
                 vec![Arg::Text(current.to_owned())],
             )
             .await?;

@@ -5,6 +5,7 @@ use super::{Result, Store};
 use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::usage::Usage;
+use crate::domain::webhooks::Endpoint;
 use crate::domain::{OrgId, TaskHeader};
 
 /// Everything stored for one org that its actor holds in memory.
@@ -18,6 +19,7 @@ pub struct OrgRecords {
     pub tags: Vec<Tag>,
     pub teams: Vec<Team>,
     pub memberships: Vec<Membership>,
+    pub webhooks: Vec<Endpoint>,
     /// `None` until the org's usage is first saved.
     pub usage: Option<Usage>,
 }
@@ -27,7 +29,7 @@ impl Store {
     /// and usage, read at once outside a transaction: the caller makes sure
     /// no write of the org is in flight.
     pub async fn load_org(&self, org: OrgId) -> Result<OrgRecords> {
-        let (record, open_tasks, members, keys, tags, teams, memberships, usage) = tokio::try_join!(
+        let (record, open_tasks, members, keys, tags, teams, memberships, webhooks, usage) = tokio::try_join!(
             self.get_org(org),
             self.open_task_headers(org),
             self.org_members(org),
@@ -35,6 +37,7 @@ impl Store {
             self.org_tags(org),
             self.org_teams(org),
             self.org_memberships(org),
+            self.org_webhooks(org),
             self.org_usage(org),
         )?;
         Ok(OrgRecords {
@@ -45,6 +48,7 @@ impl Store {
             tags,
             teams,
             memberships,
+            webhooks,
             usage,
         })
     }

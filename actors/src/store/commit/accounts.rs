@@ -175,11 +175,75 @@ macro_rules! account_statements {
                             .execute($exec)
                             .await?;
                     }
+                    WriteOp::InsertWebhook { endpoint: e, secret } => {
+                        sqlx::query(
+                            "INSERT INTO webhooks (org_id, webhook_id, url, events, description, \
+                             secret, secret_key_id, active, created_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                        )
+                        .bind(&org)
+                        .bind(&e.webhook_id)
+                        .bind(&e.url)
+                        .bind(serde_json::to_string(e.subscription.names()).unwrap_or_default())
+                        .bind(&e.description)
+                        .bind(&secret.bytes)
+                        .bind(&secret.master_key_id)
+                        .bind(i64::from(e.active))
+                        .bind(e.created_at)
+                        .execute($exec)
+                        .await?;
+                    }
+                    WriteOp::RotateWebhookSecret {
+                        webhook_id,
+                        secret,
+                        previous_until,
+                    } => {
+                        // The right-hand sides read the row as it was.
+                        sqlx::query(
+                            "UPDATE webhooks SET previous_secret = secret, \
+                             previous_secret_key_id = secret_key_id, previous_until = $3, \
+                             secret = $4, secret_key_id = $5 WHERE org_id = $1 AND webhook_id = $2",
+                        )
+                        .bind(&org)
+                        .bind(webhook_id)
+                        .bind(previous_until)
+                        .bind(&secret.bytes)
+                        .bind(&secret.master_key_id)
+                        .execute($exec)
+                        .await?;
+                    }
+                    WriteOp::DisableWebhook(webhook_id) | WriteOp::DeleteWebhook(webhook_id) => {
+                        let endpoint = if matches!(op, WriteOp::DeleteWebhook(_)) {
+                            "DELETE FROM webhooks WHERE org_id = $1 AND webhook_id = $2"
+                        } else {
+                            "UPDATE webhooks SET active = 0 WHERE org_id = $1 AND webhook_id = $2"
+                        };
+                        sqlx::query(endpoint)
+                            .bind(&org)
+                            .bind(webhook_id)
+                            .execute($exec)
+                            .await?;
+                        sqlx::query("DELETE FROM webhook_outbox WHERE org_id = $1 AND webhook_id = $2")
+                            .bind(&org)
+                            .bind(webhook_id)
+                            .execute($exec)
+                            .await?;
+                        if matches!(op, WriteOp::DeleteWebhook(_)) {
+                            sqlx::query(
+                                "DELETE FROM webhook_deliveries WHERE org_id = $1 AND webhook_id = $2",
+                            )
+                            .bind(&org)
+                            .bind(webhook_id)
+                            .execute($exec)
+                            .await?;
+                        }
+                    }
                     WriteOp::InsertTasks(_)
                     | WriteOp::SaveUsage(_)
                     | WriteOp::UpdateHeader { .. }
                     | WriteOp::SetContent { .. }
-                    | WriteOp::InsertEvents(_) => unreachable!("task ops are planned apart"),
+                    | WriteOp::InsertEvents(_)
+                    | WriteOp::InsertOutbox(_) => unreachable!("task ops are planned apart"),
                 }
             }
         }

@@ -13,9 +13,11 @@ use std::time::Instant;
 use sqlx::PgConnection;
 
 use super::{Result, Store};
+use crate::crypto::SealedSecret;
 use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::usage::Usage;
+use crate::domain::webhooks::{Endpoint, OutboxEvent};
 use crate::domain::{ContentField, KeyId, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId};
 
 mod accounts;
@@ -72,6 +74,25 @@ pub enum WriteOp {
     },
     /// This month's counters and the rate buckets' state.
     SaveUsage(Usage),
+    /// Webhook events, in the commit of the change that made them (the
+    /// outbox: see `store::webhooks`).
+    InsertOutbox(Vec<OutboxEvent>),
+    InsertWebhook {
+        endpoint: Endpoint,
+        secret: SealedSecret,
+    },
+    /// A new secret; the current one becomes the previous, which signs
+    /// until `previous_until`.
+    RotateWebhookSecret {
+        webhook_id: String,
+        secret: SealedSecret,
+        previous_until: i64,
+    },
+    /// No more deliveries: the endpoint stays, inactive, and its pending
+    /// events go.
+    DisableWebhook(String),
+    /// The endpoint, its pending events and its delivery log go.
+    DeleteWebhook(String),
 }
 
 /// The writes of one org message: committed together or not at all.
@@ -138,6 +159,8 @@ struct CommitPlan<'a> {
     headers: HashMap<(OrgId, TaskId), PlannedHeader<'a>>,
     content: Vec<(ContentField, ContentValues<'a>)>,
     events: Vec<(OrgId, &'a StoredEvent)>,
+    /// Webhook events, in commit order.
+    outbox: Vec<(OrgId, &'a OutboxEvent)>,
 }
 
 impl<'a> CommitPlan<'a> {
@@ -150,6 +173,7 @@ impl<'a> CommitPlan<'a> {
             headers: HashMap::new(),
             content: Vec::new(),
             events: Vec::new(),
+            outbox: Vec::new(),
         };
         for batch in batches {
             let org = batch.org;
@@ -198,6 +222,9 @@ impl<'a> CommitPlan<'a> {
                     }
                     WriteOp::SaveUsage(usage) => {
                         plan.usage.insert(org, usage);
+                    }
+                    WriteOp::InsertOutbox(events) => {
+                        plan.outbox.extend(events.iter().map(|e| (org, e)));
                     }
                     other => plan.accounts.push((org, other)),
                 }

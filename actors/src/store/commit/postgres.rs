@@ -90,7 +90,13 @@ const FENCE_STATEMENT: &str = concat!("WITH ", fence_cte!(1, 2, 3), " ", fence_c
 /// its task's event before it, each task row its latest event's. Only an
 /// event whose predecessor the writer does not know (`look_up`) reads it
 /// from the task row, as the row was before the statement.
-const TASK_STATEMENT: &str = concat!(
+///
+/// A commit with webhook events (`task_statement!` with the outbox CTE)
+/// inserts them in the same statement; a commit without keeps the text
+/// without that CTE, so an org with no endpoints binds nothing more.
+macro_rules! task_statement {
+    ($($outbox:literal)?) => {
+        concat!(
     "\
 WITH ",
     fence_cte!(66, 67, 68),
@@ -158,9 +164,29 @@ WITH ",
     WITH ORDINALITY AS v(event_id, org_id, task_id, from_status, to_status, agent_id, at, note,
       prev_event_id, look_up, n)
   ORDER BY v.n
-)
+)",
+    $($outbox,)?
+    "
 ",
     fence_check!(66)
+        )
+    };
+}
+
+const TASK_STATEMENT: &str = task_statement!();
+
+/// The statement with the commit's webhook events (`$69` to `$75`).
+const TASK_STATEMENT_WITH_OUTBOX: &str = task_statement!(
+    ", outbox AS (
+  INSERT INTO webhook_outbox (org_id, webhook_id, event_id, type, task_key, body, created_at,
+    attempts, next_attempt_at)
+  SELECT v.org_id, v.webhook_id, v.event_id, v.type, v.task_key, v.body, v.created_at, 0,
+    v.created_at
+  FROM UNNEST($69::text[], $70::text[], $71::text[], $72::text[], $73::text[], $74::text[],
+    $75::int8[])
+    WITH ORDINALITY AS v(org_id, webhook_id, event_id, type, task_key, body, created_at, n)
+  ORDER BY v.n
+)"
 );
 
 /// The statements that show the plan a connection makes for the commit
@@ -288,6 +314,7 @@ fn task_statement(
         && plan.headers.is_empty()
         && plan.content.is_empty()
         && plan.events.is_empty()
+        && plan.outbox.is_empty()
     {
         return None;
     }
@@ -357,76 +384,93 @@ fn task_statement(
     let [title, description, metadata, output] = inserted_content;
     let [set_title, set_description, set_metadata, set_output] = set_flags;
     let [new_title, new_description, new_metadata, new_output] = set_values;
+    let text = if plan.outbox.is_empty() {
+        TASK_STATEMENT
+    } else {
+        TASK_STATEMENT_WITH_OUTBOX
+    };
+    let query = sqlx::query(text)
+        .bind(column(&usage, |(org, _)| org.to_string()))
+        .bind(column(&usage, |(_, u)| u.month.clone()))
+        .bind(column(&usage, |(_, u)| u.requests))
+        .bind(column(&usage, |(_, u)| u.tasks))
+        .bind(column(&usage, |(_, u)| u.plans))
+        .bind(column(&usage, |(_, u)| tat(u.read_tat)))
+        .bind(column(&usage, |(_, u)| tat(u.write_tat)))
+        .bind(inserted.org)
+        .bind(inserted.task)
+        .bind(inserted.status)
+        .bind(inserted.status_rank)
+        .bind(inserted.priority)
+        .bind(inserted.assignee)
+        .bind(inserted.tags)
+        .bind(inserted.blocked_by)
+        .bind(inserted.parent)
+        .bind(inserted.created_at)
+        .bind(inserted.updated_at)
+        .bind(inserted.lease_id)
+        .bind(inserted.lease_expires_at)
+        .bind(inserted.lease_seconds)
+        .bind(inserted.attempts)
+        .bind(inserted.max_attempts)
+        .bind(title)
+        .bind(description)
+        .bind(metadata)
+        .bind(output)
+        .bind(updated.org)
+        .bind(updated.task)
+        .bind(has_header)
+        .bind(updated.status)
+        .bind(updated.status_rank)
+        .bind(updated.priority)
+        .bind(updated.assignee)
+        .bind(updated.tags)
+        .bind(updated.blocked_by)
+        .bind(updated.updated_at)
+        .bind(updated.lease_id)
+        .bind(updated.lease_expires_at)
+        .bind(updated.lease_seconds)
+        .bind(updated.attempts)
+        .bind(set_title)
+        .bind(new_title)
+        .bind(set_description)
+        .bind(new_description)
+        .bind(set_metadata)
+        .bind(new_metadata)
+        .bind(set_output)
+        .bind(new_output)
+        .bind(unembedded_org)
+        .bind(unembedded_task)
+        .bind(column(events, |(org, _)| org.to_string()))
+        .bind(column(events, |(_, e)| e.task_id.to_string()))
+        .bind(column(events, |(_, e)| e.from_status.map(|s| s.as_str())))
+        .bind(column(events, |(_, e)| e.to_status.as_str()))
+        .bind(column(events, |(_, e)| e.agent_id.clone()))
+        .bind(column(events, |(_, e)| e.at))
+        .bind(column(events, |(_, e)| e.note.clone()))
+        .bind(inserted.finished_rank)
+        .bind(updated.finished_rank)
+        .bind(column(&chain.events, |(id, _, _, _)| *id))
+        .bind(linked.prev.clone())
+        .bind(linked.look_up.clone())
+        .bind(inserted_last)
+        .bind(updated_last)
+        .bind(fence_orgs)
+        .bind(fence_epochs)
+        .bind(fence_node);
+    if plan.outbox.is_empty() {
+        return Some(query);
+    }
+    let outbox = &plan.outbox;
     Some(
-        sqlx::query(TASK_STATEMENT)
-            .bind(column(&usage, |(org, _)| org.to_string()))
-            .bind(column(&usage, |(_, u)| u.month.clone()))
-            .bind(column(&usage, |(_, u)| u.requests))
-            .bind(column(&usage, |(_, u)| u.tasks))
-            .bind(column(&usage, |(_, u)| u.plans))
-            .bind(column(&usage, |(_, u)| tat(u.read_tat)))
-            .bind(column(&usage, |(_, u)| tat(u.write_tat)))
-            .bind(inserted.org)
-            .bind(inserted.task)
-            .bind(inserted.status)
-            .bind(inserted.status_rank)
-            .bind(inserted.priority)
-            .bind(inserted.assignee)
-            .bind(inserted.tags)
-            .bind(inserted.blocked_by)
-            .bind(inserted.parent)
-            .bind(inserted.created_at)
-            .bind(inserted.updated_at)
-            .bind(inserted.lease_id)
-            .bind(inserted.lease_expires_at)
-            .bind(inserted.lease_seconds)
-            .bind(inserted.attempts)
-            .bind(inserted.max_attempts)
-            .bind(title)
-            .bind(description)
-            .bind(metadata)
-            .bind(output)
-            .bind(updated.org)
-            .bind(updated.task)
-            .bind(has_header)
-            .bind(updated.status)
-            .bind(updated.status_rank)
-            .bind(updated.priority)
-            .bind(updated.assignee)
-            .bind(updated.tags)
-            .bind(updated.blocked_by)
-            .bind(updated.updated_at)
-            .bind(updated.lease_id)
-            .bind(updated.lease_expires_at)
-            .bind(updated.lease_seconds)
-            .bind(updated.attempts)
-            .bind(set_title)
-            .bind(new_title)
-            .bind(set_description)
-            .bind(new_description)
-            .bind(set_metadata)
-            .bind(new_metadata)
-            .bind(set_output)
-            .bind(new_output)
-            .bind(unembedded_org)
-            .bind(unembedded_task)
-            .bind(column(events, |(org, _)| org.to_string()))
-            .bind(column(events, |(_, e)| e.task_id.to_string()))
-            .bind(column(events, |(_, e)| e.from_status.map(|s| s.as_str())))
-            .bind(column(events, |(_, e)| e.to_status.as_str()))
-            .bind(column(events, |(_, e)| e.agent_id.clone()))
-            .bind(column(events, |(_, e)| e.at))
-            .bind(column(events, |(_, e)| e.note.clone()))
-            .bind(inserted.finished_rank)
-            .bind(updated.finished_rank)
-            .bind(column(&chain.events, |(id, _, _, _)| *id))
-            .bind(linked.prev.clone())
-            .bind(linked.look_up.clone())
-            .bind(inserted_last)
-            .bind(updated_last)
-            .bind(fence_orgs)
-            .bind(fence_epochs)
-            .bind(fence_node),
+        query
+            .bind(column(outbox, |(org, _)| org.to_string()))
+            .bind(column(outbox, |(_, e)| e.webhook_id.clone()))
+            .bind(column(outbox, |(_, e)| e.event_id.clone()))
+            .bind(column(outbox, |(_, e)| e.event_type.as_str()))
+            .bind(column(outbox, |(_, e)| e.task_key.clone()))
+            .bind(column(outbox, |(_, e)| e.body.clone()))
+            .bind(column(outbox, |(_, e)| e.created_at)),
     )
 }
 

@@ -169,6 +169,29 @@ fn push_task_statements(
         });
         qb.push(") AS v WHERE v.column1 IS NOT NULL");
     }
+    // Webhook events: a statement only when the commit has some, so an
+    // org without endpoints adds nothing here.
+    for rows in padded(&plan.outbox) {
+        let qb = next_statement(
+            one,
+            "INSERT INTO webhook_outbox (org_id, webhook_id, event_id, type, task_key, body, \
+             created_at, attempts, next_attempt_at) SELECT v.column1, v.column2, v.column3, \
+             v.column4, v.column5, v.column6, v.column7, 0, v.column7 FROM (",
+        );
+        qb.push_values(rows, |mut b, row| match row {
+            Some((org, e)) => {
+                b.push_bind(org.to_string())
+                    .push_bind(e.webhook_id.clone())
+                    .push_bind(e.event_id.clone())
+                    .push_bind(e.event_type.as_str())
+                    .push_bind(e.task_key.clone())
+                    .push_bind(e.body.clone())
+                    .push_bind(e.created_at);
+            }
+            None => push_nulls(&mut b, 7),
+        });
+        qb.push(") AS v WHERE v.column1 IS NOT NULL");
+    }
     for rows in padded(&plan.inserts) {
         let qb = next_statement(
             one,

@@ -24,6 +24,10 @@ use subtle::ConstantTimeEq;
 pub use crate::domain::account::WrappedDek;
 use crate::domain::{OrgId, TaskId, ID_TEXT_LEN};
 
+mod webhooks;
+
+pub use webhooks::{new_webhook_secret, SealedSecret};
+
 const SEALED: u8 = 1;
 const PLAIN: u8 = 0;
 const NONCE_LEN: usize = 12;

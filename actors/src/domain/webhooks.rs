@@ -1,0 +1,457 @@
+//! Outbound webhooks' pure rules (CONTRACT §7): the event types and which
+//! of them a transition makes, what an endpoint's subscription matches,
+//! the retry schedule, which addresses an endpoint may reach, and the
+//! Standard Webhooks signature. No I/O: the org actor, the delivery worker
+//! and the URL check apply them.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use super::TaskStatus;
+
+/// What a webhook event says happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Created,
+    Claimed,
+    Completed,
+    Failed,
+    Canceled,
+    LeaseExpired,
+    Unblocked,
+    /// Every transition, creation included.
+    StatusChanged,
+    /// `POST /webhooks/{id}/test`: sent to that endpoint whatever it
+    /// subscribed to.
+    Test,
+}
+
+impl EventType {
+    /// The types an endpoint may subscribe to, in the contract's order.
+    pub const SUBSCRIBABLE: [EventType; 8] = [
+        EventType::Created,
+        EventType::Claimed,
+        EventType::Completed,
+        EventType::Failed,
+        EventType::Canceled,
+        EventType::LeaseExpired,
+        EventType::Unblocked,
+        EventType::StatusChanged,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Created => "task.created",
+            EventType::Claimed => "task.claimed",
+            EventType::Completed => "task.completed",
+            EventType::Failed => "task.failed",
+            EventType::Canceled => "task.canceled",
+            EventType::LeaseExpired => "task.lease_expired",
+            EventType::Unblocked => "task.unblocked",
+            EventType::StatusChanged => "task.status_changed",
+            EventType::Test => "webhook.test",
+        }
+    }
+
+    fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+}
+
+/// What an endpoint subscribed to: its `events` as written (`*` or type
+/// names), and the set they stand for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscription {
+    names: Vec<String>,
+    mask: u16,
+}
+
+impl Subscription {
+    /// `*` subscribes to every type; an unknown name is an error, naming it.
+    pub fn parse(names: &[String]) -> Result<Self, String> {
+        let mut mask = 0;
+        for name in names {
+            mask |= if name == "*" {
+                EventType::SUBSCRIBABLE.iter().fold(0, |m, t| m | t.bit())
+            } else {
+                EventType::SUBSCRIBABLE
+                    .iter()
+                    .find(|t| t.as_str() == name)
+                    .ok_or_else(|| format!("unknown event type {name:?}"))?
+                    .bit()
+            };
+        }
+        Ok(Self {
+            names: names.to_vec(),
+            mask,
+        })
+    }
+
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    pub fn matches(&self, event: EventType) -> bool {
+        event == EventType::Test || self.mask & event.bit() != 0
+    }
+}
+
+/// The event types one state change makes, most specific first and
+/// `task.status_changed` last. `from` is `None` for a creation;
+/// `lease_expired` marks the change made by a lease that ran out.
+pub fn event_types(
+    from: Option<TaskStatus>,
+    to: TaskStatus,
+    lease_expired: bool,
+) -> impl Iterator<Item = EventType> {
+    let cause = match from {
+        None => Some(EventType::Created),
+        Some(_) if lease_expired => Some(EventType::LeaseExpired),
+        Some(TaskStatus::Blocked) if to == TaskStatus::Pending => Some(EventType::Unblocked),
+        Some(_) if to == TaskStatus::InProgress => Some(EventType::Claimed),
+        Some(_) => None,
+    };
+    let outcome = match to {
+        TaskStatus::Completed => Some(EventType::Completed),
+        TaskStatus::Failed => Some(EventType::Failed),
+        TaskStatus::Canceled => Some(EventType::Canceled),
+        _ => None,
+    };
+    cause
+        .into_iter()
+        .chain(outcome)
+        .chain([EventType::StatusChanged])
+}
+
+/// An endpoint as its org's actor holds it: what it needs to put events
+/// in the outbox and to answer a listing. Its secret stays in the store.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub webhook_id: String,
+    pub url: String,
+    pub subscription: Subscription,
+    pub description: Option<String>,
+    pub active: bool,
+    pub created_at: i64,
+}
+
+/// One event for one endpoint, as the outbox stores it: the body is
+/// final (the same bytes are signed on every attempt).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEvent {
+    pub webhook_id: String,
+    /// The `webhook-id` header.
+    pub event_id: String,
+    pub event_type: EventType,
+    /// Orders an endpoint's events: those of one task are delivered in
+    /// order (the task's id; a test event's own id).
+    pub task_key: String,
+    pub body: String,
+    pub created_at: i64,
+}
+
+/// How long an event is retried after it was made.
+pub const RETRY_WINDOW_MS: i64 = 24 * 3_600_000;
+/// The first waits between attempts; after them, every two hours.
+const BACKOFF_MS: [i64; 6] = [5_000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000];
+const LATER_BACKOFF_MS: i64 = 2 * 3_600_000;
+/// A wait is moved by up to this share of itself, either way, so that the
+/// retries of many events that failed together spread out.
+pub const JITTER: f64 = 0.1;
+
+/// The wait after the `failed`-th failed attempt (1 for the first), before
+/// jitter.
+pub fn backoff_ms(failed: u32) -> i64 {
+    let i = failed.max(1) as usize - 1;
+    BACKOFF_MS.get(i).copied().unwrap_or(LATER_BACKOFF_MS)
+}
+
+/// When to try again after the `failed`-th failed attempt at `now` of an
+/// event made at `created_at`, or `None` once the retry window is spent.
+/// `jitter` is in `[-1, 1]` (a random draw); a `Retry-After` of the
+/// receiver's (in seconds) is honoured when it asks for longer.
+pub fn next_attempt(
+    failed: u32,
+    created_at: i64,
+    now: i64,
+    jitter: f64,
+    retry_after_secs: Option<u64>,
+) -> Option<i64> {
+    let base = backoff_ms(failed);
+    let jittered = base + (base as f64 * JITTER * jitter.clamp(-1.0, 1.0)) as i64;
+    let asked = retry_after_secs.map_or(0, |s| {
+        i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)
+    });
+    let at = now.saturating_add(jittered.max(asked));
+    (at <= created_at.saturating_add(RETRY_WINDOW_MS)).then_some(at)
+}
+
+/// Why an address may not be a webhook's destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    Loopback,
+    Private,
+    LinkLocal,
+    Unspecified,
+    /// Multicast, broadcast, documentation and other special ranges.
+    Reserved,
+}
+
+impl Refused {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refused::Loopback => "a loopback address",
+            Refused::Private => "a private address",
+            Refused::LinkLocal => "a link-local address",
+            Refused::Unspecified => "an unspecified address",
+            Refused::Reserved => "a reserved address",
+        }
+    }
+}
+
+/// Whether `ip` is a public address; if not, what it is.
+pub fn classify(ip: IpAddr) -> Result<(), Refused> {
+    match ip {
+        IpAddr::V4(v4) => classify_v4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => classify_v4(v4),
+            None => classify_v6(v6),
+        },
+    }
+}
+
+fn classify_v4(ip: Ipv4Addr) -> Result<(), Refused> {
+    let [a, b, ..] = ip.octets();
+    if ip.is_unspecified() || a == 0 {
+        Err(Refused::Unspecified)
+    } else if ip.is_loopback() {
+        Err(Refused::Loopback)
+    } else if ip.is_private() || (a == 100 && (64..128).contains(&b)) {
+        Err(Refused::Private)
+    } else if ip.is_link_local() {
+        Err(Refused::LinkLocal)
+    } else if ip.is_multicast() || ip.is_broadcast() || ip.is_documentation() || a >= 240 {
+        Err(Refused::Reserved)
+    } else {
+        Ok(())
+    }
+}
+
+fn classify_v6(ip: Ipv6Addr) -> Result<(), Refused> {
+    let first = ip.segments()[0];
+    if ip.is_unspecified() {
+        Err(Refused::Unspecified)
+    } else if ip.is_loopback() {
+        Err(Refused::Loopback)
+    } else if first & 0xfe00 == 0xfc00 {
+        Err(Refused::Private)
+    } else if first & 0xffc0 == 0xfe80 {
+        Err(Refused::LinkLocal)
+    } else if ip.is_multicast() || first == 0x2001 && ip.segments()[1] == 0x0db8 {
+        Err(Refused::Reserved)
+    } else {
+        Ok(())
+    }
+}
+
+/// The prefix of a secret as clients see it.
+pub const SECRET_PREFIX: &str = "whsec_";
+
+/// A secret's bytes as clients see them: `whsec_` and base64.
+pub fn secret_text(secret: &[u8]) -> String {
+    format!("{SECRET_PREFIX}{}", STANDARD.encode(secret))
+}
+
+/// The Standard Webhooks signature of a message: `v1,` and the base64
+/// HMAC-SHA256 of `{id}.{timestamp}.{body}` under the secret's bytes.
+pub fn sign(secret: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
+    let mut mac =
+        <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    mac.update(id.as_bytes());
+    mac.update(b".");
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
+}
+
+/// The `webhook-signature` header: one signature per secret in use,
+/// space-separated (two during a rotation's overlap).
+pub fn signature_header<'a>(
+    secrets: impl IntoIterator<Item = &'a [u8]>,
+    id: &str,
+    timestamp: i64,
+    body: &[u8],
+) -> String {
+    secrets
+        .into_iter()
+        .map(|s| sign(s, id, timestamp, body))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use TaskStatus::*;
+
+    fn types(from: Option<TaskStatus>, to: TaskStatus, expired: bool) -> Vec<&'static str> {
+        event_types(from, to, expired)
+            .map(EventType::as_str)
+            .collect()
+    }
+
+    #[test]
+    fn each_transition_makes_its_types_and_status_changed() {
+        assert_eq!(
+            types(None, Pending, false),
+            ["task.created", "task.status_changed"]
+        );
+        assert_eq!(
+            types(None, Blocked, false),
+            ["task.created", "task.status_changed"]
+        );
+        assert_eq!(
+            types(Some(Pending), InProgress, false),
+            ["task.claimed", "task.status_changed"]
+        );
+        assert_eq!(
+            types(Some(InProgress), Completed, false),
+            ["task.completed", "task.status_changed"]
+        );
+        assert_eq!(
+            types(Some(InProgress), Failed, false),
+            ["task.failed", "task.status_changed"]
+        );
+        assert_eq!(
+            types(Some(Pending), Canceled, false),
+            ["task.canceled", "task.status_changed"]
+        );
+        assert_eq!(
+            types(Some(InProgress), Pending, true),
+            ["task.lease_expired", "task.status_changed"]
+        );
+        assert_eq!(
+            types(Some(InProgress), Failed, true),
+            ["task.lease_expired", "task.failed", "task.status_changed"]
+        );
+        assert_eq!(
+            types(Some(Blocked), Pending, false),
+            ["task.unblocked", "task.status_changed"]
+        );
+        assert_eq!(
+            types(Some(Blocked), Failed, false),
+            ["task.failed", "task.status_changed"]
+        );
+        assert_eq!(
+            types(Some(InProgress), Paused, false),
+            ["task.status_changed"]
+        );
+    }
+
+    #[test]
+    fn subscriptions_match_their_types_star_everything_and_test_always() {
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let all = Subscription::parse(&names(&["*"])).unwrap();
+        assert!(EventType::SUBSCRIBABLE.iter().all(|t| all.matches(*t)));
+        let some = Subscription::parse(&names(&["task.completed", "task.status_changed"])).unwrap();
+        assert!(some.matches(EventType::Completed));
+        assert!(some.matches(EventType::StatusChanged));
+        assert!(!some.matches(EventType::Claimed));
+        assert!(some.matches(EventType::Test));
+        let changes = Subscription::parse(&names(&["task.status_changed"])).unwrap();
+        assert!(!changes.matches(EventType::Failed));
+        assert!(Subscription::parse(&names(&["task.exploded"])).is_err());
+        assert_eq!(
+            some.names(),
+            names(&["task.completed", "task.status_changed"])
+        );
+    }
+
+    #[test]
+    fn the_schedule_backs_off_then_waits_two_hours_until_a_day_has_passed() {
+        let waits: Vec<i64> = (1..=9).map(backoff_ms).collect();
+        assert_eq!(
+            waits,
+            [
+                5_000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000, 7_200_000, 7_200_000,
+                7_200_000
+            ]
+        );
+        assert_eq!(next_attempt(1, 0, 0, 0.0, None), Some(5_000));
+        // Inside the window, and the first attempt that would land past it.
+        let late = RETRY_WINDOW_MS - LATER_BACKOFF_MS;
+        assert_eq!(next_attempt(9, 0, late, 0.0, None), Some(RETRY_WINDOW_MS));
+        assert_eq!(next_attempt(9, 0, late + 1, 0.0, None), None);
+    }
+
+    #[test]
+    fn jitter_stays_within_a_tenth_of_the_wait() {
+        for failed in 1..12 {
+            let base = backoff_ms(failed);
+            let low = next_attempt(failed, 0, 0, -1.0, None).unwrap();
+            let high = next_attempt(failed, 0, 0, 1.0, None).unwrap();
+            assert_eq!(low, base - base / 10);
+            assert_eq!(high, base + base / 10);
+            assert_eq!(next_attempt(failed, 0, 0, 7.0, None), Some(high));
+        }
+    }
+
+    #[test]
+    fn retry_after_is_honoured_when_longer_and_never_past_the_window() {
+        assert_eq!(next_attempt(1, 0, 0, 0.0, Some(60)), Some(60_000));
+        assert_eq!(next_attempt(1, 0, 0, 0.0, Some(1)), Some(5_000));
+        assert_eq!(next_attempt(1, 0, 0, 0.0, Some(90_000)), None);
+        assert_eq!(next_attempt(1, 0, 0, 0.0, Some(u64::MAX)), None);
+    }
+
+    #[test]
+    fn only_public_addresses_are_destinations() {
+        let check = |s: &str| classify(s.parse().unwrap());
+        assert_eq!(check("93.184.216.34"), Ok(()));
+        assert_eq!(check("2606:2800:220:1:248:1893:25c8:1946"), Ok(()));
+        assert_eq!(check("127.0.0.1"), Err(Refused::Loopback));
+        assert_eq!(check("::1"), Err(Refused::Loopback));
+        assert_eq!(check("::ffff:127.0.0.1"), Err(Refused::Loopback));
+        for private in [
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "fd00::1",
+        ] {
+            assert_eq!(check(private), Err(Refused::Private), "{private}");
+        }
+        assert_eq!(check("169.254.169.254"), Err(Refused::LinkLocal));
+        assert_eq!(check("fe80::1"), Err(Refused::LinkLocal));
+        assert_eq!(check("0.0.0.0"), Err(Refused::Unspecified));
+        assert_eq!(check("::"), Err(Refused::Unspecified));
+        assert_eq!(check("224.0.0.1"), Err(Refused::Reserved));
+        assert_eq!(check("255.255.255.255"), Err(Refused::Reserved));
+    }
+
+    /// The example of the Standard Webhooks specification's reference
+    /// libraries (and of `standardwebhooks` on PyPI).
+    #[test]
+    fn signatures_match_the_standard_webhooks_vector() {
+        let secret = STANDARD.decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        assert_eq!(
+            sign(
+                &secret,
+                "msg_p5jXN8AQM9LWM0D4loKWxJek",
+                1614265330,
+                br#"{"test": 2432232314}"#
+            ),
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+        );
+        let other = [7u8; 32];
+        let both = signature_header([&secret[..], &other[..]], "m", 1, b"{}");
+        assert_eq!(both.split(' ').count(), 2);
+        assert!(both.starts_with(&sign(&secret, "m", 1, b"{}")));
+        assert!(secret_text(&[0u8; 32]).starts_with("whsec_AAAA"));
+    }
+}

@@ -1,0 +1,304 @@
+//! Webhook endpoints inside the org actor, and the outbox rows its changes
+//! make. The actor holds the org's endpoints (not their secrets, which are
+//! sealed in the store), so the batch of any change carries the events it
+//! made for each active endpoint that subscribed to them: they commit
+//! with the change or not at all. An org without endpoints pays one check
+//! of an empty list per batch.
+
+use serde_json::json;
+
+use super::work::Work;
+use super::{Admission, OrgActor, OrgState, Outcome, Reply, WebhookMsg};
+use crate::api::CreateWebhook;
+use crate::clock::format_ms;
+use crate::crypto::new_webhook_secret;
+use crate::domain::account::{Caller, LimitKey};
+use crate::domain::webhooks::{
+    event_types, secret_text, Endpoint, EventType, OutboxEvent, Subscription,
+};
+use crate::domain::{OrgId, StoredEvent};
+use crate::error::{EngineError, LimitKind, ValidationError};
+use crate::store::WriteOp;
+
+/// How long a rotated-out secret keeps signing.
+const ROTATION_OVERLAP_MS: i64 = 24 * 3_600_000;
+
+fn new_event_id() -> String {
+    format!("evt_{}", uuid::Uuid::now_v7().simple())
+}
+
+fn not_found() -> EngineError {
+    EngineError::NotFound("webhook not found".into())
+}
+
+/// A delivery's body: the event's type and time and the ids and statuses
+/// of the change, never the task's content.
+fn body(org: OrgId, event: EventType, at: i64, data: serde_json::Value) -> String {
+    let mut data = data;
+    data["org_id"] = json!(org.to_string());
+    json!({ "type": event.as_str(), "timestamp": format_ms(at), "data": data }).to_string()
+}
+
+impl OrgState {
+    /// Whether any endpoint would take an event: the claim path's one check.
+    pub(super) fn has_live_webhooks(&self) -> bool {
+        !self.webhooks.is_empty() && self.webhooks.iter().any(|w| w.active)
+    }
+
+    fn webhook(&self, id: &str) -> Result<&Endpoint, EngineError> {
+        self.webhooks
+            .iter()
+            .find(|w| w.webhook_id == id)
+            .ok_or_else(not_found)
+    }
+
+    /// The outbox rows of `events` (a batch's state changes, `expired`
+    /// the indexes of those a lease's expiry made): one per event type and
+    /// endpoint subscribed to it, sharing the event's id across endpoints.
+    pub(super) fn outbox_for(&self, events: &[StoredEvent], expired: &[usize]) -> Vec<OutboxEvent> {
+        let mut out = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            for event in event_types(e.from_status, e.to_status, expired.contains(&i)) {
+                let mut shared: Option<(String, String)> = None;
+                for w in self
+                    .webhooks
+                    .iter()
+                    .filter(|w| w.active && w.subscription.matches(event))
+                {
+                    let (event_id, body) = shared.get_or_insert_with(|| {
+                        let data = json!({
+                            "task_id": e.task_id.to_string(),
+                            "from_status": e.from_status.map(|s| s.as_str()),
+                            "to_status": e.to_status.as_str(),
+                            "agent_id": e.agent_id,
+                        });
+                        (new_event_id(), body(self.org, event, e.at, data))
+                    });
+                    out.push(OutboxEvent {
+                        webhook_id: w.webhook_id.clone(),
+                        event_id: event_id.clone(),
+                        event_type: event,
+                        task_key: e.task_id.to_string(),
+                        body: body.clone(),
+                        created_at: e.at,
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+impl OrgActor {
+    /// Serves a webhook message like any other (writer slot, admission,
+    /// change, answer with the commit); none of them awaits anything.
+    pub(super) fn serve_webhooks(&self, state: &mut OrgState, msg: WebhookMsg) {
+        let read = Some(Admission::read());
+        let write = Some(Admission::write());
+        match msg {
+            WebhookMsg::List { caller, reply } => {
+                self.serve_now(state, reply, read, |s, _| self.list_webhooks(s, &caller))
+            }
+            WebhookMsg::Find {
+                caller,
+                webhook,
+                reply,
+            } => self.serve_now(state, reply, read, |s, _| {
+                self.find_webhook(s, &caller, &webhook)
+            }),
+            WebhookMsg::Create {
+                caller,
+                request,
+                reply,
+            } => self.serve_now(state, reply, write, |s, w| {
+                self.create_webhook(s, w, &caller, request)
+            }),
+            WebhookMsg::Delete {
+                caller,
+                webhook,
+                reply,
+            } => self.serve_now(state, reply, write, |s, w| {
+                self.delete_webhook(s, w, &caller, &webhook)
+            }),
+            WebhookMsg::RotateSecret {
+                caller,
+                webhook,
+                reply,
+            } => self.serve_now(state, reply, write, |s, w| {
+                self.rotate_webhook_secret(s, w, &caller, &webhook)
+            }),
+            WebhookMsg::Test {
+                caller,
+                webhook,
+                reply,
+            } => self.serve_now(state, reply, write, |s, w| {
+                self.test_webhook(s, w, &caller, &webhook)
+            }),
+            WebhookMsg::Disable { webhook, reply } => self.serve_now(state, reply, None, |s, w| {
+                self.disable_webhook(s, w, &webhook);
+                Ok(())
+            }),
+        }
+    }
+
+    /// `serve!` for an operation that does not await.
+    fn serve_now<T>(
+        &self,
+        state: &mut OrgState,
+        reply: Reply<T>,
+        admission: Option<Admission>,
+        op: impl FnOnce(&mut OrgState, &mut Work) -> Result<T, EngineError>,
+    ) {
+        match self.begin(state, admission) {
+            Err(e) => {
+                let _ = reply.send(Outcome {
+                    result: Err(e),
+                    commit: None,
+                });
+            }
+            Ok((slot, mut work)) => {
+                let result = op(state, &mut work);
+                self.finish(state, slot, work, result, reply);
+            }
+        }
+    }
+
+    pub(super) fn list_webhooks(
+        &self,
+        state: &OrgState,
+        caller: &Caller,
+    ) -> Result<Vec<Endpoint>, EngineError> {
+        state.require_admin(caller)?;
+        Ok(state.webhooks.clone())
+    }
+
+    /// Checks that the caller may see the endpoint and that it is the org's.
+    pub(super) fn find_webhook(
+        &self,
+        state: &OrgState,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<(), EngineError> {
+        state.require_admin(caller)?;
+        state.webhook(id).map(|_| ())
+    }
+
+    /// A new endpoint and its secret as the client sees it, once. The
+    /// secret is sealed by the current master key before it leaves here.
+    pub(super) fn create_webhook(
+        &self,
+        state: &mut OrgState,
+        work: &mut Work,
+        caller: &Caller,
+        request: CreateWebhook,
+    ) -> Result<(Endpoint, String), EngineError> {
+        state.require_admin(caller)?;
+        state.check_count(
+            LimitKey::Webhooks,
+            LimitKind::Webhooks,
+            state.webhooks.len() + 1,
+        )?;
+        let names: Vec<String> = request
+            .events
+            .iter()
+            .map(|e| e.as_str().to_owned())
+            .collect();
+        let subscription = Subscription::parse(&names)
+            .map_err(|e| EngineError::Invalid(ValidationError::field("events", e)))?;
+        let endpoint = Endpoint {
+            webhook_id: uuid::Uuid::now_v7().to_string(),
+            url: request.url,
+            subscription,
+            description: request.description,
+            active: true,
+            created_at: self.now(),
+        };
+        let secret = new_webhook_secret();
+        let sealed = self.deps.directory.keyring().current().seal_webhook_secret(
+            state.org,
+            &endpoint.webhook_id,
+            &secret,
+        );
+        work.accounts.push(WriteOp::InsertWebhook {
+            endpoint: endpoint.clone(),
+            secret: sealed,
+        });
+        state.webhooks.push(endpoint.clone());
+        Ok((endpoint, secret_text(&secret)))
+    }
+
+    pub(super) fn delete_webhook(
+        &self,
+        state: &mut OrgState,
+        work: &mut Work,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<(), EngineError> {
+        state.require_admin(caller)?;
+        state.webhook(id)?;
+        state.webhooks.retain(|w| w.webhook_id != id);
+        work.accounts.push(WriteOp::DeleteWebhook(id.to_owned()));
+        Ok(())
+    }
+
+    /// A new secret; the old one signs beside it for a day.
+    pub(super) fn rotate_webhook_secret(
+        &self,
+        state: &mut OrgState,
+        work: &mut Work,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<String, EngineError> {
+        state.require_admin(caller)?;
+        state.webhook(id)?;
+        let secret = new_webhook_secret();
+        let sealed = self
+            .deps
+            .directory
+            .keyring()
+            .current()
+            .seal_webhook_secret(state.org, id, &secret);
+        work.accounts.push(WriteOp::RotateWebhookSecret {
+            webhook_id: id.to_owned(),
+            secret: sealed,
+            previous_until: self.now() + ROTATION_OVERLAP_MS,
+        });
+        Ok(secret_text(&secret))
+    }
+
+    /// Queues a `webhook.test` event for the endpoint; answers its id.
+    pub(super) fn test_webhook(
+        &self,
+        state: &mut OrgState,
+        work: &mut Work,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<String, EngineError> {
+        state.require_admin(caller)?;
+        if !state.webhook(id)?.active {
+            return Err(EngineError::Conflict("the webhook is not active".into()));
+        }
+        let now = self.now();
+        let event_id = new_event_id();
+        work.outbox.push(OutboxEvent {
+            webhook_id: id.to_owned(),
+            event_id: event_id.clone(),
+            event_type: EventType::Test,
+            task_key: event_id.clone(),
+            body: body(state.org, EventType::Test, now, json!({ "webhook_id": id })),
+            created_at: now,
+        });
+        Ok(event_id)
+    }
+
+    /// The delivery worker's: the endpoint answered 410 or an event ran out
+    /// of retries. Nothing more is sent to it; a deleted one stays deleted.
+    pub(super) fn disable_webhook(&self, state: &mut OrgState, work: &mut Work, id: &str) {
+        if let Some(w) = state.webhooks.iter_mut().find(|w| w.webhook_id == id) {
+            if w.active {
+                w.active = false;
+                work.accounts.push(WriteOp::DisableWebhook(id.to_owned()));
+            }
+        }
+    }
+}
