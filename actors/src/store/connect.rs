@@ -17,7 +17,7 @@ use super::{EventLinks, Result, Store, StoreError, StoreOptions};
 /// system when the process ends, however it ends; SQLite's own locks are
 /// of another kind and do not see it. `None` for PostgreSQL.
 pub fn hold_sqlite_file(url: &str) -> Result<Option<std::fs::File>> {
-    if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+    if is_postgres(url) {
         return Ok(None);
     }
     let options = SqliteConnectOptions::from_str(url)?;
@@ -47,13 +47,9 @@ pub fn hold_sqlite_file(url: &str) -> Result<Option<std::fs::File>> {
 
 impl Store {
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
-        if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            let connect = PgConnectOptions::from_str(url)?.options([("synchronous_commit", "on")]);
-            let pool = PgPoolOptions::new()
-                .max_connections(options.max_connections.max(4) * 2)
-                // An outage is noticed in seconds, not after a long wait.
-                .acquire_timeout(Duration::from_secs(5))
-                .connect_with(connect)
+        if is_postgres(url) {
+            let pool = postgres_pool(options)
+                .connect_with(postgres_options(url)?)
                 .await?;
             let migrator = sqlx::migrate!("../migrations/postgres");
             let run = MigrationRun::start(&migrator, applied_migrations(&pool).await);
@@ -61,42 +57,36 @@ impl Store {
             run.finish();
             Ok(Store::Postgres(pool, Arc::new(EventLinks::default())))
         } else {
-            let connect = SqliteConnectOptions::from_str(url)?
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(if options.sqlite_full_sync {
-                    SqliteSynchronous::Full
-                } else {
-                    SqliteSynchronous::Normal
-                })
-                .busy_timeout(Duration::from_secs(10))
-                // Statement journals (a multi-row UPDATE keeps one, to undo
-                // itself alone) in memory rather than in temporary files.
-                // The page cache stays at SQLite's default (2 MiB): a
-                // connection's cache is emptied whenever another one has
-                // written, and the writer's every commit walks its cache's
-                // hash table (`pcache1Truncate`), so a larger cache cost
-                // the one serial step more than it saved.
-                .pragma("temp_store", "memory");
+            let connect = sqlite_options(url, options)?;
             if let Some(dir) = connect.get_filename().parent() {
                 if !dir.as_os_str().is_empty() {
                     std::fs::create_dir_all(dir).map_err(sqlx::Error::Io)?;
                 }
             }
-            let pool = SqlitePoolOptions::new()
-                .max_connections(options.max_connections)
+            let pool = sqlite_pool(options)
                 .min_connections(1)
-                // A connection is a file handle of this process: nothing on
-                // the other side can drop it, so pinging it on every acquire
-                // (a round trip to its thread) only costs.
-                .test_before_acquire(false)
-                .acquire_timeout(Duration::from_secs(10))
                 .connect_with(connect)
                 .await?;
             let migrator = sqlx::migrate!("../migrations/sqlite");
             let run = MigrationRun::start(&migrator, applied_migrations(&pool).await);
             migrator.run(&pool).await?;
             run.finish();
+            Ok(Store::Sqlite(pool))
+        }
+    }
+
+    /// A second pool on a store [`Store::connect`] has opened (migrations
+    /// run): it opens no connection until one is first asked for, so each
+    /// connection is opened by the thread that first uses the pool. The
+    /// reports' pool is one: its SQLite connections' threads then inherit
+    /// the reports thread's idle priority, and a server whose cores are
+    /// busy does not fail to start waiting for that thread to connect.
+    pub fn connect_lazy(url: &str, options: &StoreOptions) -> Result<Self> {
+        if is_postgres(url) {
+            let pool = postgres_pool(options).connect_lazy_with(postgres_options(url)?);
+            Ok(Store::Postgres(pool, Arc::new(EventLinks::default())))
+        } else {
+            let pool = sqlite_pool(options).connect_lazy_with(sqlite_options(url, options)?);
             Ok(Store::Sqlite(pool))
         }
     }
@@ -162,6 +152,51 @@ impl Store {
         });
         Ok(())
     }
+}
+
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres:") || url.starts_with("postgresql:")
+}
+
+fn postgres_options(url: &str) -> Result<PgConnectOptions> {
+    Ok(PgConnectOptions::from_str(url)?.options([("synchronous_commit", "on")]))
+}
+
+fn postgres_pool(options: &StoreOptions) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(options.max_connections.max(4) * 2)
+        // An outage is noticed in seconds, not after a long wait.
+        .acquire_timeout(Duration::from_secs(5))
+}
+
+fn sqlite_options(url: &str, options: &StoreOptions) -> Result<SqliteConnectOptions> {
+    Ok(SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(if options.sqlite_full_sync {
+            SqliteSynchronous::Full
+        } else {
+            SqliteSynchronous::Normal
+        })
+        .busy_timeout(Duration::from_secs(10))
+        // Statement journals (a multi-row UPDATE keeps one, to undo
+        // itself alone) in memory rather than in temporary files.
+        // The page cache stays at SQLite's default (2 MiB): a
+        // connection's cache is emptied whenever another one has
+        // written, and the writer's every commit walks its cache's
+        // hash table (`pcache1Truncate`), so a larger cache cost
+        // the one serial step more than it saved.
+        .pragma("temp_store", "memory"))
+}
+
+fn sqlite_pool(options: &StoreOptions) -> SqlitePoolOptions {
+    SqlitePoolOptions::new()
+        .max_connections(options.max_connections)
+        // A connection is a file handle of this process: nothing on
+        // the other side can drop it, so pinging it on every acquire
+        // (a round trip to its thread) only costs.
+        .test_before_acquire(false)
+        .acquire_timeout(Duration::from_secs(10))
 }
 
 /// The versions the database records as applied; none when it records

@@ -108,8 +108,8 @@ pub struct Reporter {
 }
 
 impl Reporter {
-    /// Starts the reports thread and connects its pool (`database_url`, a
-    /// couple of connections) from there.
+    /// Starts the reports thread and its pool (`database_url`, a couple of
+    /// connections, each opened from that thread when first used).
     pub async fn start(
         store: Store,
         database_url: &str,
@@ -124,10 +124,7 @@ impl Reporter {
             max_connections: WORK_CONNECTIONS,
             ..options.clone()
         };
-        let url = database_url.to_owned();
-        let work = background
-            .run(async move { Store::connect(&url, &options).await })
-            .await??;
+        let work = Store::connect_lazy(database_url, &options)?;
         Ok(Self {
             store,
             work,
