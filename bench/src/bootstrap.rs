@@ -202,6 +202,7 @@ pub(super) struct SearchGauges {
 /// A bootstrapped org and its agents' keys.
 pub(super) struct BenchOrg {
     index: usize,
+    owner_key: String,
     agent_keys: Vec<String>,
 }
 
@@ -221,6 +222,11 @@ pub(super) fn agents_of(orgs: &[BenchOrg]) -> Vec<Agent> {
             })
         })
         .collect()
+}
+
+/// Each org's owner key, in the orgs' order.
+pub(super) fn owner_keys_of(orgs: &[BenchOrg]) -> Vec<String> {
+    orgs.iter().map(|org| org.owner_key.clone()).collect()
 }
 
 /// Creates the orgs, lifts their limits and issues one key per agent;
@@ -267,7 +273,7 @@ async fn bootstrap_org(
     name: String,
     agents: Vec<usize>,
 ) -> anyhow::Result<BenchOrg> {
-    let org_id: Arc<str> = {
+    let (org_id, owner_key): (Arc<str>, String) = {
         let _permit = permits.acquire().await?;
         let owner_email = format!("owner-{index}@bench.local");
         let (org, _) = admin
@@ -278,7 +284,7 @@ async fn bootstrap_org(
             .lift_limits(&org.org_id)
             .await
             .map_err(|e| anyhow!(e))?;
-        org.org_id.into()
+        (org.org_id.into(), org.owner.api_key)
     };
     let mut members = JoinSet::new();
     for (slot, n) in agents.into_iter().enumerate() {
@@ -296,5 +302,9 @@ async fn bootstrap_org(
         let (slot, key) = joined??;
         agent_keys[slot] = key;
     }
-    Ok(BenchOrg { index, agent_keys })
+    Ok(BenchOrg {
+        index,
+        owner_key,
+        agent_keys,
+    })
 }

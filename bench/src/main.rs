@@ -82,6 +82,7 @@ mod scenarios;
 mod search;
 mod server;
 mod stats;
+mod webhooks;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -90,7 +91,7 @@ use anyhow::{anyhow, ensure, Context as _};
 use reqwest::Url;
 use serde::Serialize;
 
-use bootstrap::{agents_of, bootstrap, Admin};
+use bootstrap::{agents_of, bootstrap, owner_keys_of, Admin};
 use report::{render_table, CommitPath, CycleSummary, Memory, Report};
 use scenarios::{
     big_pages_phase, create_fixed_phase, create_timed_phase, cycle_phase, idle_orgs_phase, Content,
@@ -168,6 +169,13 @@ pub struct BenchArgs {
     /// in one update; every task is still one cycle.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=25))]
     pub claim_batch: u32,
+
+    /// In the `cycle` scenario, subscribe every org to a webhook receiver
+    /// the bench serves on loopback, for every event, once the tasks are
+    /// created: one that answers at once, or one that answers after 2 s.
+    /// Reports the events delivered and the backlog after the cycles.
+    #[arg(long, value_enum)]
+    pub webhook: Option<webhooks::Receiver>,
 
     /// Tasks with the largest allowed content created in every org
     /// (`big-pages` scenario).
@@ -379,6 +387,7 @@ fn blank_report(args: &BenchArgs) -> Report {
         longpoll: None,
         search: None,
         reports: None,
+        webhooks: None,
     }
 }
 
@@ -415,6 +424,10 @@ fn validate(args: &BenchArgs) -> anyhow::Result<()> {
             );
         }
     }
+    ensure!(
+        args.webhook.is_none() || args.scenario == Scenario::Cycle,
+        "--webhook is for the cycle scenario"
+    );
     if matches!(args.scenario, Scenario::Cycle | Scenario::Reports) {
         ensure!(
             args.tasks_per_org >= 1,
@@ -459,13 +472,13 @@ async fn execute(
 
     let admin = Admin::new(base, token, args.concurrency)?;
     // The orgs and agents every scenario but `idle-orgs` runs with.
-    let agents = if args.scenario == Scenario::IdleOrgs {
-        Vec::new()
+    let (agents, owner_keys) = if args.scenario == Scenario::IdleOrgs {
+        (Vec::new(), Vec::new())
     } else {
         let started = Instant::now();
         let orgs = bootstrap(&admin, args, &run_id).await?;
         report.bootstrap_secs = started.elapsed().as_secs_f64();
-        agents_of(&orgs)
+        (agents_of(&orgs), owner_keys_of(&orgs))
     };
     let deadline = Duration::from_secs(args.duration);
     match args.scenario {
@@ -474,12 +487,23 @@ async fn execute(
                 create_fixed_phase(base, &agents, args.tasks_per_org, Content::Small).await?;
             report.add_phase(created, &[Op::Create]);
             if args.scenario == Scenario::Cycle {
+                let sink = match args.webhook {
+                    Some(kind) => {
+                        let sink = webhooks::Sink::start(kind).await?;
+                        sink.subscribe(base, &owner_keys).await?;
+                        Some(sink)
+                    }
+                    None => None,
+                };
                 let before = admin.commit_counters().await;
                 let cycled = cycle_phase(base, &agents, deadline, args.claim_batch).await?;
                 if let (Some(before), Some(after)) = (before, admin.commit_counters().await) {
                     report.commit_path = Some(CommitPath::between(before, after, cycled.wall));
                 }
                 report.cycles = Some(CycleSummary::new(&cycled, agents.len()));
+                if let Some(sink) = &sink {
+                    report.webhooks = Some(sink.summary(owner_keys.len()).await);
+                }
                 report.add_phase(cycled, &[Op::Claim, Op::Complete, Op::Cycle]);
             } else {
                 let (summary, phases) = reports::run(base, &admin, &agents, args, &run_id).await?;

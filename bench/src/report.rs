@@ -40,6 +40,7 @@ pub(super) struct Report {
     pub(super) longpoll: Option<super::longpoll::LongPollSummary>,
     pub(super) search: Option<super::search::SearchSummary>,
     pub(super) reports: Option<super::reports::ReportsSummary>,
+    pub(super) webhooks: Option<super::webhooks::WebhookSummary>,
 }
 
 #[derive(Serialize)]
@@ -308,6 +309,9 @@ pub(super) fn render_table(report: &Report) -> String {
         );
     }
 
+    if let Some(webhooks) = &report.webhooks {
+        let _ = write!(out, "\n{}", webhooks.render());
+    }
     if let Some(longpoll) = &report.longpoll {
         let _ = write!(out, "\n{}", longpoll.render());
     }

@@ -102,11 +102,15 @@ impl Server {
     pub(super) async fn start(args: &BenchArgs) -> anyhow::Result<Self> {
         // The reports scenario measures recomputes it asks for itself; the
         // schedule would add runs of its own at random moments.
-        let env: &[(&str, String)] = match args.scenario {
-            super::Scenario::Reports => &[("TASKQ_REPORTS_SCHEDULE", "off".to_owned())],
-            _ => &[],
-        };
-        Self::start_with_env(args, env).await
+        let mut env: Vec<(&str, String)> = Vec::new();
+        if args.scenario == super::Scenario::Reports {
+            env.push(("TASKQ_REPORTS_SCHEDULE", "off".to_owned()));
+        }
+        // The bench's webhook receiver is on loopback.
+        if args.webhook.is_some() {
+            env.push(("TASKQ_WEBHOOKS_ALLOW_PRIVATE", "1".to_owned()));
+        }
+        Self::start_with_env(args, &env).await
     }
 
     /// A server with `env` set on top of what it inherits from the bench.
