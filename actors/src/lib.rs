@@ -11,6 +11,7 @@
 //! private to the crate.
 
 pub mod api;
+mod background;
 pub mod clock;
 mod cluster;
 pub mod crypto;

@@ -98,6 +98,11 @@ impl Subscription {
     pub fn matches(&self, event: EventType) -> bool {
         event == EventType::Test || self.mask & event.bit() != 0
     }
+
+    /// The types of `made` this subscription takes.
+    pub fn takes(&self, made: EventSet) -> EventSet {
+        EventSet(made.0 & (self.mask | EventType::Test.bit()))
+    }
 }
 
 /// The event types one state change makes, most specific first and
@@ -139,18 +144,106 @@ pub struct Endpoint {
     pub created_at: i64,
 }
 
-/// One event for one endpoint, as the outbox stores it: the body is
-/// final (the same bytes are signed on every attempt).
+/// The types of one change that one endpoint takes: what one outbox row
+/// carries, so that a claim seen by an endpoint subscribed to `*` is one
+/// row (`task.claimed` and `task.status_changed`), not one per type. They
+/// are delivered one by one in [`EventSet::DELIVERY_ORDER`], which is
+/// [`event_types`]'s: the cause, then the outcome, then
+/// `task.status_changed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EventSet(u16);
+
+impl EventSet {
+    pub const DELIVERY_ORDER: [EventType; 9] = [
+        EventType::Created,
+        EventType::LeaseExpired,
+        EventType::Unblocked,
+        EventType::Claimed,
+        EventType::Completed,
+        EventType::Failed,
+        EventType::Canceled,
+        EventType::StatusChanged,
+        EventType::Test,
+    ];
+
+    pub fn insert(&mut self, event: EventType) {
+        self.0 |= event.bit();
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The types in delivery order.
+    pub fn iter(self) -> impl Iterator<Item = EventType> {
+        Self::DELIVERY_ORDER
+            .into_iter()
+            .filter(move |t| self.0 & t.bit() != 0)
+    }
+
+    /// As stored: the names in delivery order, space-separated.
+    pub fn text(self) -> String {
+        self.iter()
+            .map(EventType::as_str)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Reads [`EventSet::text`]; an unknown name is an error, naming it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut set = EventSet::default();
+        for name in text.split_ascii_whitespace() {
+            let event = Self::DELIVERY_ORDER
+                .into_iter()
+                .find(|t| t.as_str() == name)
+                .ok_or_else(|| format!("unknown event type {name:?}"))?;
+            set.insert(event);
+        }
+        Ok(set)
+    }
+}
+
+/// The `webhook-id` of the `index`-th type of an outbox row whose first
+/// type's id is `event_id` (`evt_` and 32 hex digits, a UUIDv7): the same
+/// on every attempt, distinct for each type. The 62 random bits of a
+/// UUIDv7 make another event's id within a few steps of this one a
+/// one-in-2^60 chance.
+pub fn message_id(event_id: &str, index: usize) -> String {
+    if index == 0 {
+        return event_id.to_owned();
+    }
+    match event_id
+        .strip_prefix("evt_")
+        .and_then(|hex| u128::from_str_radix(hex, 16).ok())
+    {
+        Some(n) => format!("evt_{:032x}", n.wrapping_add(index as u128)),
+        None => format!("{event_id}_{index}"),
+    }
+}
+
+/// A task's change as an event reports it: ids and statuses, never the
+/// task's content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    pub from_status: Option<TaskStatus>,
+    pub to_status: TaskStatus,
+    pub agent_id: String,
+}
+
+/// One change for one endpoint, as the outbox stores it. The body is not
+/// stored: the delivery worker writes it from these fields, the same bytes
+/// on every attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxEvent {
     pub webhook_id: String,
-    /// The `webhook-id` header.
+    /// The `webhook-id` of the first of `types` (see [`message_id`]).
     pub event_id: String,
-    pub event_type: EventType,
+    pub types: EventSet,
     /// Orders an endpoint's events: those of one task are delivered in
     /// order (the task's id; a test event's own id).
     pub task_key: String,
-    pub body: String,
+    /// `None` for `webhook.test`.
+    pub transition: Option<Transition>,
     pub created_at: i64,
 }
 
@@ -354,6 +447,47 @@ mod tests {
     }
 
     #[test]
+    fn an_event_set_keeps_the_delivery_order_and_reads_back_its_text() {
+        for (from, to, expired) in [
+            (Some(InProgress), Failed, true),
+            (None, Pending, false),
+            (Some(Blocked), Pending, false),
+            (Some(Pending), InProgress, false),
+        ] {
+            let mut set = EventSet::default();
+            for t in event_types(from, to, expired)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+            {
+                set.insert(t);
+            }
+            let order: Vec<_> = set.iter().map(EventType::as_str).collect();
+            assert_eq!(order, types(from, to, expired));
+            assert_eq!(EventSet::parse(&set.text()), Ok(set));
+        }
+        assert_eq!(
+            EventSet::parse("task.claimed task.status_changed")
+                .unwrap()
+                .text(),
+            "task.claimed task.status_changed"
+        );
+        assert!(EventSet::parse("webhook.test").is_ok());
+        assert!(EventSet::parse("task.claimed task.exploded").is_err());
+        assert!(EventSet::default().is_empty());
+    }
+
+    #[test]
+    fn message_ids_are_the_event_id_first_then_distinct_and_stable() {
+        let id = "evt_0193c3b1a2b47c3d8e9f0a1b2c3d4e5f";
+        assert_eq!(message_id(id, 0), id);
+        assert_eq!(message_id(id, 1), "evt_0193c3b1a2b47c3d8e9f0a1b2c3d4e60");
+        assert_eq!(message_id(id, 2), message_id(id, 2));
+        assert_ne!(message_id(id, 1), message_id(id, 2));
+        assert_eq!(message_id("evt_other", 1), "evt_other_1");
+    }
+
+    #[test]
     fn subscriptions_match_their_types_star_everything_and_test_always() {
         let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let all = Subscription::parse(&names(&["*"])).unwrap();
@@ -366,6 +500,10 @@ mod tests {
         let changes = Subscription::parse(&names(&["task.status_changed"])).unwrap();
         assert!(!changes.matches(EventType::Failed));
         assert!(Subscription::parse(&names(&["task.exploded"])).is_err());
+        let claim = EventSet::parse("task.claimed task.status_changed").unwrap();
+        assert_eq!(changes.takes(claim).text(), "task.status_changed");
+        assert_eq!(all.takes(claim), claim);
+        assert!(some.takes(claim).text() == "task.status_changed");
         assert_eq!(
             some.names(),
             names(&["task.completed", "task.status_changed"])

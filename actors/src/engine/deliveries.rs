@@ -1,293 +1,466 @@
-//! The webhook delivery worker: one task per server, off every request's
-//! path. It reads due events from the outbox in bounded batches (at most
-//! a few per endpoint per read), takes them with a conditional UPDATE so
-//! that no other worker (another node) sends them meanwhile, signs each
-//! with its endpoint's secrets and hands it to the [`WebhookSender`], at
-//! most [`IN_FLIGHT`] at once and [`PER_ENDPOINT`] per endpoint. Then it
-//! deletes the event (delivered, or never to be) or sets its next attempt
-//! (`domain::webhooks::next_attempt`), and logs the attempt.
+//! The webhook delivery worker: one per server, off every request's path,
+//! on a low-priority thread of its own (`background`), so a backlog of
+//! deliveries takes the CPU claims leave and never the other way round.
 //!
-//! At least once: an event leaves the outbox only after its receiver
-//! answered 2xx (or the endpoint was disabled or deleted); a worker that
-//! dies mid-delivery leaves it held for [`HOLD_MS`], then due again.
-//! An endpoint that answers 410, or whose event is still failing after 24
+//! It reads due outbox rows in bounded batches through a pool of its own
+//! (whose SQLite connection threads share its priority) and splits each
+//! endpoint's rows over at most [`PER_ENDPOINT`] streams, each one request
+//! at a time: every type of a row, signed with the endpoint's secrets and
+//! handed to the [`WebhookSender`], then the next row. What came of a row
+//! (it goes, or waits for its next attempt) and the attempts' log go to
+//! the group-commit writer (`WriteOp::SettleDeliveries`), which coalesces
+//! them with everything else it commits: the worker never holds SQLite's
+//! write lock, and never invalidates the writer's page cache. A stream
+//! does not wait for one row's commit before it sends the next; a row is
+//! not read again until its turn is committed. At most [`TAKEN`] rows are
+//! taken at once, which bounds the worker's memory.
+//!
+//! Rows are taken differently per backend. On PostgreSQL, where several
+//! nodes deliver, a conditional UPDATE holds them for [`HOLD_MS`], so no
+//! other node sends them meanwhile and a worker that dies leaves them due
+//! again. SQLite has one server: the worker remembers the rows it took
+//! until their turn is committed, and after a crash they are simply due.
+//!
+//! At least once: a row leaves the outbox only once its receiver answered
+//! 2xx to each of its types (or the endpoint is disabled or deleted). An
+//! endpoint that answers 410, or whose event is still failing after 24
 //! hours, is disabled by its org's actor (on the org's owner), which also
 //! drops its pending events.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::Rng;
-use tokio::sync::Semaphore;
+use serde_json::json;
+use tokio::sync::Notify;
 
 use super::{Engine, PeerOp};
-use crate::domain::webhooks::{next_attempt, signature_header};
+use crate::background::Background;
+use crate::clock::format_ms;
+use crate::domain::webhooks::{message_id, next_attempt, signature_header, EventSet, EventType};
 use crate::domain::OrgId;
 use crate::error::EngineError;
-use crate::store::{AfterAttempt, DeliveryRecord, DueEvent, Target};
+use crate::store::{
+    AfterAttempt, DeliveryRecord, DueEvent, Settled, Store, StoreError, StoreOptions, Target,
+    WriteBatch, WriteOp,
+};
 use crate::webhook_sender::{Delivery, Sent, WebhookSender, DELIVERY_TIMEOUT};
+use crate::writer::Commit;
 
-/// Deliveries in flight at once, all endpoints together.
-const IN_FLIGHT: usize = 16;
-/// Deliveries in flight at once to one endpoint: a slow one takes no more.
-const PER_ENDPOINT: usize = 4;
-/// How long a worker holds the events it took: longer than a delivery
-/// takes, and short, since an event a dead worker held waits this long.
-const HOLD_MS: i64 = 2 * DELIVERY_TIMEOUT.as_millis() as i64;
+/// Rows a worker has taken and not yet settled, all endpoints together:
+/// what bounds its memory.
+const TAKEN: usize = 512;
+/// Rows read per look at the outbox.
+const READ: usize = 256;
+/// Requests in flight at once to one endpoint: a slow one takes no more.
+/// Each is a stream that sends its rows one after another, and settles
+/// each without waiting for the one before to be committed.
+const PER_ENDPOINT: usize = 8;
+/// How long a PostgreSQL worker holds the rows it took. A stream that
+/// could not finish its next row before then leaves it (and the rest) to
+/// be taken again.
+const HOLD_MS: i64 = 60_000;
+/// The longest one row's deliveries take: each of its types may wait for
+/// the whole timeout.
+const ROW_AT_MOST_MS: i64 = 3 * DELIVERY_TIMEOUT.as_millis() as i64;
+/// Deliveries yield to claims beyond the CPU too: what they write goes
+/// through the writers, whose commits every claim waits for. While the
+/// writers spent more than this share of the last [`LOAD_WINDOW`]
+/// committing for everything else (their time, in proportion to the
+/// batches that were not the worker's own), the worker takes at most
+/// [`TRICKLE`] rows per [`BUSY_POLL`] (a floor, so a server that stays
+/// busy still delivers), and catches up at full speed once they are not.
+const BUSY_SHARE: f64 = 0.5;
+const LOAD_WINDOW: Duration = Duration::from_millis(100);
+const TRICKLE: usize = 16;
+const BUSY_POLL: Duration = Duration::from_millis(100);
 /// How soon a worker that found nothing looks again: at first soon, then
 /// less and less often while nothing comes, so an idle server spends
 /// next to nothing on it.
 const FIRST_IDLE_POLL: Duration = Duration::from_millis(100);
 const LAST_IDLE_POLL: Duration = Duration::from_secs(1);
+/// The worker's pool: reads only, one at a time.
+const CONNECTIONS: u32 = 2;
 /// How long the delivery log keeps an attempt.
 const KEEP_LOG_MS: i64 = 7 * 24 * 3_600_000;
 const PRUNE_EVERY_MS: i64 = 3_600_000;
 
-type EndpointKey = (String, String);
+/// The rows a worker took and has not settled yet, and the requests in
+/// flight to each endpoint.
+#[derive(Default)]
+struct Taken {
+    rows: HashSet<i64>,
+    sending: HashMap<String, usize>,
+}
 
-/// The deliveries in flight per endpoint.
-#[derive(Default, Clone)]
-struct Busy(Arc<Mutex<HashMap<EndpointKey, usize>>>);
-
-impl Busy {
-    fn count(&self, key: &EndpointKey) -> usize {
-        self.0
-            .lock()
-            .expect("not poisoned")
-            .get(key)
-            .copied()
-            .unwrap_or(0)
+impl Taken {
+    fn sending_to(&self, webhook: &str) -> usize {
+        self.sending.get(webhook).copied().unwrap_or(0)
     }
 
-    fn add(&self, key: &EndpointKey) {
-        *self
-            .0
-            .lock()
-            .expect("not poisoned")
-            .entry(key.clone())
-            .or_default() += 1;
-    }
-
-    fn done(&self, key: &EndpointKey) {
-        let mut map = self.0.lock().expect("not poisoned");
-        if let Some(n) = map.get_mut(key) {
+    fn stream_ended(&mut self, webhook: &str) {
+        if let Some(n) = self.sending.get_mut(webhook) {
             *n -= 1;
             if *n == 0 {
-                map.remove(key);
+                self.sending.remove(webhook);
             }
         }
     }
 }
 
+/// The worker's state, shared by its loop and its deliveries.
+struct Worker {
+    engine: Engine,
+    sender: Arc<dyn WebhookSender>,
+    /// Its own pool, opened from its thread.
+    store: Store,
+    /// The server's own runtime: what must not run at the worker's
+    /// priority (an org actor it may start, the log's pruning) runs there.
+    main: tokio::runtime::Handle,
+    taken: Mutex<Taken>,
+    /// Rung when a stream ends or its rows are settled: there is room
+    /// again.
+    settled: Notify,
+    /// Batches the worker handed to the writers so far.
+    own_batches: AtomicU64,
+}
+
 impl Engine {
-    /// Starts the delivery worker.
+    /// Starts the delivery worker on a low-priority thread of its own.
     pub(super) fn start_deliveries(
         &self,
         sender: Arc<dyn WebhookSender>,
-    ) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(self.clone().deliver(sender))
+        database_url: &str,
+        options: &StoreOptions,
+    ) -> Result<tokio::task::JoinHandle<()>, EngineError> {
+        let background = Background::start("taskq-webhooks")?;
+        let options = StoreOptions {
+            max_connections: CONNECTIONS,
+            ..options.clone()
+        };
+        let worker = Arc::new(Worker {
+            engine: self.clone(),
+            sender,
+            store: Store::connect_lazy(database_url, &options)?,
+            main: tokio::runtime::Handle::current(),
+            taken: Mutex::default(),
+            settled: Notify::new(),
+            own_batches: AtomicU64::new(0),
+        });
+        Ok(background.spawn(worker.run()))
     }
+}
 
-    async fn deliver(self, sender: Arc<dyn WebhookSender>) {
-        let permits = Arc::new(Semaphore::new(IN_FLIGHT));
-        let busy = Busy::default();
+impl Worker {
+    async fn run(self: Arc<Self>) {
         let mut pruned_at = 0;
         let mut idle = FIRST_IDLE_POLL;
+        let mut load = WriterLoad::default();
         loop {
-            if permits.available_permits() == 0 {
-                // Every slot is busy: a slot frees as a delivery ends.
-                tokio::time::sleep(FIRST_IDLE_POLL / 4).await;
-                continue;
-            }
-            let started = match self.start_due(&sender, &permits, &busy).await {
+            let writers = &self.engine.inner.writers;
+            let totals = writers.stats().totals();
+            let busy = load.busy(
+                std::time::Instant::now(),
+                Committed {
+                    micros: totals.commit_micros,
+                    batches: totals.batches,
+                    own: self.own_batches.load(Ordering::Relaxed),
+                },
+                writers.lanes(),
+            );
+            let limit = if busy { TRICKLE } else { READ };
+            let started = match self.start_due(limit).await {
                 Ok(started) => started,
                 Err(e) => {
                     tracing::warn!(error = %e, "webhook deliveries: reading the outbox failed");
                     0
                 }
             };
-            let now = self.now();
-            if now - pruned_at >= PRUNE_EVERY_MS && self.check_store().is_ok() {
+            let now = self.engine.now();
+            if now - pruned_at >= PRUNE_EVERY_MS {
                 pruned_at = now;
-                if let Err(e) = self
-                    .inner
-                    .store
-                    .prune_webhook_deliveries(now - KEEP_LOG_MS)
-                    .await
-                {
-                    tracing::warn!(error = %e, "webhook deliveries: pruning the log failed");
-                }
+                let engine = self.engine.clone();
+                self.main
+                    .spawn(async move { engine.prune_deliveries(now).await });
             }
-            if started == 0 {
-                tokio::time::sleep(idle).await;
-                idle = (idle * 2).min(LAST_IDLE_POLL);
+            if busy {
+                tokio::time::sleep(BUSY_POLL).await;
+            } else if started == 0 {
+                tokio::select! {
+                    _ = self.settled.notified() => {}
+                    _ = tokio::time::sleep(idle) => idle = (idle * 2).min(LAST_IDLE_POLL),
+                }
             } else {
                 idle = FIRST_IDLE_POLL;
             }
         }
     }
 
-    /// Takes the due events there is room for and starts their
-    /// deliveries; answers how many it started.
-    async fn start_due(
-        &self,
-        sender: &Arc<dyn WebhookSender>,
-        permits: &Arc<Semaphore>,
-        busy: &Busy,
-    ) -> Result<usize, EngineError> {
-        self.check_store()?;
-        let room = permits.available_permits();
+    /// Takes the due rows there is room for and starts streams to their
+    /// endpoints; answers how many rows it took.
+    async fn start_due(self: &Arc<Self>, limit: usize) -> Result<usize, EngineError> {
+        self.engine.check_store()?;
+        let (room, skip) = {
+            let taken = self.taken.lock().expect("not poisoned");
+            let skip: Vec<i64> = taken.rows.iter().copied().collect();
+            (TAKEN.saturating_sub(skip.len()).min(limit), skip)
+        };
         if room == 0 {
             return Ok(0);
         }
-        let now = self.now();
-        let due = self.stored(
-            self.inner
-                .store
-                .due_webhook_events(now, (room * 2) as i64, PER_ENDPOINT as i64)
+        let now = self.engine.now();
+        let due = self.read(
+            self.store
+                .due_webhook_events(now, room as i64, room as i64, &skip)
                 .await,
         )?;
-        let mut chosen = Vec::new();
-        let mut taken: HashMap<EndpointKey, usize> = HashMap::new();
-        for e in due {
-            let key = (e.org_id.clone(), e.webhook_id.clone());
-            let n = taken.entry(key.clone()).or_insert_with(|| busy.count(&key));
-            if *n < PER_ENDPOINT && chosen.len() < room {
-                *n += 1;
-                chosen.push(e);
+        // Each endpoint's rows, if it has a request to spare.
+        let mut by_endpoint: HashMap<String, Vec<DueEvent>> = HashMap::new();
+        {
+            let taken = self.taken.lock().expect("not poisoned");
+            for e in due {
+                if taken.sending_to(&e.webhook_id) < PER_ENDPOINT {
+                    by_endpoint.entry(e.webhook_id.clone()).or_default().push(e);
+                }
             }
         }
-        if chosen.is_empty() {
-            return Ok(0);
+        let hold_until = match self.store {
+            Store::Postgres(..) => Some(now + HOLD_MS),
+            Store::Sqlite(_) => None,
+        };
+        if let Some(until) = hold_until {
+            let ids: Vec<i64> = by_endpoint
+                .values()
+                .flatten()
+                .map(|e| e.outbox_id)
+                .collect();
+            if ids.is_empty() {
+                return Ok(0);
+            }
+            let held: HashSet<i64> = self
+                .read(self.store.hold_webhook_events(&ids, now, until).await)?
+                .into_iter()
+                .collect();
+            for rows in by_endpoint.values_mut() {
+                rows.retain(|e| held.contains(&e.outbox_id));
+            }
         }
-        let ids: Vec<i64> = chosen.iter().map(|e| e.outbox_id).collect();
-        let held = self.stored(
-            self.inner
-                .store
-                .hold_webhook_events(&ids, now, now + HOLD_MS)
-                .await,
-        )?;
-        let mut targets: HashMap<EndpointKey, Option<Target>> = HashMap::new();
         let mut started = 0;
-        for e in chosen.into_iter().filter(|e| held.contains(&e.outbox_id)) {
-            let key = (e.org_id.clone(), e.webhook_id.clone());
-            let Ok(org) = e.org_id.parse::<OrgId>() else {
+        for (webhook, rows) in by_endpoint {
+            let Some(org) = rows.first().and_then(|e| e.org_id.parse::<OrgId>().ok()) else {
                 continue;
             };
-            if !targets.contains_key(&key) {
-                let target =
-                    self.stored(self.inner.store.webhook_target(org, &e.webhook_id).await)?;
-                targets.insert(key.clone(), target);
+            let target = self.read(self.store.webhook_target(org, &webhook).await)?;
+            let mut taken = self.taken.lock().expect("not poisoned");
+            let free = PER_ENDPOINT - taken.sending_to(&webhook);
+            let streams = free.min(rows.len());
+            let mut split: Vec<Vec<DueEvent>> = vec![Vec::new(); streams];
+            for (i, e) in rows.into_iter().enumerate() {
+                taken.rows.insert(e.outbox_id);
+                split[i % streams].push(e);
+                started += 1;
             }
-            let target = targets.get(&key).cloned().flatten();
-            let Ok(permit) = permits.clone().try_acquire_owned() else {
-                break;
-            };
-            busy.add(&key);
-            let (engine, sender, busy) = (self.clone(), sender.clone(), busy.clone());
-            tokio::spawn(async move {
-                engine.deliver_one(&*sender, org, e, target).await;
-                busy.done(&key);
-                drop(permit);
-            });
-            started += 1;
+            *taken.sending.entry(webhook.clone()).or_default() += streams;
+            drop(taken);
+            for rows in split {
+                let stream = Stream {
+                    org,
+                    webhook: webhook.clone(),
+                    target: target.clone(),
+                    hold_until,
+                };
+                tokio::spawn(self.clone().stream(stream, rows));
+            }
         }
         Ok(started)
     }
 
-    /// One attempt at one event, and what follows from it.
-    async fn deliver_one(
-        &self,
-        sender: &dyn WebhookSender,
-        org: OrgId,
-        event: DueEvent,
-        target: Option<Target>,
-    ) {
-        let attempt = event.attempts + 1;
-        let Some(target) = target.filter(|t| t.active) else {
-            // The endpoint is gone or disabled: the event goes with it.
-            self.finish_attempt(org, &event, AfterAttempt::Done, None)
-                .await;
-            return;
-        };
-        let sent = match self.sign(org, &event, &target) {
-            Ok((timestamp, signature)) => {
-                let headers = [
-                    ("webhook-id", event.event_id.clone()),
-                    ("webhook-timestamp", timestamp.to_string()),
-                    ("webhook-signature", signature),
-                ];
-                sender
-                    .send(Delivery {
-                        url: &target.url,
-                        headers,
-                        body: &event.body,
-                    })
-                    .await
+    fn read<T>(&self, result: Result<T, StoreError>) -> Result<T, EngineError> {
+        self.engine.stored(result)
+    }
+
+    /// One request at a time to one endpoint: each row's types not yet
+    /// delivered, one after another, until one fails; what came of each
+    /// row goes to the writer at once. The stream's request slot is free
+    /// when its last request ends; its rows are free once their turns are
+    /// committed (until then they are not read again).
+    async fn stream(self: Arc<Self>, stream: Stream, rows: Vec<DueEvent>) {
+        let Stream {
+            org,
+            webhook,
+            target,
+            hold_until,
+        } = stream;
+        let mut commits = Vec::new();
+        let mut left = Vec::new();
+        let mut disable = false;
+        for row in rows {
+            let late = hold_until.is_some_and(|until| self.engine.now() + ROW_AT_MOST_MS > until);
+            if late || disable {
+                // Held no longer than this stream could keep it: taken again later.
+                left.push(row.outbox_id);
+                continue;
             }
-            Err(e) => Sent {
-                error: Some(e),
-                ..Sent::default()
-            },
-        };
-        let at = self.now();
-        let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
-        let gone = sent.status == Some(410);
-        let next = (!sent.succeeded() && !gone)
-            .then(|| {
-                let failed = u32::try_from(attempt).unwrap_or(u32::MAX);
-                next_attempt(failed, event.created_at, at, jitter, sent.retry_after)
-            })
-            .flatten();
-        let disable = !sent.succeeded() && next.is_none();
-        let error = match (sent.status, sent.error) {
-            (_, Some(e)) => Some(e),
-            (Some(s), None) if !(200..300).contains(&s) => {
-                Some(format!("the receiver answered {s}"))
-            }
-            _ => None,
-        };
-        let log = DeliveryRecord {
-            delivery_id: uuid::Uuid::now_v7().to_string(),
-            event_id: event.event_id.clone(),
-            event_type: event.event_type.clone(),
-            attempt,
-            status_code: sent.status.map(i64::from),
-            error,
-            response: (!sent.response.is_empty()).then_some(sent.response),
-            at,
-            next_attempt_at: next,
-        };
-        let after = match next {
-            Some(at) => AfterAttempt::Retry {
-                attempts: attempt,
-                at,
-            },
-            None => AfterAttempt::Done,
-        };
-        self.finish_attempt(org, &event, after, Some(&log)).await;
+            let (after, log, gone) = match target.as_ref().filter(|t| t.active) {
+                // The endpoint is gone or disabled: the row goes with it.
+                None => (AfterAttempt::Done, Vec::new(), false),
+                Some(target) => self.send_types(org, &row, target).await,
+            };
+            disable = gone;
+            let settled = Settled {
+                webhook_id: webhook.clone(),
+                outbox_id: row.outbox_id,
+                after,
+                log,
+            };
+            commits.push((row.outbox_id, self.settle(org, settled).await));
+        }
+        self.taken
+            .lock()
+            .expect("not poisoned")
+            .stream_ended(&webhook);
+        self.settled.notify_one();
         if disable {
-            tracing::info!(org_id = %org, webhook_id = %event.webhook_id, gone, "webhook disabled");
+            tracing::info!(org_id = %org, webhook_id = %webhook, "webhook disabled");
             let op = PeerOp::DisableWebhook {
                 org,
-                webhook: event.webhook_id.clone(),
+                webhook: webhook.clone(),
             };
-            if let Err(e) = self.on_owner(op).await {
+            let engine = self.engine.clone();
+            // On the server's runtime: it may start the org's actor.
+            let done = self.main.spawn(async move { engine.on_owner(op).await });
+            if let Ok(Err(e)) = done.await {
                 tracing::warn!(org_id = %org, error = %e, "disabling a webhook failed");
             }
         }
+        for (outbox_id, commit) in commits {
+            let result = match commit {
+                Ok(commit) => commit
+                    .await
+                    .map_err(|_| StoreError::WriterGone)
+                    .and_then(|r| r),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                // The row stays due, and is sent again.
+                tracing::warn!(org_id = %org, error = %e, "recording a webhook delivery failed");
+            }
+            left.push(outbox_id);
+        }
+        let mut taken = self.taken.lock().expect("not poisoned");
+        for id in left {
+            taken.rows.remove(&id);
+        }
+        drop(taken);
+        self.settled.notify_one();
     }
 
-    /// The `webhook-timestamp` and `webhook-signature` of an event: one
-    /// signature per secret in use (two while a rotated-out one still
+    /// Sends the row's types from the first not yet delivered; answers
+    /// what becomes of the row, the attempts made, and whether the
+    /// endpoint is to be disabled.
+    async fn send_types(
+        &self,
+        org: OrgId,
+        row: &DueEvent,
+        target: &Target,
+    ) -> (AfterAttempt, Vec<DeliveryRecord>, bool) {
+        let mut log = Vec::new();
+        let types = match EventSet::parse(&row.types) {
+            Ok(types) => types,
+            Err(e) => {
+                tracing::warn!(org_id = %org, outbox_id = row.outbox_id, error = %e,
+                    "an outbox row names an unknown event type: dropped");
+                return (AfterAttempt::Done, log, false);
+            }
+        };
+        let first = usize::try_from(row.sent).unwrap_or(0);
+        let mut attempts = row.attempts;
+        for (index, event) in types.iter().enumerate().skip(first) {
+            let event_id = message_id(&row.event_id, index);
+            let body = body(&row.org_id, event, row);
+            let sent = match self.sign(org, row, target, &event_id, &body) {
+                Ok((timestamp, signature)) => {
+                    let headers = [
+                        ("webhook-id", event_id.clone()),
+                        ("webhook-timestamp", timestamp.to_string()),
+                        ("webhook-signature", signature),
+                    ];
+                    self.sender
+                        .send(Delivery {
+                            url: &target.url,
+                            headers,
+                            body: &body,
+                        })
+                        .await
+                }
+                Err(e) => Sent {
+                    error: Some(e),
+                    ..Sent::default()
+                },
+            };
+            let at = self.engine.now();
+            let attempt = attempts + 1;
+            let gone = sent.status == Some(410);
+            let next = (!sent.succeeded() && !gone)
+                .then(|| {
+                    let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
+                    let failed = u32::try_from(attempt).unwrap_or(u32::MAX);
+                    next_attempt(failed, row.created_at, at, jitter, sent.retry_after)
+                })
+                .flatten();
+            let error = match (sent.status, sent.error) {
+                (_, Some(e)) => Some(e),
+                (Some(s), None) if !(200..300).contains(&s) => {
+                    Some(format!("the receiver answered {s}"))
+                }
+                _ => None,
+            };
+            log.push(DeliveryRecord {
+                delivery_id: uuid::Uuid::now_v7().to_string(),
+                event_id,
+                event_type: event.as_str().to_owned(),
+                attempt,
+                status_code: sent.status.map(i64::from),
+                error,
+                response: (!sent.response.is_empty()).then_some(sent.response),
+                at,
+                next_attempt_at: next,
+            });
+            if sent.status.is_some_and(|s| (200..300).contains(&s)) {
+                attempts = 0;
+                continue;
+            }
+            let after = match next {
+                Some(at) => AfterAttempt::Retry {
+                    sent: index as i64,
+                    attempts: attempt,
+                    at,
+                },
+                None => AfterAttempt::Done,
+            };
+            return (after, log, next.is_none());
+        }
+        (AfterAttempt::Done, log, false)
+    }
+
+    /// The `webhook-timestamp` and `webhook-signature` of one delivery:
+    /// one signature per secret in use (two while a rotated-out one still
     /// signs).
-    fn sign(&self, org: OrgId, event: &DueEvent, target: &Target) -> Result<(i64, String), String> {
-        let now = self.now();
-        let keyring = self.inner.directory.keyring();
+    fn sign(
+        &self,
+        org: OrgId,
+        row: &DueEvent,
+        target: &Target,
+        event_id: &str,
+        body: &str,
+    ) -> Result<(i64, String), String> {
+        let now = self.engine.now();
+        let keyring = self.engine.inner.directory.keyring();
         let opened = |sealed| {
             keyring
-                .open_webhook_secret(org, &event.webhook_id, sealed)
+                .open_webhook_secret(org, &row.webhook_id, sealed)
                 .map_err(|e| format!("the endpoint's secret does not open: {e}"))
         };
         let mut secrets = vec![opened(&target.secret)?];
@@ -299,28 +472,201 @@ impl Engine {
         let timestamp = now / 1000;
         let signature = signature_header(
             secrets.iter().map(Vec::as_slice),
-            &event.event_id,
+            event_id,
             timestamp,
-            event.body.as_bytes(),
+            body.as_bytes(),
         );
         Ok((timestamp, signature))
     }
 
-    async fn finish_attempt(
-        &self,
-        org: OrgId,
-        event: &DueEvent,
-        after: AfterAttempt,
-        log: Option<&DeliveryRecord>,
-    ) {
-        let result = self
+    /// Hands a row's turn to the group-commit writer; the `Commit`
+    /// resolves once it is durable.
+    async fn settle(&self, org: OrgId, settled: Settled) -> Result<Commit, StoreError> {
+        let batch = WriteBatch::new(org, vec![WriteOp::SettleDeliveries(vec![settled])]);
+        self.own_batches.fetch_add(1, Ordering::Relaxed);
+        Ok(self
+            .engine
+            .inner
+            .writers
+            .reserve_waiting(org)
+            .await?
+            .submit(batch))
+    }
+}
+
+/// The writers' running totals: time spent committing, batches
+/// committed, and the batches the worker handed them.
+#[derive(Clone, Copy, Default)]
+struct Committed {
+    micros: u64,
+    batches: u64,
+    own: u64,
+}
+
+/// Whether the writers are busy with other work than the worker's: the
+/// share of the last window they spent committing, times the share of
+/// the batches they committed that were not the worker's.
+#[derive(Default)]
+struct WriterLoad {
+    /// The window's start and the totals then.
+    since: Option<(std::time::Instant, Committed)>,
+    busy: bool,
+}
+
+impl WriterLoad {
+    /// Updates the verdict once a window has passed; answers it.
+    fn busy(&mut self, now: std::time::Instant, totals: Committed, lanes: usize) -> bool {
+        match self.since {
+            Some((start, before)) => {
+                let wall = now.duration_since(start);
+                if wall >= LOAD_WINDOW {
+                    let spent = totals.micros.saturating_sub(before.micros) as f64;
+                    let batches = totals.batches.saturating_sub(before.batches);
+                    let own = totals.own.saturating_sub(before.own).min(batches);
+                    let others = if batches == 0 {
+                        0.0
+                    } else {
+                        (batches - own) as f64 / batches as f64
+                    };
+                    let share = spent / (wall.as_micros() as f64 * lanes.max(1) as f64);
+                    self.busy = share * others > BUSY_SHARE;
+                    self.since = Some((now, totals));
+                }
+            }
+            None => self.since = Some((now, totals)),
+        }
+        self.busy
+    }
+}
+
+/// A stream's endpoint, and until when its rows are held (PostgreSQL).
+struct Stream {
+    org: OrgId,
+    webhook: String,
+    target: Option<Target>,
+    hold_until: Option<i64>,
+}
+
+/// A delivery's body: the event's type and time and the ids and statuses
+/// of the change, never the task's content. Written from the row alone,
+/// so every attempt sends the same bytes.
+fn body(org_id: &str, event: EventType, row: &DueEvent) -> String {
+    let data = match &row.to_status {
+        None => json!({ "org_id": org_id, "webhook_id": row.webhook_id }),
+        Some(to) => json!({
+            "org_id": org_id,
+            "task_id": row.task_key,
+            "from_status": row.from_status,
+            "to_status": to,
+            "agent_id": row.agent_id,
+        }),
+    };
+    json!({ "type": event.as_str(), "timestamp": format_ms(row.created_at), "data": data })
+        .to_string()
+}
+
+impl Engine {
+    /// Forgets the delivery log's attempts older than it keeps (from the
+    /// server's runtime and pool: a delete of many rows).
+    async fn prune_deliveries(&self, now: i64) {
+        if self.check_store().is_err() {
+            return;
+        }
+        if let Err(e) = self
             .inner
             .store
-            .finish_webhook_attempt(org, &event.webhook_id, event.outbox_id, after, log)
-            .await;
-        if let Err(e) = result {
-            // The event stays held, and is tried again when the hold ends.
-            tracing::warn!(org_id = %org, error = %e, "recording a webhook delivery failed");
+            .prune_webhook_deliveries(now - KEEP_LOG_MS)
+            .await
+        {
+            tracing::warn!(error = %e, "webhook deliveries: pruning the log failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    #[test]
+    fn writers_are_busy_when_they_spent_over_half_of_a_window_on_others() {
+        let at = |ms| Instant::now() + Duration::from_millis(ms);
+        let committed = |micros, batches, own| Committed {
+            micros,
+            batches,
+            own,
+        };
+        let start = at(0);
+        let mut load = WriterLoad::default();
+        assert!(!load.busy(start, committed(0, 0, 0), 1));
+        // Within the window nothing changes, whatever was spent.
+        assert!(!load.busy(
+            start + Duration::from_millis(50),
+            committed(90_000, 9, 0),
+            1
+        ));
+        // 90 ms of commits in 100 ms on one lane, none of them the worker's.
+        assert!(load.busy(
+            start + Duration::from_millis(100),
+            committed(90_000, 10, 0),
+            1
+        ));
+        // The next window, idle.
+        assert!(!load.busy(
+            start + Duration::from_millis(200),
+            committed(100_000, 10, 0),
+            1
+        ));
+        // As busy, but half of the batches were the worker's own.
+        assert!(!load.busy(
+            start + Duration::from_millis(300),
+            committed(190_000, 20, 5),
+            1
+        ));
+        // The same time on two lanes is under half of their time.
+        let mut two = WriterLoad::default();
+        two.busy(start, committed(0, 0, 0), 2);
+        assert!(!two.busy(
+            start + Duration::from_millis(100),
+            committed(90_000, 10, 0),
+            2
+        ));
+    }
+
+    #[test]
+    fn bodies_carry_ids_and_statuses_and_a_test_event_its_endpoint() {
+        let row = DueEvent {
+            outbox_id: 1,
+            org_id: "org".into(),
+            webhook_id: "wh".into(),
+            event_id: "evt_1".into(),
+            types: "task.claimed task.status_changed".into(),
+            sent: 0,
+            task_key: "task".into(),
+            from_status: Some("pending".into()),
+            to_status: Some("in_progress".into()),
+            agent_id: Some("bot".into()),
+            created_at: 0,
+            attempts: 0,
+        };
+        let change: serde_json::Value =
+            serde_json::from_str(&body("org", EventType::Claimed, &row)).unwrap();
+        assert_eq!(change["type"], "task.claimed");
+        assert_eq!(change["timestamp"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            change["data"],
+            json!({"org_id": "org", "task_id": "task", "from_status": "pending",
+                   "to_status": "in_progress", "agent_id": "bot"})
+        );
+        let test = DueEvent {
+            to_status: None,
+            from_status: None,
+            agent_id: None,
+            ..row
+        };
+        let ping: serde_json::Value =
+            serde_json::from_str(&body("org", EventType::Test, &test)).unwrap();
+        assert_eq!(ping["data"], json!({"org_id": "org", "webhook_id": "wh"}));
     }
 }

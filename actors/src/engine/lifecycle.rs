@@ -327,7 +327,11 @@ impl Engine {
         engine.wake_orgs_with_leases().await?;
         background_tasks.push(tokio::spawn(engine.clone().watch_store()));
         if let Some(sender) = config.webhook_sender {
-            background_tasks.push(engine.start_deliveries(sender));
+            background_tasks.push(engine.start_deliveries(
+                sender,
+                &config.database_url,
+                &config.store,
+            )?);
         }
         *engine.inner.placement.lock().expect("not poisoned") = engine.start_placement();
         *engine.inner.background_tasks.lock().expect("not poisoned") = background_tasks;

@@ -5,18 +5,15 @@
 //! with the change or not at all. An org without endpoints pays one check
 //! of an empty list per batch.
 
-use serde_json::json;
-
 use super::work::Work;
 use super::{Admission, OrgActor, OrgState, Outcome, Reply, WebhookMsg};
 use crate::api::CreateWebhook;
-use crate::clock::format_ms;
 use crate::crypto::new_webhook_secret;
 use crate::domain::account::{Caller, LimitKey};
 use crate::domain::webhooks::{
-    event_types, secret_text, Endpoint, EventType, OutboxEvent, Subscription,
+    event_types, secret_text, Endpoint, EventSet, EventType, OutboxEvent, Subscription, Transition,
 };
-use crate::domain::{OrgId, StoredEvent};
+use crate::domain::StoredEvent;
 use crate::error::{EngineError, LimitKind, ValidationError};
 use crate::store::WriteOp;
 
@@ -29,14 +26,6 @@ fn new_event_id() -> String {
 
 fn not_found() -> EngineError {
     EngineError::NotFound("webhook not found".into())
-}
-
-/// A delivery's body: the event's type and time and the ids and statuses
-/// of the change, never the task's content.
-fn body(org: OrgId, event: EventType, at: i64, data: serde_json::Value) -> String {
-    let mut data = data;
-    data["org_id"] = json!(org.to_string());
-    json!({ "type": event.as_str(), "timestamp": format_ms(at), "data": data }).to_string()
 }
 
 impl OrgState {
@@ -53,36 +42,42 @@ impl OrgState {
     }
 
     /// The outbox rows of `events` (a batch's state changes, `expired`
-    /// the indexes of those a lease's expiry made): one per event type and
-    /// endpoint subscribed to it, sharing the event's id across endpoints.
+    /// the indexes of those a lease's expiry made): one per change and
+    /// endpoint that takes any of its types, with every type it takes.
+    /// Endpoints that take the same types of a change share its id.
     pub(super) fn outbox_for(&self, events: &[StoredEvent], expired: &[usize]) -> Vec<OutboxEvent> {
         let mut out = Vec::new();
         for (i, e) in events.iter().enumerate() {
-            for event in event_types(e.from_status, e.to_status, expired.contains(&i)) {
-                let mut shared: Option<(String, String)> = None;
-                for w in self
-                    .webhooks
-                    .iter()
-                    .filter(|w| w.active && w.subscription.matches(event))
-                {
-                    let (event_id, body) = shared.get_or_insert_with(|| {
-                        let data = json!({
-                            "task_id": e.task_id.to_string(),
-                            "from_status": e.from_status.map(|s| s.as_str()),
-                            "to_status": e.to_status.as_str(),
-                            "agent_id": e.agent_id,
-                        });
-                        (new_event_id(), body(self.org, event, e.at, data))
-                    });
-                    out.push(OutboxEvent {
-                        webhook_id: w.webhook_id.clone(),
-                        event_id: event_id.clone(),
-                        event_type: event,
-                        task_key: e.task_id.to_string(),
-                        body: body.clone(),
-                        created_at: e.at,
-                    });
+            let mut made = EventSet::default();
+            for t in event_types(e.from_status, e.to_status, expired.contains(&i)) {
+                made.insert(t);
+            }
+            let mut shared: Option<(EventSet, String)> = None;
+            for w in self.webhooks.iter().filter(|w| w.active) {
+                let types = w.subscription.takes(made);
+                if types.is_empty() {
+                    continue;
                 }
+                let event_id = match &shared {
+                    Some((same, id)) if *same == types => id.clone(),
+                    _ => {
+                        let id = new_event_id();
+                        shared = Some((types, id.clone()));
+                        id
+                    }
+                };
+                out.push(OutboxEvent {
+                    webhook_id: w.webhook_id.clone(),
+                    event_id,
+                    types,
+                    task_key: e.task_id.to_string(),
+                    transition: Some(Transition {
+                        from_status: e.from_status,
+                        to_status: e.to_status,
+                        agent_id: e.agent_id.clone(),
+                    }),
+                    created_at: e.at,
+                });
             }
         }
         out
@@ -278,15 +273,16 @@ impl OrgActor {
         if !state.webhook(id)?.active {
             return Err(EngineError::Conflict("the webhook is not active".into()));
         }
-        let now = self.now();
         let event_id = new_event_id();
+        let mut types = EventSet::default();
+        types.insert(EventType::Test);
         work.outbox.push(OutboxEvent {
             webhook_id: id.to_owned(),
             event_id: event_id.clone(),
-            event_type: EventType::Test,
+            types,
             task_key: event_id.clone(),
-            body: body(state.org, EventType::Test, now, json!({ "webhook_id": id })),
-            created_at: now,
+            transition: None,
+            created_at: self.now(),
         });
         Ok(event_id)
     }

@@ -9,7 +9,6 @@ pub mod cluster;
 pub mod compute;
 pub mod insights;
 pub mod plan;
-mod runtime;
 pub mod standup;
 pub mod stored;
 pub mod wording;

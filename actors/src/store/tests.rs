@@ -6,7 +6,9 @@
 use sqlx::Connection;
 use uuid::Uuid;
 
-use super::{Store, StoreOptions, WriteBatch, WriteOp, WriterConn};
+use super::{
+    AfterAttempt, DeliveryRecord, Settled, Store, StoreOptions, WriteBatch, WriteOp, WriterConn,
+};
 use crate::api::ListTasks;
 use crate::domain::account::{
     Encryption, KeyRecord, LimitKey, LimitOverrides, MemberRecord, OrgRecord, Role, Tier,
@@ -14,6 +16,7 @@ use crate::domain::account::{
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::order::ListKey;
 use crate::domain::usage::Usage;
+use crate::domain::webhooks::{EventSet, OutboxEvent, Transition};
 use crate::domain::{
     ContentField, KeyId, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus,
 };
@@ -645,6 +648,7 @@ async fn round_trip_sqlite() {
     later_changes(&store).await;
     finished_and_reopened(&store, false).await;
     finished_and_reopened(&store, true).await;
+    outbox_rows_settle(&store).await;
     store.close().await;
 }
 
@@ -1051,6 +1055,238 @@ async fn round_trip_postgres() {
     finished_and_reopened(&store, false).await;
     finished_and_reopened(&store, true).await;
     commit_plan_finds_rows_by_key(&store).await;
+    outbox_rows_settle(&store).await;
     store.close().await;
     scratch.drop().await;
+}
+
+/// An outbox row of a change, `types` its types' names.
+fn outbox_row(webhook: &str, task: TaskId, types: &str, to: TaskStatus, at: i64) -> OutboxEvent {
+    OutboxEvent {
+        webhook_id: webhook.into(),
+        event_id: format!("evt_{}", Uuid::now_v7().simple()),
+        types: EventSet::parse(types).unwrap(),
+        task_key: task.to_string(),
+        transition: Some(Transition {
+            from_status: Some(TaskStatus::Pending),
+            to_status: to,
+            agent_id: "agent-1".into(),
+        }),
+        created_at: at,
+    }
+}
+
+async fn commit_ops(store: &Store, org: OrgId, ops: Vec<WriteOp>) {
+    store
+        .apply(&[&WriteBatch {
+            org,
+            ops,
+            fence: None,
+        }])
+        .await
+        .unwrap();
+}
+
+/// Outbox rows as the worker reads them: the first row of each task only,
+/// their fields as written; a turn settled through a commit deletes a row
+/// delivered, moves one to retry to its next attempt (with the types sent
+/// so far), and logs the attempts; rows in `skip` are not read.
+async fn outbox_rows_settle(store: &Store) {
+    let org = OrgId::new_v7();
+    let (a, b) = (TaskId::new_v7(), TaskId::new_v7());
+    let webhook = format!("wh_{}", Uuid::now_v7().simple());
+    let claimed = outbox_row(
+        &webhook,
+        a,
+        "task.claimed task.status_changed",
+        TaskStatus::InProgress,
+        10,
+    );
+    let completed = outbox_row(
+        &webhook,
+        a,
+        "task.completed task.status_changed",
+        TaskStatus::Completed,
+        11,
+    );
+    let other = outbox_row(
+        &webhook,
+        b,
+        "task.status_changed",
+        TaskStatus::InProgress,
+        12,
+    );
+    commit_ops(
+        store,
+        org,
+        vec![WriteOp::InsertOutbox(vec![
+            claimed.clone(),
+            completed.clone(),
+            other.clone(),
+        ])],
+    )
+    .await;
+    let due = store.due_webhook_events(100, 10, 10, &[]).await.unwrap();
+    let ids: Vec<&str> = due.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(ids, [claimed.event_id.as_str(), other.event_id.as_str()]);
+    let first = &due[0];
+    assert_eq!(first.types, "task.claimed task.status_changed");
+    assert_eq!((first.sent, first.attempts, first.created_at), (0, 0, 10));
+    assert_eq!(first.org_id, org.to_string());
+    assert_eq!(first.from_status.as_deref(), Some("pending"));
+    assert_eq!(first.to_status.as_deref(), Some("in_progress"));
+    assert_eq!(first.agent_id.as_deref(), Some("agent-1"));
+    let skipped = store
+        .due_webhook_events(100, 10, 10, &[first.outbox_id])
+        .await
+        .unwrap();
+    assert_eq!(
+        skipped.len(),
+        1,
+        "a skipped row is not read, nor its task's next"
+    );
+    assert_eq!(skipped[0].event_id, other.event_id);
+
+    let log = |event_id: &str, attempt, status| DeliveryRecord {
+        delivery_id: Uuid::now_v7().to_string(),
+        event_id: event_id.into(),
+        event_type: "task.status_changed".into(),
+        attempt,
+        status_code: Some(status),
+        error: (status != 200).then(|| "the receiver answered 500".into()),
+        response: None,
+        at: 50,
+        next_attempt_at: (status != 200).then_some(5_050),
+    };
+    commit_ops(
+        store,
+        org,
+        vec![WriteOp::SettleDeliveries(vec![
+            Settled {
+                webhook_id: webhook.clone(),
+                outbox_id: first.outbox_id,
+                after: AfterAttempt::Retry {
+                    sent: 1,
+                    attempts: 1,
+                    at: 5_050,
+                },
+                log: vec![log("evt_a0", 1, 200), log("evt_a1", 1, 500)],
+            },
+            Settled {
+                webhook_id: webhook.clone(),
+                outbox_id: due[1].outbox_id,
+                after: AfterAttempt::Done,
+                log: vec![log(&other.event_id, 1, 200)],
+            },
+        ])],
+    )
+    .await;
+    assert!(
+        store
+            .due_webhook_events(100, 10, 10, &[])
+            .await
+            .unwrap()
+            .is_empty(),
+        "the retried row waits, and so does its task's next row"
+    );
+    let later = store.due_webhook_events(6_000, 10, 10, &[]).await.unwrap();
+    assert_eq!(later.len(), 1);
+    assert_eq!(
+        (later[0].outbox_id, later[0].sent, later[0].attempts),
+        (first.outbox_id, 1, 1)
+    );
+    let logged = store.webhook_deliveries(org, &webhook, 10).await.unwrap();
+    assert_eq!(logged.len(), 3);
+    assert!(logged.iter().any(|d| d.event_id == "evt_a1"
+        && d.status_code == Some(500)
+        && d.next_attempt_at == Some(5_050)
+        && d.error.is_some()));
+
+    commit_ops(
+        store,
+        org,
+        vec![WriteOp::SettleDeliveries(vec![Settled {
+            webhook_id: webhook.clone(),
+            outbox_id: first.outbox_id,
+            after: AfterAttempt::Done,
+            log: vec![log("evt_a1", 2, 200)],
+        }])],
+    )
+    .await;
+    let next = store.due_webhook_events(6_000, 10, 10, &[]).await.unwrap();
+    assert_eq!(
+        next.len(),
+        1,
+        "the task's next row is due once the first is gone"
+    );
+    assert_eq!(next[0].event_id, completed.event_id);
+    commit_ops(store, org, vec![WriteOp::DeleteWebhook(webhook.clone())]).await;
+    assert!(store
+        .due_webhook_events(6_000, 10, 10, &[])
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+/// An outbox row written before `0020_outbox_rows_per_change`, with its
+/// final body, is read after the migration with the fields of that body
+/// and its id, type and schedule; a test event's has no status.
+#[tokio::test]
+async fn outbox_rows_survive_the_per_change_migration() {
+    let path = TempDb::new();
+    let org = OrgId::new_v7().to_string();
+    let task = TaskId::new_v7().to_string();
+    let insert = "INSERT INTO webhook_outbox (org_id, webhook_id, event_id, type, task_key, \
+        body, created_at, attempts, next_attempt_at) VALUES ($1, 'wh', $2, $3, $4, $5, 7, \
+        CAST($6 AS INTEGER), 9)";
+    let change = serde_json::json!({"type": "task.claimed", "timestamp": "x", "data": {
+        "org_id": org, "task_id": task, "from_status": "pending",
+        "to_status": "in_progress", "agent_id": "bot"}});
+    let test = serde_json::json!({"type": "webhook.test", "timestamp": "x",
+        "data": {"org_id": org, "webhook_id": "wh"}});
+    let store = store_written_before(
+        &path,
+        20,
+        &[
+            (
+                insert,
+                vec![
+                    org.clone(),
+                    "evt_1".into(),
+                    "task.claimed".into(),
+                    task.clone(),
+                    change.to_string(),
+                    "2".into(),
+                ],
+            ),
+            (
+                insert,
+                vec![
+                    org.clone(),
+                    "evt_2".into(),
+                    "webhook.test".into(),
+                    "evt_2".into(),
+                    test.to_string(),
+                    "0".into(),
+                ],
+            ),
+        ],
+    )
+    .await;
+    let due = store.due_webhook_events(100, 10, 10, &[]).await.unwrap();
+    assert_eq!(due.len(), 2);
+    let claim = due.iter().find(|e| e.event_id == "evt_1").unwrap();
+    assert_eq!(claim.types, "task.claimed");
+    assert_eq!((claim.sent, claim.attempts, claim.created_at), (0, 2, 7));
+    assert_eq!(claim.task_key, task);
+    assert_eq!(claim.from_status.as_deref(), Some("pending"));
+    assert_eq!(claim.to_status.as_deref(), Some("in_progress"));
+    assert_eq!(claim.agent_id.as_deref(), Some("bot"));
+    let ping = due.iter().find(|e| e.event_id == "evt_2").unwrap();
+    assert_eq!(ping.types, "webhook.test");
+    assert_eq!(
+        (ping.to_status.as_deref(), ping.agent_id.as_deref()),
+        (None, None)
+    );
+    store.close().await;
 }

@@ -3,10 +3,16 @@
 //!
 //! Outbox rows are inserted by the commit of the change that made them
 //! (`WriteOp::InsertOutbox`); after that only a delivery worker changes
-//! them. A worker takes due rows by moving their `next_attempt_at` ahead
-//! in one conditional UPDATE (`hold_webhook_events`), so of two workers
-//! (two nodes) only one takes a row, and a worker that dies leaves its
-//! rows due again when the hold runs out.
+//! them, and what it writes (`WriteOp::SettleDeliveries`: rows delivered,
+//! rows to retry, the attempts' log) goes through the group-commit writer
+//! like any other write. On SQLite that keeps the one write lock and the
+//! writer's page cache to the writer alone. On PostgreSQL, where several
+//! nodes may deliver, a worker first takes due rows by moving their
+//! `next_attempt_at` ahead in one conditional UPDATE
+//! (`hold_webhook_events`), so of two workers only one takes a row, and a
+//! worker that dies leaves its rows due again when the hold runs out.
+//! SQLite has one server, whose worker keeps the rows it is delivering in
+//! memory instead.
 
 use sqlx::FromRow;
 
@@ -49,10 +55,17 @@ pub struct DueEvent {
     pub org_id: String,
     pub webhook_id: String,
     pub event_id: String,
-    #[sqlx(rename = "type")]
-    pub event_type: String,
-    pub body: String,
+    /// `EventSet::text`.
+    pub types: String,
+    /// How many of `types` were delivered.
+    pub sent: i64,
+    pub task_key: String,
+    pub from_status: Option<String>,
+    /// `None` for `webhook.test`.
+    pub to_status: Option<String>,
+    pub agent_id: Option<String>,
     pub created_at: i64,
+    /// Failed attempts at the `sent`-th type.
     pub attempts: i64,
 }
 
@@ -93,12 +106,24 @@ pub struct DeliveryRecord {
     pub next_attempt_at: Option<i64>,
 }
 
-/// What became of an outbox row after an attempt.
+/// What becomes of an outbox row after a worker's turn at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AfterAttempt {
-    /// Delivered, or never to be: the row goes.
+    /// Every type delivered, or never to be: the row goes.
     Done,
-    /// Tried again at `at`, after `attempts` attempts.
-    Retry { attempts: i64, at: i64 },
+    /// `sent` types delivered; the next one is tried again at `at`, after
+    /// `attempts` failed attempts at it.
+    Retry { sent: i64, attempts: i64, at: i64 },
+}
+
+/// A worker's turn at one outbox row: what becomes of it and the attempts
+/// it made, written by the group-commit writer.
+#[derive(Debug, Clone)]
+pub struct Settled {
+    pub webhook_id: String,
+    pub outbox_id: i64,
+    pub after: AfterAttempt,
+    pub log: Vec<DeliveryRecord>,
 }
 
 /// A stored secret that a rotation may have to re-seal: the endpoint, and
@@ -114,6 +139,54 @@ struct SecretRow {
     key_id: String,
 }
 
+/// The settled rows of a commit as the statements that write them read
+/// them: JSON arrays of the log's rows, the ids to delete and the rows to
+/// retry (`None` for an empty one, which writes nothing).
+pub(super) struct SettleArgs {
+    pub log: Option<String>,
+    pub done: Option<String>,
+    pub retry: Option<String>,
+}
+
+impl SettleArgs {
+    pub(super) fn new(settled: &[(OrgId, &Settled)]) -> Self {
+        let mut log = Vec::new();
+        let mut done = Vec::new();
+        let mut retry = Vec::new();
+        for (org, s) in settled {
+            for d in &s.log {
+                log.push(serde_json::json!({
+                    "delivery_id": d.delivery_id,
+                    "org_id": org.to_string(),
+                    "webhook_id": s.webhook_id,
+                    "event_id": d.event_id,
+                    "type": d.event_type,
+                    "attempt": d.attempt,
+                    "status_code": d.status_code,
+                    "error": d.error,
+                    "response": d.response,
+                    "at": d.at,
+                    "next_attempt_at": d.next_attempt_at,
+                }));
+            }
+            match s.after {
+                AfterAttempt::Done => done.push(serde_json::json!(s.outbox_id)),
+                AfterAttempt::Retry { sent, attempts, at } => retry.push(serde_json::json!({
+                    "outbox_id": s.outbox_id, "sent": sent, "attempts": attempts, "at": at,
+                })),
+            }
+        }
+        let text = |v: Vec<serde_json::Value>| {
+            (!v.is_empty()).then(|| serde_json::Value::Array(v).to_string())
+        };
+        SettleArgs {
+            log: text(log),
+            done: text(done),
+            retry: text(retry),
+        }
+    }
+}
+
 impl Store {
     /// The org's endpoints, for its actor.
     pub async fn org_webhooks(&self, org: OrgId) -> Result<Vec<Endpoint>> {
@@ -127,27 +200,44 @@ impl Store {
         super::records(rows)
     }
 
-    /// Up to `limit` rows due at `now`, at most `per_endpoint` of each
-    /// endpoint, each the first of its endpoint's events of its task still
-    /// in the outbox (events of a task go in order), soonest due first. It
-    /// looks at a bounded number of due rows, however long the backlog.
+    /// Up to `limit` rows due at `now` and not in `skip`, at most
+    /// `per_endpoint` of each endpoint, each the first of its endpoint's
+    /// events of its task still in the outbox (events of a task go in
+    /// order), soonest due first. It looks at a bounded number of due
+    /// rows, however long the backlog.
     pub async fn due_webhook_events(
         &self,
         now: i64,
         limit: i64,
         per_endpoint: i64,
+        skip: &[i64],
     ) -> Result<Vec<DueEvent>> {
-        self.fetch_all(
-            "SELECT outbox_id, org_id, webhook_id, event_id, type, body, created_at, attempts \
-             FROM (SELECT d.*, ROW_NUMBER() OVER (PARTITION BY d.org_id, d.webhook_id \
+        let skip = serde_json::to_string(skip).expect("ids serialize");
+        let skipped = match self {
+            Store::Sqlite(_) => "SELECT value FROM json_each($4)",
+            Store::Postgres(..) => "SELECT value::int8 FROM json_array_elements_text($4::json)",
+        };
+        let sql = format!(
+            "SELECT outbox_id, org_id, webhook_id, event_id, types, sent, task_key, from_status, \
+             to_status, agent_id, created_at, attempts \
+             FROM (SELECT d.*, ROW_NUMBER() OVER (PARTITION BY d.webhook_id \
                ORDER BY d.next_attempt_at, d.outbox_id) AS place \
              FROM (SELECT o.* FROM webhook_outbox o WHERE o.next_attempt_at <= $1 \
+               AND o.outbox_id NOT IN ({skipped}) \
                AND NOT EXISTS (SELECT 1 FROM webhook_outbox p \
-                 WHERE p.org_id = o.org_id AND p.webhook_id = o.webhook_id \
+                 WHERE p.webhook_id = o.webhook_id \
                  AND p.task_key = o.task_key AND p.outbox_id < o.outbox_id) \
                ORDER BY o.next_attempt_at, o.outbox_id LIMIT 1000) d) ranked \
-             WHERE place <= $3 ORDER BY next_attempt_at, outbox_id LIMIT $2",
-            vec![Arg::Int(now), Arg::Int(limit), Arg::Int(per_endpoint)],
+             WHERE place <= $3 ORDER BY next_attempt_at, outbox_id LIMIT $2"
+        );
+        self.fetch_all(
+            &sql,
+            vec![
+                Arg::Int(now),
+                Arg::Int(limit),
+                Arg::Int(per_endpoint),
+                Arg::Text(skip),
+            ],
         )
         .await
     }
@@ -209,62 +299,6 @@ impl Store {
                 _ => None,
             },
         }))
-    }
-
-    /// Records an attempt at an outbox row (if one was made) and what
-    /// becomes of the row, in one transaction.
-    pub async fn finish_webhook_attempt(
-        &self,
-        org: OrgId,
-        webhook: &str,
-        outbox_id: i64,
-        after: AfterAttempt,
-        log: Option<&DeliveryRecord>,
-    ) -> Result<()> {
-        on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
-            match after {
-                AfterAttempt::Done => {
-                    sqlx::query("DELETE FROM webhook_outbox WHERE outbox_id = $1")
-                        .bind(outbox_id)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                AfterAttempt::Retry { attempts, at } => {
-                    sqlx::query(
-                        "UPDATE webhook_outbox SET attempts = $2, next_attempt_at = $3 \
-                         WHERE outbox_id = $1",
-                    )
-                    .bind(outbox_id)
-                    .bind(attempts)
-                    .bind(at)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-            }
-            if let Some(d) = log {
-                sqlx::query(
-                    "INSERT INTO webhook_deliveries (delivery_id, org_id, webhook_id, event_id, \
-                     type, attempt, status_code, error, response, at, next_attempt_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-                )
-                .bind(&d.delivery_id)
-                .bind(org.to_string())
-                .bind(webhook)
-                .bind(&d.event_id)
-                .bind(&d.event_type)
-                .bind(d.attempt)
-                .bind(d.status_code)
-                .bind(&d.error)
-                .bind(&d.response)
-                .bind(d.at)
-                .bind(d.next_attempt_at)
-                .execute(&mut *tx)
-                .await?;
-            }
-            tx.commit().await?;
-        });
-        Ok(())
     }
 
     /// The endpoint's latest `limit` attempts, newest first.

@@ -17,10 +17,10 @@ mod standups;
 
 use super::cluster::{self, Item};
 use super::insights::{self, WINDOW_DAYS};
-use super::runtime::Background;
 use super::stored::{applies, centroid, open, seal, StoredRunbook};
 use super::wording::{self, Source};
 use crate::api::{FailureCluster, Insights, ReportKind, Runbook, Text, Timestamp, RUNBOOK_SOURCES};
+use crate::background::Background;
 use crate::clock::Clock;
 use crate::crypto::OrgCipher;
 use crate::directory::{OrgDirectory, OrgEntry};
@@ -119,7 +119,7 @@ impl Reporter {
         chat: Option<Arc<dyn ChatModel>>,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, EngineError> {
-        let background = Background::start()?;
+        let background = Background::start("taskq-reports")?;
         let options = StoreOptions {
             max_connections: WORK_CONNECTIONS,
             ..options.clone()

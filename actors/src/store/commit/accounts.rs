@@ -243,7 +243,8 @@ macro_rules! account_statements {
                     | WriteOp::UpdateHeader { .. }
                     | WriteOp::SetContent { .. }
                     | WriteOp::InsertEvents(_)
-                    | WriteOp::InsertOutbox(_) => unreachable!("task ops are planned apart"),
+                    | WriteOp::InsertOutbox(_)
+                    | WriteOp::SettleDeliveries(_) => unreachable!("task ops are planned apart"),
                 }
             }
         }

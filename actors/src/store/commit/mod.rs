@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use sqlx::PgConnection;
 
+use super::webhooks::Settled;
 use super::{Result, Store};
 use crate::crypto::SealedSecret;
 use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord};
@@ -93,6 +94,9 @@ pub enum WriteOp {
     DisableWebhook(String),
     /// The endpoint, its pending events and its delivery log go.
     DeleteWebhook(String),
+    /// A delivery worker's turns at outbox rows: rows delivered go, rows
+    /// to retry get their next attempt, and the attempts are logged.
+    SettleDeliveries(Vec<Settled>),
 }
 
 /// The writes of one org message: committed together or not at all.
@@ -161,6 +165,8 @@ struct CommitPlan<'a> {
     events: Vec<(OrgId, &'a StoredEvent)>,
     /// Webhook events, in commit order.
     outbox: Vec<(OrgId, &'a OutboxEvent)>,
+    /// Delivery workers' turns at outbox rows.
+    settled: Vec<(OrgId, &'a Settled)>,
 }
 
 impl<'a> CommitPlan<'a> {
@@ -174,6 +180,7 @@ impl<'a> CommitPlan<'a> {
             content: Vec::new(),
             events: Vec::new(),
             outbox: Vec::new(),
+            settled: Vec::new(),
         };
         for batch in batches {
             let org = batch.org;
@@ -225,6 +232,9 @@ impl<'a> CommitPlan<'a> {
                     }
                     WriteOp::InsertOutbox(events) => {
                         plan.outbox.extend(events.iter().map(|e| (org, e)));
+                    }
+                    WriteOp::SettleDeliveries(settled) => {
+                        plan.settled.extend(settled.iter().map(|s| (org, s)));
                     }
                     other => plan.accounts.push((org, other)),
                 }

@@ -28,6 +28,7 @@ use super::accounts::account_statements;
 use super::{CommitPlan, WriterConn};
 use crate::domain::{ContentField, OrgId, StoredTask, TaskHeader, TaskId};
 use crate::store::rows::HeaderColumns;
+use crate::store::webhooks::SettleArgs;
 use crate::store::{Result, StoreError};
 
 mod links;
@@ -175,16 +176,17 @@ WITH ",
 
 const TASK_STATEMENT: &str = task_statement!();
 
-/// The statement with the commit's webhook events (`$69` to `$75`).
+/// The statement with the commit's webhook events (`$69` to `$77`).
 const TASK_STATEMENT_WITH_OUTBOX: &str = task_statement!(
     ", outbox AS (
-  INSERT INTO webhook_outbox (org_id, webhook_id, event_id, type, task_key, body, created_at,
-    attempts, next_attempt_at)
-  SELECT v.org_id, v.webhook_id, v.event_id, v.type, v.task_key, v.body, v.created_at, 0,
-    v.created_at
+  INSERT INTO webhook_outbox (org_id, webhook_id, event_id, types, sent, task_key, from_status,
+    to_status, agent_id, created_at, attempts, next_attempt_at)
+  SELECT v.org_id, v.webhook_id, v.event_id, v.types, 0, v.task_key, v.from_status,
+    v.to_status, v.agent_id, v.created_at, 0, v.created_at
   FROM UNNEST($69::text[], $70::text[], $71::text[], $72::text[], $73::text[], $74::text[],
-    $75::int8[])
-    WITH ORDINALITY AS v(org_id, webhook_id, event_id, type, task_key, body, created_at, n)
+    $75::text[], $76::text[], $77::int8[])
+    WITH ORDINALITY AS v(org_id, webhook_id, event_id, types, task_key, from_status, to_status,
+      agent_id, created_at, n)
   ORDER BY v.n
 )"
 );
@@ -467,9 +469,20 @@ fn task_statement(
             .bind(column(outbox, |(org, _)| org.to_string()))
             .bind(column(outbox, |(_, e)| e.webhook_id.clone()))
             .bind(column(outbox, |(_, e)| e.event_id.clone()))
-            .bind(column(outbox, |(_, e)| e.event_type.as_str()))
+            .bind(column(outbox, |(_, e)| e.types.text()))
             .bind(column(outbox, |(_, e)| e.task_key.clone()))
-            .bind(column(outbox, |(_, e)| e.body.clone()))
+            .bind(column(outbox, |(_, e)| {
+                e.transition
+                    .as_ref()
+                    .and_then(|t| t.from_status)
+                    .map(|s| s.as_str())
+            }))
+            .bind(column(outbox, |(_, e)| {
+                e.transition.as_ref().map(|t| t.to_status.as_str())
+            }))
+            .bind(column(outbox, |(_, e)| {
+                e.transition.as_ref().map(|t| t.agent_id.clone())
+            }))
             .bind(column(outbox, |(_, e)| e.created_at)),
     )
 }
@@ -498,6 +511,52 @@ fn fence_statement(plan: &CommitPlan<'_>) -> Query<'static, Postgres, PgArgument
         .bind(orgs)
         .bind(epochs)
         .bind(node)
+}
+
+/// The delivery workers' turns at outbox rows, if the plan has any: the
+/// attempts logged, the rows delivered deleted, the rows to retry given
+/// their next attempt; each one statement over a JSON array.
+async fn settle_statements(
+    tx: &mut sqlx::Transaction<'_, Postgres>,
+    plan: &CommitPlan<'_>,
+) -> std::result::Result<(), sqlx::Error> {
+    if plan.settled.is_empty() {
+        return Ok(());
+    }
+    let args = SettleArgs::new(&plan.settled);
+    if let Some(log) = args.log {
+        sqlx::query(
+            "INSERT INTO webhook_deliveries (delivery_id, org_id, webhook_id, event_id, type, \
+             attempt, status_code, error, response, at, next_attempt_at) \
+             SELECT v->>'delivery_id', v->>'org_id', v->>'webhook_id', v->>'event_id', \
+             v->>'type', (v->>'attempt')::int8, (v->>'status_code')::int8, v->>'error', \
+             v->>'response', (v->>'at')::int8, (v->>'next_attempt_at')::int8 \
+             FROM json_array_elements($1::json) AS v",
+        )
+        .bind(log)
+        .execute(&mut **tx)
+        .await?;
+    }
+    if let Some(done) = args.done {
+        sqlx::query(
+            "DELETE FROM webhook_outbox WHERE outbox_id IN \
+             (SELECT value::int8 FROM json_array_elements_text($1::json))",
+        )
+        .bind(done)
+        .execute(&mut **tx)
+        .await?;
+    }
+    if let Some(retry) = args.retry {
+        sqlx::query(
+            "UPDATE webhook_outbox o SET sent = (v->>'sent')::int8, \
+             attempts = (v->>'attempts')::int8, next_attempt_at = (v->>'at')::int8 \
+             FROM json_array_elements($1::json) AS v WHERE o.outbox_id = (v->>'outbox_id')::int8",
+        )
+        .bind(retry)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
 }
 
 /// A writer's connection: see `WriterConn` for why these settings.
@@ -529,7 +588,7 @@ pub(super) async fn commit(
 ) -> Result<()> {
     let statement = task_statement(plan, linked);
     let run = async {
-        if plan.accounts.is_empty() {
+        if plan.accounts.is_empty() && plan.settled.is_empty() {
             if let Some(statement) = statement {
                 statement.execute(&mut *conn).await?;
             }
@@ -539,6 +598,7 @@ pub(super) async fn commit(
                 fence_statement(plan).execute(&mut *tx).await?;
             }
             account_statements!(&mut *tx, plan);
+            settle_statements(&mut tx, plan).await?;
             if let Some(statement) = statement {
                 statement.execute(&mut *tx).await?;
             }

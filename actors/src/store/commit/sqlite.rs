@@ -14,6 +14,7 @@ use sqlx::{ConnectOptions as _, QueryBuilder, Sqlite, SqlitePool};
 use super::accounts::account_statements;
 use super::{padded, CommitPlan, EventChain, PlannedHeader, WriterConn};
 use crate::domain::{ContentField, OrgId, TaskId, TaskStatus};
+use crate::store::webhooks::SettleArgs;
 use crate::store::{rows, writer_thread, Result};
 
 /// The SQLite connection a writer commits on: a lane's own, opened outside
@@ -174,21 +175,25 @@ fn push_task_statements(
     for rows in padded(&plan.outbox) {
         let qb = next_statement(
             one,
-            "INSERT INTO webhook_outbox (org_id, webhook_id, event_id, type, task_key, body, \
-             created_at, attempts, next_attempt_at) SELECT v.column1, v.column2, v.column3, \
-             v.column4, v.column5, v.column6, v.column7, 0, v.column7 FROM (",
+            "INSERT INTO webhook_outbox (org_id, webhook_id, event_id, types, sent, task_key, \
+             from_status, to_status, agent_id, created_at, attempts, next_attempt_at) \
+             SELECT v.column1, v.column2, v.column3, v.column4, 0, v.column5, v.column6, \
+             v.column7, v.column8, v.column9, 0, v.column9 FROM (",
         );
         qb.push_values(rows, |mut b, row| match row {
             Some((org, e)) => {
+                let t = e.transition.as_ref();
                 b.push_bind(org.to_string())
                     .push_bind(e.webhook_id.clone())
                     .push_bind(e.event_id.clone())
-                    .push_bind(e.event_type.as_str())
+                    .push_bind(e.types.text())
                     .push_bind(e.task_key.clone())
-                    .push_bind(e.body.clone())
+                    .push_bind(t.and_then(|t| t.from_status).map(|s| s.as_str()))
+                    .push_bind(t.map(|t| t.to_status.as_str()))
+                    .push_bind(t.map(|t| t.agent_id.clone()))
                     .push_bind(e.created_at);
             }
-            None => push_nulls(&mut b, 7),
+            None => push_nulls(&mut b, 9),
         });
         qb.push(") AS v WHERE v.column1 IS NOT NULL");
     }
@@ -344,6 +349,50 @@ pub(super) fn settle_statements() -> String {
     )
 }
 
+/// Appends the delivery workers' turns at outbox rows, if the plan has
+/// any: the attempts logged, the rows delivered deleted, the rows to retry
+/// given their next attempt. Each a statement over a JSON array, one text
+/// whatever the count.
+fn push_settled(one: &mut QueryBuilder<'_, Sqlite>, plan: &CommitPlan<'_>) {
+    if plan.settled.is_empty() {
+        return;
+    }
+    let args = SettleArgs::new(&plan.settled);
+    if let Some(log) = args.log {
+        next_statement(
+            one,
+            "INSERT INTO webhook_deliveries (delivery_id, org_id, webhook_id, event_id, type, \
+             attempt, status_code, error, response, at, next_attempt_at) \
+             SELECT json_extract(value, '$.delivery_id'), json_extract(value, '$.org_id'), \
+             json_extract(value, '$.webhook_id'), json_extract(value, '$.event_id'), \
+             json_extract(value, '$.type'), json_extract(value, '$.attempt'), \
+             json_extract(value, '$.status_code'), json_extract(value, '$.error'), \
+             json_extract(value, '$.response'), json_extract(value, '$.at'), \
+             json_extract(value, '$.next_attempt_at') FROM json_each(",
+        )
+        .push_bind(log)
+        .push(")");
+    }
+    if let Some(done) = args.done {
+        next_statement(
+            one,
+            "DELETE FROM webhook_outbox WHERE outbox_id IN (SELECT value FROM json_each(",
+        )
+        .push_bind(done)
+        .push("))");
+    }
+    if let Some(retry) = args.retry {
+        next_statement(
+            one,
+            "UPDATE webhook_outbox SET sent = json_extract(v.value, '$.sent'), \
+             attempts = json_extract(v.value, '$.attempts'), \
+             next_attempt_at = json_extract(v.value, '$.at') FROM json_each(",
+        )
+        .push_bind(retry)
+        .push(") AS v WHERE webhook_outbox.outbox_id = json_extract(v.value, '$.outbox_id')");
+    }
+}
+
 /// The id of the last event written, read by a writer under the write
 /// lock before it numbers events of its own. `sqlite_sequence` holds the
 /// largest id ever given (`AUTOINCREMENT`), which deleted events do not
@@ -382,6 +431,7 @@ pub(super) async fn commit(
     let first_id = last_event_id.unwrap_or(0) + 1;
     let chain = EventChain::new(plan, first_id);
     push_task_statements(&mut one, plan, &chain);
+    push_settled(&mut one, plan);
     if settle {
         next_statement(&mut one, &settle_statements());
     }

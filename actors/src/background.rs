@@ -1,10 +1,16 @@
-//! The reports' own low-priority runtime: one OS thread, at the lowest
-//! priority the OS gives an unprivileged thread (`SCHED_IDLE` on Linux,
-//! else the lowest niceness), running a current-thread tokio runtime. Everything a report computation
-//! does runs there: its store reads (through a pool of its own, whose
-//! SQLite connection threads inherit the priority), decryption, the
-//! figures and the clustering. So a recompute of many orgs takes whatever
-//! CPU the claims leave, not the other way round.
+//! Low-priority runtimes for work that must never take CPU from claims:
+//! one OS thread each, at the lowest priority the OS gives an
+//! unprivileged thread (`SCHED_IDLE` on Linux, else the lowest niceness),
+//! running a current-thread tokio runtime.
+//!
+//! The reports run on one: their store reads (through a pool of their
+//! own, whose SQLite connection threads inherit the priority), decryption,
+//! the figures and the clustering. The webhook delivery worker runs on
+//! another: its outbox reads, signatures and HTTP. So a recompute of many
+//! orgs, or a backlog of deliveries, takes whatever CPU the claims leave,
+//! not the other way round. Neither writes from there: what they write
+//! goes through the group-commit writer, at its own priority, so a
+//! starved thread never holds a lock a claim waits for.
 
 use std::future::Future;
 
@@ -15,10 +21,11 @@ pub struct Background {
 }
 
 impl Background {
-    pub fn start() -> Result<Self, EngineError> {
+    /// Starts the thread `name`.
+    pub fn start(name: &str) -> Result<Self, EngineError> {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
-            .name("taskq-reports".into())
+            .name(name.into())
             .spawn(move || {
                 lower_priority();
                 let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -34,15 +41,24 @@ impl Background {
                 let _ = tx.send(Ok(runtime.handle().clone()));
                 runtime.block_on(std::future::pending::<()>());
             })
-            .map_err(|e| EngineError::Internal(format!("the reports thread: {e}")))?;
+            .map_err(|e| EngineError::Internal(format!("the thread {name}: {e}")))?;
         let handle = rx
             .recv()
-            .map_err(|_| EngineError::Internal("the reports thread did not start".into()))?
-            .map_err(|e| EngineError::Internal(format!("the reports runtime: {e}")))?;
+            .map_err(|_| EngineError::Internal(format!("the thread {name} did not start")))?
+            .map_err(|e| EngineError::Internal(format!("the runtime of {name}: {e}")))?;
         Ok(Self { handle })
     }
 
-    /// Runs `work` on the reports thread and waits for its result.
+    /// Starts `work` on the thread, to run until it ends or is aborted.
+    pub fn spawn<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn(work)
+    }
+
+    /// Runs `work` on the thread and waits for its result.
     pub async fn run<F>(&self, work: F) -> Result<F::Output, EngineError>
     where
         F: Future + Send + 'static,
@@ -51,7 +67,7 @@ impl Background {
         self.handle
             .spawn(work)
             .await
-            .map_err(|_| EngineError::Internal("a report computation failed".into()))
+            .map_err(|_| EngineError::Internal("a background computation failed".into()))
     }
 }
 
@@ -72,6 +88,6 @@ fn lower_priority() {
         }
     }
     if let Err(e) = set_current_thread_priority(ThreadPriority::Min) {
-        tracing::debug!(error = ?e, "the reports thread keeps its priority");
+        tracing::debug!(error = ?e, "a background thread keeps its priority");
     }
 }
