@@ -39,8 +39,17 @@ impl Form {
     }
 }
 
-/// A list typed as words separated by commas or spaces.
+/// A list typed as items separated by commas (a tag may hold spaces).
 pub fn list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Task ids separated by commas or spaces.
+pub fn ids(text: &str) -> Vec<String> {
     text.split(|c: char| c == ',' || c.is_whitespace())
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
@@ -72,7 +81,7 @@ pub fn create_task(form: &Form) -> Value {
         item.insert("tags".into(), json!(list(&t)));
     }
     if let Some(b) = form.text("blocked_by") {
-        item.insert("blocked_by".into(), json!(list(&b)));
+        item.insert("blocked_by".into(), json!(ids(&b)));
     }
     json!({ "tasks": [item] })
 }
@@ -118,10 +127,10 @@ mod tests {
 
     #[test]
     fn forms_become_the_api_requests() {
-        let form = Form::parse(b"title=Ship+it&priority=2&tags=a%2C+b&blocked_by=x+y&description=").unwrap();
+        let form = Form::parse(b"title=Ship+it&priority=2&tags=a%2C+b+c&blocked_by=x+y&description=").unwrap();
         assert_eq!(
             create_task(&form),
-            json!({"tasks": [{"title": "Ship it", "priority": 2, "tags": ["a", "b"], "blocked_by": ["x", "y"]}]})
+            json!({"tasks": [{"title": "Ship it", "priority": 2, "tags": ["a", "b c"], "blocked_by": ["x", "y"]}]})
         );
         let form = Form::parse(b"status=canceled&note=no&assignee=").unwrap();
         assert_eq!(
