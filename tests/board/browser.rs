@@ -35,9 +35,9 @@ pub fn chromedriver() -> Option<String> {
 /// axe-core's source, or `None` (with a note) to skip its checks.
 pub fn axe_source() -> Option<String> {
     match std::env::var(AXE_ENV).ok().filter(|p| !p.is_empty()) {
-        Some(path) => Some(
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}")),
-        ),
+        Some(path) => {
+            Some(std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}")))
+        }
         None => {
             eprintln!("note: {AXE_ENV} is unset; skipping the axe-core checks");
             None
@@ -204,12 +204,8 @@ impl Browser {
 
     /// The serious and critical violations axe-core finds on the page.
     pub async fn axe_violations(&self, axe: &str) -> Vec<Value> {
-        self.call(
-            Method::POST,
-            "/timeouts",
-            Some(json!({ "script": 60_000 })),
-        )
-        .await;
+        self.call(Method::POST, "/timeouts", Some(json!({ "script": 60_000 })))
+            .await;
         self.script(&format!("{axe}\n;return typeof axe;")).await;
         let found = self
             .script_async(

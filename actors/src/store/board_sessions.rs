@@ -69,7 +69,8 @@ impl Store {
             .await?
         });
         row.map(|(org, key)| {
-            let corrupt = || StoreError::Corrupt("board_sessions: an id that does not parse".into());
+            let corrupt =
+                || StoreError::Corrupt("board_sessions: an id that does not parse".into());
             Ok((
                 org.parse().map_err(|_| corrupt())?,
                 key.parse().map_err(|_| corrupt())?,

@@ -17,9 +17,7 @@ pub struct Form(Vec<(String, String)>);
 impl Form {
     pub fn parse(body: &[u8]) -> Result<Form, BoardError> {
         let text = std::str::from_utf8(body).map_err(|_| BoardError::BadForm)?;
-        query_pairs(text)
-            .map(Form)
-            .map_err(|_| BoardError::BadForm)
+        query_pairs(text).map(Form).map_err(|_| BoardError::BadForm)
     }
 
     /// A field's value as sent.
@@ -58,7 +56,9 @@ pub fn ids(text: &str) -> Vec<String> {
 
 /// A number if it is one, else the text as typed.
 fn number(text: String) -> Value {
-    text.parse::<i64>().map(Value::from).unwrap_or(Value::String(text))
+    text.parse::<i64>()
+        .map(Value::from)
+        .unwrap_or(Value::String(text))
 }
 
 /// `POST /tasks` with the one task of the board's form.
@@ -127,7 +127,9 @@ mod tests {
 
     #[test]
     fn forms_become_the_api_requests() {
-        let form = Form::parse(b"title=Ship+it&priority=2&tags=a%2C+b+c&blocked_by=x+y&description=").unwrap();
+        let form =
+            Form::parse(b"title=Ship+it&priority=2&tags=a%2C+b+c&blocked_by=x+y&description=")
+                .unwrap();
         assert_eq!(
             create_task(&form),
             json!({"tasks": [{"title": "Ship it", "priority": 2, "tags": ["a", "b c"], "blocked_by": ["x", "y"]}]})

@@ -180,7 +180,10 @@ fn chrome(state: &AppState, session: &Session, nav: &'static str) -> pages::Chro
 fn page_answers(operation: Operation) -> Operation {
     operation
         .html(400, "The form or the request was not understood")
-        .html(403, "Refused: no session or no CSRF token, or the caller's role or plan does not allow it")
+        .html(
+            403,
+            "Refused: no session or no CSRF token, or the caller's role or plan does not allow it",
+        )
         .html(404, "Not found")
         .html(409, "The change did not apply (its reason is on the page)")
         .html(429, "A limit of the org was reached")
@@ -195,52 +198,90 @@ pub fn operations() -> Vec<Operation> {
             .empty(303, "Already signed in: the board follows")
             .handler(access::sign_in),
         Operation::post("/board/login")
-            .doc("board_login", "board", "Sign in to the board with an API key (form `api_key`)")
-            .empty(303, "Signed in: the session cookie is set and the board follows")
+            .doc(
+                "board_login",
+                "board",
+                "Sign in to the board with an API key (form `api_key`)",
+            )
+            .empty(
+                303,
+                "Signed in: the session cookie is set and the board follows",
+            )
             .html(400, "The form could not be read")
             .html(401, "A wrong key: the form again, with an error")
             .html(403, "The org is suspended")
             .handler(access::login),
         page_answers(
             Operation::post("/board/logout")
-                .doc("board_logout", "board", "End the board's session (form `csrf`)")
-                .empty(303, "Signed out: the cookie is cleared and the sign-in form follows"),
+                .doc(
+                    "board_logout",
+                    "board",
+                    "End the board's session (form `csrf`)",
+                )
+                .empty(
+                    303,
+                    "Signed out: the cookie is cleared and the sign-in form follows",
+                ),
         )
         .handler(access::logout),
         Operation::get("/board/live")
-            .doc("board_live", "board", "The org's change mark, which the board's pages poll")
+            .doc(
+                "board_live",
+                "board",
+                "The org's change mark, which the board's pages poll",
+            )
             .answer::<LiveMark>(200, "The mark; it changes whenever the org's open tasks do")
             .errors(&[401])
             .handler(live::mark),
         page_answers(
             Operation::get("/board/tasks")
-                .doc("board_tasks", "board", "The org's tasks by status, with filters, search and paging")
+                .doc(
+                    "board_tasks",
+                    "board",
+                    "The org's tasks by status, with filters, search and paging",
+                )
                 .html(200, "The board")
                 .empty(303, "No session: the sign-in form follows"),
         )
         .handler(tasks::board),
         page_answers(
             Operation::post("/board/tasks")
-                .doc("board_create_task", "board", "Create a task from the board's form (with `csrf`)")
+                .doc(
+                    "board_create_task",
+                    "board",
+                    "Create a task from the board's form (with `csrf`)",
+                )
                 .empty(303, "Created: its page follows"),
         )
         .handler(tasks::create),
         page_answers(
             Operation::get("/board/tasks/{task_id}")
-                .doc("board_task", "board", "One task: content, history, dependency graph and lease")
+                .doc(
+                    "board_task",
+                    "board",
+                    "One task: content, history, dependency graph and lease",
+                )
                 .html(200, "The task's page")
                 .empty(303, "No session: the sign-in form follows"),
         )
         .handler(tasks::task),
         page_answers(
             Operation::post("/board/tasks/{task_id}/update")
-                .doc("board_update_task", "board", "Change a task from its page's forms (with `csrf`)")
+                .doc(
+                    "board_update_task",
+                    "board",
+                    "Change a task from its page's forms (with `csrf`)",
+                )
                 .empty(303, "Applied: the task's page follows"),
         )
         .handler(tasks::update),
         page_answers(
             Operation::get("/board/agents")
-                .doc("board_agents", "board", "The agents holding leases, and the member's keys")
+                .doc(
+                    "board_agents",
+                    "board",
+                    "The agents holding leases, and the member's keys",
+                )
                 .html(200, "The page")
                 .empty(303, "No session: the sign-in form follows"),
         )
@@ -261,7 +302,11 @@ pub fn operations() -> Vec<Operation> {
         .handler(reports::org),
         page_answers(
             Operation::post("/board/tags")
-                .doc("board_create_tag", "board", "Add a tag from the board's form (with `csrf`; admins and owners)")
+                .doc(
+                    "board_create_tag",
+                    "board",
+                    "Add a tag from the board's form (with `csrf`; admins and owners)",
+                )
                 .empty(303, "Added: the page follows"),
         )
         .handler(reports::create_tag),

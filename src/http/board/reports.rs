@@ -28,7 +28,10 @@ fn joined(v: &Value) -> String {
 
 /// `GET /board/agents`: who holds which leases, until when; and the keys
 /// of the signed-in member.
-pub async fn agents(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, BoardError> {
+pub async fn agents(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, BoardError> {
     let session = signed_in(&state, &headers).await?;
     let caller = &session.caller;
     let query = vec![
@@ -36,7 +39,8 @@ pub async fn agents(State(state): State<AppState>, headers: HeaderMap) -> Result
         ("full".to_owned(), "true".to_owned()),
         ("limit".to_owned(), LEASES_SCAN.to_string()),
     ];
-    let Answer { body, .. } = call(&state, caller, "list_tasks", vec![], Input::Query(query)).await?;
+    let Answer { body, .. } =
+        call(&state, caller, "list_tasks", vec![], Input::Query(query)).await?;
     let capped = !body["next_cursor"].is_null();
     let mut holders: Vec<Holder> = Vec::new();
     for t in items(&body["tasks"]) {
@@ -87,10 +91,9 @@ pub async fn agents(State(state): State<AppState>, headers: HeaderMap) -> Result
 fn unavailable(answer: &Result<Answer, super::ApiError>) -> Option<String> {
     match answer {
         Err(e) => Some(e.status_and_message().1.to_owned()),
-        Ok(a) if a.body["available"] == false => Some(format!(
-            "Not available yet ({}).",
-            text(&a.body["reason"])
-        )),
+        Ok(a) if a.body["available"] == false => {
+            Some(format!("Not available yet ({}).", text(&a.body["reason"])))
+        }
         Ok(_) => None,
     }
 }
@@ -128,12 +131,20 @@ fn insights_view(v: &Value) -> InsightsView {
 
 fn standup_view(v: &Value) -> StandupView {
     // Oldest first: the history is newest first, the current report last.
-    let mut reports: Vec<&Value> = v["history"].as_array().map(|a| a.iter().rev().collect()).unwrap_or_default();
+    let mut reports: Vec<&Value> = v["history"]
+        .as_array()
+        .map(|a| a.iter().rev().collect())
+        .unwrap_or_default();
     reports.push(v);
     let per = |field: &str| -> Vec<(String, f64)> {
         reports
             .iter()
-            .map(|r| (text(&r["period"]), r["headline"][field].as_f64().unwrap_or(0.0)))
+            .map(|r| {
+                (
+                    text(&r["period"]),
+                    r["headline"][field].as_f64().unwrap_or(0.0),
+                )
+            })
             .collect()
     };
     let h = &v["headline"];
@@ -149,7 +160,9 @@ fn standup_view(v: &Value) -> StandupView {
         ),
         body: text(&v["body"]),
         charts: vec![
-            BarChart::new("Throughput: completed per period", &per("completed"), |n| format!("{n:.0}")),
+            BarChart::new("Throughput: completed per period", &per("completed"), |n| {
+                format!("{n:.0}")
+            }),
             BarChart::new("Failed per period", &per("failed"), |n| format!("{n:.0}")),
         ],
     }
@@ -157,29 +170,43 @@ fn standup_view(v: &Value) -> StandupView {
 
 /// `GET /board/insights`: insights and the latest standup as charts, once
 /// computed (paid plans).
-pub async fn insights(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, BoardError> {
+pub async fn insights(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, BoardError> {
     let session = signed_in(&state, &headers).await?;
     let caller = &session.caller;
     let insights = call(&state, caller, "get_insights", vec![], Input::Query(vec![])).await;
-    let standup = call(&state, caller, "get_standup", vec![], Input::Query(vec![])).await;
+    let daily = vec![("cadence".to_owned(), "daily".to_owned())];
+    let standup = call(&state, caller, "get_standup", vec![], Input::Query(daily)).await;
     let chrome = chrome(&state, &session, "insights");
     let nonce = chrome.nonce.clone();
     let page = Insights {
         chrome,
         insights_unavailable: unavailable(&insights),
         standup_unavailable: unavailable(&standup),
-        insights: insights.ok().filter(|a| a.body["available"] != false).map(|a| insights_view(&a.body)),
-        standup: standup.ok().filter(|a| a.body["available"] != false).map(|a| standup_view(&a.body)),
+        insights: insights
+            .ok()
+            .filter(|a| a.body["available"] != false)
+            .map(|a| insights_view(&a.body)),
+        standup: standup
+            .ok()
+            .filter(|a| a.body["available"] != false)
+            .map(|a| standup_view(&a.body)),
     };
     Ok(pages::page(StatusCode::OK, &nonce, &page))
 }
 
 /// `GET /board/org`: tags, members, teams (teams on paid plans).
-pub async fn org(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, BoardError> {
+pub async fn org(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, BoardError> {
     let session = signed_in(&state, &headers).await?;
     let caller = &session.caller;
     let Answer { body: tags, .. } = call(&state, caller, "list_tags", vec![], Input::None).await?;
-    let Answer { body: members, .. } = call(&state, caller, "list_members", vec![], Input::None).await?;
+    let Answer { body: members, .. } =
+        call(&state, caller, "list_members", vec![], Input::None).await?;
     let teams = call(&state, caller, "list_teams", vec![], Input::None).await;
     let yes_no = |v: &Value| if *v == true { "yes" } else { "no" }.to_owned();
     let chrome = chrome(&state, &session, "org");
@@ -188,22 +215,43 @@ pub async fn org(State(state): State<AppState>, headers: HeaderMap) -> Result<Re
         chrome,
         tags: items(&tags)
             .iter()
-            .map(|t| (text(&t["name"]), yes_no(&t["strict"]), yes_no(&t["default"]), text(&t["description"])))
+            .map(|t| {
+                (
+                    text(&t["name"]),
+                    yes_no(&t["strict"]),
+                    yes_no(&t["default"]),
+                    text(&t["description"]),
+                )
+            })
             .collect(),
         members: items(&members)
             .iter()
             .map(|m| {
                 let mut tags = items(&m["profile_tags"]);
                 tags.extend(items(&m["team_tags"]));
-                (text(&m["email"]), text(&m["role"]), joined(&Value::Array(tags)), yes_no(&m["seated"]))
+                (
+                    text(&m["email"]),
+                    text(&m["role"]),
+                    joined(&Value::Array(tags)),
+                    yes_no(&m["seated"]),
+                )
             })
             .collect(),
-        teams_unavailable: teams.as_ref().err().map(|e| e.status_and_message().1.to_owned()),
+        teams_unavailable: teams
+            .as_ref()
+            .err()
+            .map(|e| e.status_and_message().1.to_owned()),
         teams: teams
             .map(|a| items(&a.body))
             .unwrap_or_default()
             .iter()
-            .map(|t| (text(&t["name"]), joined(&t["tags"]), text(&t["description"])))
+            .map(|t| {
+                (
+                    text(&t["name"]),
+                    joined(&t["tags"]),
+                    text(&t["description"]),
+                )
+            })
             .collect(),
     };
     Ok(pages::page(StatusCode::OK, &nonce, &page))

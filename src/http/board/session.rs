@@ -83,7 +83,10 @@ mod tests {
     #[test]
     fn the_session_id_is_read_among_other_cookies() {
         let mut headers = HeaderMap::new();
-        headers.insert(COOKIE, HeaderValue::from_static("a=1; taskq_board=xyz; b=2"));
+        headers.insert(
+            COOKIE,
+            HeaderValue::from_static("a=1; taskq_board=xyz; b=2"),
+        );
         assert_eq!(session_id(&headers), Some("xyz"));
         headers.insert(COOKIE, HeaderValue::from_static("taskq_board="));
         assert_eq!(session_id(&headers), None);

@@ -128,8 +128,8 @@ pub struct BarChart {
 }
 
 const CHART_H: u32 = 150;
-const BAR_W: u32 = 44;
-const BAR_GAP: u32 = 18;
+const BAR_W: u32 = 64;
+const BAR_GAP: u32 = 20;
 
 impl BarChart {
     /// `shown` formats a value for its label.
@@ -196,7 +196,9 @@ mod tests {
 
     #[test]
     fn bars_scale_to_the_largest_value() {
-        let c = BarChart::new("x", &[("a".into(), 2.0), ("b".into(), 4.0)], |v| v.to_string());
+        let c = BarChart::new("x", &[("a".into(), 2.0), ("b".into(), 4.0)], |v| {
+            v.to_string()
+        });
         assert_eq!(c.bars[1].h, CHART_H);
         assert_eq!(c.bars[0].h, CHART_H / 2);
         assert_eq!(c.bars[1].y + c.bars[1].h, c.base);

@@ -79,7 +79,8 @@ pub async fn board(
         list.push(("cursor".to_owned(), cursor.clone()));
     }
     let caller = &session.caller;
-    let Answer { body, .. } = call(&state, caller, "list_tasks", vec![], Input::Query(list)).await?;
+    let Answer { body, .. } =
+        call(&state, caller, "list_tasks", vec![], Input::Query(list)).await?;
     let cards: Vec<Card> = body["tasks"]
         .as_array()
         .map(|a| a.iter().map(Card::from_json).collect())
@@ -197,8 +198,14 @@ pub async fn task(
     // the list (open work first, so every blocked dependent while the list
     // holds fewer open tasks than that).
     let list = vec![("limit".to_owned(), DEPENDENTS_SCAN.to_string())];
-    let Answer { body, .. } =
-        call(&state, &session.caller, "list_tasks", vec![], Input::Query(list)).await?;
+    let Answer { body, .. } = call(
+        &state,
+        &session.caller,
+        "list_tasks",
+        vec![],
+        Input::Query(list),
+    )
+    .await?;
     let dependents: Vec<GraphTask> = body["tasks"]
         .as_array()
         .map(|a| a.iter().map(Card::from_json).collect::<Vec<_>>())
