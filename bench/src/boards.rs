@@ -1,14 +1,16 @@
 //! `--boards N`: what open boards cost the claim path. N board sessions
-//! (signed in through `POST /board/login` with the orgs' owner keys, one
-//! org after another) each do what the board's script does: ask
+//! (signed in through `POST /board/login` with the agents' keys in turn,
+//! as the members beside them would; the server keeps at most 32 sessions
+//! of one key) each do what the board's script does: ask
 //! `GET /board/live` for the org's change mark every second and, when the
 //! mark moved, fetch the page again (`GET /board/tasks`, the board of the
 //! first 200 tasks). They run from the create phase's end to the cycles'
 //! end. Before the cycles they poll an idle server for a few seconds, which
 //! gives what an open board costs the server when nothing changes.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context as _};
@@ -28,6 +30,24 @@ struct Counts {
     refreshes: AtomicU64,
     refresh_micros: AtomicU64,
     errors: AtomicU64,
+    /// Failures by what failed and its status (or `transport`).
+    why: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Counts {
+    fn failed(&self, what: &str, answer: &Result<reqwest::Response, reqwest::Error>) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        let why = match answer {
+            Ok(r) => format!("{what} {}", r.status().as_u16()),
+            Err(_) => format!("{what} transport"),
+        };
+        *self
+            .why
+            .lock()
+            .expect("not poisoned")
+            .entry(why)
+            .or_default() += 1;
+    }
 }
 
 /// The open boards, polling until stopped.
@@ -51,6 +71,8 @@ pub(super) struct BoardsSummary {
     pub refreshes: u64,
     pub refresh_ms_mean: Option<f64>,
     pub errors: u64,
+    /// Failures by request and status.
+    pub errors_by_cause: BTreeMap<String, u64>,
 }
 
 impl Boards {
@@ -58,7 +80,7 @@ impl Boards {
     /// server first.
     pub(super) async fn open(
         base: &str,
-        owner_keys: &[String],
+        keys: &[String],
         n: usize,
         server: Option<&ServerProcess>,
     ) -> anyhow::Result<Self> {
@@ -68,7 +90,7 @@ impl Boards {
             .build()?;
         let mut cookies = Vec::with_capacity(n);
         for i in 0..n {
-            let key = &owner_keys[i % owner_keys.len()];
+            let key = &keys[i % keys.len()];
             let answer = client
                 .post(format!("{base}/board/login"))
                 .header("content-type", "application/x-www-form-urlencoded")
@@ -108,11 +130,15 @@ impl Boards {
                         _ = stopped.changed() => return,
                     }
                     counts.polls.fetch_add(1, Ordering::Relaxed);
-                    let now = match client.get(&live).header("cookie", &cookie).send().await {
+                    let answer = client.get(&live).header("cookie", &cookie).send().await;
+                    let now = match answer {
                         Ok(r) if r.status().is_success() => {
                             r.json::<serde_json::Value>().await.ok()
                         }
-                        _ => None,
+                        failed => {
+                            counts.failed("live", &failed);
+                            continue;
+                        }
                     };
                     let Some(now) = now.and_then(|v| v["mark"].as_str().map(str::to_owned)) else {
                         counts.errors.fetch_add(1, Ordering::Relaxed);
@@ -123,9 +149,13 @@ impl Boards {
                     }
                     mark = now;
                     let started = Instant::now();
-                    let fetched = match client.get(&page).header("cookie", &cookie).send().await {
+                    let answer = client.get(&page).header("cookie", &cookie).send().await;
+                    let fetched = match answer {
                         Ok(r) if r.status().is_success() => r.bytes().await.is_ok(),
-                        _ => false,
+                        failed => {
+                            counts.failed("page", &failed);
+                            continue;
+                        }
                     };
                     if fetched {
                         counts.refreshes.fetch_add(1, Ordering::Relaxed);
@@ -183,6 +213,7 @@ impl Boards {
                     / 1000.0
             }),
             errors: self.counts.errors.load(Ordering::Relaxed),
+            errors_by_cause: self.counts.why.lock().expect("not poisoned").clone(),
         }
     }
 }
@@ -192,7 +223,7 @@ impl BoardsSummary {
         let pct = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| format!("{v:.2}%"));
         format!(
             "boards: {} open; idle server CPU {} ({} a board); during the run {} polls, {} pages \
-             fetched again (mean {}), {} errors\n",
+             fetched again (mean {}), {} errors {:?}\n",
             self.boards,
             pct(self.idle_server_cpu_pct),
             pct(self.idle_cpu_pct_per_board),
@@ -200,7 +231,8 @@ impl BoardsSummary {
             self.refreshes,
             self.refresh_ms_mean
                 .map_or("n/a".to_owned(), |m| format!("{m:.1} ms")),
-            self.errors
+            self.errors,
+            self.errors_by_cause
         )
     }
 }

@@ -181,7 +181,7 @@ pub struct BenchArgs {
     pub webhook: Option<webhooks::Receiver>,
 
     /// In the `cycle` scenario, keep this many board sessions open (signed
-    /// in with the orgs' owner keys), each polling what the board's script
+    /// in with the agents' keys in turn), each polling what the board's script
     /// polls: the change mark every second, and the page again when it
     /// moves. Reports their cost on an idle server and during the cycles.
     #[arg(long, default_value_t = 0)]
@@ -512,7 +512,10 @@ async fn execute(
                 };
                 let boards = match args.boards {
                     0 => None,
-                    n => Some(boards::Boards::open(base, &owner_keys, n, process).await?),
+                    n => {
+                        let keys: Vec<String> = agents.iter().map(|a| a.key.clone()).collect();
+                        Some(boards::Boards::open(base, &keys, n, process).await?)
+                    }
                 };
                 let before = admin.commit_counters().await;
                 let cycled = cycle_phase(base, &agents, deadline, args.claim_batch).await?;
