@@ -191,6 +191,71 @@ async fn the_board_in_a_browser() {
         .await;
     assert_eq!(cards, 1);
 
+    // A day of work for the reports (the server's clock moved by the test
+    // hook): tagged tasks claimed, then completed or failed hours later.
+    #[cfg(feature = "test-hooks")]
+    {
+        let tags = ["api", "api", "api", "ui", "ui", "docs"];
+        let items: Vec<Value> = tags
+            .iter()
+            .map(|t| json!({ "title": format!("Work on {t}"), "tags": [t], "priority": 1 }))
+            .collect();
+        let worked = ids(&srv.create_tasks(&org.owner_key, Value::Array(items)).await);
+        let (_, claimed) = srv
+            .post(
+                &org.owner_key,
+                "/tasks/claim",
+                json!({ "count": 6, "lease_seconds": 86_400 }),
+            )
+            .await;
+        assert_eq!(
+            claimed["tasks"].as_array().map(Vec::len),
+            Some(6),
+            "{claimed}"
+        );
+        for (i, id) in worked.iter().enumerate() {
+            advance_clock(&srv, 3600 * (i as i64 + 1)).await;
+            let status = if i == 1 || i == 3 {
+                "failed"
+            } else {
+                "completed"
+            };
+            srv.update_ok(
+                &org.owner_key,
+                json!({ "task_id": id, "status": status, "note": "done" }),
+            )
+            .await;
+        }
+        advance_clock(&srv, 86_400).await;
+        // Past its 12 hours the session has expired: sign in again.
+        browser.goto(&format!("{}/board/tasks", srv.base_url)).await;
+        browser
+            .wait_for(
+                "the sign-in form after the session expired",
+                r#"document.getElementById("api_key") !== null"#,
+            )
+            .await;
+        browser_sign_in(&browser, &srv, &org.owner_key).await;
+    }
+
+    // The org's vocabulary, a member and a team.
+    srv.create_tags(
+        &org.owner_key,
+        json!([
+            { "name": "api", "description": "The HTTP API" },
+            { "name": "ui", "strict": true, "description": "Only the front-end team claims these" },
+            { "name": "docs", "default": true, "description": "Written for people" },
+        ]),
+    )
+    .await;
+    srv.add_member(&org, &format!("{}@example.com", unique("dana")), "admin")
+        .await;
+    srv.create_team(
+        &org.owner_key,
+        json!({ "name": "front-end", "tags": ["ui"], "description": "Pages and charts" }),
+    )
+    .await;
+
     // The other views, with the reports computed.
     srv.claim(&org.owner_key, json!({ "lease_seconds": 600 }))
         .await
