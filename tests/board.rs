@@ -526,3 +526,64 @@ backend_tests!(fields_are_escaped_and_the_mark_moves, |srv| async move {
         .await;
     assert_ne!(before, mark(&srv, cookie.clone()).await);
 });
+
+/// Two nodes on one PostgreSQL: a session opened on one works on the
+/// other (a board request goes to the owner of its org), writes through
+/// either apply once, and a sign-out through one ends the session on both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_work_on_every_node() {
+    if !Backend::Postgres.is_configured() {
+        eprintln!("note: {POSTGRES_ENV} is unset; skipping the board's cluster test");
+        return;
+    }
+    use base64::Engine as _;
+    let key: Vec<u8> = (0..32).map(|_| rand_byte()).collect();
+    let key = base64::engine::general_purpose::STANDARD.encode(key);
+    let first = TestServer::builder(Backend::Postgres)
+        .env("TASKQ_MASTER_KEY", &key)
+        .start()
+        .await;
+    let second = TestServer::builder(Backend::Postgres)
+        .joining(&first)
+        .env("TASKQ_MASTER_KEY", &key)
+        .start()
+        .await;
+    let org = first.create_org("dev").await;
+    let id = first.new_task(&org.owner_key, "seen from both nodes").await;
+
+    let cookie = sign_in(&first, &org.owner_key).await;
+    for node in [&first, &second] {
+        let page = get(node, &format!("/board/tasks/{id}"), Some(&cookie)).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        assert!(page.body.contains("seen from both nodes"));
+    }
+    let token = csrf_of(&get(&second, "/board/tasks", Some(&cookie)).await.body);
+    let fields = [
+        ("fields", "1"),
+        ("priority", "2"),
+        ("tags", ""),
+        ("csrf", token.as_str()),
+    ];
+    let page = post_form(
+        &second,
+        &format!("/board/tasks/{id}/update"),
+        Some(&cookie),
+        &fields,
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    assert_eq!(first.get_task(&org.owner_key, &id).await["priority"], 2);
+
+    let out = post_form(&second, "/board/logout", Some(&cookie), &[("csrf", &token)]).await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    for node in [&first, &second] {
+        assert_eq!(
+            get(node, "/board/tasks", Some(&cookie)).await.status,
+            StatusCode::SEE_OTHER
+        );
+    }
+}
+
+fn rand_byte() -> u8 {
+    uuid::Uuid::new_v4().as_bytes()[0]
+}
