@@ -39,7 +39,7 @@ pub use cluster::{ClusterConfig, Placement};
 pub use domain::account::Caller;
 pub use engine::{
     parse_org_id, Engine, EngineConfig, PeerAnswer, PeerCall, PeerOp, Peers, StoreOptions,
-    FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT, OPERATOR_SESSION, ORG_STRIKE_LIMIT,
+    BOARD_SESSION, FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT, OPERATOR_SESSION, ORG_STRIKE_LIMIT,
 };
 pub use error::{EngineError, ErrorBody, ErrorCode, LimitExceeded, LimitKind, ValidationError};
 pub use stats::WriterTotals;

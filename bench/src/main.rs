@@ -34,6 +34,8 @@
 //!     no context) and complete (fenced by the claim's `lease_id`). One claim
 //!     plus one complete is a cycle. An agent whose claim finds the queue
 //!     empty stops early, and the report says so.
+//!     With `--boards N`, N board sessions poll as the board's page does
+//!     while the cycles run (see `boards`).
 //!   - `create`: every agent creates batches of 25 for `--duration` seconds.
 //!   - `idle-orgs`: creates `--orgs` orgs, `--concurrency` at a time, each with
 //!     three tasks and one claim, then reports the server's resident memory
@@ -69,10 +71,11 @@
 //! operator API and the orgs and keys of a run, `api` the HTTP client and
 //! the agents' requests, `conn` an agent's connection, `scenarios` the
 //! measured phases, `longpoll`, `reports` and `search` the scenarios of
-//! their names, `stats` their figures and progress line, and `report` the
-//! results and their table.
+//! their names, `boards` the open boards of `--boards`, `stats` their
+//! figures and progress line, and `report` the results and their table.
 
 mod api;
+mod boards;
 mod bootstrap;
 mod conn;
 mod longpoll;
@@ -176,6 +179,13 @@ pub struct BenchArgs {
     /// Reports the events delivered and the backlog after the cycles.
     #[arg(long, value_enum)]
     pub webhook: Option<webhooks::Receiver>,
+
+    /// In the `cycle` scenario, keep this many board sessions open (signed
+    /// in with the agents' keys in turn), each polling what the board's script
+    /// polls: the change mark every second, and the page again when it
+    /// moves. Reports their cost on an idle server and during the cycles.
+    #[arg(long, default_value_t = 0)]
+    pub boards: usize,
 
     /// Tasks with the largest allowed content created in every org
     /// (`big-pages` scenario).
@@ -388,6 +398,7 @@ fn blank_report(args: &BenchArgs) -> Report {
         search: None,
         reports: None,
         webhooks: None,
+        boards: None,
     }
 }
 
@@ -427,6 +438,10 @@ fn validate(args: &BenchArgs) -> anyhow::Result<()> {
     ensure!(
         args.webhook.is_none() || args.scenario == Scenario::Cycle,
         "--webhook is for the cycle scenario"
+    );
+    ensure!(
+        args.boards == 0 || args.scenario == Scenario::Cycle,
+        "--boards is for the cycle scenario"
     );
     if matches!(args.scenario, Scenario::Cycle | Scenario::Reports) {
         ensure!(
@@ -495,8 +510,18 @@ async fn execute(
                     }
                     None => None,
                 };
+                let boards = match args.boards {
+                    0 => None,
+                    n => {
+                        let keys: Vec<String> = agents.iter().map(|a| a.key.clone()).collect();
+                        Some(boards::Boards::open(base, &keys, n, process).await?)
+                    }
+                };
                 let before = admin.commit_counters().await;
                 let cycled = cycle_phase(base, &agents, deadline, args.claim_batch).await?;
+                if let Some(boards) = boards {
+                    report.boards = Some(boards.close().await);
+                }
                 if let (Some(before), Some(after)) = (before, admin.commit_counters().await) {
                     report.commit_path = Some(CommitPath::between(before, after, cycled.wall));
                 }

@@ -41,6 +41,7 @@ pub(super) struct Report {
     pub(super) search: Option<super::search::SearchSummary>,
     pub(super) reports: Option<super::reports::ReportsSummary>,
     pub(super) webhooks: Option<super::webhooks::WebhookSummary>,
+    pub(super) boards: Option<super::boards::BoardsSummary>,
 }
 
 #[derive(Serialize)]
@@ -311,6 +312,9 @@ pub(super) fn render_table(report: &Report) -> String {
 
     if let Some(webhooks) = &report.webhooks {
         let _ = write!(out, "\n{}", webhooks.render());
+    }
+    if let Some(boards) = &report.boards {
+        let _ = write!(out, "\n{}", boards.render());
     }
     if let Some(longpoll) = &report.longpoll {
         let _ = write!(out, "\n{}", longpoll.render());

@@ -7,7 +7,8 @@
 //!
 //! The org of a request is its path's (`/admin/orgs/{id}/...`, after the
 //! operator token is checked here, so that wrong tokens count against the
-//! client that sent them) or its key's. Anything else is served here.
+//! client that sent them), its key's, or its board session's. Anything
+//! else is served here.
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequestParts, Request, State};
@@ -121,6 +122,17 @@ async fn org_of(
     }
     if path.starts_with("/admin") || matches!(path, "/healthz" | "/openapi.json" | "/metrics") {
         return Ok(None);
+    }
+    if path.starts_with("/board") {
+        // A board page acts for the org of its session.
+        let Some(id) = super::board::session_id(&parts.headers) else {
+            return Ok(None);
+        };
+        return state
+            .engine
+            .board_session_org(id)
+            .await
+            .map_err(|e| ApiError::from(e).into_response());
     }
     let Some(key) = parts.headers.get("x-api-key").and_then(|v| v.to_str().ok()) else {
         return Ok(None);

@@ -39,6 +39,12 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
 
+    /// The status and the message, for an answer that is a page rather
+    /// than JSON (the board's).
+    pub fn status_and_message(&self) -> (StatusCode, &str) {
+        (self.status, &self.body.error)
+    }
+
     /// The operator's answer to a wrong or refused token.
     pub fn operator_refused(refused: Refused) -> Self {
         match refused {

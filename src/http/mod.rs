@@ -4,6 +4,7 @@
 //! no business rule lives here and nothing here touches the store.
 
 mod admin;
+mod board;
 mod cluster;
 mod error;
 mod extract;
@@ -111,7 +112,7 @@ pub fn operations() -> Vec<Operation> {
     const TEAM: Option<&str> = Some(TEAMS);
     const WEBHOOK: Option<&str> = Some(WEBHOOKS);
 
-    vec![
+    let mut table = vec![
         // ---- service
         Operation::get("/healthz")
             .doc("health", "service", "Whether the server is up")
@@ -526,7 +527,10 @@ pub fn operations() -> Vec<Operation> {
             .empty(303, "Signed out: the cookie is cleared and the form follows")
             .errors(&[404])
             .handler(ui::logout),
-    ]
+    ];
+    // ---- the board (HTML)
+    table.extend(board::operations());
+    table
 }
 
 pub fn router(state: AppState) -> Router {

@@ -48,6 +48,9 @@ fn error_statuses(route: &Operation) -> BTreeSet<u16> {
     if has_path {
         statuses.insert(404);
     }
+    // A status the route documents as an answer of its own (a page, for
+    // the board's refusals) is that answer, not the JSON error.
+    statuses.retain(|s| !route.answers.iter().any(|(answer, ..)| answer == s));
     statuses
 }
 

@@ -82,29 +82,51 @@ impl Engine {
         let (key_id, secret) = api_key
             .and_then(parse_api_key)
             .ok_or(EngineError::InvalidApiKey)?;
-        let entry = match self.inner.keys.get(key_id) {
-            Some(e) => e,
-            None => {
-                self.check_store()?;
-                let since = self.inner.keys.generation();
-                let key = self
-                    .stored(self.inner.store.get_key(key_id).await)?
-                    .ok_or(EngineError::InvalidApiKey)?;
-                let member = self
-                    .stored(self.inner.store.org_members(key.org_id).await)?
-                    .into_iter()
-                    .find(|m| m.email == key.email)
-                    .ok_or(EngineError::InvalidApiKey)?;
-                let entry = Arc::new(AuthEntry {
-                    key,
-                    role: member.role,
-                    seated: member.seated,
-                });
-                self.inner.keys.fill(key_id, entry.clone(), since);
-                entry
-            }
-        };
-        if !entry.key.active || !crate::crypto::secret_matches(secret, &entry.key.secret_hash) {
+        let entry = self.key_entry(key_id).await?;
+        if !crate::crypto::secret_matches(secret, &entry.key.secret_hash) {
+            return Err(EngineError::InvalidApiKey);
+        }
+        self.caller_of(key_id, &entry).await
+    }
+
+    /// The caller of a key whose secret was shown earlier (a board
+    /// session's): checked as [`Engine::authenticate`] checks it, less the
+    /// secret, so a revoked key, a lost seat, a changed role or a suspended
+    /// org take effect at once.
+    pub(super) async fn caller_of_key(&self, key_id: KeyId) -> Result<Caller, EngineError> {
+        let entry = self.key_entry(key_id).await?;
+        self.caller_of(key_id, &entry).await
+    }
+
+    /// The key's record and its member's role and seat, from the cache or
+    /// the store.
+    async fn key_entry(&self, key_id: KeyId) -> Result<Arc<AuthEntry>, EngineError> {
+        if let Some(e) = self.inner.keys.get(key_id) {
+            return Ok(e);
+        }
+        self.check_store()?;
+        let since = self.inner.keys.generation();
+        let key = self
+            .stored(self.inner.store.get_key(key_id).await)?
+            .ok_or(EngineError::InvalidApiKey)?;
+        let member = self
+            .stored(self.inner.store.org_members(key.org_id).await)?
+            .into_iter()
+            .find(|m| m.email == key.email)
+            .ok_or(EngineError::InvalidApiKey)?;
+        let entry = Arc::new(AuthEntry {
+            key,
+            role: member.role,
+            seated: member.seated,
+        });
+        self.inner.keys.fill(key_id, entry.clone(), since);
+        Ok(entry)
+    }
+
+    /// The caller behind a key's entry, unless the key or its org may not
+    /// act.
+    async fn caller_of(&self, key_id: KeyId, entry: &AuthEntry) -> Result<Caller, EngineError> {
+        if !entry.key.active {
             return Err(EngineError::InvalidApiKey);
         }
         let org = self.inner.directory.get(entry.key.org_id).await?;

@@ -15,6 +15,7 @@
 
 mod admin;
 mod auth;
+mod board;
 mod cluster;
 mod deliveries;
 mod feedback;
@@ -37,6 +38,7 @@ use ractor::rpc::CallResult;
 use ractor::{ActorId, ActorRef};
 
 pub use admin::{parse_org_id, OPERATOR_SESSION};
+pub use board::BOARD_SESSION;
 pub use feedback::{FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT, ORG_STRIKE_LIMIT};
 pub use lifecycle::EngineConfig;
 pub use peers::{PeerAnswer, PeerCall, PeerOp, Peers};

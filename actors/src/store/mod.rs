@@ -169,6 +169,7 @@ macro_rules! bind_args {
 
 mod abuse;
 mod accounts;
+mod board_sessions;
 mod cluster;
 mod commit;
 mod connect;

@@ -1,0 +1,314 @@
+//! The board: web pages for the members who work beside the agents
+//! (CONTRACT.md §8). Sign-in with an API key (`/board`, `/board/login`,
+//! `/board/logout`), the tasks by status with filters, search and paging
+//! (`/board/tasks`), one task with its history, dependency graph and lease
+//! (`/board/tasks/{task_id}`), agents and their leases, reports as charts,
+//! and the org's tags, members and teams; plus `/board/live`, the change
+//! mark the pages poll to stay current.
+//!
+//! The board adds no rule of its own: every read and write is the API
+//! operation of the same name, called through the operation table for the
+//! caller that the session's key resolves to now (`calls`). What it adds is
+//! the browser's side of safety: a session cookie instead of the key
+//! (`session`), a CSRF token on every write (`csrf`), templates that escape
+//! every field and isolate its direction (`pages`, `templates/`), and a
+//! Content-Security-Policy that lets nothing run but the page's own script.
+
+mod access;
+mod calls;
+mod csrf;
+mod forms;
+mod live;
+mod model;
+mod pages;
+mod reports;
+mod session;
+mod svg;
+mod tasks;
+
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::operation::Operation;
+use super::{ApiError, AppState};
+use session::Session;
+
+pub use live::LiveMark;
+pub use session::session_id;
+
+/// The API operations the board calls.
+#[cfg(test)]
+const CALLED: [&str; 12] = [
+    "list_tasks",
+    "get_tasks",
+    "create_tasks",
+    "update_tasks",
+    "search_tasks",
+    "list_keys",
+    "get_insights",
+    "get_standup",
+    "list_tags",
+    "create_tags",
+    "list_members",
+    "list_teams",
+];
+
+/// Why a board request is not answered with its page.
+#[derive(Debug)]
+pub enum BoardError {
+    /// The operation's own refusal or failure (its status and message).
+    Api(ApiError),
+    /// A page without a session: the sign-in form follows.
+    SignIn,
+    /// A write without the session or without its CSRF token.
+    Refused,
+    /// A form that is not `application/x-www-form-urlencoded` UTF-8.
+    BadForm,
+    /// A task that the caller's org does not have.
+    NotFound,
+}
+
+impl From<ApiError> for BoardError {
+    fn from(e: ApiError) -> Self {
+        BoardError::Api(e)
+    }
+}
+
+impl From<taskq_actors::EngineError> for BoardError {
+    fn from(e: taskq_actors::EngineError) -> Self {
+        BoardError::Api(e.into())
+    }
+}
+
+/// A redirect after a form (or to the sign-in form).
+pub fn see_other(to: &str) -> Response {
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    if let Ok(location) = HeaderValue::from_str(to) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
+}
+
+impl IntoResponse for BoardError {
+    fn into_response(self) -> Response {
+        let (status, heading, message) = match &self {
+            BoardError::SignIn => return see_other("/board"),
+            BoardError::Refused => (
+                StatusCode::FORBIDDEN,
+                "Refused",
+                "A change from the board needs your session and the form's token. \
+                 Reload the page and try again."
+                    .to_owned(),
+            ),
+            BoardError::BadForm => (
+                StatusCode::BAD_REQUEST,
+                "Not understood",
+                "The form could not be read.".to_owned(),
+            ),
+            BoardError::NotFound => (StatusCode::NOT_FOUND, "Not found", "task not found".into()),
+            BoardError::Api(e) => {
+                let (status, message) = e.status_and_message();
+                let heading = match status {
+                    StatusCode::NOT_FOUND => "Not found",
+                    StatusCode::FORBIDDEN => "Not allowed",
+                    StatusCode::TOO_MANY_REQUESTS => "Too many requests",
+                    s if s.is_server_error() => "Unavailable",
+                    _ => "Not done",
+                };
+                (status, heading, message.to_owned())
+            }
+        };
+        let chrome = pages::Chrome::anonymous();
+        let nonce = chrome.nonce.clone();
+        pages::page(
+            status,
+            &nonce,
+            &pages::ErrorPage {
+                chrome,
+                heading,
+                message,
+                back: "/board/tasks".into(),
+            },
+        )
+    }
+}
+
+/// The signed-in member of a page request; without one, the sign-in form.
+async fn signed_in(state: &AppState, headers: &HeaderMap) -> Result<Session, BoardError> {
+    session::current(&state.engine, headers)
+        .await?
+        .ok_or(BoardError::SignIn)
+}
+
+/// The signed-in member of a write, whose form carries the session's CSRF
+/// token; anything less is refused before anything is called.
+async fn writer(
+    state: &AppState,
+    headers: &HeaderMap,
+    form: &forms::Form,
+) -> Result<Session, BoardError> {
+    let Some(session) = session::current(&state.engine, headers).await? else {
+        return Err(BoardError::Refused);
+    };
+    match form.raw(csrf::FIELD) {
+        Some(token) if csrf::matches(&session.id, token) => Ok(session),
+        _ => Err(BoardError::Refused),
+    }
+}
+
+/// The chrome of a signed-in page.
+fn chrome(state: &AppState, session: &Session, nav: &'static str) -> pages::Chrome {
+    let role = session.caller.role;
+    pages::Chrome {
+        nonce: pages::nonce(),
+        css: pages::CSS,
+        js: pages::JS,
+        signed_in: true,
+        csrf: csrf::token(&session.id),
+        email: session.caller.email.clone(),
+        role: role.as_str(),
+        is_admin: matches!(
+            role,
+            taskq_actors::domain::account::Role::Admin | taskq_actors::domain::account::Role::Owner
+        ),
+        nav,
+        mark: state.engine.org_change_mark(session.caller.org_id),
+    }
+}
+
+/// Answers documented as pages: every refusal of the board is a page.
+fn page_answers(operation: Operation) -> Operation {
+    operation
+        .html(400, "The form or the request was not understood")
+        .html(
+            403,
+            "Refused: no session or no CSRF token, or the caller's role or plan does not allow it",
+        )
+        .html(404, "Not found")
+        .html(409, "The change did not apply (its reason is on the page)")
+        .html(429, "A limit of the org was reached")
+}
+
+/// The board's routes, as entries of the operation table.
+pub fn operations() -> Vec<Operation> {
+    vec![
+        Operation::get("/board")
+            .doc("board_sign_in", "board", "The board's sign-in form")
+            .html(200, "The form")
+            .empty(303, "Already signed in: the board follows")
+            .handler(access::sign_in),
+        Operation::post("/board/login")
+            .doc(
+                "board_login",
+                "board",
+                "Sign in to the board with an API key (form `api_key`)",
+            )
+            .empty(
+                303,
+                "Signed in: the session cookie is set and the board follows",
+            )
+            .html(400, "The form could not be read")
+            .html(401, "A wrong key: the form again, with an error")
+            .html(403, "The org is suspended")
+            .handler(access::login),
+        page_answers(
+            Operation::post("/board/logout")
+                .doc(
+                    "board_logout",
+                    "board",
+                    "End the board's session (form `csrf`)",
+                )
+                .empty(
+                    303,
+                    "Signed out: the cookie is cleared and the sign-in form follows",
+                ),
+        )
+        .handler(access::logout),
+        Operation::get("/board/live")
+            .doc(
+                "board_live",
+                "board",
+                "The org's change mark, which the board's pages poll",
+            )
+            .answer::<LiveMark>(200, "The mark; it changes whenever the org's open tasks do")
+            .errors(&[401])
+            .handler(live::mark),
+        page_answers(
+            Operation::get("/board/tasks")
+                .doc(
+                    "board_tasks",
+                    "board",
+                    "The org's tasks by status, with filters, search and paging",
+                )
+                .html(200, "The board")
+                .empty(303, "No session: the sign-in form follows"),
+        )
+        .handler(tasks::board),
+        page_answers(
+            Operation::post("/board/tasks")
+                .doc(
+                    "board_create_task",
+                    "board",
+                    "Create a task from the board's form (with `csrf`)",
+                )
+                .empty(303, "Created: its page follows"),
+        )
+        .handler(tasks::create),
+        page_answers(
+            Operation::get("/board/tasks/{task_id}")
+                .doc(
+                    "board_task",
+                    "board",
+                    "One task: content, history, dependency graph and lease",
+                )
+                .html(200, "The task's page")
+                .empty(303, "No session: the sign-in form follows"),
+        )
+        .handler(tasks::task),
+        page_answers(
+            Operation::post("/board/tasks/{task_id}/update")
+                .doc(
+                    "board_update_task",
+                    "board",
+                    "Change a task from its page's forms (with `csrf`)",
+                )
+                .empty(303, "Applied: the task's page follows"),
+        )
+        .handler(tasks::update),
+        page_answers(
+            Operation::get("/board/agents")
+                .doc(
+                    "board_agents",
+                    "board",
+                    "The agents holding leases, and the member's keys",
+                )
+                .html(200, "The page")
+                .empty(303, "No session: the sign-in form follows"),
+        )
+        .handler(reports::agents),
+        page_answers(
+            Operation::get("/board/insights")
+                .doc("board_insights", "board", "Insights and standups as charts")
+                .html(200, "The page")
+                .empty(303, "No session: the sign-in form follows"),
+        )
+        .handler(reports::insights),
+        page_answers(
+            Operation::get("/board/org")
+                .doc("board_org", "board", "The org's tags, members and teams")
+                .html(200, "The page")
+                .empty(303, "No session: the sign-in form follows"),
+        )
+        .handler(reports::org),
+        page_answers(
+            Operation::post("/board/tags")
+                .doc(
+                    "board_create_tag",
+                    "board",
+                    "Add a tag from the board's form (with `csrf`; admins and owners)",
+                )
+                .empty(303, "Added: the page follows"),
+        )
+        .handler(reports::create_tag),
+    ]
+}

@@ -1,0 +1,273 @@
+//! The tasks: the board of columns, one task's page, and their forms.
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use serde_json::{json, Value};
+
+use super::super::extract::query_pairs;
+use super::calls::{call, Answer, Input};
+use super::forms::{self, Form};
+use super::model::{self, Card, Found, Task};
+use super::pages::{self, Filters, Search, TaskPage, Tasks, PRIORITIES};
+use super::svg::{Graph, GraphTask, NODE_H, NODE_W};
+use super::{chrome, see_other, signed_in, writer, AppState, BoardError};
+
+/// Tasks on one page of the board.
+const PAGE: usize = 200;
+/// Search results shown.
+const FOUND: usize = 25;
+/// Tasks looked through for a task's dependents.
+const DEPENDENTS_SCAN: usize = 200;
+
+/// What a query value or a path segment keeps unencoded (RFC 3986's
+/// unreserved characters).
+const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+fn enc(s: &str) -> String {
+    utf8_percent_encode(s, UNRESERVED).to_string()
+}
+
+/// `GET /board/tasks`: the org's tasks in columns by status, open work
+/// first; filtered, searched by meaning, a page at a time.
+pub async fn board(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Result<Response, BoardError> {
+    let session = signed_in(&state, &headers).await?;
+    let pairs = query_pairs(query.as_deref().unwrap_or("")).map_err(|_| BoardError::BadForm)?;
+    let get = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.trim().to_owned())
+            .unwrap_or_default()
+    };
+    let filters = Filters {
+        status: get("status"),
+        tags: forms::list(&get("tags")).join(","),
+        assignee: get("assignee"),
+        priority_max: get("priority_max"),
+        q: get("q"),
+    };
+    let cursor = get("cursor");
+    // The list's own parameters, and the board's link to the same filters.
+    let mut list = vec![("limit".to_owned(), PAGE.to_string())];
+    let mut link = String::new();
+    for (name, value) in [
+        ("status", &filters.status),
+        ("tags", &filters.tags),
+        ("assignee", &filters.assignee),
+        ("priority_max", &filters.priority_max),
+    ] {
+        if !value.is_empty() {
+            list.push((name.to_owned(), value.clone()));
+            link.push_str(&format!("{name}={}&", enc(value)));
+        }
+    }
+    if !filters.q.is_empty() {
+        link.push_str(&format!("q={}&", enc(&filters.q)));
+    }
+    if !cursor.is_empty() {
+        list.push(("cursor".to_owned(), cursor.clone()));
+    }
+    let caller = &session.caller;
+    let Answer { body, .. } =
+        call(&state, caller, "list_tasks", vec![], Input::Query(list)).await?;
+    let cards: Vec<Card> = body["tasks"]
+        .as_array()
+        .map(|a| a.iter().map(Card::from_json).collect())
+        .unwrap_or_default();
+    let search = if filters.q.is_empty() {
+        None
+    } else {
+        let request = json!({ "query": filters.q, "limit": FOUND });
+        let Answer { body, .. } =
+            call(&state, caller, "search_tasks", vec![], Input::Body(request)).await?;
+        Some(Search {
+            unavailable: (body["available"] == false).then(|| model::text(&body["reason"])),
+            found: body["results"]
+                .as_array()
+                .map(|a| a.iter().map(Found::from_json).collect())
+                .unwrap_or_default(),
+        })
+    };
+    let next_page = body["next_cursor"]
+        .as_str()
+        .map(|c| format!("/board/tasks?{link}cursor={}", enc(c)));
+    let first_page = (!cursor.is_empty()).then(|| format!("/board/tasks?{link}"));
+    let chrome = chrome(&state, &session, "tasks");
+    let nonce = chrome.nonce.clone();
+    Ok(pages::page(
+        StatusCode::OK,
+        &nonce,
+        &Tasks {
+            chrome,
+            filters,
+            statuses: pages::status_options(),
+            priorities: PRIORITIES,
+            open_create: cards.is_empty(),
+            search,
+            shown: cards.len(),
+            columns: model::columns(cards),
+            first_page,
+            next_page,
+        },
+    ))
+}
+
+/// `POST /board/tasks`: creates the form's task (`POST /tasks`) and shows it.
+pub async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, BoardError> {
+    let form = Form::parse(&body)?;
+    let session = writer(&state, &headers, &form).await?;
+    let request = forms::create_task(&form);
+    let Answer { body, .. } = call(
+        &state,
+        &session.caller,
+        "create_tasks",
+        vec![],
+        Input::Body(request),
+    )
+    .await?;
+    match body["results"][0]["task_id"].as_str() {
+        Some(id) => Ok(see_other(&format!("/board/tasks/{id}"))),
+        None => Ok(see_other("/board/tasks")),
+    }
+}
+
+/// One task by id through `POST /tasks/get`; `None` when the org has no
+/// such task.
+async fn get_tasks(
+    state: &AppState,
+    session: &super::Session,
+    ids: &[String],
+) -> Result<Vec<Value>, BoardError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Answer { body, .. } = call(
+        state,
+        &session.caller,
+        "get_tasks",
+        vec![],
+        Input::Body(json!({ "task_ids": ids })),
+    )
+    .await?;
+    Ok(body["tasks"].as_array().cloned().unwrap_or_default())
+}
+
+/// `GET /board/tasks/{task_id}`: the task, its history as a timeline, its
+/// blockers and dependents as a graph, its lease, and the forms that
+/// change it. Another org's task is not found, as on the API.
+pub async fn task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(task_id): Path<String>,
+) -> Result<Response, BoardError> {
+    let session = signed_in(&state, &headers).await?;
+    let found = get_tasks(&state, &session, std::slice::from_ref(&task_id)).await?;
+    let Some(json) = found.first() else {
+        return Err(BoardError::NotFound);
+    };
+    let task = Task::from_json(json);
+    // The blockers' titles (the task lists only their ids and statuses).
+    let blocker_ids: Vec<String> = task.dependencies.iter().map(|(id, _)| id.clone()).collect();
+    let blockers: Vec<GraphTask> = get_tasks(&state, &session, &blocker_ids)
+        .await?
+        .iter()
+        .map(|b| {
+            (
+                model::text(&b["task_id"]),
+                model::text(&b["title"]),
+                model::text(&b["status"]),
+            )
+        })
+        .collect();
+    // Its dependents: the tasks whose blockers name it, among the first of
+    // the list (open work first, so every blocked dependent while the list
+    // holds fewer open tasks than that).
+    let list = vec![("limit".to_owned(), DEPENDENTS_SCAN.to_string())];
+    let Answer { body, .. } = call(
+        &state,
+        &session.caller,
+        "list_tasks",
+        vec![],
+        Input::Query(list),
+    )
+    .await?;
+    let dependents: Vec<GraphTask> = body["tasks"]
+        .as_array()
+        .map(|a| a.iter().map(Card::from_json).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.blocked_by.contains(&task.id))
+        .map(|c| (c.id, c.title, c.status))
+        .collect();
+    let dependents_capped = !body["next_cursor"].is_null();
+    let has_graph = !blockers.is_empty() || !dependents.is_empty();
+    let graph = Graph::new(
+        (task.id.clone(), task.title.clone(), task.status.clone()),
+        blockers,
+        dependents,
+    );
+    let chrome = chrome(&state, &session, "tasks");
+    let nonce = chrome.nonce.clone();
+    Ok(pages::page(
+        StatusCode::OK,
+        &nonce,
+        &TaskPage {
+            chrome,
+            tags_text: task.tags.join(", "),
+            task,
+            statuses: pages::status_options(),
+            priorities: PRIORITIES,
+            has_graph,
+            graph,
+            node_w: NODE_W,
+            node_h: NODE_H,
+            dependents_capped,
+            dependents_scan: DEPENDENTS_SCAN,
+        },
+    ))
+}
+
+/// `POST /board/tasks/{task_id}/update`: one item of `POST /tasks/update`
+/// from the task's forms; an item that fails says why on a page (409).
+pub async fn update(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(task_id): Path<String>,
+    body: Bytes,
+) -> Result<Response, BoardError> {
+    let form = Form::parse(&body)?;
+    let session = writer(&state, &headers, &form).await?;
+    let request = forms::update_task(&task_id, &form);
+    let Answer { body, .. } = call(
+        &state,
+        &session.caller,
+        "update_tasks",
+        vec![],
+        Input::Body(request),
+    )
+    .await?;
+    if let Some(error) = body["results"][0]["error"].as_str() {
+        let status = if error == "task not found" {
+            StatusCode::NOT_FOUND
+        } else {
+            StatusCode::CONFLICT
+        };
+        return Err(BoardError::Api(super::ApiError::new(status, error)));
+    }
+    Ok(see_other(&format!("/board/tasks/{}", enc(&task_id))))
+}

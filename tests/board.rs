@@ -1,0 +1,589 @@
+//! The board (`/board`, CONTRACT.md §8), black-box against the real server.
+//!
+//! Plain HTTP: sign-in and sign-out and the cookie's attributes, a wrong
+//! key, the CSP of every page, writes refused (403, nothing changed)
+//! without the session or its CSRF token, another org's task as not found,
+//! a `user` key without the admin form (and refused anyway), escaping, and
+//! a key that stops working ending its sessions. In headless Chromium
+//! (`browser`; skipped with a note unless `TASKQ_TEST_CHROMEDRIVER` names a
+//! chromedriver): a graph of three tasks made through the board, one
+//! completed through the API and its dependent shown pending without a
+//! reload, hostile content in every field shown as text and run nowhere,
+//! axe-core on every view (`TASKQ_TEST_AXE_JS`, skipped with a note when
+//! unset), and a screenshot of each view.
+
+#[macro_use]
+mod common;
+mod board {
+    pub mod browser;
+    mod chromium;
+}
+
+use std::time::Duration;
+
+use common::*;
+use reqwest::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
+use reqwest::Method;
+
+/// A client that shows redirects and cookies as they come.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("http client")
+}
+
+/// `POST /board/login` with `api_key`.
+async fn login(srv: &TestServer, key: &str) -> reqwest::Response {
+    client()
+        .post(format!("{}/board/login", srv.base_url))
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(format!("api_key={}", encode_query(key)))
+        .send()
+        .await
+        .expect("POST /board/login")
+}
+
+/// Signs in; the `Cookie` header value of the session.
+async fn sign_in(srv: &TestServer, key: &str) -> String {
+    let resp = login(srv, key).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    let set = resp.headers()[SET_COOKIE].to_str().unwrap().to_owned();
+    set.split(';').next().unwrap().to_owned()
+}
+
+struct Page {
+    status: StatusCode,
+    headers: reqwest::header::HeaderMap,
+    body: String,
+}
+
+async fn get(srv: &TestServer, path: &str, cookie: Option<&str>) -> Page {
+    let mut req = client().get(format!("{}{path}", srv.base_url));
+    if let Some(c) = cookie {
+        req = req.header(COOKIE, c);
+    }
+    let resp = req.send().await.expect("GET");
+    Page {
+        status: resp.status(),
+        headers: resp.headers().clone(),
+        body: resp.text().await.expect("body"),
+    }
+}
+
+async fn post_form(
+    srv: &TestServer,
+    path: &str,
+    cookie: Option<&str>,
+    fields: &[(&str, &str)],
+) -> Page {
+    let body = fields
+        .iter()
+        .map(|(k, v)| format!("{k}={}", encode_query(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+    let mut req = client()
+        .post(format!("{}{path}", srv.base_url))
+        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(body);
+    if let Some(c) = cookie {
+        req = req.header(COOKIE, c);
+    }
+    let resp = req.send().await.expect("POST");
+    Page {
+        status: resp.status(),
+        headers: resp.headers().clone(),
+        body: resp.text().await.expect("body"),
+    }
+}
+
+/// The CSRF token a page's forms carry.
+fn csrf_of(html: &str) -> String {
+    let start = html
+        .find(r#"name="csrf" value=""#)
+        .unwrap_or_else(|| panic!("no CSRF field in {html}"))
+        + r#"name="csrf" value=""#.len();
+    html[start..start + 64].to_owned()
+}
+
+/// A page's CSP admits no inline script but by nonce, and no other origin.
+fn assert_strict_csp(page: &Page, what: &str) {
+    let csp = page
+        .headers
+        .get(CONTENT_SECURITY_POLICY)
+        .unwrap_or_else(|| panic!("{what}: no Content-Security-Policy"))
+        .to_str()
+        .unwrap();
+    assert!(csp.contains("default-src 'none'"), "{what}: {csp}");
+    let script = csp
+        .split(';')
+        .map(str::trim)
+        .find(|d| d.starts_with("script-src"))
+        .unwrap_or_else(|| panic!("{what}: no script-src: {csp}"));
+    let sources: Vec<&str> = script.split_whitespace().skip(1).collect();
+    assert!(
+        sources
+            .iter()
+            .all(|s| s.starts_with("'nonce-") || s.starts_with("'sha256-")),
+        "{what}: script-src admits more than nonces: {csp}"
+    );
+    for banned in [
+        "unsafe-inline",
+        "unsafe-eval",
+        "http:",
+        "https:",
+        "*",
+        "data:",
+    ] {
+        assert!(!csp.contains(banned), "{what}: {banned} in {csp}");
+    }
+    let ct = page.headers[CONTENT_TYPE].to_str().unwrap();
+    assert!(ct.starts_with("text/html"), "{what}: {ct}");
+    // Every script element carries the nonce; no other attribute runs code.
+    let nonce = sources[0]
+        .trim_start_matches("'nonce-")
+        .trim_end_matches('\'');
+    assert_eq!(
+        page.body.matches("<script").count(),
+        page.body
+            .matches(&format!("<script nonce=\"{nonce}\">"))
+            .count(),
+        "{what}: a script without the nonce"
+    );
+}
+
+backend_tests!(sign_in_and_out, |srv| async move {
+    let org = srv.create_org("dev").await;
+
+    // The form needs no key.
+    let page = get(&srv, "/board", None).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert_strict_csp(&page, "GET /board");
+    assert!(page.body.contains(r#"name="api_key""#), "{}", page.body);
+    assert!(page.body.contains(r#"action="/board/login""#));
+
+    // A wrong key: the form again, with an error, 401, and no cookie.
+    let resp = login(&srv, "tq_wrong_key").await;
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    assert!(resp.headers().get(SET_COOKIE).is_none());
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("invalid api key"), "{body}");
+    assert!(body.contains(r#"name="api_key""#), "{body}");
+
+    // The key: a session cookie that is not the key, then the board.
+    let resp = login(&srv, &org.owner_key).await;
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    assert_eq!(resp.headers()[LOCATION], "/board/tasks");
+    let set = resp.headers()[SET_COOKIE].to_str().unwrap().to_owned();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/board"] {
+        assert!(set.contains(attribute), "{set}");
+    }
+    assert!(!set.contains(&org.owner_key), "{set}");
+    let value = set.split(';').next().unwrap();
+    let key: Vec<char> = org.owner_key.chars().collect();
+    assert!(
+        key.windows(12)
+            .all(|w| !value.contains(&w.iter().collect::<String>())),
+        "the cookie carries part of the key: {set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_owned();
+
+    // Signed in, the form goes to the board; every view answers with the CSP.
+    let page = get(&srv, "/board", Some(&cookie)).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    let task = srv.new_task(&org.owner_key, "a task").await;
+    for path in [
+        "/board/tasks".to_owned(),
+        format!("/board/tasks/{task}"),
+        "/board/agents".into(),
+        "/board/insights".into(),
+        "/board/org".into(),
+        "/board/tasks?status=pending&tags=a%2Cb&priority_max=3&q=x".into(),
+    ] {
+        let page = get(&srv, &path, Some(&cookie)).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+        assert_strict_csp(&page, &path);
+    }
+    let missing = get(&srv, &format!("/board/tasks/{}", new_uuid()), Some(&cookie)).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert_strict_csp(&missing, "the 404 page");
+
+    // The pages need the session.
+    let page = get(&srv, "/board/tasks", None).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    assert_eq!(page.headers[LOCATION], "/board");
+    let page = get(&srv, "/board/tasks", Some("taskq_board=forged")).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    let live = get(&srv, "/board/live", None).await;
+    assert_eq!(live.status, StatusCode::UNAUTHORIZED);
+
+    // Sign-out is a write: without the token it is refused and the
+    // session lives on.
+    let board = get(&srv, "/board/tasks", Some(&cookie)).await;
+    let token = csrf_of(&board.body);
+    let refused = post_form(&srv, "/board/logout", Some(&cookie), &[]).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert_strict_csp(&refused, "the 403 page");
+    assert_eq!(
+        get(&srv, "/board/tasks", Some(&cookie)).await.status,
+        StatusCode::OK
+    );
+    let out = post_form(&srv, "/board/logout", Some(&cookie), &[("csrf", &token)]).await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    let cleared = out.headers[SET_COOKIE].to_str().unwrap();
+    assert!(cleared.contains("Max-Age=0"), "{cleared}");
+    // Ended at once, and the cookie is no key anywhere else.
+    assert_eq!(
+        get(&srv, "/board/tasks", Some(&cookie)).await.status,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(
+        get(&srv, "/board/live", Some(&cookie)).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let (status, _) = srv
+        .raw(Method::GET, "/tasks", &[("cookie", &cookie)], None)
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+});
+
+backend_tests!(writes_need_the_session_and_its_token, |srv| async move {
+    let org = srv.create_org("dev").await;
+    let other = srv.create_org("dev").await;
+    let cookie = sign_in(&srv, &org.owner_key).await;
+    let token = csrf_of(&get(&srv, "/board/tasks", Some(&cookie)).await.body);
+    // A token of another session (another org's) is not this one's.
+    let other_cookie = sign_in(&srv, &other.owner_key).await;
+    let other_token = csrf_of(&get(&srv, "/board/tasks", Some(&other_cookie)).await.body);
+    assert_ne!(token, other_token);
+
+    fn create(token: Option<&str>) -> Vec<(&'static str, &str)> {
+        let mut fields = vec![("title", "from the board")];
+        if let Some(t) = token {
+            fields.push(("csrf", t));
+        }
+        fields
+    }
+    for (cookie, fields, what) in [
+        (None, create(Some(&token)), "no session"),
+        (Some(cookie.as_str()), create(None), "no token"),
+        (Some(cookie.as_str()), create(Some("")), "an empty token"),
+        (
+            Some(cookie.as_str()),
+            create(Some(&other_token)),
+            "another session's token",
+        ),
+        (
+            Some(cookie.as_str()),
+            create(Some(&token[..63])),
+            "a cut token",
+        ),
+    ] {
+        let page = post_form(&srv, "/board/tasks", cookie, &fields).await;
+        assert_eq!(page.status, StatusCode::FORBIDDEN, "{what}: {}", page.body);
+    }
+    assert!(
+        srv.list_all(&org.owner_key, "").await.is_empty(),
+        "a refused create wrote"
+    );
+
+    // With both: created, and its page follows.
+    let page = post_form(&srv, "/board/tasks", Some(&cookie), &create(Some(&token))).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    let location = page.headers[LOCATION].to_str().unwrap().to_owned();
+    let id = location.strip_prefix("/board/tasks/").unwrap().to_owned();
+    assert_eq!(
+        srv.get_task(&org.owner_key, &id).await["title"],
+        "from the board"
+    );
+
+    // Updates likewise.
+    let path = format!("/board/tasks/{id}/update");
+    let change = [("priority", "1"), ("fields", "1"), ("tags", "")];
+    for (cookie, token) in [(None, Some(token.as_str())), (Some(cookie.as_str()), None)] {
+        let mut fields = change.to_vec();
+        if let Some(t) = token {
+            fields.push(("csrf", t));
+        }
+        let page = post_form(&srv, &path, cookie, &fields).await;
+        assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
+    }
+    let cancel = [
+        ("status", "canceled"),
+        ("note", "no"),
+        ("assignee", org.owner_email.as_str()),
+    ];
+    let page = post_form(&srv, &path, Some(&cookie), &cancel).await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN);
+    let task = srv.get_task(&org.owner_key, &id).await;
+    assert_eq!(
+        (task["priority"].as_u64(), task["status"].as_str()),
+        (Some(3), Some("pending"))
+    );
+
+    let mut fields = change.to_vec();
+    fields.push(("csrf", &token));
+    let page = post_form(&srv, &path, Some(&cookie), &fields).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    assert_eq!(srv.get_task(&org.owner_key, &id).await["priority"], 1);
+
+    // The API's rules, as the API applies them: a note is required to cancel.
+    let page = post_form(
+        &srv,
+        &path,
+        Some(&cookie),
+        &[("status", "canceled"), ("csrf", &token)],
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST, "{}", page.body);
+    assert_eq!(srv.status_of(&org.owner_key, &id).await, "pending");
+    let mut fields = cancel.to_vec();
+    fields.push(("csrf", &token));
+    let page = post_form(&srv, &path, Some(&cookie), &fields).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    assert_eq!(srv.status_of(&org.owner_key, &id).await, "canceled");
+    // An invalid move says so, and changes nothing.
+    let done = [
+        ("status", "completed"),
+        ("note", "n"),
+        ("csrf", token.as_str()),
+    ];
+    let page = post_form(&srv, &path, Some(&cookie), &done).await;
+    assert_eq!(page.status, StatusCode::CONFLICT, "{}", page.body);
+    assert!(
+        page.body.contains("Invalid status transition"),
+        "{}",
+        page.body
+    );
+    // Retry.
+    let retry = [("status", "pending"), ("csrf", token.as_str())];
+    assert_eq!(
+        post_form(&srv, &path, Some(&cookie), &retry).await.status,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(srv.status_of(&org.owner_key, &id).await, "pending");
+});
+
+backend_tests!(one_org_never_sees_another, |srv| async move {
+    let mine = srv.create_org("dev").await;
+    let theirs = srv.create_org("dev").await;
+    let secret = srv.new_task(&theirs.owner_key, "their secret plans").await;
+    srv.new_task(&mine.owner_key, "my own task").await;
+    let cookie = sign_in(&srv, &mine.owner_key).await;
+
+    let page = get(&srv, &format!("/board/tasks/{secret}"), Some(&cookie)).await;
+    assert_eq!(page.status, StatusCode::NOT_FOUND);
+    assert!(!page.body.contains("their secret plans"));
+    let board = get(&srv, "/board/tasks", Some(&cookie)).await;
+    assert!(board.body.contains("my own task"), "{}", board.body);
+    assert!(!board.body.contains("their secret plans"));
+    assert!(!board.body.contains(&secret));
+
+    // Nor change it.
+    let token = csrf_of(&board.body);
+    let fields = [
+        ("fields", "1"),
+        ("priority", "1"),
+        ("tags", ""),
+        ("csrf", token.as_str()),
+    ];
+    let page = post_form(
+        &srv,
+        &format!("/board/tasks/{secret}/update"),
+        Some(&cookie),
+        &fields,
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::NOT_FOUND, "{}", page.body);
+    assert_eq!(
+        srv.get_task(&theirs.owner_key, &secret).await["priority"],
+        3
+    );
+});
+
+backend_tests!(
+    a_user_key_has_no_admin_form_and_is_refused_anyway,
+    |srv| async move {
+        let org = srv.create_org("dev").await;
+        let user_key = srv
+            .add_member(&org, &format!("{}@example.com", unique("user")), "user")
+            .await;
+        let user = sign_in(&srv, &user_key).await;
+        let page = get(&srv, "/board/org", Some(&user)).await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert!(!page.body.contains(r#"id="create-tag""#), "{}", page.body);
+        let token = csrf_of(&page.body);
+        let refused = post_form(
+            &srv,
+            "/board/tags",
+            Some(&user),
+            &[("name", "sneaky"), ("csrf", &token)],
+        )
+        .await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
+        assert!(srv.list_tags(&org.owner_key).await.is_empty());
+
+        let owner = sign_in(&srv, &org.owner_key).await;
+        let page = get(&srv, "/board/org", Some(&owner)).await;
+        assert!(page.body.contains(r#"id="create-tag""#), "{}", page.body);
+        let token = csrf_of(&page.body);
+        let added = post_form(
+            &srv,
+            "/board/tags",
+            Some(&owner),
+            &[("name", "urgent"), ("csrf", &token)],
+        )
+        .await;
+        assert_eq!(added.status, StatusCode::SEE_OTHER, "{}", added.body);
+        assert_eq!(srv.list_tags(&org.owner_key).await[0]["name"], "urgent");
+
+        // The role is read on every request: promoted, the user sees the form.
+        let email = srv
+            .list_members(&org.owner_key)
+            .await
+            .into_iter()
+            .map(|m| str_field(&m, "email"))
+            .find(|e| e.starts_with("user"))
+            .unwrap();
+        srv.patch_member(&org.owner_key, &email, json!({ "role": "admin" }))
+            .await;
+        let page = get(&srv, "/board/org", Some(&user)).await;
+        assert!(page.body.contains(r#"id="create-tag""#), "{}", page.body);
+    }
+);
+
+backend_tests!(a_revoked_key_ends_its_sessions, |srv| async move {
+    let org = srv.create_org("dev").await;
+    let (key_id, key) = srv.new_key(&org.owner_key, "laptop").await;
+    let cookie = sign_in(&srv, &key).await;
+    assert_eq!(
+        get(&srv, "/board/tasks", Some(&cookie)).await.status,
+        StatusCode::OK
+    );
+    let (status, _) = srv.delete(&org.owner_key, &format!("/keys/{key_id}")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        get(&srv, "/board/tasks", Some(&cookie)).await.status,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(
+        get(&srv, "/board/live", Some(&cookie)).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+});
+
+backend_tests!(fields_are_escaped_and_the_mark_moves, |srv| async move {
+    let org = srv.create_org("dev").await;
+    let hostile = r#"<script>window.__pwned=1</script><img src=x onerror=alert(1)>"#;
+    let id = srv
+        .create_task(
+            &org.owner_key,
+            json!({ "title": hostile, "description": hostile,
+            "metadata": { "k": hostile }, "tags": [hostile] }),
+        )
+        .await;
+    let cookie = sign_in(&srv, &org.owner_key).await;
+    for path in ["/board/tasks".to_owned(), format!("/board/tasks/{id}")] {
+        let page = get(&srv, &path, Some(&cookie)).await;
+        assert!(
+            !page.body.contains("<script>window"),
+            "{path}: {}",
+            page.body
+        );
+        assert!(!page.body.contains("<img"), "{path}");
+        // Escaped, whichever way the entities are spelt.
+        let text = page.body.replace("&#60;", "&lt;").replace("&#62;", "&gt;");
+        assert!(
+            text.contains("&lt;script&gt;window.__pwned=1&lt;/script&gt;"),
+            "{path}: {}",
+            page.body
+        );
+    }
+
+    // The mark the pages poll moves with a change made elsewhere.
+    let mark = |srv: &TestServer, cookie: String| {
+        let url = format!("{}/board/live", srv.base_url);
+        async move {
+            let resp = client()
+                .get(url)
+                .header(COOKIE, cookie)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), StatusCode::OK);
+            let v: Value = resp.json().await.unwrap();
+            str_field(&v, "mark")
+        }
+    };
+    let before = mark(&srv, cookie.clone()).await;
+    assert_eq!(
+        before,
+        mark(&srv, cookie.clone()).await,
+        "the mark moved by itself"
+    );
+    srv.update_ok(&org.owner_key, json!({ "task_id": id, "priority": 1 }))
+        .await;
+    assert_ne!(before, mark(&srv, cookie.clone()).await);
+});
+
+/// Two nodes on one PostgreSQL: a session opened on one works on the
+/// other (a board request goes to the owner of its org), writes through
+/// either apply once, and a sign-out through one ends the session on both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_work_on_every_node() {
+    if !Backend::Postgres.is_configured() {
+        eprintln!("note: {POSTGRES_ENV} is unset; skipping the board's cluster test");
+        return;
+    }
+    use base64::Engine as _;
+    let key: Vec<u8> = (0..32).map(|_| rand_byte()).collect();
+    let key = base64::engine::general_purpose::STANDARD.encode(key);
+    let first = TestServer::builder(Backend::Postgres)
+        .env("TASKQ_MASTER_KEY", &key)
+        .start()
+        .await;
+    let second = TestServer::builder(Backend::Postgres)
+        .joining(&first)
+        .env("TASKQ_MASTER_KEY", &key)
+        .start()
+        .await;
+    let org = first.create_org("dev").await;
+    let id = first.new_task(&org.owner_key, "seen from both nodes").await;
+
+    let cookie = sign_in(&first, &org.owner_key).await;
+    for node in [&first, &second] {
+        let page = get(node, &format!("/board/tasks/{id}"), Some(&cookie)).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        assert!(page.body.contains("seen from both nodes"));
+    }
+    let token = csrf_of(&get(&second, "/board/tasks", Some(&cookie)).await.body);
+    let fields = [
+        ("fields", "1"),
+        ("priority", "2"),
+        ("tags", ""),
+        ("csrf", token.as_str()),
+    ];
+    let page = post_form(
+        &second,
+        &format!("/board/tasks/{id}/update"),
+        Some(&cookie),
+        &fields,
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    assert_eq!(first.get_task(&org.owner_key, &id).await["priority"], 2);
+
+    let out = post_form(&second, "/board/logout", Some(&cookie), &[("csrf", &token)]).await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    for node in [&first, &second] {
+        assert_eq!(
+            get(node, "/board/tasks", Some(&cookie)).await.status,
+            StatusCode::SEE_OTHER
+        );
+    }
+}
+
+fn rand_byte() -> u8 {
+    uuid::Uuid::new_v4().as_bytes()[0]
+}
