@@ -15,7 +15,6 @@
 #[macro_use]
 mod common;
 mod board {
-    pub mod browser;
     mod chromium;
 }
 

@@ -14,17 +14,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
+use common::browser::{chromedriver, Browser};
 use common::*;
 use reqwest::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, SET_COOKIE};
 use reqwest::Method;
-
-const CHROMEDRIVER_ENV: &str = "TASKQ_TEST_CHROMEDRIVER";
-const CHROMIUM_ENV: &str = "TASKQ_TEST_CHROMIUM";
-const ARTIFACTS_ENV: &str = "TASKQ_TEST_ARTIFACTS";
 
 /// A client that shows redirects and cookies as they come.
 fn client() -> reqwest::Client {
@@ -420,144 +415,6 @@ backend_tests!(the_figures_match_the_api, |srv| async move {
     }
 });
 
-// ----------------------------------------------------------------- browser
-
-/// A `chromedriver` process and one browser session on it.
-struct Browser {
-    http: reqwest::Client,
-    session: String,
-    _driver: tokio::process::Child,
-}
-
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
-
-impl Browser {
-    async fn start(chromedriver: &str, chromium: &str) -> Browser {
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
-        let driver = tokio::process::Command::new(chromedriver)
-            .arg(format!("--port={port}"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {chromedriver}: {e}"));
-        let http = client();
-        let base = format!("http://127.0.0.1:{port}");
-        eventually(Duration::from_secs(20), "chromedriver ready", || {
-            let http = http.clone();
-            let url = format!("{base}/status");
-            async move {
-                let v: Value = http.get(url).send().await.ok()?.json().await.ok()?;
-                (v["value"]["ready"] == true).then_some(())
-            }
-        })
-        .await;
-        let caps = json!({ "capabilities": { "alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": chromium,
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                         "--disable-dev-shm-usage", "--window-size=1280,900"],
-            },
-        }}});
-        let resp: Value = http
-            .post(format!("{base}/session"))
-            .json(&caps)
-            .send()
-            .await
-            .expect("POST /session")
-            .json()
-            .await
-            .expect("session JSON");
-        let session = resp["value"]["sessionId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no session: {resp}"))
-            .to_owned();
-        Browser {
-            http,
-            session: format!("{base}/session/{session}"),
-            _driver: driver,
-        }
-    }
-
-    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Value {
-        let mut req = self
-            .http
-            .request(method.clone(), format!("{}{path}", self.session));
-        if let Some(b) = body {
-            req = req.json(&b);
-        } else if method == Method::POST {
-            req = req.json(&json!({}));
-        }
-        let resp: Value = req
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("WebDriver {method} {path}: {e}"))
-            .json()
-            .await
-            .expect("WebDriver JSON");
-        if resp["value"]["error"].is_string() {
-            panic!("WebDriver {method} {path}: {resp}");
-        }
-        resp["value"].clone()
-    }
-
-    async fn goto(&self, url: &str) {
-        self.call(Method::POST, "/url", Some(json!({ "url": url })))
-            .await;
-    }
-
-    async fn find(&self, css: &str) -> String {
-        let v = self
-            .call(
-                Method::POST,
-                "/element",
-                Some(json!({ "using": "css selector", "value": css })),
-            )
-            .await;
-        str_field(&v, ELEMENT)
-    }
-
-    async fn type_into(&self, css: &str, text: &str) {
-        let el = self.find(css).await;
-        self.call(
-            Method::POST,
-            &format!("/element/{el}/value"),
-            Some(json!({ "text": text })),
-        )
-        .await;
-    }
-
-    async fn click(&self, css: &str) {
-        let el = self.find(css).await;
-        self.call(Method::POST, &format!("/element/{el}/click"), None)
-            .await;
-    }
-
-    async fn script(&self, script: &str) -> Value {
-        self.call(
-            Method::POST,
-            "/execute/sync",
-            Some(json!({ "script": script, "args": [] })),
-        )
-        .await
-    }
-
-    async fn screenshot(&self) -> Vec<u8> {
-        let v = self.call(Method::GET, "/screenshot", None).await;
-        base64::engine::general_purpose::STANDARD
-            .decode(v.as_str().expect("base64 PNG"))
-            .expect("PNG bytes")
-    }
-
-    async fn quit(&self) {
-        let _ = self.http.delete(&self.session).send().await;
-    }
-}
-
 /// Every figure the page shows: org fields by org id, and the engine-wide
 /// ones under `""` by their `data-stat` path.
 const READ_PAGE: &str = r#"
@@ -572,30 +429,12 @@ out[""].refreshes = document.body.dataset.refreshes || "";
 return out;
 "#;
 
-fn artifacts_dir() -> PathBuf {
-    match std::env::var(ARTIFACTS_ENV) {
-        Ok(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .parent()
-            .expect("the target directory")
-            .join("test-artifacts"),
-    }
-}
-
 backend_tests!(the_page_shows_what_the_api_says, |srv| async move {
-    let Some(chromedriver) = std::env::var(CHROMEDRIVER_ENV)
-        .ok()
-        .filter(|p| !p.is_empty())
-    else {
-        eprintln!("note: {CHROMEDRIVER_ENV} is unset; skipping the headless Chromium check");
+    let Some(chromedriver) = chromedriver() else {
         return;
     };
-    let chromium = std::env::var(CHROMIUM_ENV)
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "/usr/bin/chromium".to_owned());
     let seeded = seed(&srv).await;
-    let browser = Browser::start(&chromedriver, &chromium).await;
+    let browser = Browser::start(&chromedriver).await;
 
     browser.goto(&format!("{}/admin/ui", srv.base_url)).await;
     browser.type_into("#token", &srv.admin_token).await;
@@ -654,14 +493,8 @@ backend_tests!(the_page_shows_what_the_api_says, |srv| async move {
         "{page:#}"
     );
 
-    let png = browser.screenshot().await;
-    assert!(png.starts_with(b"\x89PNG"), "not a PNG");
-    let dir = artifacts_dir();
-    std::fs::create_dir_all(&dir).expect("create the artifacts directory");
     let backend = format!("{:?}", srv.backend).to_lowercase();
-    let path = dir.join(format!("operator-ui-{backend}.png"));
-    std::fs::write(&path, &png).expect("write the screenshot");
-    eprintln!("screenshot of the operator page: {}", path.display());
+    browser.screenshot(&format!("operator-ui-{backend}")).await;
 
     // Signing out from the page ends the session.
     browser.click("#logout").await;

@@ -8,6 +8,7 @@ mod board;
 mod cluster;
 mod error;
 mod extract;
+mod html;
 mod lockout;
 mod metrics;
 mod openapi;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::Method;
 
-use super::browser::{axe_source, chromedriver, Browser};
+use crate::common::browser::{axe_source, chromedriver, Browser};
 use crate::common::*;
 use crate::{get, sign_in};
 

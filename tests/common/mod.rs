@@ -11,6 +11,7 @@
 //! re-exported here.
 #![allow(dead_code)]
 
+pub mod browser;
 mod client;
 mod fixtures;
 mod proxy;

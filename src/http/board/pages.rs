@@ -8,7 +8,7 @@
 //! origin, no plugin, no frame.
 
 use askama::Template;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::model::{Column, Found, Task};
@@ -56,47 +56,7 @@ impl Chrome {
     }
 }
 
-pub fn nonce() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
-}
-
-/// The CSP of every board page.
-pub fn csp(nonce: &str) -> String {
-    format!(
-        "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; \
-         connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
-    )
-}
-
-/// An HTML answer with the board's headers.
-pub fn html(status: StatusCode, nonce: &str, body: String) -> Response {
-    let mut response = (status, body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_str(&csp(nonce)).expect("a nonce of hex digits"),
-    );
-    security_headers(headers);
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
-}
-
-/// Headers of every board answer, pages and assets alike.
-pub fn security_headers(headers: &mut axum::http::HeaderMap) {
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-}
+pub use crate::http::html::{html, nonce};
 
 /// Renders a template as a page.
 pub fn page<T: Template>(status: StatusCode, nonce: &str, template: &T) -> Response {

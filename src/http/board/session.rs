@@ -5,9 +5,10 @@
 //! resolves that key again on every request (`Engine::board_caller`), so
 //! this module only reads and writes the cookie.
 
-use axum::http::header::{COOKIE, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use taskq_actors::{Caller, Engine, EngineError, BOARD_SESSION};
+
+use crate::http::html::{cookie_value, session_cookie};
 
 /// The cookie's name.
 pub const COOKIE_NAME: &str = "taskq_board";
@@ -33,41 +34,23 @@ pub async fn current(engine: &Engine, headers: &HeaderMap) -> Result<Option<Sess
 
 /// The session id in the request's `Cookie` headers.
 pub fn session_id(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE_NAME)
-        .map(|(_, value)| value)
-        .filter(|v| !v.is_empty())
+    cookie_value(headers, COOKIE_NAME)
 }
 
-/// `Set-Cookie` for a session id; `Secure` when the server speaks TLS
-/// itself.
+/// `Set-Cookie` for a session id.
 pub fn set_cookie(id: &str, secure: bool) -> (HeaderName, HeaderValue) {
-    cookie(id, BOARD_SESSION.as_secs(), secure)
+    session_cookie(COOKIE_NAME, "/board", id, BOARD_SESSION.as_secs(), secure)
 }
 
 /// `Set-Cookie` that removes the session cookie.
 pub fn clear_cookie(secure: bool) -> (HeaderName, HeaderValue) {
-    cookie("", 0, secure)
-}
-
-fn cookie(value: &str, max_age: u64, secure: bool) -> (HeaderName, HeaderValue) {
-    let secure = if secure { "; Secure" } else { "" };
-    let text = format!(
-        "{COOKIE_NAME}={value}; HttpOnly; SameSite=Strict; Path=/board; Max-Age={max_age}{secure}"
-    );
-    (
-        SET_COOKIE,
-        HeaderValue::from_str(&text).expect("a cookie of URL-safe base64 is a header value"),
-    )
+    session_cookie(COOKIE_NAME, "/board", "", 0, secure)
 }
 
 #[cfg(test)]
 mod tests {
+    use axum::http::header::COOKIE;
+
     use super::*;
 
     #[test]

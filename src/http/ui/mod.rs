@@ -24,37 +24,7 @@ use super::extract::{query_pairs, OperatorOrSession};
 use super::lockout::{Client, Refused};
 use super::AppState;
 
-/// An HTML answer with its CSP; `nonce` admits its inline style and script.
-fn html(status: StatusCode, nonce: &str, body: String) -> Response {
-    let csp = format!(
-        "default-src 'none'; style-src 'nonce-{nonce}'; script-src 'nonce-{nonce}'; \
-         connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
-    );
-    let mut response = (status, body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_str(&csp).expect("a nonce of hex digits"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    response
-}
-
-fn nonce() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
-}
+use super::html::{html, nonce};
 
 /// The operator token, or 404 as for every `/admin` route when none is set.
 fn operator_token(state: &AppState) -> Result<&str, ApiError> {

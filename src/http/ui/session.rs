@@ -6,9 +6,10 @@
 //! a logout through any node ends it at once. The table is bounded; beyond
 //! that the session closest to expiry makes room.
 
-use axum::http::header::{COOKIE, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue};
 use taskq_actors::{Engine, EngineError, OPERATOR_SESSION};
+
+use crate::http::html::{cookie_value, session_cookie};
 
 /// The cookie's name.
 pub const COOKIE_NAME: &str = "taskq_operator";
@@ -31,37 +32,23 @@ pub async fn close(engine: &Engine, headers: &HeaderMap) -> Result<(), EngineErr
 
 /// The session id in the request's `Cookie` headers.
 fn session_id(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE_NAME)
-        .map(|(_, value)| value)
-        .filter(|v| !v.is_empty())
+    cookie_value(headers, COOKIE_NAME)
 }
 
-/// `Set-Cookie` for a session id; `Secure` when the server speaks TLS
-/// itself (behind a TLS-terminating proxy it cannot tell).
+/// `Set-Cookie` for a session id.
 pub fn set_cookie(id: &str, secure: bool) -> (axum::http::HeaderName, HeaderValue) {
-    cookie(id, OPERATOR_SESSION.as_secs(), secure)
+    session_cookie(
+        COOKIE_NAME,
+        "/admin",
+        id,
+        OPERATOR_SESSION.as_secs(),
+        secure,
+    )
 }
 
 /// `Set-Cookie` that removes the session cookie.
 pub fn clear_cookie(secure: bool) -> (axum::http::HeaderName, HeaderValue) {
-    cookie("", 0, secure)
-}
-
-fn cookie(value: &str, max_age: u64, secure: bool) -> (axum::http::HeaderName, HeaderValue) {
-    let secure = if secure { "; Secure" } else { "" };
-    let text = format!(
-        "{COOKIE_NAME}={value}; HttpOnly; SameSite=Strict; Path=/admin; Max-Age={max_age}{secure}"
-    );
-    (
-        SET_COOKIE,
-        HeaderValue::from_str(&text).expect("a cookie of URL-safe base64 is a header value"),
-    )
+    session_cookie(COOKIE_NAME, "/admin", "", 0, secure)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Headless Chromium over WebDriver: plain JSON over HTTP to a
-//! `chromedriver` this module starts, one browser session per `Browser`.
-//! Also axe-core, injected into a page and run there.
+//! `chromedriver` this module starts, one browser session per `Browser`,
+//! for the operator page's and the board's browser tests. Also axe-core,
+//! injected into a page and run there.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use base64::Engine as _;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::common::{eventually, str_field};
+use super::{eventually, str_field};
 
 pub const CHROMEDRIVER_ENV: &str = "TASKQ_TEST_CHROMEDRIVER";
 pub const CHROMIUM_ENV: &str = "TASKQ_TEST_CHROMIUM";
