@@ -206,11 +206,6 @@ impl Writers {
         Ok(())
     }
 
-    /// How many lanes (writers) there are.
-    pub fn lanes(&self) -> usize {
-        self.lanes.len()
-    }
-
     /// Batches queued and not yet taken by a writer, over all lanes.
     pub fn queued(&self) -> usize {
         self.lanes

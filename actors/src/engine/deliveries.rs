@@ -66,10 +66,12 @@ const HOLD_MS: i64 = 60_000;
 /// the whole timeout.
 const ROW_AT_MOST_MS: i64 = 3 * DELIVERY_TIMEOUT.as_millis() as i64;
 /// Deliveries yield to claims beyond the CPU too: what they write goes
-/// through the writers, whose commits every claim waits for. While the
-/// writers spent more than this share of the last [`LOAD_WINDOW`]
-/// committing for everything else (their time, in proportion to the
-/// batches that were not the worker's own), the worker takes at most
+/// through the writers, whose commits every claim waits for, and on
+/// PostgreSQL what they read and hold runs in the server's processes at
+/// its own priority. While the writers together spent more than this
+/// share of the last [`LOAD_WINDOW`] committing for everything else (their
+/// time, in proportion to the batches that were not the worker's own;
+/// summed over PostgreSQL's several writers), the worker takes at most
 /// [`TRICKLE`] rows per [`BUSY_POLL`] (a floor, so a server that stays
 /// busy still delivers), and catches up at full speed once they are not.
 const BUSY_SHARE: f64 = 0.5;
@@ -168,7 +170,6 @@ impl Worker {
                     batches: totals.batches,
                     own: self.own_batches.load(Ordering::Relaxed),
                 },
-                writers.lanes(),
             );
             let limit = if busy { TRICKLE } else { READ };
             let started = match self.start_due(limit).await {
@@ -504,8 +505,9 @@ struct Committed {
 }
 
 /// Whether the writers are busy with other work than the worker's: the
-/// share of the last window they spent committing, times the share of
-/// the batches they committed that were not the worker's.
+/// share of the last window they spent committing (all of them together),
+/// times the share of the batches they committed that were not the
+/// worker's.
 #[derive(Default)]
 struct WriterLoad {
     /// The window's start and the totals then.
@@ -515,7 +517,7 @@ struct WriterLoad {
 
 impl WriterLoad {
     /// Updates the verdict once a window has passed; answers it.
-    fn busy(&mut self, now: std::time::Instant, totals: Committed, lanes: usize) -> bool {
+    fn busy(&mut self, now: std::time::Instant, totals: Committed) -> bool {
         match self.since {
             Some((start, before)) => {
                 let wall = now.duration_since(start);
@@ -528,7 +530,7 @@ impl WriterLoad {
                     } else {
                         (batches - own) as f64 / batches as f64
                     };
-                    let share = spent / (wall.as_micros() as f64 * lanes.max(1) as f64);
+                    let share = spent / wall.as_micros() as f64;
                     self.busy = share * others > BUSY_SHARE;
                     self.since = Some((now, totals));
                 }
@@ -591,47 +593,25 @@ mod tests {
 
     #[test]
     fn writers_are_busy_when_they_spent_over_half_of_a_window_on_others() {
-        let at = |ms| Instant::now() + Duration::from_millis(ms);
         let committed = |micros, batches, own| Committed {
             micros,
             batches,
             own,
         };
-        let start = at(0);
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
         let mut load = WriterLoad::default();
-        assert!(!load.busy(start, committed(0, 0, 0), 1));
+        assert!(!load.busy(at(0), committed(0, 0, 0)));
         // Within the window nothing changes, whatever was spent.
-        assert!(!load.busy(
-            start + Duration::from_millis(50),
-            committed(90_000, 9, 0),
-            1
-        ));
-        // 90 ms of commits in 100 ms on one lane, none of them the worker's.
-        assert!(load.busy(
-            start + Duration::from_millis(100),
-            committed(90_000, 10, 0),
-            1
-        ));
+        assert!(!load.busy(at(50), committed(90_000, 9, 0)));
+        // 90 ms of commits in 100 ms, none of them the worker's.
+        assert!(load.busy(at(100), committed(90_000, 10, 0)));
         // The next window, idle.
-        assert!(!load.busy(
-            start + Duration::from_millis(200),
-            committed(100_000, 10, 0),
-            1
-        ));
+        assert!(!load.busy(at(200), committed(100_000, 10, 0)));
         // As busy, but half of the batches were the worker's own.
-        assert!(!load.busy(
-            start + Duration::from_millis(300),
-            committed(190_000, 20, 5),
-            1
-        ));
-        // The same time on two lanes is under half of their time.
-        let mut two = WriterLoad::default();
-        two.busy(start, committed(0, 0, 0), 2);
-        assert!(!two.busy(
-            start + Duration::from_millis(100),
-            committed(90_000, 10, 0),
-            2
-        ));
+        assert!(!load.busy(at(300), committed(190_000, 20, 5)));
+        // Several writers' time adds up: 4 × 30 ms in 100 ms.
+        assert!(load.busy(at(400), committed(310_000, 30, 5)));
     }
 
     #[test]
