@@ -18,24 +18,13 @@ mod board {
     mod chromium;
 }
 
-use std::time::Duration;
-
 use common::*;
 use reqwest::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
 use reqwest::Method;
 
-/// A client that shows redirects and cookies as they come.
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("http client")
-}
-
 /// `POST /board/login` with `api_key`.
 async fn login(srv: &TestServer, key: &str) -> reqwest::Response {
-    client()
+    page_client()
         .post(format!("{}/board/login", srv.base_url))
         .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
         .body(format!("api_key={}", encode_query(key)))
@@ -59,7 +48,7 @@ struct Page {
 }
 
 async fn get(srv: &TestServer, path: &str, cookie: Option<&str>) -> Page {
-    let mut req = client().get(format!("{}{path}", srv.base_url));
+    let mut req = page_client().get(format!("{}{path}", srv.base_url));
     if let Some(c) = cookie {
         req = req.header(COOKIE, c);
     }
@@ -82,7 +71,7 @@ async fn post_form(
         .map(|(k, v)| format!("{k}={}", encode_query(v)))
         .collect::<Vec<_>>()
         .join("&");
-    let mut req = client()
+    let mut req = page_client()
         .post(format!("{}{path}", srv.base_url))
         .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
         .body(body);
@@ -504,7 +493,7 @@ backend_tests!(fields_are_escaped_and_the_mark_moves, |srv| async move {
     let mark = |srv: &TestServer, cookie: String| {
         let url = format!("{}/board/live", srv.base_url);
         async move {
-            let resp = client()
+            let resp = page_client()
                 .get(url)
                 .header(COOKIE, cookie)
                 .send()

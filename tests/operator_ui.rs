@@ -21,18 +21,9 @@ use common::*;
 use reqwest::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, SET_COOKIE};
 use reqwest::Method;
 
-/// A client that shows redirects and cookies as they come.
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("http client")
-}
-
 /// `POST /admin/ui/login` with `token`; the raw answer.
 async fn login(srv: &TestServer, token: &str) -> reqwest::Response {
-    client()
+    page_client()
         .post(format!("{}/admin/ui/login", srv.base_url))
         .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
         .body(format!("token={}", encode_query(token)))
@@ -56,7 +47,7 @@ async fn get(
     cookie: Option<&str>,
     bearer: Option<&str>,
 ) -> (StatusCode, reqwest::header::HeaderMap, String) {
-    let mut req = client().get(format!("{}{path}", srv.base_url));
+    let mut req = page_client().get(format!("{}{path}", srv.base_url));
     if let Some(c) = cookie {
         req = req.header(COOKIE, c);
     }
@@ -136,7 +127,7 @@ backend_tests!(the_page_needs_a_session, |srv| async move {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 
     // Logout ends the session and clears the cookie.
-    let resp = client()
+    let resp = page_client()
         .post(format!("{}/admin/ui/logout", srv.base_url))
         .header(COOKIE, &cookie)
         .send()

@@ -27,6 +27,16 @@ pub use serde_json::{json, Value};
 #[allow(unused_imports)]
 pub use server::{postgres_addr, Backend, Builder, Db, TestServer, POSTGRES_ENV};
 
+/// A client for the server's HTML pages that shows redirects and cookies
+/// as they come (it follows no redirect and keeps no cookie).
+pub fn page_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .expect("http client")
+}
+
 /// Runs one async test body on every backend:
 ///
 /// - `backend_tests!(name, |srv| async move { ... })` starts a default server;
