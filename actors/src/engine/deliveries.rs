@@ -43,17 +43,19 @@ use crate::domain::webhooks::{message_id, next_attempt, signature_header, EventS
 use crate::domain::OrgId;
 use crate::error::EngineError;
 use crate::store::{
-    AfterAttempt, DeliveryRecord, DueEvent, Settled, Store, StoreError, StoreOptions, Target,
-    WriteBatch, WriteOp,
+    AfterAttempt, DeliveryRecord, DueEvent, DuePack, Later, Settled, Store, StoreError,
+    StoreOptions, Target, Turn, WriteBatch, WriteOp,
 };
 use crate::webhook_sender::{Delivery, Sent, WebhookSender, DELIVERY_TIMEOUT};
 use crate::writer::Commit;
 
-/// Rows a worker has taken and not yet settled, all endpoints together:
-/// what bounds its memory.
+/// Rows and pack entries a worker has taken and not yet settled, all
+/// endpoints together: what bounds its memory.
 const TAKEN: usize = 512;
-/// Rows read per look at the outbox.
+/// Rows and pack entries taken per look at the outbox.
 const READ: usize = 256;
+/// Packs read per look at the outbox (the first of each endpoint's).
+const PACKS_READ: i64 = 64;
 /// Requests in flight at once to one endpoint: a slow one takes no more.
 /// Each is a stream that sends its rows one after another, and settles
 /// each without waiting for the one before to be committed.
@@ -89,15 +91,22 @@ const CONNECTIONS: u32 = 2;
 const KEEP_LOG_MS: i64 = 7 * 24 * 3_600_000;
 const PRUNE_EVERY_MS: i64 = 3_600_000;
 
-/// The rows a worker took and has not settled yet, and the requests in
-/// flight to each endpoint.
+/// The rows and packs a worker took and has not settled yet, and the
+/// requests in flight to each endpoint.
 #[derive(Default)]
 struct Taken {
     rows: HashSet<i64>,
+    packs: HashSet<i64>,
+    /// The packs' entries taken.
+    entries: usize,
     sending: HashMap<String, usize>,
 }
 
 impl Taken {
+    fn count(&self) -> usize {
+        self.rows.len() + self.entries
+    }
+
     fn sending_to(&self, webhook: &str) -> usize {
         self.sending.get(webhook).copied().unwrap_or(0)
     }
@@ -199,14 +208,114 @@ impl Worker {
         }
     }
 
-    /// Takes the due rows there is room for and starts streams to their
-    /// endpoints; answers how many rows it took.
+    /// Takes the due packs' entries and rows there is room for and starts
+    /// streams to their endpoints; answers how many it took.
     async fn start_due(self: &Arc<Self>, limit: usize) -> Result<usize, EngineError> {
         self.engine.check_store()?;
-        let (room, skip) = {
+        let (room, skip_packs) = {
             let taken = self.taken.lock().expect("not poisoned");
-            let skip: Vec<i64> = taken.rows.iter().copied().collect();
-            (TAKEN.saturating_sub(skip.len()).min(limit), skip)
+            let skip: Vec<i64> = taken.packs.iter().copied().collect();
+            (TAKEN.saturating_sub(taken.count()).min(limit), skip)
+        };
+        let from_packs = self.start_packs(room, &skip_packs).await?;
+        Ok(from_packs + self.start_rows(room - from_packs).await?)
+    }
+
+    /// Whether rows are held, and until when (PostgreSQL).
+    fn hold_until(&self, now: i64) -> Option<i64> {
+        match self.store {
+            Store::Postgres(..) => Some(now + HOLD_MS),
+            Store::Sqlite(_) => None,
+        }
+    }
+
+    /// Takes up to `room` entries of the endpoints' first packs, each
+    /// pack's from where it was left, and starts a turn at each; answers
+    /// how many entries it took.
+    async fn start_packs(
+        self: &Arc<Self>,
+        room: usize,
+        skip: &[i64],
+    ) -> Result<usize, EngineError> {
+        if room == 0 {
+            return Ok(0);
+        }
+        let now = self.engine.now();
+        let mut packs = self.read(self.store.due_webhook_packs(now, PACKS_READ, skip).await)?;
+        // Each pack's share of the room, in order, if its endpoint has a
+        // request to spare.
+        let mut left = room;
+        {
+            let taken = self.taken.lock().expect("not poisoned");
+            packs.retain(|p| {
+                let take = left > 0 && taken.sending_to(&p.webhook_id) < PER_ENDPOINT;
+                if take {
+                    left -= p.entries.len().min(left);
+                }
+                take
+            });
+        }
+        let hold_until = self.hold_until(now);
+        if let Some(until) = hold_until {
+            let ids: Vec<i64> = packs.iter().map(|p| p.pack_id).collect();
+            if ids.is_empty() {
+                return Ok(0);
+            }
+            let held: HashSet<i64> = self
+                .read(self.store.hold_webhook_packs(&ids, now, until).await)?
+                .into_iter()
+                .collect();
+            packs.retain(|p| held.contains(&p.pack_id));
+        }
+        let mut started = 0;
+        for pack in packs {
+            let Ok(org) = pack.org_id.parse::<OrgId>() else {
+                continue;
+            };
+            let budget = pack.entries.len().min(room - started);
+            let target = self.read(self.store.webhook_target(org, &pack.webhook_id).await)?;
+            let tasks: Vec<&str> = pack.entries[..budget]
+                .iter()
+                .map(|e| e.task_key.as_str())
+                .collect();
+            let waiting = self.read(
+                self.store
+                    .waiting_webhook_tasks(&pack.webhook_id, &tasks)
+                    .await,
+            )?;
+            let streams = {
+                let mut taken = self.taken.lock().expect("not poisoned");
+                let streams =
+                    (PER_ENDPOINT - taken.sending_to(&pack.webhook_id)).min(budget.max(1));
+                taken.packs.insert(pack.pack_id);
+                taken.entries += budget;
+                *taken.sending.entry(pack.webhook_id.clone()).or_default() += streams;
+                streams
+            };
+            started += budget;
+            let stream = Stream {
+                org,
+                webhook: pack.webhook_id.clone(),
+                target,
+                hold_until,
+            };
+            let turn = PackTurn {
+                pack,
+                budget,
+                streams,
+                waiting,
+            };
+            tokio::spawn(self.clone().deliver_pack(stream, turn));
+        }
+        Ok(started)
+    }
+
+    /// Takes the due rows there is room for and starts streams to their
+    /// endpoints; answers how many rows it took.
+    async fn start_rows(self: &Arc<Self>, room: usize) -> Result<usize, EngineError> {
+        let skip: Vec<i64> = {
+            let taken = self.taken.lock().expect("not poisoned");
+            taken.rows.iter().copied().collect()
         };
         if room == 0 {
             return Ok(0);
@@ -227,10 +336,7 @@ impl Worker {
                 }
             }
         }
-        let hold_until = match self.store {
-            Store::Postgres(..) => Some(now + HOLD_MS),
-            Store::Sqlite(_) => None,
-        };
+        let hold_until = self.hold_until(now);
         if let Some(until) = hold_until {
             let ids: Vec<i64> = by_endpoint
                 .values()
@@ -312,8 +418,10 @@ impl Worker {
             disable = gone;
             let settled = Settled {
                 webhook_id: webhook.clone(),
-                outbox_id: row.outbox_id,
-                after,
+                turn: Turn::Row {
+                    outbox_id: row.outbox_id,
+                    after,
+                },
                 log,
             };
             commits.push((row.outbox_id, self.settle(org, settled).await));
@@ -324,30 +432,10 @@ impl Worker {
             .stream_ended(&webhook);
         self.settled.notify_one();
         if disable {
-            tracing::info!(org_id = %org, webhook_id = %webhook, "webhook disabled");
-            let op = PeerOp::DisableWebhook {
-                org,
-                webhook: webhook.clone(),
-            };
-            let engine = self.engine.clone();
-            // On the server's runtime: it may start the org's actor.
-            let done = self.main.spawn(async move { engine.on_owner(op).await });
-            if let Ok(Err(e)) = done.await {
-                tracing::warn!(org_id = %org, error = %e, "disabling a webhook failed");
-            }
+            self.disable(org, &webhook).await;
         }
         for (outbox_id, commit) in commits {
-            let result = match commit {
-                Ok(commit) => commit
-                    .await
-                    .map_err(|_| StoreError::WriterGone)
-                    .and_then(|r| r),
-                Err(e) => Err(e),
-            };
-            if let Err(e) = result {
-                // The row stays due, and is sent again.
-                tracing::warn!(org_id = %org, error = %e, "recording a webhook delivery failed");
-            }
+            committed(org, commit).await;
             left.push(outbox_id);
         }
         let mut taken = self.taken.lock().expect("not poisoned");
@@ -356,6 +444,170 @@ impl Worker {
         }
         drop(taken);
         self.settled.notify_one();
+    }
+
+    /// Tells the org's owner that the endpoint is to get nothing more.
+    async fn disable(&self, org: OrgId, webhook: &str) {
+        tracing::info!(org_id = %org, webhook_id = %webhook, "webhook disabled");
+        let op = PeerOp::DisableWebhook {
+            org,
+            webhook: webhook.to_owned(),
+        };
+        let engine = self.engine.clone();
+        // On the server's runtime: it may start the org's actor.
+        let done = self.main.spawn(async move { engine.on_owner(op).await });
+        if let Ok(Err(e)) = done.await {
+            tracing::warn!(org_id = %org, error = %e, "disabling a webhook failed");
+        }
+    }
+
+    /// A turn at a pack: its first `budget` entries over `streams`
+    /// streams, each task's entries in one stream and in order; the
+    /// entries of a task with an event waiting in a row, and those after
+    /// one that failed, become rows behind it. One commit settles the
+    /// turn: the rows, the pack's new start (or its end), the log.
+    async fn deliver_pack(self: Arc<Self>, stream: Stream, turn: PackTurn) {
+        let PackTurn {
+            pack,
+            budget,
+            streams,
+            waiting,
+        } = turn;
+        let org = stream.org;
+        let webhook = stream.webhook.clone();
+        let total = pack.entries.len();
+        let mut entries = pack.entries;
+        entries.truncate(budget);
+        let (fates, log, disable) = match stream.target.as_ref().filter(|t| t.active) {
+            // The endpoint is gone or disabled: its events go with it.
+            None => (Vec::new(), Vec::new(), false),
+            Some(_) => {
+                let stream = Arc::new(stream);
+                let waiting = Arc::new(waiting);
+                let mut lanes: Vec<Vec<DueEvent>> = vec![Vec::new(); streams];
+                for e in entries {
+                    lanes[lane_of(&e.task_key, streams)].push(e);
+                }
+                let mut set = tokio::task::JoinSet::new();
+                for lane in lanes.into_iter().filter(|l| !l.is_empty()) {
+                    let worker = self.clone();
+                    let (stream, waiting) = (stream.clone(), waiting.clone());
+                    set.spawn(async move { worker.deliver_lane(&stream, &waiting, lane).await });
+                }
+                let mut fates = Vec::new();
+                let mut log = Vec::new();
+                let mut disable = false;
+                while let Some(done) = set.join_next().await {
+                    match done {
+                        Ok(lane) => {
+                            fates.extend(lane.fates);
+                            log.extend(lane.log);
+                            disable |= lane.disable;
+                        }
+                        // A lane that panicked: the whole turn is taken again.
+                        Err(e) => {
+                            tracing::error!(org_id = %org, error = %e, "a webhook delivery failed");
+                            self.release_pack(&webhook, pack.pack_id, budget, streams);
+                            return;
+                        }
+                    }
+                }
+                fates.sort_by_key(|(i, _)| *i);
+                (fates, log, disable)
+            }
+        };
+        let rows = fates.into_iter().filter_map(|(_, later)| later).collect();
+        let settled = Settled {
+            webhook_id: webhook.clone(),
+            turn: Turn::Pack {
+                pack_id: pack.pack_id,
+                start: pack.start + budget,
+                all_done: budget == total,
+                rows,
+            },
+            log,
+        };
+        let commit = self.settle(org, settled).await;
+        self.release_streams(&webhook, streams);
+        if disable {
+            self.disable(org, &webhook).await;
+        }
+        committed(org, commit).await;
+        let mut taken = self.taken.lock().expect("not poisoned");
+        taken.packs.remove(&pack.pack_id);
+        taken.entries -= budget;
+        drop(taken);
+        self.settled.notify_one();
+    }
+
+    /// One stream of a pack's turn: its entries one after another. What
+    /// comes of each: `None` if it is done with, else the row it becomes.
+    async fn deliver_lane(
+        &self,
+        stream: &Stream,
+        waiting: &HashSet<String>,
+        lane: Vec<DueEvent>,
+    ) -> Lane {
+        let target = stream.target.as_ref().expect("an active endpoint's lane");
+        let mut out = Lane::default();
+        let mut failed: HashSet<String> = HashSet::new();
+        let mut stop = false;
+        for e in lane {
+            let now = self.engine.now();
+            let late = stream
+                .hold_until
+                .is_some_and(|until| now + ROW_AT_MOST_MS > until);
+            stop |= late;
+            if stop || waiting.contains(&e.task_key) || failed.contains(&e.task_key) {
+                // Not tried: a row of its own, behind its task's events.
+                let index = e.outbox_id;
+                let later = Later {
+                    event: e,
+                    next_attempt_at: now,
+                };
+                out.fates.push((index, Some(later)));
+                continue;
+            }
+            let (after, log, gone) = self.send_types(stream.org, &e, target).await;
+            out.log.extend(log);
+            stop |= gone;
+            out.disable |= gone;
+            let index = e.outbox_id;
+            let later = match after {
+                AfterAttempt::Done => None,
+                AfterAttempt::Retry { sent, attempts, at } => {
+                    failed.insert(e.task_key.clone());
+                    Some(Later {
+                        event: DueEvent {
+                            sent,
+                            attempts,
+                            ..e
+                        },
+                        next_attempt_at: at,
+                    })
+                }
+            };
+            out.fates.push((index, later));
+        }
+        out
+    }
+
+    /// Frees a stream's request slots.
+    fn release_streams(&self, webhook: &str, streams: usize) {
+        let mut taken = self.taken.lock().expect("not poisoned");
+        for _ in 0..streams {
+            taken.stream_ended(webhook);
+        }
+        drop(taken);
+        self.settled.notify_one();
+    }
+
+    /// Gives back a pack whose turn did not finish: it is taken again.
+    fn release_pack(&self, webhook: &str, pack_id: i64, budget: usize, streams: usize) {
+        self.release_streams(webhook, streams);
+        let mut taken = self.taken.lock().expect("not poisoned");
+        taken.packs.remove(&pack_id);
+        taken.entries -= budget;
     }
 
     /// Sends the row's types from the first not yet delivered; answers
@@ -539,6 +791,48 @@ impl WriterLoad {
         }
         self.busy
     }
+}
+
+/// Waits for a turn's commit; a turn not recorded is taken again.
+async fn committed(org: OrgId, commit: Result<Commit, StoreError>) {
+    let result = match commit {
+        Ok(commit) => commit
+            .await
+            .map_err(|_| StoreError::WriterGone)
+            .and_then(|r| r),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = result {
+        tracing::warn!(org_id = %org, error = %e, "recording a webhook delivery failed");
+    }
+}
+
+/// Which of `streams` streams a task's entries of a pack go to: all of
+/// them to one, so they stay in order.
+fn lane_of(task_key: &str, streams: usize) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    task_key.hash(&mut h);
+    (h.finish() % streams as u64) as usize
+}
+
+/// A pack taken: its first `budget` entries go over `streams` streams;
+/// `waiting` are its tasks with events waiting in rows.
+struct PackTurn {
+    pack: DuePack,
+    budget: usize,
+    streams: usize,
+    waiting: HashSet<String>,
+}
+
+/// What a stream of a pack's turn did: each entry's place in the pack
+/// and the row it becomes, if any; the attempts; whether the endpoint is
+/// to be disabled.
+#[derive(Default)]
+struct Lane {
+    fates: Vec<(i64, Option<Later>)>,
+    log: Vec<DeliveryRecord>,
+    disable: bool,
 }
 
 /// A stream's endpoint, and until when its rows are held (PostgreSQL).

@@ -191,7 +191,7 @@ pub use commit::{EventLinks, Fence, WriteBatch, WriteOp, WriterConn};
 pub use connect::hold_sqlite_file;
 pub use keys::ClientDek;
 pub use reports::ReportKey;
-pub use webhooks::{AfterAttempt, DeliveryRecord, DueEvent, Settled, Target};
+pub use webhooks::{AfterAttempt, DeliveryRecord, DueEvent, DuePack, Later, Settled, Target, Turn};
 
 /// A row type that both backends can decode.
 trait BackendRow: Send + Unpin + for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> {}

@@ -6,8 +6,10 @@
 use sqlx::Connection;
 use uuid::Uuid;
 
+use super::webhooks::PACK_ENTRIES;
 use super::{
-    AfterAttempt, DeliveryRecord, Settled, Store, StoreOptions, WriteBatch, WriteOp, WriterConn,
+    AfterAttempt, DeliveryRecord, Later, Settled, Store, StoreOptions, Turn, WriteBatch, WriteOp,
+    WriterConn,
 };
 use crate::api::ListTasks;
 use crate::domain::account::{
@@ -648,7 +650,7 @@ async fn round_trip_sqlite() {
     later_changes(&store).await;
     finished_and_reopened(&store, false).await;
     finished_and_reopened(&store, true).await;
-    outbox_rows_settle(&store).await;
+    outbox_packs_and_rows_settle(&store).await;
     store.close().await;
 }
 
@@ -1055,7 +1057,7 @@ async fn round_trip_postgres() {
     finished_and_reopened(&store, false).await;
     finished_and_reopened(&store, true).await;
     commit_plan_finds_rows_by_key(&store).await;
-    outbox_rows_settle(&store).await;
+    outbox_packs_and_rows_settle(&store).await;
     store.close().await;
     scratch.drop().await;
 }
@@ -1087,14 +1089,29 @@ async fn commit_ops(store: &Store, org: OrgId, ops: Vec<WriteOp>) {
         .unwrap();
 }
 
-/// Outbox rows as the worker reads them: the first row of each task only,
-/// their fields as written; a turn settled through a commit deletes a row
-/// delivered, moves one to retry to its next attempt (with the types sent
-/// so far), and logs the attempts; rows in `skip` are not read.
-async fn outbox_rows_settle(store: &Store) {
+/// A commit's webhook events as the worker reads them: one pack per
+/// endpoint with the changes in order, the first pack of an endpoint only;
+/// a pack's turn settled through a commit moves its start (or deletes it)
+/// and turns the entries that failed or must wait into rows, of which
+/// only each task's first is due, and logs the attempts; a row's turn
+/// deletes it or moves it to its next attempt, with the types sent so
+/// far; packs and rows in `skip` are not read.
+async fn outbox_packs_and_rows_settle(store: &Store) {
     let org = OrgId::new_v7();
     let (a, b) = (TaskId::new_v7(), TaskId::new_v7());
     let webhook = format!("wh_{}", Uuid::now_v7().simple());
+    let endpoint = crate::domain::webhooks::Endpoint {
+        webhook_id: webhook.clone(),
+        url: "http://127.0.0.1:9/hook".into(),
+        subscription: crate::domain::webhooks::Subscription::parse(&["*".into()]).unwrap(),
+        description: None,
+        active: true,
+        created_at: 1,
+    };
+    let secret = crate::crypto::SealedSecret {
+        master_key_id: "k".into(),
+        bytes: vec![1, 2, 3],
+    };
     let claimed = outbox_row(
         &webhook,
         a,
@@ -1119,33 +1136,67 @@ async fn outbox_rows_settle(store: &Store) {
     commit_ops(
         store,
         org,
-        vec![WriteOp::InsertOutbox(vec![
-            claimed.clone(),
-            completed.clone(),
-            other.clone(),
-        ])],
+        vec![
+            WriteOp::InsertWebhook { endpoint, secret },
+            WriteOp::InsertOutbox(vec![claimed.clone(), completed.clone(), other.clone()]),
+        ],
     )
     .await;
-    let due = store.due_webhook_events(100, 10, 10, &[]).await.unwrap();
-    let ids: Vec<&str> = due.iter().map(|e| e.event_id.as_str()).collect();
-    assert_eq!(ids, [claimed.event_id.as_str(), other.event_id.as_str()]);
-    let first = &due[0];
+    let later_one = outbox_row(&webhook, b, "task.completed", TaskStatus::Completed, 13);
+    commit_ops(
+        store,
+        org,
+        vec![WriteOp::InsertOutbox(vec![later_one.clone()])],
+    )
+    .await;
+
+    let packs = store.due_webhook_packs(100, 10, &[]).await.unwrap();
+    assert_eq!(packs.len(), 1, "an endpoint's first pack only");
+    let pack = &packs[0];
+    assert_eq!(
+        (pack.org_id.as_str(), pack.start),
+        (org.to_string().as_str(), 0)
+    );
+    let ids: Vec<&str> = pack.entries.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [&claimed.event_id, &completed.event_id, &other.event_id]
+    );
+    let first = &pack.entries[0];
     assert_eq!(first.types, "task.claimed task.status_changed");
-    assert_eq!((first.sent, first.attempts, first.created_at), (0, 0, 10));
-    assert_eq!(first.org_id, org.to_string());
+    assert_eq!((first.outbox_id, first.sent, first.attempts), (0, 0, 0));
+    assert_eq!(
+        (first.task_key.clone(), first.created_at),
+        (a.to_string(), 10)
+    );
     assert_eq!(first.from_status.as_deref(), Some("pending"));
     assert_eq!(first.to_status.as_deref(), Some("in_progress"));
     assert_eq!(first.agent_id.as_deref(), Some("agent-1"));
-    let skipped = store
-        .due_webhook_events(100, 10, 10, &[first.outbox_id])
+    assert!(store
+        .due_webhook_packs(100, 10, &[pack.pack_id])
         .await
-        .unwrap();
+        .unwrap()
+        .is_empty());
     assert_eq!(
-        skipped.len(),
-        1,
-        "a skipped row is not read, nor its task's next"
+        store
+            .hold_webhook_packs(&[pack.pack_id], 100, 200)
+            .await
+            .unwrap(),
+        [pack.pack_id]
     );
-    assert_eq!(skipped[0].event_id, other.event_id);
+    assert!(
+        store
+            .hold_webhook_packs(&[pack.pack_id], 150, 300)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a held pack is not taken twice"
+    );
+    assert!(store
+        .due_webhook_packs(150, 10, &[])
+        .await
+        .unwrap()
+        .is_empty());
 
     let log = |event_id: &str, attempt, status| DeliveryRecord {
         delivery_id: Uuid::now_v7().to_string(),
@@ -1158,29 +1209,49 @@ async fn outbox_rows_settle(store: &Store) {
         at: 50,
         next_attempt_at: (status != 200).then_some(5_050),
     };
+    // A turn at the first two entries: the claim's second type failed,
+    // so the completion of the same task waits behind it.
+    let retry = Later {
+        event: crate::store::DueEvent {
+            sent: 1,
+            attempts: 1,
+            ..pack.entries[0].clone()
+        },
+        next_attempt_at: 5_050,
+    };
+    let waits = Later {
+        event: pack.entries[1].clone(),
+        next_attempt_at: 50,
+    };
     commit_ops(
         store,
         org,
-        vec![WriteOp::SettleDeliveries(vec![
-            Settled {
-                webhook_id: webhook.clone(),
-                outbox_id: first.outbox_id,
-                after: AfterAttempt::Retry {
-                    sent: 1,
-                    attempts: 1,
-                    at: 5_050,
-                },
-                log: vec![log("evt_a0", 1, 200), log("evt_a1", 1, 500)],
+        vec![WriteOp::SettleDeliveries(vec![Settled {
+            webhook_id: webhook.clone(),
+            turn: Turn::Pack {
+                pack_id: pack.pack_id,
+                start: 2,
+                all_done: false,
+                rows: vec![retry, waits],
             },
-            Settled {
-                webhook_id: webhook.clone(),
-                outbox_id: due[1].outbox_id,
-                after: AfterAttempt::Done,
-                log: vec![log(&other.event_id, 1, 200)],
-            },
-        ])],
+            log: vec![log("evt_a0", 1, 200), log("evt_a1", 1, 500)],
+        }])],
     )
     .await;
+    let rest = store.due_webhook_packs(160, 10, &[]).await.unwrap();
+    assert_eq!(rest.len(), 1, "a turn's settling ends its hold");
+    assert_eq!((rest[0].pack_id, rest[0].start), (pack.pack_id, 2));
+    let ids: Vec<&str> = rest[0]
+        .entries
+        .iter()
+        .map(|e| e.event_id.as_str())
+        .collect();
+    assert_eq!(ids, [&other.event_id]);
+    assert_eq!(rest[0].entries[0].outbox_id, 2);
+    let keys = [a.to_string(), b.to_string()];
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let waiting = store.waiting_webhook_tasks(&webhook, &keys).await.unwrap();
+    assert_eq!(waiting.into_iter().collect::<Vec<_>>(), [a.to_string()]);
     assert!(
         store
             .due_webhook_events(100, 10, 10, &[])
@@ -1189,14 +1260,21 @@ async fn outbox_rows_settle(store: &Store) {
             .is_empty(),
         "the retried row waits, and so does its task's next row"
     );
-    let later = store.due_webhook_events(6_000, 10, 10, &[]).await.unwrap();
-    assert_eq!(later.len(), 1);
+    let due = store.due_webhook_events(6_000, 10, 10, &[]).await.unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].event_id, claimed.event_id);
     assert_eq!(
-        (later[0].outbox_id, later[0].sent, later[0].attempts),
-        (first.outbox_id, 1, 1)
+        (due[0].sent, due[0].attempts, due[0].created_at),
+        (1, 1, 10)
     );
+    assert_eq!(due[0].to_status.as_deref(), Some("in_progress"));
+    assert!(store
+        .due_webhook_events(6_000, 10, 10, &[due[0].outbox_id])
+        .await
+        .unwrap()
+        .is_empty());
     let logged = store.webhook_deliveries(org, &webhook, 10).await.unwrap();
-    assert_eq!(logged.len(), 3);
+    assert_eq!(logged.len(), 2);
     assert!(logged.iter().any(|d| d.event_id == "evt_a1"
         && d.status_code == Some(500)
         && d.next_attempt_at == Some(5_050)
@@ -1205,12 +1283,26 @@ async fn outbox_rows_settle(store: &Store) {
     commit_ops(
         store,
         org,
-        vec![WriteOp::SettleDeliveries(vec![Settled {
-            webhook_id: webhook.clone(),
-            outbox_id: first.outbox_id,
-            after: AfterAttempt::Done,
-            log: vec![log("evt_a1", 2, 200)],
-        }])],
+        vec![WriteOp::SettleDeliveries(vec![
+            Settled {
+                webhook_id: webhook.clone(),
+                turn: Turn::Row {
+                    outbox_id: due[0].outbox_id,
+                    after: AfterAttempt::Done,
+                },
+                log: vec![log("evt_a1", 2, 200)],
+            },
+            Settled {
+                webhook_id: webhook.clone(),
+                turn: Turn::Pack {
+                    pack_id: pack.pack_id,
+                    start: 3,
+                    all_done: true,
+                    rows: Vec::new(),
+                },
+                log: vec![log(&other.event_id, 1, 200)],
+            },
+        ])],
     )
     .await;
     let next = store.due_webhook_events(6_000, 10, 10, &[]).await.unwrap();
@@ -1220,9 +1312,57 @@ async fn outbox_rows_settle(store: &Store) {
         "the task's next row is due once the first is gone"
     );
     assert_eq!(next[0].event_id, completed.event_id);
+    let packs = store.due_webhook_packs(6_000, 10, &[]).await.unwrap();
+    assert_eq!(packs.len(), 1, "the next pack once the first is gone");
+    assert_eq!(packs[0].entries.len(), 1);
+    assert_eq!(packs[0].entries[0].event_id, later_one.event_id);
+
+    // A commit with more changes for an endpoint than a pack holds.
+    let many: Vec<_> = (0..PACK_ENTRIES + 1)
+        .map(|i| {
+            outbox_row(
+                &webhook,
+                b,
+                "task.claimed",
+                TaskStatus::InProgress,
+                i as i64,
+            )
+        })
+        .collect();
+    commit_ops(store, org, vec![WriteOp::InsertOutbox(many)]).await;
+    let skip = [packs[0].pack_id];
+    let split = store.due_webhook_packs(6_000, 10, &skip).await.unwrap();
+    assert!(split.is_empty(), "behind the endpoint's first pack");
+    commit_ops(
+        store,
+        org,
+        vec![WriteOp::SettleDeliveries(vec![Settled {
+            webhook_id: webhook.clone(),
+            turn: Turn::Pack {
+                pack_id: packs[0].pack_id,
+                start: 1,
+                all_done: true,
+                rows: Vec::new(),
+            },
+            log: Vec::new(),
+        }])],
+    )
+    .await;
+    let split = store.due_webhook_packs(6_000, 10, &[]).await.unwrap();
+    assert_eq!(split[0].entries.len(), PACK_ENTRIES);
+    assert_eq!(
+        split[0].entries[PACK_ENTRIES - 1].created_at,
+        PACK_ENTRIES as i64 - 1
+    );
+
     commit_ops(store, org, vec![WriteOp::DeleteWebhook(webhook.clone())]).await;
     assert!(store
         .due_webhook_events(6_000, 10, 10, &[])
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store
+        .due_webhook_packs(6_000, 10, &[])
         .await
         .unwrap()
         .is_empty());

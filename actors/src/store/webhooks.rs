@@ -13,13 +13,149 @@
 //! worker that dies leaves its rows due again when the hold runs out.
 //! SQLite has one server, whose worker keeps the rows it is delivering in
 //! memory instead.
+//!
+//! A commit writes the changes it made for an endpoint as one pack (see
+//! migration `0022_outbox_packs`), not a row each: a claim's commit then
+//! carries a share of one row per endpoint, not two rows with their index
+//! entries. An endpoint's packs are delivered in order, one at a time;
+//! only an entry that fails, or that must wait behind its task's earlier
+//! event, becomes a row of its own.
 
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
 use sqlx::FromRow;
 
 use super::{Arg, Result, Store, StoreError};
 use crate::crypto::SealedSecret;
-use crate::domain::webhooks::{Endpoint, Subscription};
+use crate::domain::webhooks::{Endpoint, OutboxEvent, Subscription};
 use crate::domain::OrgId;
+
+/// Changes in one pack at most: a commit with more for one endpoint
+/// writes several.
+pub const PACK_ENTRIES: usize = 256;
+
+/// A pack a commit writes: one endpoint's changes, in commit order.
+pub(super) struct NewPack {
+    pub org: OrgId,
+    pub webhook_id: String,
+    /// A JSON array of [`PackEntry`].
+    pub entries: String,
+    pub created_at: i64,
+}
+
+/// One change in a pack's JSON: `[event_id, types, task_key, from_status,
+/// to_status, agent_id, created_at]`, the columns of an outbox row.
+#[derive(Serialize, Deserialize)]
+struct PackEntry(
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    i64,
+);
+
+/// The packs of a commit's webhook events: each endpoint's, in order, at
+/// most [`PACK_ENTRIES`] a pack.
+pub(super) fn outbox_packs(outbox: &[(OrgId, &OutboxEvent)]) -> Vec<NewPack> {
+    let mut groups: Vec<(OrgId, &str, Vec<&OutboxEvent>)> = Vec::new();
+    for (org, e) in outbox {
+        match groups
+            .iter_mut()
+            .find(|(o, w, _)| o == org && *w == e.webhook_id)
+        {
+            Some((_, _, events)) => events.push(e),
+            None => groups.push((*org, &e.webhook_id, vec![e])),
+        }
+    }
+    let mut packs = Vec::new();
+    for (org, webhook, events) in groups {
+        for chunk in events.chunks(PACK_ENTRIES) {
+            let entries: Vec<PackEntry> = chunk
+                .iter()
+                .map(|e| {
+                    let t = e.transition.as_ref();
+                    PackEntry(
+                        e.event_id.clone(),
+                        e.types.text(),
+                        e.task_key.clone(),
+                        t.and_then(|t| t.from_status).map(|s| s.as_str().to_owned()),
+                        t.map(|t| t.to_status.as_str().to_owned()),
+                        t.map(|t| t.agent_id.clone()),
+                        e.created_at,
+                    )
+                })
+                .collect();
+            packs.push(NewPack {
+                org,
+                webhook_id: webhook.to_owned(),
+                entries: serde_json::to_string(&entries).expect("entries serialize"),
+                created_at: chunk[0].created_at,
+            });
+        }
+    }
+    packs
+}
+
+#[derive(FromRow)]
+struct PackRow {
+    pack_id: i64,
+    org_id: String,
+    webhook_id: String,
+    entries: String,
+    start: i64,
+}
+
+/// The first pack of an endpoint, as a worker reads it.
+#[derive(Debug, Clone)]
+pub struct DuePack {
+    pub pack_id: i64,
+    pub org_id: String,
+    pub webhook_id: String,
+    /// Entries before this one are done.
+    pub start: usize,
+    /// The entries from `start` on, each as its outbox row would read
+    /// (`outbox_id` its place in the pack).
+    pub entries: Vec<DueEvent>,
+}
+
+impl TryFrom<PackRow> for DuePack {
+    type Error = StoreError;
+
+    fn try_from(r: PackRow) -> Result<Self> {
+        let entries: Vec<PackEntry> = serde_json::from_str(&r.entries)
+            .map_err(|e| StoreError::Corrupt(format!("outbox pack {}: {e}", r.pack_id)))?;
+        let start = usize::try_from(r.start).unwrap_or(0);
+        let entries = entries
+            .into_iter()
+            .enumerate()
+            .skip(start)
+            .map(|(i, e)| DueEvent {
+                outbox_id: i as i64,
+                org_id: r.org_id.clone(),
+                webhook_id: r.webhook_id.clone(),
+                event_id: e.0,
+                types: e.1,
+                sent: 0,
+                task_key: e.2,
+                from_status: e.3,
+                to_status: e.4,
+                agent_id: e.5,
+                created_at: e.6,
+                attempts: 0,
+            })
+            .collect();
+        Ok(DuePack {
+            pack_id: r.pack_id,
+            org_id: r.org_id,
+            webhook_id: r.webhook_id,
+            start,
+            entries,
+        })
+    }
+}
 
 #[derive(FromRow)]
 struct EndpointRow {
@@ -116,14 +252,40 @@ pub enum AfterAttempt {
     Retry { sent: i64, attempts: i64, at: i64 },
 }
 
-/// A worker's turn at one outbox row: what becomes of it and the attempts
-/// it made, written by the group-commit writer.
+/// A worker's turn at one outbox row or pack: what becomes of it and the
+/// attempts it made, written by the group-commit writer.
 #[derive(Debug, Clone)]
 pub struct Settled {
     pub webhook_id: String,
-    pub outbox_id: i64,
-    pub after: AfterAttempt,
+    pub turn: Turn,
     pub log: Vec<DeliveryRecord>,
+}
+
+/// What a worker's turn leaves of what it took.
+#[derive(Debug, Clone)]
+pub enum Turn {
+    Row {
+        outbox_id: i64,
+        after: AfterAttempt,
+    },
+    /// The pack's entries before `start` are done (all of them: it goes);
+    /// `rows` are those of them that wait in rows of their own, in the
+    /// pack's order.
+    Pack {
+        pack_id: i64,
+        start: usize,
+        all_done: bool,
+        rows: Vec<Later>,
+    },
+}
+
+/// A pack's entry that becomes an outbox row: `event.sent` of its types
+/// delivered, `event.attempts` failed attempts at the next, tried at
+/// `next_attempt_at`.
+#[derive(Debug, Clone)]
+pub struct Later {
+    pub event: DueEvent,
+    pub next_attempt_at: i64,
 }
 
 /// A stored secret that a rotation may have to re-seal: the endpoint, and
@@ -139,13 +301,17 @@ struct SecretRow {
     key_id: String,
 }
 
-/// The settled rows of a commit as the statements that write them read
-/// them: JSON arrays of the log's rows, the ids to delete and the rows to
-/// retry (`None` for an empty one, which writes nothing).
+/// The settled turns of a commit as the statements that write them read
+/// them: JSON arrays of the log's rows, the row ids to delete, the rows to
+/// retry, the new rows, the packs to delete and the packs partly done
+/// (`None` for an empty one, which writes nothing).
 pub(super) struct SettleArgs {
     pub log: Option<String>,
     pub done: Option<String>,
     pub retry: Option<String>,
+    pub rows: Option<String>,
+    pub packs_done: Option<String>,
+    pub packs_left: Option<String>,
 }
 
 impl SettleArgs {
@@ -153,6 +319,9 @@ impl SettleArgs {
         let mut log = Vec::new();
         let mut done = Vec::new();
         let mut retry = Vec::new();
+        let mut rows = Vec::new();
+        let mut packs_done = Vec::new();
+        let mut packs_left = Vec::new();
         for (org, s) in settled {
             for d in &s.log {
                 log.push(serde_json::json!({
@@ -169,11 +338,49 @@ impl SettleArgs {
                     "next_attempt_at": d.next_attempt_at,
                 }));
             }
-            match s.after {
-                AfterAttempt::Done => done.push(serde_json::json!(s.outbox_id)),
-                AfterAttempt::Retry { sent, attempts, at } => retry.push(serde_json::json!({
-                    "outbox_id": s.outbox_id, "sent": sent, "attempts": attempts, "at": at,
+            match &s.turn {
+                Turn::Row {
+                    outbox_id,
+                    after: AfterAttempt::Done,
+                } => done.push(serde_json::json!(outbox_id)),
+                Turn::Row {
+                    outbox_id,
+                    after: AfterAttempt::Retry { sent, attempts, at },
+                } => retry.push(serde_json::json!({
+                    "outbox_id": outbox_id, "sent": sent, "attempts": attempts, "at": at,
                 })),
+                Turn::Pack {
+                    pack_id,
+                    start,
+                    all_done,
+                    rows: later,
+                } => {
+                    for Later {
+                        event: e,
+                        next_attempt_at,
+                    } in later
+                    {
+                        rows.push(serde_json::json!({
+                            "org_id": org.to_string(),
+                            "webhook_id": s.webhook_id,
+                            "event_id": e.event_id,
+                            "types": e.types,
+                            "sent": e.sent,
+                            "task_key": e.task_key,
+                            "from_status": e.from_status,
+                            "to_status": e.to_status,
+                            "agent_id": e.agent_id,
+                            "created_at": e.created_at,
+                            "attempts": e.attempts,
+                            "next_attempt_at": next_attempt_at,
+                        }));
+                    }
+                    if *all_done {
+                        packs_done.push(serde_json::json!(pack_id));
+                    } else {
+                        packs_left.push(serde_json::json!({"pack_id": pack_id, "start": start}));
+                    }
+                }
             }
         }
         let text = |v: Vec<serde_json::Value>| {
@@ -183,6 +390,9 @@ impl SettleArgs {
             log: text(log),
             done: text(done),
             retry: text(retry),
+            rows: text(rows),
+            packs_done: text(packs_done),
+            packs_left: text(packs_left),
         }
     }
 }
@@ -242,21 +452,111 @@ impl Store {
         .await
     }
 
+    /// The first pack of each endpoint, if it is not held at `now` nor in
+    /// `skip`, oldest first, at most `limit`. It looks at one pack per
+    /// endpoint, however long the backlog.
+    pub async fn due_webhook_packs(
+        &self,
+        now: i64,
+        limit: i64,
+        skip: &[i64],
+    ) -> Result<Vec<DuePack>> {
+        let skip = serde_json::to_string(skip).expect("ids serialize");
+        let skipped = match self {
+            Store::Sqlite(_) => "SELECT value FROM json_each($3)",
+            Store::Postgres(..) => "SELECT value::int8 FROM json_array_elements_text($3::json)",
+        };
+        let sql = format!(
+            "SELECT p.pack_id, p.org_id, p.webhook_id, p.entries, p.start FROM webhooks w \
+             JOIN webhook_outbox_packs p ON p.pack_id = (SELECT MIN(q.pack_id) \
+               FROM webhook_outbox_packs q WHERE q.webhook_id = w.webhook_id) \
+             WHERE p.held_until <= $1 AND p.pack_id NOT IN ({skipped}) \
+             ORDER BY p.pack_id LIMIT $2"
+        );
+        let rows: Vec<PackRow> = self
+            .fetch_all(&sql, vec![Arg::Int(now), Arg::Int(limit), Arg::Text(skip)])
+            .await?;
+        super::records(rows)
+    }
+
+    /// Takes the packs of `ids` not held at `now` until `until`; answers
+    /// those taken.
+    pub async fn hold_webhook_packs(&self, ids: &[i64], now: i64, until: i64) -> Result<Vec<i64>> {
+        self.hold(
+            "webhook_outbox_packs",
+            "pack_id",
+            "held_until",
+            ids,
+            now,
+            until,
+        )
+        .await
+    }
+
+    /// Of `tasks`, those with an event of the endpoint waiting in an
+    /// outbox row: their later events wait behind it.
+    pub async fn waiting_webhook_tasks(
+        &self,
+        webhook: &str,
+        tasks: &[&str],
+    ) -> Result<HashSet<String>> {
+        let sql = match self {
+            Store::Sqlite(_) => {
+                "SELECT DISTINCT task_key FROM webhook_outbox WHERE webhook_id = $1 \
+                 AND task_key IN (SELECT value FROM json_each($2))"
+            }
+            Store::Postgres(..) => {
+                "SELECT DISTINCT task_key FROM webhook_outbox WHERE webhook_id = $1 \
+                 AND task_key IN (SELECT value FROM json_array_elements_text($2::json))"
+            }
+        };
+        let tasks = serde_json::to_string(tasks).expect("keys serialize");
+        Ok(on_pool!(self, pool => {
+            sqlx::query_scalar::<_, String>(sql)
+                .bind(webhook)
+                .bind(tasks)
+                .fetch_all(pool)
+                .await?
+        })
+        .into_iter()
+        .collect())
+    }
+
     /// Takes the rows of `ids` still due at `now` until `until`; answers
     /// those taken (another worker may have taken the rest).
     pub async fn hold_webhook_events(&self, ids: &[i64], now: i64, until: i64) -> Result<Vec<i64>> {
+        self.hold(
+            "webhook_outbox",
+            "outbox_id",
+            "next_attempt_at",
+            ids,
+            now,
+            until,
+        )
+        .await
+    }
+
+    /// Moves `column` of the rows of `ids` whose `column` is at most `now`
+    /// to `until`; answers their ids.
+    async fn hold(
+        &self,
+        table: &str,
+        id: &str,
+        column: &str,
+        ids: &[i64],
+        now: i64,
+        until: i64,
+    ) -> Result<Vec<i64>> {
         let ids = serde_json::to_string(ids).expect("ids serialize");
-        let sql = match self {
-            Store::Sqlite(_) => {
-                "UPDATE webhook_outbox SET next_attempt_at = $1 WHERE next_attempt_at <= $2 \
-                 AND outbox_id IN (SELECT value FROM json_each($3)) RETURNING outbox_id"
-            }
-            Store::Postgres(..) => {
-                "UPDATE webhook_outbox SET next_attempt_at = $1 WHERE next_attempt_at <= $2 \
-                 AND outbox_id IN (SELECT value::int8 FROM json_array_elements_text($3::json)) \
-                 RETURNING outbox_id"
-            }
+        let listed = match self {
+            Store::Sqlite(_) => "SELECT value FROM json_each($3)",
+            Store::Postgres(..) => "SELECT value::int8 FROM json_array_elements_text($3::json)",
         };
+        let sql = format!(
+            "UPDATE {table} SET {column} = $1 WHERE {column} <= $2 AND {id} IN ({listed}) \
+             RETURNING {id}"
+        );
+        let sql = sql.as_str();
         Ok(on_pool!(self, pool => {
             sqlx::query_scalar(sql)
                 .bind(until)

@@ -223,11 +223,16 @@ macro_rules! account_statements {
                             .bind(webhook_id)
                             .execute($exec)
                             .await?;
-                        sqlx::query("DELETE FROM webhook_outbox WHERE org_id = $1 AND webhook_id = $2")
-                            .bind(&org)
-                            .bind(webhook_id)
-                            .execute($exec)
-                            .await?;
+                        for pending in [
+                            "DELETE FROM webhook_outbox WHERE org_id = $1 AND webhook_id = $2",
+                            "DELETE FROM webhook_outbox_packs WHERE org_id = $1 AND webhook_id = $2",
+                        ] {
+                            sqlx::query(pending)
+                                .bind(&org)
+                                .bind(webhook_id)
+                                .execute($exec)
+                                .await?;
+                        }
                         if matches!(op, WriteOp::DeleteWebhook(_)) {
                             sqlx::query(
                                 "DELETE FROM webhook_deliveries WHERE org_id = $1 AND webhook_id = $2",

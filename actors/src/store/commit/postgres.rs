@@ -28,7 +28,7 @@ use super::accounts::account_statements;
 use super::{CommitPlan, WriterConn};
 use crate::domain::{ContentField, OrgId, StoredTask, TaskHeader, TaskId};
 use crate::store::rows::HeaderColumns;
-use crate::store::webhooks::SettleArgs;
+use crate::store::webhooks::{outbox_packs, SettleArgs};
 use crate::store::{Result, StoreError};
 
 mod links;
@@ -176,17 +176,14 @@ WITH ",
 
 const TASK_STATEMENT: &str = task_statement!();
 
-/// The statement with the commit's webhook events (`$69` to `$77`).
+/// The statement with the commit's webhook events, one pack per endpoint
+/// (`$69` to `$72`).
 const TASK_STATEMENT_WITH_OUTBOX: &str = task_statement!(
     ", outbox AS (
-  INSERT INTO webhook_outbox (org_id, webhook_id, event_id, types, sent, task_key, from_status,
-    to_status, agent_id, created_at, attempts, next_attempt_at)
-  SELECT v.org_id, v.webhook_id, v.event_id, v.types, 0, v.task_key, v.from_status,
-    v.to_status, v.agent_id, v.created_at, 0, v.created_at
-  FROM UNNEST($69::text[], $70::text[], $71::text[], $72::text[], $73::text[], $74::text[],
-    $75::text[], $76::text[], $77::int8[])
-    WITH ORDINALITY AS v(org_id, webhook_id, event_id, types, task_key, from_status, to_status,
-      agent_id, created_at, n)
+  INSERT INTO webhook_outbox_packs (org_id, webhook_id, entries, start, created_at, held_until)
+  SELECT v.org_id, v.webhook_id, v.entries, 0, v.created_at, 0
+  FROM UNNEST($69::text[], $70::text[], $71::text[], $72::int8[])
+    WITH ORDINALITY AS v(org_id, webhook_id, entries, created_at, n)
   ORDER BY v.n
 )"
 );
@@ -463,27 +460,13 @@ fn task_statement(
     if plan.outbox.is_empty() {
         return Some(query);
     }
-    let outbox = &plan.outbox;
+    let packs = outbox_packs(&plan.outbox);
     Some(
         query
-            .bind(column(outbox, |(org, _)| org.to_string()))
-            .bind(column(outbox, |(_, e)| e.webhook_id.clone()))
-            .bind(column(outbox, |(_, e)| e.event_id.clone()))
-            .bind(column(outbox, |(_, e)| e.types.text()))
-            .bind(column(outbox, |(_, e)| e.task_key.clone()))
-            .bind(column(outbox, |(_, e)| {
-                e.transition
-                    .as_ref()
-                    .and_then(|t| t.from_status)
-                    .map(|s| s.as_str())
-            }))
-            .bind(column(outbox, |(_, e)| {
-                e.transition.as_ref().map(|t| t.to_status.as_str())
-            }))
-            .bind(column(outbox, |(_, e)| {
-                e.transition.as_ref().map(|t| t.agent_id.clone())
-            }))
-            .bind(column(outbox, |(_, e)| e.created_at)),
+            .bind(column(&packs, |p| p.org.to_string()))
+            .bind(column(&packs, |p| p.webhook_id.clone()))
+            .bind(column(&packs, |p| p.entries.clone()))
+            .bind(column(&packs, |p| p.created_at)),
     )
 }
 
@@ -553,6 +536,38 @@ async fn settle_statements(
              FROM json_array_elements($1::json) AS v WHERE o.outbox_id = (v->>'outbox_id')::int8",
         )
         .bind(retry)
+        .execute(&mut **tx)
+        .await?;
+    }
+    if let Some(rows) = args.rows {
+        sqlx::query(
+            "INSERT INTO webhook_outbox (org_id, webhook_id, event_id, types, sent, task_key, \
+             from_status, to_status, agent_id, created_at, attempts, next_attempt_at) \
+             SELECT v->>'org_id', v->>'webhook_id', v->>'event_id', v->>'types', \
+             (v->>'sent')::int8, v->>'task_key', v->>'from_status', v->>'to_status', \
+             v->>'agent_id', (v->>'created_at')::int8, (v->>'attempts')::int8, \
+             (v->>'next_attempt_at')::int8 \
+             FROM json_array_elements($1::json) WITH ORDINALITY AS a(v, n) ORDER BY n",
+        )
+        .bind(rows)
+        .execute(&mut **tx)
+        .await?;
+    }
+    if let Some(done) = args.packs_done {
+        sqlx::query(
+            "DELETE FROM webhook_outbox_packs WHERE pack_id IN \
+             (SELECT value::int8 FROM json_array_elements_text($1::json))",
+        )
+        .bind(done)
+        .execute(&mut **tx)
+        .await?;
+    }
+    if let Some(left) = args.packs_left {
+        sqlx::query(
+            "UPDATE webhook_outbox_packs p SET start = (v->>'start')::int8, held_until = 0 \
+             FROM json_array_elements($1::json) AS v WHERE p.pack_id = (v->>'pack_id')::int8",
+        )
+        .bind(left)
         .execute(&mut **tx)
         .await?;
     }

@@ -14,7 +14,7 @@ use sqlx::{ConnectOptions as _, QueryBuilder, Sqlite, SqlitePool};
 use super::accounts::account_statements;
 use super::{padded, CommitPlan, EventChain, PlannedHeader, WriterConn};
 use crate::domain::{ContentField, OrgId, TaskId, TaskStatus};
-use crate::store::webhooks::SettleArgs;
+use crate::store::webhooks::{outbox_packs, SettleArgs};
 use crate::store::{rows, writer_thread, Result};
 
 /// The SQLite connection a writer commits on: a lane's own, opened outside
@@ -170,30 +170,23 @@ fn push_task_statements(
         });
         qb.push(") AS v WHERE v.column1 IS NOT NULL");
     }
-    // Webhook events: a statement only when the commit has some, so an
-    // org without endpoints adds nothing here.
-    for rows in padded(&plan.outbox) {
+    // Webhook events, one pack per endpoint: a statement only when the
+    // commit has some, so an org without endpoints adds nothing here.
+    let packs = outbox_packs(&plan.outbox);
+    for rows in padded(&packs) {
         let qb = next_statement(
             one,
-            "INSERT INTO webhook_outbox (org_id, webhook_id, event_id, types, sent, task_key, \
-             from_status, to_status, agent_id, created_at, attempts, next_attempt_at) \
-             SELECT v.column1, v.column2, v.column3, v.column4, 0, v.column5, v.column6, \
-             v.column7, v.column8, v.column9, 0, v.column9 FROM (",
+            "INSERT INTO webhook_outbox_packs (org_id, webhook_id, entries, start, created_at, \
+             held_until) SELECT v.column1, v.column2, v.column3, 0, v.column4, 0 FROM (",
         );
         qb.push_values(rows, |mut b, row| match row {
-            Some((org, e)) => {
-                let t = e.transition.as_ref();
-                b.push_bind(org.to_string())
-                    .push_bind(e.webhook_id.clone())
-                    .push_bind(e.event_id.clone())
-                    .push_bind(e.types.text())
-                    .push_bind(e.task_key.clone())
-                    .push_bind(t.and_then(|t| t.from_status).map(|s| s.as_str()))
-                    .push_bind(t.map(|t| t.to_status.as_str()))
-                    .push_bind(t.map(|t| t.agent_id.clone()))
-                    .push_bind(e.created_at);
+            Some(p) => {
+                b.push_bind(p.org.to_string())
+                    .push_bind(p.webhook_id.clone())
+                    .push_bind(p.entries.clone())
+                    .push_bind(p.created_at);
             }
-            None => push_nulls(&mut b, 9),
+            None => push_nulls(&mut b, 4),
         });
         qb.push(") AS v WHERE v.column1 IS NOT NULL");
     }
@@ -390,6 +383,39 @@ fn push_settled(one: &mut QueryBuilder<'_, Sqlite>, plan: &CommitPlan<'_>) {
         )
         .push_bind(retry)
         .push(") AS v WHERE webhook_outbox.outbox_id = json_extract(v.value, '$.outbox_id')");
+    }
+    if let Some(rows) = args.rows {
+        next_statement(
+            one,
+            "INSERT INTO webhook_outbox (org_id, webhook_id, event_id, types, sent, task_key, \
+             from_status, to_status, agent_id, created_at, attempts, next_attempt_at) \
+             SELECT json_extract(value, '$.org_id'), json_extract(value, '$.webhook_id'), \
+             json_extract(value, '$.event_id'), json_extract(value, '$.types'), \
+             json_extract(value, '$.sent'), json_extract(value, '$.task_key'), \
+             json_extract(value, '$.from_status'), json_extract(value, '$.to_status'), \
+             json_extract(value, '$.agent_id'), json_extract(value, '$.created_at'), \
+             json_extract(value, '$.attempts'), json_extract(value, '$.next_attempt_at') \
+             FROM json_each(",
+        )
+        .push_bind(rows)
+        .push(") ORDER BY key");
+    }
+    if let Some(done) = args.packs_done {
+        next_statement(
+            one,
+            "DELETE FROM webhook_outbox_packs WHERE pack_id IN (SELECT value FROM json_each(",
+        )
+        .push_bind(done)
+        .push("))");
+    }
+    if let Some(left) = args.packs_left {
+        next_statement(
+            one,
+            "UPDATE webhook_outbox_packs SET start = json_extract(v.value, '$.start'), \
+             held_until = 0 FROM json_each(",
+        )
+        .push_bind(left)
+        .push(") AS v WHERE webhook_outbox_packs.pack_id = json_extract(v.value, '$.pack_id')");
     }
 }
 
