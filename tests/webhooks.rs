@@ -200,6 +200,48 @@ backend_tests!(
 );
 
 backend_tests!(
+    a_task_s_later_event_waits_behind_its_earlier_one_s_retries,
+    |backend: Backend| async move {
+        let Some(rx) = Receiver::start().await else {
+            return;
+        };
+        let srv = server(backend).await;
+        let org = srv.create_org("dev").await;
+        let key = &org.owner_key;
+        let events = json!(["task.created", "task.claimed"]);
+        let endpoint = create(&srv, key, &rx.url("flaky", "w"), events).await;
+        rx.verify_with("w", &[&secret(&endpoint)]).await;
+        srv.new_task(key, "first attempt fails").await;
+        srv.claim(key, json!({})).await.expect("the task");
+        // Each event's first attempt answers 500; the claim may go only
+        // once its task's creation got through.
+        let got = rx
+            .until("w", "two events, each retried", |got| got.len() >= 4)
+            .await;
+        let seen: Vec<(&str, u64)> = got
+            .iter()
+            .map(|d| {
+                (
+                    d["body"]["type"].as_str().unwrap(),
+                    d["status"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("task.created", 500),
+                ("task.created", 200),
+                ("task.claimed", 500),
+                ("task.claimed", 200)
+            ],
+            "{got:#?}"
+        );
+        assert!(got.iter().all(|d| d["verified"] == json!([0])));
+    }
+);
+
+backend_tests!(
     an_endpoint_that_answers_410_is_disabled,
     |backend: Backend| async move {
         let Some(rx) = Receiver::start().await else {

@@ -2,24 +2,30 @@
 //! on a low-priority thread of its own (`background`), so a backlog of
 //! deliveries takes the CPU claims leave and never the other way round.
 //!
-//! It reads due outbox rows in bounded batches through a pool of its own
-//! (whose SQLite connection threads share its priority) and splits each
-//! endpoint's rows over at most [`PER_ENDPOINT`] streams, each one request
-//! at a time: every type of a row, signed with the endpoint's secrets and
-//! handed to the [`WebhookSender`], then the next row. What came of a row
-//! (it goes, or waits for its next attempt) and the attempts' log go to
-//! the group-commit writer (`WriteOp::SettleDeliveries`), which coalesces
-//! them with everything else it commits: the worker never holds SQLite's
-//! write lock, and never invalidates the writer's page cache. A stream
-//! does not wait for one row's commit before it sends the next; a row is
-//! not read again until its turn is committed. At most [`TAKEN`] rows are
-//! taken at once, which bounds the worker's memory.
+//! It reads the outbox through a pool of its own (whose SQLite connection
+//! threads share its priority). Most events come in packs, one per commit
+//! and endpoint: a turn at an endpoint's first pack splits its entries
+//! over at most [`PER_ENDPOINT`] streams, each task's entries in one
+//! stream, and each stream sends one request at a time: every type of an
+//! entry, signed with the endpoint's secrets and handed to the
+//! [`WebhookSender`], then the next. One commit settles the turn: the
+//! pack's new start (or its end), and rows of their own for the entries
+//! that failed or wait behind an earlier event of their task. Due rows are
+//! read in bounded batches and split over streams the same way, and each
+//! row's turn is settled as soon as it ends (it goes, or waits for its
+//! next attempt); a stream does not wait for one row's commit before it
+//! sends the next, and a row is not read again until its turn is
+//! committed. Every settling, with the attempts' log, goes to the
+//! group-commit writer (`WriteOp::SettleDeliveries`), which coalesces it
+//! with everything else it commits: the worker never holds SQLite's write
+//! lock, and never invalidates the writer's page cache. At most [`TAKEN`]
+//! entries and rows are taken at once, which bounds the worker's memory.
 //!
-//! Rows are taken differently per backend. On PostgreSQL, where several
-//! nodes deliver, a conditional UPDATE holds them for [`HOLD_MS`], so no
-//! other node sends them meanwhile and a worker that dies leaves them due
-//! again. SQLite has one server: the worker remembers the rows it took
-//! until their turn is committed, and after a crash they are simply due.
+//! Packs and rows are taken differently per backend. On PostgreSQL, where
+//! several nodes deliver, a conditional UPDATE holds them for [`HOLD_MS`],
+//! so no other node sends them meanwhile and a worker that dies leaves
+//! them due again. SQLite has one server: the worker remembers what it
+//! took until its turn is committed, and after a crash it is simply due.
 //!
 //! At least once: a row leaves the outbox only once its receiver answered
 //! 2xx to each of its types (or the endpoint is disabled or deleted). An
@@ -906,6 +912,16 @@ mod tests {
         assert!(!load.busy(at(300), committed(190_000, 20, 5)));
         // Several writers' time adds up: 4 × 30 ms in 100 ms.
         assert!(load.busy(at(400), committed(310_000, 30, 5)));
+    }
+
+    #[test]
+    fn a_task_s_entries_all_go_to_one_stream_and_tasks_spread_over_them() {
+        let tasks: Vec<String> = (0..64).map(|i| format!("task-{i}")).collect();
+        let lanes: HashSet<usize> = tasks.iter().map(|t| lane_of(t, 8)).collect();
+        assert!(lanes.iter().all(|&l| l < 8));
+        assert!(lanes.len() > 4, "64 tasks over 8 streams used {lanes:?}");
+        assert!(tasks.iter().all(|t| lane_of(t, 8) == lane_of(t, 8)));
+        assert!(tasks.iter().all(|t| lane_of(t, 1) == 0));
     }
 
     #[test]
