@@ -25,14 +25,16 @@ use support::*;
 backend_tests!(
     every_transition_arrives_signed_and_without_content,
     |backend: Backend| async move {
-        let Some(rx) = Receiver::start().await else {
+        let Some(Watched {
+            rx,
+            srv,
+            org,
+            endpoint,
+        }) = Watched::start(backend, "pro", ("ok", "all"), json!(["*"])).await
+        else {
             return;
         };
-        let srv = server(backend).await;
-        let org = srv.create_org("pro").await;
         let key = &org.owner_key;
-        let endpoint = create(&srv, key, &rx.url("ok", "all"), json!(["*"])).await;
-        rx.verify_with("all", &[&secret(&endpoint)]).await;
 
         let a = srv
             .create_task(
@@ -150,14 +152,16 @@ backend_tests!(
 backend_tests!(
     a_failed_delivery_comes_again_with_the_same_id_after_five_seconds,
     |backend: Backend| async move {
-        let Some(rx) = Receiver::start().await else {
+        let Some(Watched {
+            rx,
+            srv,
+            org,
+            endpoint,
+        }) = Watched::start(backend, "dev", ("flaky", "f"), json!(["task.created"])).await
+        else {
             return;
         };
-        let srv = server(backend).await;
-        let org = srv.create_org("dev").await;
         let key = &org.owner_key;
-        let endpoint = create(&srv, key, &rx.url("flaky", "f"), json!(["task.created"])).await;
-        rx.verify_with("f", &[&secret(&endpoint)]).await;
         srv.new_task(key, "retried").await;
         let got = rx
             .until("f", "a 500 then a 200", |got| got.len() >= 2)
@@ -202,15 +206,13 @@ backend_tests!(
 backend_tests!(
     a_task_s_later_event_waits_behind_its_earlier_one_s_retries,
     |backend: Backend| async move {
-        let Some(rx) = Receiver::start().await else {
+        let events = json!(["task.created", "task.claimed"]);
+        let Some(Watched { rx, srv, org, .. }) =
+            Watched::start(backend, "dev", ("flaky", "w"), events).await
+        else {
             return;
         };
-        let srv = server(backend).await;
-        let org = srv.create_org("dev").await;
         let key = &org.owner_key;
-        let events = json!(["task.created", "task.claimed"]);
-        let endpoint = create(&srv, key, &rx.url("flaky", "w"), events).await;
-        rx.verify_with("w", &[&secret(&endpoint)]).await;
         srv.new_task(key, "first attempt fails").await;
         srv.claim(key, json!({})).await.expect("the task");
         // Each event's first attempt answers 500; the claim may go only

@@ -115,6 +115,38 @@ pub fn secret(endpoint: &Value) -> String {
     str_field(endpoint, "secret")
 }
 
+/// A receiver, a server, and an org of `tier` with one endpoint taking
+/// `events` at the receiver's `mode`, whose deliveries the receiver
+/// verifies under `name`.
+pub struct Watched {
+    pub rx: Receiver,
+    pub srv: TestServer,
+    pub org: Org,
+    pub endpoint: Value,
+}
+
+impl Watched {
+    /// `None` (with a note) when no Python is configured.
+    pub async fn start(
+        backend: Backend,
+        tier: &str,
+        (mode, name): (&str, &str),
+        events: Value,
+    ) -> Option<Watched> {
+        let rx = Receiver::start().await?;
+        let srv = server(backend).await;
+        let org = srv.create_org(tier).await;
+        let endpoint = create(&srv, &org.owner_key, &rx.url(mode, name), events).await;
+        rx.verify_with(name, &[&secret(&endpoint)]).await;
+        Some(Watched {
+            rx,
+            srv,
+            org,
+            endpoint,
+        })
+    }
+}
+
 /// `(type, task_id, from_status, to_status)` of each delivery, in order.
 pub fn events(got: &[Value]) -> Vec<(String, String, Value, String)> {
     got.iter()

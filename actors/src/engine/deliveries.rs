@@ -62,6 +62,8 @@ const TAKEN: usize = 512;
 const READ: usize = 256;
 /// Packs read per look at the outbox (the first of each endpoint's).
 const PACKS_READ: i64 = 64;
+/// Packs after an endpoint's first read at once to fill its turn.
+const FOLLOWING_PACKS: i64 = 16;
 /// Requests in flight at once to one endpoint: a slow one takes no more.
 /// Each is a stream that sends its rows one after another, and settles
 /// each without waiting for the one before to be committed.
@@ -249,14 +251,18 @@ impl Worker {
         let now = self.engine.now();
         let mut packs = self.read(self.store.due_webhook_packs(now, PACKS_READ, skip).await)?;
         // Each pack's share of the room, in order, if its endpoint has a
-        // request to spare.
+        // request to spare; what is left fills the turns, first come
+        // first served.
         let mut left = room;
+        let mut shares = HashMap::new();
         {
             let taken = self.taken.lock().expect("not poisoned");
             packs.retain(|p| {
                 let take = left > 0 && taken.sending_to(&p.webhook_id) < PER_ENDPOINT;
                 if take {
-                    left -= p.entries.len().min(left);
+                    let share = p.entries.len().min(left);
+                    shares.insert(p.pack_id, share);
+                    left -= share;
                 }
                 take
             });
@@ -278,42 +284,67 @@ impl Worker {
             let Ok(org) = pack.org_id.parse::<OrgId>() else {
                 continue;
             };
-            let budget = pack.entries.len().min(room - started);
             let target = self.read(self.store.webhook_target(org, &pack.webhook_id).await)?;
-            let tasks: Vec<&str> = pack.entries[..budget]
-                .iter()
-                .map(|e| e.task_key.as_str())
-                .collect();
+            let share = shares.get(&pack.pack_id).copied().unwrap_or(0);
+            let turn = self.fill_turn(pack, share + left).await?;
+            let budget = turn.entries.len();
+            left -= budget - share.min(budget);
+            let tasks: Vec<&str> = turn.entries.iter().map(|e| e.task_key.as_str()).collect();
             let waiting = self.read(
                 self.store
-                    .waiting_webhook_tasks(&pack.webhook_id, &tasks)
+                    .waiting_webhook_tasks(&turn.webhook, &tasks)
                     .await,
             )?;
+            let webhook = turn.webhook.clone();
             let streams = {
                 let mut taken = self.taken.lock().expect("not poisoned");
-                let streams =
-                    (PER_ENDPOINT - taken.sending_to(&pack.webhook_id)).min(budget.max(1));
-                taken.packs.insert(pack.pack_id);
+                let streams = (PER_ENDPOINT - taken.sending_to(&webhook)).min(budget.max(1));
+                taken.packs.insert(turn.first());
                 taken.entries += budget;
-                *taken.sending.entry(pack.webhook_id.clone()).or_default() += streams;
+                *taken.sending.entry(webhook.clone()).or_default() += streams;
                 streams
             };
             started += budget;
             let stream = Stream {
                 org,
-                webhook: pack.webhook_id.clone(),
+                webhook,
                 target,
                 hold_until,
             };
-            let turn = PackTurn {
-                pack,
-                budget,
-                streams,
-                waiting,
-            };
-            tokio::spawn(self.clone().deliver_pack(stream, turn));
+            tokio::spawn(self.clone().deliver_packs(stream, turn, streams, waiting));
         }
         Ok(started)
+    }
+
+    /// A turn at an endpoint's first pack: at most `room` entries of it
+    /// and of the packs after it, in order, so that one commit settles
+    /// several small packs.
+    async fn fill_turn(&self, first: DuePack, room: usize) -> Result<PackTurn, EngineError> {
+        let mut turn = PackTurn {
+            webhook: first.webhook_id.clone(),
+            segments: Vec::new(),
+            entries: Vec::new(),
+        };
+        turn.add(first, room);
+        let mut last = turn.segments[0].pack_id;
+        while turn.entries.len() < room {
+            let next = self.read(
+                self.store
+                    .following_webhook_packs(&turn.webhook, last, FOLLOWING_PACKS)
+                    .await,
+            )?;
+            let Some(end) = next.last().map(|p| p.pack_id) else {
+                break;
+            };
+            for pack in next {
+                turn.add(pack, room);
+            }
+            if turn.segments.last().map(|s| s.pack_id) != Some(end) {
+                break;
+            }
+            last = end;
+        }
+        Ok(turn)
     }
 
     /// Takes the due rows there is room for and starts streams to their
@@ -467,23 +498,24 @@ impl Worker {
         }
     }
 
-    /// A turn at a pack: its first `budget` entries over `streams`
-    /// streams, each task's entries in one stream and in order; the
-    /// entries of a task with an event waiting in a row, and those after
-    /// one that failed, become rows behind it. One commit settles the
-    /// turn: the rows, the pack's new start (or its end), the log.
-    async fn deliver_pack(self: Arc<Self>, stream: Stream, turn: PackTurn) {
-        let PackTurn {
-            pack,
-            budget,
-            streams,
-            waiting,
-        } = turn;
+    /// A turn at packs: their entries over `streams` streams, each task's
+    /// entries in one stream and in order; the entries of a task with an
+    /// event waiting in a row (`waiting`), and those after one that
+    /// failed, become rows behind it. One commit settles the turn: the
+    /// rows, the packs done, the last one's new start, the log.
+    async fn deliver_packs(
+        self: Arc<Self>,
+        stream: Stream,
+        turn: PackTurn,
+        streams: usize,
+        waiting: HashSet<String>,
+    ) {
         let org = stream.org;
         let webhook = stream.webhook.clone();
-        let total = pack.entries.len();
-        let mut entries = pack.entries;
-        entries.truncate(budget);
+        let first = turn.first();
+        let budget = turn.entries.len();
+        let (done, left) = turn.settled();
+        let entries = turn.entries;
         let (fates, log, disable) = match stream.target.as_ref().filter(|t| t.active) {
             // The endpoint is gone or disabled: its events go with it.
             None => (Vec::new(), Vec::new(), false),
@@ -513,7 +545,7 @@ impl Worker {
                         // A lane that panicked: the whole turn is taken again.
                         Err(e) => {
                             tracing::error!(org_id = %org, error = %e, "a webhook delivery failed");
-                            self.release_pack(&webhook, pack.pack_id, budget, streams);
+                            self.release_pack(&webhook, first, budget, streams);
                             return;
                         }
                     }
@@ -525,12 +557,7 @@ impl Worker {
         let rows = fates.into_iter().filter_map(|(_, later)| later).collect();
         let settled = Settled {
             webhook_id: webhook.clone(),
-            turn: Turn::Pack {
-                pack_id: pack.pack_id,
-                start: pack.start + budget,
-                all_done: budget == total,
-                rows,
-            },
+            turn: Turn::Packs { done, left, rows },
             log,
         };
         let commit = self.settle(org, settled).await;
@@ -540,7 +567,7 @@ impl Worker {
         }
         committed(org, commit).await;
         let mut taken = self.taken.lock().expect("not poisoned");
-        taken.packs.remove(&pack.pack_id);
+        taken.packs.remove(&first);
         taken.entries -= budget;
         drop(taken);
         self.settled.notify_one();
@@ -822,13 +849,74 @@ fn lane_of(task_key: &str, streams: usize) -> usize {
     (h.finish() % streams as u64) as usize
 }
 
-/// A pack taken: its first `budget` entries go over `streams` streams;
-/// `waiting` are its tasks with events waiting in rows.
+/// Consecutive packs of one endpoint taken for one turn: their entries
+/// in order (each one's `outbox_id` its place in the turn), and where
+/// each pack's part of them begins.
 struct PackTurn {
-    pack: DuePack,
-    budget: usize,
-    streams: usize,
-    waiting: HashSet<String>,
+    webhook: String,
+    segments: Vec<Segment>,
+    entries: Vec<DueEvent>,
+}
+
+/// A pack's entries in a turn: `len` of them, from its `start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Segment {
+    pack_id: i64,
+    start: usize,
+    len: usize,
+    /// Whether they are all the pack has left.
+    whole: bool,
+}
+
+impl PackTurn {
+    /// Adds the pack's entries, as many as `room` leaves.
+    fn add(&mut self, pack: DuePack, room: usize) {
+        let take = pack
+            .entries
+            .len()
+            .min(room.saturating_sub(self.entries.len()));
+        if take == 0 && !self.segments.is_empty() {
+            return;
+        }
+        self.segments.push(Segment {
+            pack_id: pack.pack_id,
+            start: pack.start,
+            len: take,
+            whole: take == pack.entries.len(),
+        });
+        let at = self.entries.len();
+        self.entries.extend(
+            pack.entries
+                .into_iter()
+                .take(take)
+                .enumerate()
+                .map(|(i, e)| DueEvent {
+                    outbox_id: (at + i) as i64,
+                    ..e
+                }),
+        );
+    }
+
+    fn first(&self) -> i64 {
+        self.segments[0].pack_id
+    }
+
+    /// What the turn leaves of its packs: those done, and the last one's
+    /// id and new start if it is not.
+    fn settled(&self) -> (Vec<i64>, Option<(i64, usize)>) {
+        let done = self
+            .segments
+            .iter()
+            .filter(|s| s.whole)
+            .map(|s| s.pack_id)
+            .collect();
+        let left = self
+            .segments
+            .iter()
+            .find(|s| !s.whole)
+            .map(|s| (s.pack_id, s.start + s.len));
+        (done, left)
+    }
 }
 
 /// What a stream of a pack's turn did: each entry's place in the pack
@@ -912,6 +1000,67 @@ mod tests {
         assert!(!load.busy(at(300), committed(190_000, 20, 5)));
         // Several writers' time adds up: 4 × 30 ms in 100 ms.
         assert!(load.busy(at(400), committed(310_000, 30, 5)));
+    }
+
+    /// A pack of `n` entries from `start`, each of its own task.
+    fn pack(pack_id: i64, start: usize, n: usize) -> DuePack {
+        let entry = |i: usize| DueEvent {
+            outbox_id: i as i64,
+            org_id: "org".into(),
+            webhook_id: "wh".into(),
+            event_id: format!("evt_{pack_id}_{i}"),
+            types: "task.claimed".into(),
+            sent: 0,
+            task_key: format!("task-{pack_id}-{i}"),
+            from_status: None,
+            to_status: Some("in_progress".into()),
+            agent_id: None,
+            created_at: 0,
+            attempts: 0,
+        };
+        DuePack {
+            pack_id,
+            org_id: "org".into(),
+            webhook_id: "wh".into(),
+            start,
+            entries: (start..start + n).map(entry).collect(),
+        }
+    }
+
+    fn empty_turn() -> PackTurn {
+        PackTurn {
+            webhook: "wh".into(),
+            segments: Vec::new(),
+            entries: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_turn_takes_packs_in_order_until_its_room_is_full() {
+        let mut turn = empty_turn();
+        let room = 10;
+        turn.add(pack(7, 2, 4), room);
+        turn.add(pack(8, 0, 5), room);
+        turn.add(pack(9, 0, 5), room);
+        turn.add(pack(10, 0, 5), room);
+        let ids: Vec<&str> = turn.entries.iter().map(|e| e.event_id.as_str()).collect();
+        assert_eq!(
+            ids[..5],
+            ["evt_7_2", "evt_7_3", "evt_7_4", "evt_7_5", "evt_8_0"]
+        );
+        assert_eq!(ids.len(), room);
+        assert!(turn
+            .entries
+            .iter()
+            .enumerate()
+            .all(|(i, e)| e.outbox_id == i as i64));
+        // Packs 7 and 8 done; 9 left at its second entry; 10 not taken.
+        assert_eq!(turn.settled(), (vec![7, 8], Some((9, 1))));
+        assert_eq!(turn.first(), 7);
+
+        let mut whole = empty_turn();
+        whole.add(pack(3, 0, 2), room);
+        assert_eq!(whole.settled(), (vec![3], None));
     }
 
     #[test]

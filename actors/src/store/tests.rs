@@ -1078,6 +1078,22 @@ fn outbox_row(webhook: &str, task: TaskId, types: &str, to: TaskStatus, at: i64)
     }
 }
 
+/// Commits a worker's turn at a pack.
+async fn settle_pack(
+    store: &Store,
+    org: OrgId,
+    webhook: &str,
+    turn: Turn,
+    log: Vec<DeliveryRecord>,
+) {
+    let settled = Settled {
+        webhook_id: webhook.to_owned(),
+        turn,
+        log,
+    };
+    commit_ops(store, org, vec![WriteOp::SettleDeliveries(vec![settled])]).await;
+}
+
 async fn commit_ops(store: &Store, org: OrgId, ops: Vec<WriteOp>) {
     store
         .apply(&[&WriteBatch {
@@ -1223,21 +1239,13 @@ async fn outbox_packs_and_rows_settle(store: &Store) {
         event: pack.entries[1].clone(),
         next_attempt_at: 50,
     };
-    commit_ops(
-        store,
-        org,
-        vec![WriteOp::SettleDeliveries(vec![Settled {
-            webhook_id: webhook.clone(),
-            turn: Turn::Pack {
-                pack_id: pack.pack_id,
-                start: 2,
-                all_done: false,
-                rows: vec![retry, waits],
-            },
-            log: vec![log("evt_a0", 1, 200), log("evt_a1", 1, 500)],
-        }])],
-    )
-    .await;
+    let turn = Turn::Packs {
+        done: Vec::new(),
+        left: Some((pack.pack_id, 2)),
+        rows: vec![retry, waits],
+    };
+    let attempts = vec![log("evt_a0", 1, 200), log("evt_a1", 1, 500)];
+    settle_pack(store, org, &webhook, turn, attempts).await;
     let rest = store.due_webhook_packs(160, 10, &[]).await.unwrap();
     assert_eq!(rest.len(), 1, "a turn's settling ends its hold");
     assert_eq!((rest[0].pack_id, rest[0].start), (pack.pack_id, 2));
@@ -1294,10 +1302,9 @@ async fn outbox_packs_and_rows_settle(store: &Store) {
             },
             Settled {
                 webhook_id: webhook.clone(),
-                turn: Turn::Pack {
-                    pack_id: pack.pack_id,
-                    start: 3,
-                    all_done: true,
+                turn: Turn::Packs {
+                    done: vec![pack.pack_id],
+                    left: None,
                     rows: Vec::new(),
                 },
                 log: vec![log(&other.event_id, 1, 200)],
@@ -1333,27 +1340,34 @@ async fn outbox_packs_and_rows_settle(store: &Store) {
     let skip = [packs[0].pack_id];
     let split = store.due_webhook_packs(6_000, 10, &skip).await.unwrap();
     assert!(split.is_empty(), "behind the endpoint's first pack");
-    commit_ops(
-        store,
-        org,
-        vec![WriteOp::SettleDeliveries(vec![Settled {
-            webhook_id: webhook.clone(),
-            turn: Turn::Pack {
-                pack_id: packs[0].pack_id,
-                start: 1,
-                all_done: true,
-                rows: Vec::new(),
-            },
-            log: Vec::new(),
-        }])],
-    )
-    .await;
+    let turn = Turn::Packs {
+        done: vec![packs[0].pack_id],
+        left: None,
+        rows: Vec::new(),
+    };
+    settle_pack(store, org, &webhook, turn, Vec::new()).await;
     let split = store.due_webhook_packs(6_000, 10, &[]).await.unwrap();
     assert_eq!(split[0].entries.len(), PACK_ENTRIES);
     assert_eq!(
         split[0].entries[PACK_ENTRIES - 1].created_at,
         PACK_ENTRIES as i64 - 1
     );
+    let following = store
+        .following_webhook_packs(&webhook, split[0].pack_id, 10)
+        .await
+        .unwrap();
+    assert_eq!(following.len(), 1, "the commit's second pack");
+    assert_eq!(following[0].entries.len(), 1);
+    // One turn at both: the first done, the second not yet.
+    let turn = Turn::Packs {
+        done: vec![split[0].pack_id],
+        left: Some((following[0].pack_id, 0)),
+        rows: Vec::new(),
+    };
+    settle_pack(store, org, &webhook, turn, Vec::new()).await;
+    let last = store.due_webhook_packs(6_000, 10, &[]).await.unwrap();
+    assert_eq!(last.len(), 1);
+    assert_eq!(last[0].pack_id, following[0].pack_id);
 
     commit_ops(store, org, vec![WriteOp::DeleteWebhook(webhook.clone())]).await;
     assert!(store

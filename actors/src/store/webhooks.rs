@@ -268,13 +268,12 @@ pub enum Turn {
         outbox_id: i64,
         after: AfterAttempt,
     },
-    /// The pack's entries before `start` are done (all of them: it goes);
-    /// `rows` are those of them that wait in rows of their own, in the
-    /// pack's order.
-    Pack {
-        pack_id: i64,
-        start: usize,
-        all_done: bool,
+    /// Consecutive packs of an endpoint: those in `done` go, and `left`
+    /// is the last one's id and new start if it is not done; `rows` are
+    /// the entries that wait in rows of their own, in the packs' order.
+    Packs {
+        done: Vec<i64>,
+        left: Option<(i64, usize)>,
         rows: Vec<Later>,
     },
 }
@@ -349,10 +348,9 @@ impl SettleArgs {
                 } => retry.push(serde_json::json!({
                     "outbox_id": outbox_id, "sent": sent, "attempts": attempts, "at": at,
                 })),
-                Turn::Pack {
-                    pack_id,
-                    start,
-                    all_done,
+                Turn::Packs {
+                    done: gone,
+                    left,
                     rows: later,
                 } => {
                     for Later {
@@ -375,9 +373,8 @@ impl SettleArgs {
                             "next_attempt_at": next_attempt_at,
                         }));
                     }
-                    if *all_done {
-                        packs_done.push(serde_json::json!(pack_id));
-                    } else {
+                    packs_done.extend(gone.iter().map(|id| serde_json::json!(id)));
+                    if let Some((pack_id, start)) = left {
                         packs_left.push(serde_json::json!({"pack_id": pack_id, "start": start}));
                     }
                 }
@@ -475,6 +472,28 @@ impl Store {
         );
         let rows: Vec<PackRow> = self
             .fetch_all(&sql, vec![Arg::Int(now), Arg::Int(limit), Arg::Text(skip)])
+            .await?;
+        super::records(rows)
+    }
+
+    /// Up to `limit` of the endpoint's packs after `pack`, in order: what
+    /// a turn at its first pack may take with it.
+    pub async fn following_webhook_packs(
+        &self,
+        webhook: &str,
+        pack: i64,
+        limit: i64,
+    ) -> Result<Vec<DuePack>> {
+        let rows: Vec<PackRow> = self
+            .fetch_all(
+                "SELECT pack_id, org_id, webhook_id, entries, start FROM webhook_outbox_packs \
+                 WHERE webhook_id = $1 AND pack_id > $2 ORDER BY pack_id LIMIT $3",
+                vec![
+                    Arg::Text(webhook.to_owned()),
+                    Arg::Int(pack),
+                    Arg::Int(limit),
+                ],
+            )
             .await?;
         super::records(rows)
     }
