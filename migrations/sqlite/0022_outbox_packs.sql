@@ -19,7 +19,6 @@ CREATE TABLE webhook_outbox_packs (
     webhook_id TEXT NOT NULL,
     entries    TEXT NOT NULL,
     start      BIGINT NOT NULL,
-    created_at BIGINT NOT NULL,
     held_until BIGINT NOT NULL
 );
 CREATE INDEX webhook_outbox_packs_order ON webhook_outbox_packs (webhook_id, pack_id);

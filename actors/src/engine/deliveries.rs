@@ -326,20 +326,23 @@ impl Worker {
             entries: Vec::new(),
         };
         turn.add(first, room);
-        let mut last = turn.segments[0].pack_id;
+        let mut last = turn.first();
         while turn.entries.len() < room {
             let next = self.read(
                 self.store
                     .following_webhook_packs(&turn.webhook, last, FOLLOWING_PACKS)
                     .await,
             )?;
-            let Some(end) = next.last().map(|p| p.pack_id) else {
+            let (Some(end), fewer) = (
+                next.last().map(|p| p.pack_id),
+                next.len() < FOLLOWING_PACKS as usize,
+            ) else {
                 break;
             };
             for pack in next {
                 turn.add(pack, room);
             }
-            if turn.segments.last().map(|s| s.pack_id) != Some(end) {
+            if fewer {
                 break;
             }
             last = end;
@@ -522,9 +525,9 @@ impl Worker {
             Some(_) => {
                 let stream = Arc::new(stream);
                 let waiting = Arc::new(waiting);
-                let mut lanes: Vec<Vec<DueEvent>> = vec![Vec::new(); streams];
-                for e in entries {
-                    lanes[lane_of(&e.task_key, streams)].push(e);
+                let mut lanes: Vec<Vec<(usize, DueEvent)>> = vec![Vec::new(); streams];
+                for (i, e) in entries.into_iter().enumerate() {
+                    lanes[lane_of(&e.task_key, streams)].push((i, e));
                 }
                 let mut set = tokio::task::JoinSet::new();
                 for lane in lanes.into_iter().filter(|l| !l.is_empty()) {
@@ -566,11 +569,7 @@ impl Worker {
             self.disable(org, &webhook).await;
         }
         committed(org, commit).await;
-        let mut taken = self.taken.lock().expect("not poisoned");
-        taken.packs.remove(&first);
-        taken.entries -= budget;
-        drop(taken);
-        self.settled.notify_one();
+        self.untake_pack(first, budget);
     }
 
     /// One stream of a pack's turn: its entries one after another. What
@@ -579,13 +578,13 @@ impl Worker {
         &self,
         stream: &Stream,
         waiting: &HashSet<String>,
-        lane: Vec<DueEvent>,
+        lane: Vec<(usize, DueEvent)>,
     ) -> Lane {
         let target = stream.target.as_ref().expect("an active endpoint's lane");
         let mut out = Lane::default();
         let mut failed: HashSet<String> = HashSet::new();
         let mut stop = false;
-        for e in lane {
+        for (index, e) in lane {
             let now = self.engine.now();
             let late = stream
                 .hold_until
@@ -593,7 +592,6 @@ impl Worker {
             stop |= late;
             if stop || waiting.contains(&e.task_key) || failed.contains(&e.task_key) {
                 // Not tried: a row of its own, behind its task's events.
-                let index = e.outbox_id;
                 let later = Later {
                     event: e,
                     next_attempt_at: now,
@@ -605,7 +603,6 @@ impl Worker {
             out.log.extend(log);
             stop |= gone;
             out.disable |= gone;
-            let index = e.outbox_id;
             let later = match after {
                 AfterAttempt::Done => None,
                 AfterAttempt::Retry { sent, attempts, at } => {
@@ -638,9 +635,16 @@ impl Worker {
     /// Gives back a pack whose turn did not finish: it is taken again.
     fn release_pack(&self, webhook: &str, pack_id: i64, budget: usize, streams: usize) {
         self.release_streams(webhook, streams);
+        self.untake_pack(pack_id, budget);
+    }
+
+    /// Forgets a turn's packs once it is settled (or given back).
+    fn untake_pack(&self, pack_id: i64, budget: usize) {
         let mut taken = self.taken.lock().expect("not poisoned");
         taken.packs.remove(&pack_id);
         taken.entries -= budget;
+        drop(taken);
+        self.settled.notify_one();
     }
 
     /// Sends the row's types from the first not yet delivered; answers
@@ -850,8 +854,7 @@ fn lane_of(task_key: &str, streams: usize) -> usize {
 }
 
 /// Consecutive packs of one endpoint taken for one turn: their entries
-/// in order (each one's `outbox_id` its place in the turn), and where
-/// each pack's part of them begins.
+/// in order, and where each pack's part of them begins.
 struct PackTurn {
     webhook: String,
     segments: Vec<Segment>,
@@ -884,17 +887,7 @@ impl PackTurn {
             len: take,
             whole: take == pack.entries.len(),
         });
-        let at = self.entries.len();
-        self.entries.extend(
-            pack.entries
-                .into_iter()
-                .take(take)
-                .enumerate()
-                .map(|(i, e)| DueEvent {
-                    outbox_id: (at + i) as i64,
-                    ..e
-                }),
-        );
+        self.entries.extend(pack.entries.into_iter().take(take));
     }
 
     fn first(&self) -> i64 {
@@ -919,12 +912,12 @@ impl PackTurn {
     }
 }
 
-/// What a stream of a pack's turn did: each entry's place in the pack
+/// What a stream of a pack's turn did: each entry's place in the turn
 /// and the row it becomes, if any; the attempts; whether the endpoint is
 /// to be disabled.
 #[derive(Default)]
 struct Lane {
-    fates: Vec<(i64, Option<Later>)>,
+    fates: Vec<(usize, Option<Later>)>,
     log: Vec<DeliveryRecord>,
     disable: bool,
 }
@@ -1049,11 +1042,9 @@ mod tests {
             ["evt_7_2", "evt_7_3", "evt_7_4", "evt_7_5", "evt_8_0"]
         );
         assert_eq!(ids.len(), room);
-        assert!(turn
-            .entries
-            .iter()
-            .enumerate()
-            .all(|(i, e)| e.outbox_id == i as i64));
+        // Each entry keeps its place in its pack.
+        let places: Vec<i64> = turn.entries.iter().map(|e| e.outbox_id).collect();
+        assert_eq!(places[..5], [2, 3, 4, 5, 0]);
         // Packs 7 and 8 done; 9 left at its second entry; 10 not taken.
         assert_eq!(turn.settled(), (vec![7, 8], Some((9, 1))));
         assert_eq!(turn.first(), 7);

@@ -41,7 +41,6 @@ pub(super) struct NewPack {
     pub webhook_id: String,
     /// A JSON array of [`PackEntry`].
     pub entries: String,
-    pub created_at: i64,
 }
 
 /// One change in a pack's JSON: `[event_id, types, task_key, from_status,
@@ -92,7 +91,6 @@ pub(super) fn outbox_packs(outbox: &[(OrgId, &OutboxEvent)]) -> Vec<NewPack> {
                 org,
                 webhook_id: webhook.to_owned(),
                 entries: serde_json::to_string(&entries).expect("entries serialize"),
-                created_at: chunk[0].created_at,
             });
         }
     }

@@ -177,13 +177,13 @@ WITH ",
 const TASK_STATEMENT: &str = task_statement!();
 
 /// The statement with the commit's webhook events, one pack per endpoint
-/// (`$69` to `$72`).
+/// (`$69` to `$71`).
 const TASK_STATEMENT_WITH_OUTBOX: &str = task_statement!(
     ", outbox AS (
-  INSERT INTO webhook_outbox_packs (org_id, webhook_id, entries, start, created_at, held_until)
-  SELECT v.org_id, v.webhook_id, v.entries, 0, v.created_at, 0
-  FROM UNNEST($69::text[], $70::text[], $71::text[], $72::int8[])
-    WITH ORDINALITY AS v(org_id, webhook_id, entries, created_at, n)
+  INSERT INTO webhook_outbox_packs (org_id, webhook_id, entries, start, held_until)
+  SELECT v.org_id, v.webhook_id, v.entries, 0, 0
+  FROM UNNEST($69::text[], $70::text[], $71::text[])
+    WITH ORDINALITY AS v(org_id, webhook_id, entries, n)
   ORDER BY v.n
 )"
 );
@@ -465,8 +465,7 @@ fn task_statement(
         query
             .bind(column(&packs, |p| p.org.to_string()))
             .bind(column(&packs, |p| p.webhook_id.clone()))
-            .bind(column(&packs, |p| p.entries.clone()))
-            .bind(column(&packs, |p| p.created_at)),
+            .bind(column(&packs, |p| p.entries.clone())),
     )
 }
 

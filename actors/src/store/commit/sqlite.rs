@@ -176,17 +176,16 @@ fn push_task_statements(
     for rows in padded(&packs) {
         let qb = next_statement(
             one,
-            "INSERT INTO webhook_outbox_packs (org_id, webhook_id, entries, start, created_at, \
-             held_until) SELECT v.column1, v.column2, v.column3, 0, v.column4, 0 FROM (",
+            "INSERT INTO webhook_outbox_packs (org_id, webhook_id, entries, start, held_until) \
+             SELECT v.column1, v.column2, v.column3, 0, 0 FROM (",
         );
         qb.push_values(rows, |mut b, row| match row {
             Some(p) => {
                 b.push_bind(p.org.to_string())
                     .push_bind(p.webhook_id.clone())
-                    .push_bind(p.entries.clone())
-                    .push_bind(p.created_at);
+                    .push_bind(p.entries.clone());
             }
-            None => push_nulls(&mut b, 4),
+            None => push_nulls(&mut b, 3),
         });
         qb.push(") AS v WHERE v.column1 IS NOT NULL");
     }
