@@ -151,6 +151,7 @@ pub fn document(routes: &[Operation]) -> Value {
             .or_insert_with(|| Value::Object(Map::new()));
         item[route.method.as_str().to_lowercase()] = operation;
     }
+    let mut webhooks = receivers(&mut answers);
     let mut schemas = requests.take_definitions(true);
     let answer_schemas = answers.take_definitions(true);
     let renamed = merge_definitions(&mut schemas, answer_schemas);
@@ -165,6 +166,7 @@ pub fn document(routes: &[Operation]) -> Value {
             "description": "A task-queue service for fleets of AI agents and the people who work beside them. Members authenticate with `X-Api-Key`; the operator API (`/admin/*`, `/metrics`) with `Authorization: Bearer <operator token>`. Every error is JSON with an `error` string (`ErrorBody`). `POST /mcp` speaks the Model Context Protocol (streamable HTTP, JSON-RPC 2.0) with the same key and is not described here: its tools are listed by the protocol itself.",
         },
         "paths": paths,
+        "webhooks": Value::Null,
         "components": {
             "schemas": schemas,
             "securitySchemes": {
@@ -194,7 +196,48 @@ pub fn document(routes: &[Operation]) -> Value {
             rename_refs(&mut operation["responses"], &renamed);
         }
     }
+    rename_refs(&mut webhooks, &renamed);
+    document["webhooks"] = webhooks;
     document
+}
+
+/// What an endpoint receives (CONTRACT §7), as OpenAPI 3.1 `webhooks`: the
+/// body's schema is the one the delivery worker serializes, so a receiver
+/// can generate its type.
+fn receivers(answers: &mut SchemaGenerator) -> Value {
+    let body = answers.subschema_for::<taskq_actors::api::EventBody>();
+    let header = |name: &str, description: &str| {
+        json!({
+            "name": name,
+            "in": "header",
+            "required": true,
+            "description": description,
+            "schema": {"type": "string"},
+        })
+    };
+    json!({
+        "taskEvent": {
+            "post": {
+                "operationId": "task_event",
+                "summary": "A task's transition (or a test event) sent to a webhook endpoint",
+                "description": "Sent for every event type the endpoint subscribed to, signed as Standard Webhooks sign (`v1,` and the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}` under the secret's bytes; two signatures, space-separated, while a rotated-out secret still signs). A task's events arrive in order; an event is sent again until a 2xx answer comes (see the README's retry schedule). Never carries a task's content.",
+                "parameters": [
+                    header("webhook-id", "The event's id: the same on every attempt"),
+                    header("webhook-timestamp", "Unix seconds of this attempt"),
+                    header("webhook-signature", "`v1,<base64>`, one per secret in use"),
+                ],
+                "requestBody": {
+                    "required": true,
+                    "content": {"application/json": {"schema": body}},
+                },
+                "responses": {
+                    "2XX": {"description": "Received: the event is not sent again"},
+                    "410": {"description": "Gone: the endpoint is disabled, nothing more is sent"},
+                    "default": {"description": "Not received: the event is sent again later (a `Retry-After` is honoured)"},
+                },
+            }
+        }
+    })
 }
 
 fn generator(settings: SchemaSettings) -> SchemaGenerator {

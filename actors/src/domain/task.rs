@@ -81,4 +81,7 @@ pub struct StoredEvent {
     pub agent_id: String,
     pub at: i64,
     pub note: Option<Vec<u8>>,
+    /// Made by a lease's expiry: the statuses alone do not say so, and
+    /// its webhook and stream event is `task.lease_expired`.
+    pub lease_expired: bool,
 }

@@ -203,17 +203,26 @@ impl EventSet {
     }
 }
 
-/// The `webhook-id` of the `index`-th type of an outbox row whose first
-/// type's id is `event_id` (`evt_` and 32 hex digits, a UUIDv7): the same
-/// on every attempt, distinct for each type. The 62 random bits of a
-/// UUIDv7 make another event's id within a few steps of this one a
-/// one-in-2^60 chance.
+/// The `webhook-id` of the state event `event_id` of the log: `evt_` and
+/// the id, which no other event of any org has.
+pub fn log_message_id(event_id: i64) -> String {
+    format!("evt_{event_id}")
+}
+
+/// The `webhook-id` of the `index`-th type of an event whose first type's
+/// id is `event_id`: the same on every attempt, distinct for each type.
+/// An id of the log (`evt_` and its number) gets `_` and the index. A test
+/// event's id (`evt_` and 32 hex digits, a UUIDv7; so were those of every
+/// event before the log was delivered) counts on in the hex: the 62
+/// random bits of a UUIDv7 make another event's id within a few steps of
+/// this one a one-in-2^60 chance.
 pub fn message_id(event_id: &str, index: usize) -> String {
     if index == 0 {
         return event_id.to_owned();
     }
     match event_id
         .strip_prefix("evt_")
+        .filter(|hex| hex.len() == 32)
         .and_then(|hex| u128::from_str_radix(hex, 16).ok())
     {
         Some(n) => format!("evt_{:032x}", n.wrapping_add(index as u128)),
@@ -482,9 +491,12 @@ mod tests {
         let id = "evt_0193c3b1a2b47c3d8e9f0a1b2c3d4e5f";
         assert_eq!(message_id(id, 0), id);
         assert_eq!(message_id(id, 1), "evt_0193c3b1a2b47c3d8e9f0a1b2c3d4e60");
-        assert_eq!(message_id(id, 2), message_id(id, 2));
-        assert_ne!(message_id(id, 1), message_id(id, 2));
+        assert_eq!(message_id(id, 2), "evt_0193c3b1a2b47c3d8e9f0a1b2c3d4e61");
         assert_eq!(message_id("evt_other", 1), "evt_other_1");
+        // An id of the log, whose digits would read as hex too.
+        assert_eq!(log_message_id(1234), "evt_1234");
+        assert_eq!(message_id("evt_1234", 0), "evt_1234");
+        assert_eq!(message_id("evt_1234", 2), "evt_1234_2");
     }
 
     #[test]

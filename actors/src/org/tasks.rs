@@ -183,6 +183,7 @@ impl OrgActor {
                 agent_id: caller.key_name.clone(),
                 at: now,
                 note: None,
+                lease_expired: false,
             });
             results.push(CreatedItem {
                 reference: item.reference,

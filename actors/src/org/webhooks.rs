@@ -1,9 +1,9 @@
-//! Webhook endpoints inside the org actor, and the outbox rows its changes
-//! make. The actor holds the org's endpoints (not their secrets, which are
-//! sealed in the store), so the batch of any change carries the events it
-//! made for each active endpoint that subscribed to them: they commit
-//! with the change or not at all. An org without endpoints pays one check
-//! of an empty list per batch.
+//! Webhook endpoints inside the org actor: it holds the org's endpoints
+//! (not their secrets, which are sealed in the store) and is the one
+//! writer of their rows. What is delivered is the org's event log itself
+//! (the delivery worker reads it after each endpoint's cursor), so a
+//! change writes nothing for webhooks; only a test event is written as an
+//! outbox row of its own.
 
 use super::work::Work;
 use super::{Admission, OrgActor, OrgState, Outcome, Reply, WebhookMsg};
@@ -11,9 +11,8 @@ use crate::api::CreateWebhook;
 use crate::crypto::new_webhook_secret;
 use crate::domain::account::{Caller, LimitKey};
 use crate::domain::webhooks::{
-    event_types, secret_text, Endpoint, EventSet, EventType, OutboxEvent, Subscription, Transition,
+    secret_text, Endpoint, EventSet, EventType, OutboxEvent, Subscription,
 };
-use crate::domain::StoredEvent;
 use crate::error::{EngineError, LimitKind, ValidationError};
 use crate::store::WriteOp;
 
@@ -29,58 +28,11 @@ fn not_found() -> EngineError {
 }
 
 impl OrgState {
-    /// Whether any endpoint would take an event: the claim path's one check.
-    pub(super) fn has_live_webhooks(&self) -> bool {
-        !self.webhooks.is_empty() && self.webhooks.iter().any(|w| w.active)
-    }
-
     fn webhook(&self, id: &str) -> Result<&Endpoint, EngineError> {
         self.webhooks
             .iter()
             .find(|w| w.webhook_id == id)
             .ok_or_else(not_found)
-    }
-
-    /// The outbox rows of `events` (a batch's state changes, `expired`
-    /// the indexes of those a lease's expiry made): one per change and
-    /// endpoint that takes any of its types, with every type it takes.
-    /// Endpoints that take the same types of a change share its id.
-    pub(super) fn outbox_for(&self, events: &[StoredEvent], expired: &[usize]) -> Vec<OutboxEvent> {
-        let mut out = Vec::new();
-        for (i, e) in events.iter().enumerate() {
-            let mut made = EventSet::default();
-            for t in event_types(e.from_status, e.to_status, expired.contains(&i)) {
-                made.insert(t);
-            }
-            let mut shared: Option<(EventSet, String)> = None;
-            for w in self.webhooks.iter().filter(|w| w.active) {
-                let types = w.subscription.takes(made);
-                if types.is_empty() {
-                    continue;
-                }
-                let event_id = match &shared {
-                    Some((same, id)) if *same == types => id.clone(),
-                    _ => {
-                        let id = new_event_id();
-                        shared = Some((types, id.clone()));
-                        id
-                    }
-                };
-                out.push(OutboxEvent {
-                    webhook_id: w.webhook_id.clone(),
-                    event_id,
-                    types,
-                    task_key: e.task_id.to_string(),
-                    transition: Some(Transition {
-                        from_status: e.from_status,
-                        to_status: e.to_status,
-                        agent_id: e.agent_id.clone(),
-                    }),
-                    created_at: e.at,
-                });
-            }
-        }
-        out
     }
 }
 

@@ -1,8 +1,8 @@
 //! The changes one message makes, gathered before they are submitted as one
 //! batch: task rows, header changes, sealed content, state events, account
-//! rows, and whether the month's usage must be stored with them. The batch
-//! also carries the webhook events of its state events (the outbox), so
-//! they commit with them.
+//! rows, and whether the month's usage must be stored with them. Webhook
+//! deliveries and the event stream read the state events themselves, so
+//! a batch carries nothing else for them.
 
 use std::collections::{HashMap, HashSet};
 
@@ -30,8 +30,6 @@ pub(super) struct Work {
     pub save_usage: bool,
     /// Webhook events made other than by a state change (a test event).
     pub outbox: Vec<OutboxEvent>,
-    /// The indexes in `events` of changes a lease's expiry made.
-    lease_expired: Vec<usize>,
 }
 
 impl Work {
@@ -120,14 +118,15 @@ impl Work {
                     .cipher
                     .seal(h.task_id, ContentField::Note.name(), &note_bytes(n))
             }),
+            lease_expired: false,
         });
     }
 
     /// Marks the last state change as made by a lease's expiry (its
     /// webhook event is `task.lease_expired`).
     pub fn lease_expired(&mut self) {
-        if let Some(last) = self.events.len().checked_sub(1) {
-            self.lease_expired.push(last);
+        if let Some(last) = self.events.last_mut() {
+            last.lease_expired = true;
         }
     }
 
@@ -182,12 +181,8 @@ impl Work {
             }
         }
         ops.extend(self.content);
-        let mut outbox = self.outbox;
-        if !self.events.is_empty() && state.has_live_webhooks() {
-            outbox.extend(state.outbox_for(&self.events, &self.lease_expired));
-        }
-        if !outbox.is_empty() {
-            ops.push(WriteOp::InsertOutbox(outbox));
+        if !self.outbox.is_empty() {
+            ops.push(WriteOp::InsertOutbox(self.outbox));
         }
         if !self.events.is_empty() {
             ops.push(WriteOp::InsertEvents(self.events));

@@ -173,6 +173,7 @@ mod board_sessions;
 mod cluster;
 mod commit;
 mod connect;
+mod events;
 mod keys;
 mod org_records;
 mod reports;
@@ -189,9 +190,10 @@ mod writer_thread;
 pub use cluster::{nodes_seen, NodeRow, OwnerRow};
 pub use commit::{EventLinks, Fence, WriteBatch, WriteOp, WriterConn};
 pub use connect::hold_sqlite_file;
+pub use events::LoggedEvent;
 pub use keys::ClientDek;
 pub use reports::ReportKey;
-pub use webhooks::{AfterAttempt, DeliveryRecord, DueEvent, DuePack, Later, Settled, Target, Turn};
+pub use webhooks::{AfterAttempt, DeliveryRecord, DueRow, NewRow, Settled, Target, Turn, LOG_KEPT};
 
 /// A row type that both backends can decode.
 trait BackendRow: Send + Unpin + for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> {}

@@ -63,6 +63,7 @@ pub struct EventRow {
     pub agent_id: String,
     pub at: i64,
     pub note: Option<Vec<u8>>,
+    pub lease_expired: Option<i64>,
 }
 
 /// Every column of `orgs`; read by `get_org` and bound by the writes.
@@ -280,6 +281,7 @@ impl TryFrom<EventRow> for StoredEvent {
             agent_id: r.agent_id,
             at: r.at,
             note: r.note,
+            lease_expired: r.lease_expired.is_some_and(|e| e != 0),
         })
     }
 }

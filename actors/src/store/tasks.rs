@@ -124,6 +124,7 @@ impl Store {
                         "agent_id",
                         "at",
                         "note",
+                        "lease_expired",
                     ],
                     "t.org_id = $1 AND t.task_id = $2",
                 ),

@@ -6,11 +6,7 @@
 use sqlx::Connection;
 use uuid::Uuid;
 
-use super::webhooks::PACK_ENTRIES;
-use super::{
-    AfterAttempt, DeliveryRecord, Later, Settled, Store, StoreOptions, Turn, WriteBatch, WriteOp,
-    WriterConn,
-};
+use super::{Store, StoreOptions, WriteBatch, WriteOp, WriterConn};
 use crate::api::ListTasks;
 use crate::domain::account::{
     Encryption, KeyRecord, LimitKey, LimitOverrides, MemberRecord, OrgRecord, Role, Tier,
@@ -18,7 +14,6 @@ use crate::domain::account::{
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::order::ListKey;
 use crate::domain::usage::Usage;
-use crate::domain::webhooks::{EventSet, OutboxEvent, Transition};
 use crate::domain::{
     ContentField, KeyId, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus,
 };
@@ -127,6 +122,7 @@ async fn round_trip(store: &Store) {
         agent_id: "agent".into(),
         at: 12,
         note: None,
+        lease_expired: false,
     };
     let tag = Tag {
         name: "ops".into(),
@@ -350,6 +346,7 @@ async fn later_changes(store: &Store) {
         agent_id: "agent".into(),
         at,
         note: note.map(<[u8]>::to_vec),
+        lease_expired: false,
     };
     let events = [
         event(TaskStatus::Pending, TaskStatus::InProgress, 22, None),
@@ -549,6 +546,7 @@ async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
         agent_id: "agent".into(),
         at,
         note: None,
+        lease_expired: false,
     };
     apply(vec![WriteBatch {
         org,
@@ -617,15 +615,15 @@ fn with_database(url: &str, database: &str) -> String {
 
 /// A SQLite file in the temporary directory, removed with its WAL and
 /// shared-memory files when dropped.
-struct TempDb(std::path::PathBuf);
+pub(super) struct TempDb(pub(super) std::path::PathBuf);
 
 impl TempDb {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         TempDb(std::env::temp_dir().join(format!("taskq-store-{}.db", Uuid::new_v4().simple())))
     }
 
     /// A store on this file, as the server opens one.
-    async fn store(&self) -> Store {
+    pub(super) async fn store(&self) -> Store {
         let url = format!("sqlite://{}", self.0.display());
         Store::connect(&url, &StoreOptions::default())
             .await
@@ -650,7 +648,6 @@ async fn round_trip_sqlite() {
     later_changes(&store).await;
     finished_and_reopened(&store, false).await;
     finished_and_reopened(&store, true).await;
-    outbox_packs_and_rows_settle(&store).await;
     store.close().await;
 }
 
@@ -754,15 +751,15 @@ fn migrations_before(
 
 /// A database of its own on the PostgreSQL server `TASKQ_TEST_POSTGRES_URL`
 /// names, dropped by `drop`.
-struct ScratchDatabase {
+pub(super) struct ScratchDatabase {
     admin: sqlx::PgConnection,
     name: String,
-    url: String,
+    pub(super) url: String,
 }
 
 impl ScratchDatabase {
     /// `None`, with a note, when `TASKQ_TEST_POSTGRES_URL` is unset.
-    async fn create() -> Option<Self> {
+    pub(super) async fn create() -> Option<Self> {
         let Ok(admin_url) = std::env::var("TASKQ_TEST_POSTGRES_URL") else {
             eprintln!("note: TASKQ_TEST_POSTGRES_URL is unset; skipping the PostgreSQL variant");
             return None;
@@ -777,7 +774,7 @@ impl ScratchDatabase {
         Some(ScratchDatabase { admin, name, url })
     }
 
-    async fn drop(mut self) {
+    pub(super) async fn drop(mut self) {
         sqlx::query(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
             .execute(&mut self.admin)
             .await
@@ -788,7 +785,11 @@ impl ScratchDatabase {
 /// Opens a store whose file was written with the migrations before
 /// `version` only, and then by `write` (raw SQL, in that schema): the
 /// store runs the rest when it opens.
-async fn store_written_before(path: &TempDb, version: i64, write: &[(&str, Vec<String>)]) -> Store {
+pub(super) async fn store_written_before(
+    path: &TempDb,
+    version: i64,
+    write: &[(&str, Vec<String>)],
+) -> Store {
     let url = format!("sqlite://{}?mode=rwc", path.0.display());
     let before = migrations_before(sqlx::migrate!("../migrations/sqlite"), version);
     let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
@@ -832,6 +833,7 @@ async fn append_events(store: &Store, org: OrgId, events: &[(TaskId, i64)]) {
         agent_id: "agent".into(),
         at,
         note: None,
+        lease_expired: false,
     };
     store
         .apply(&[&WriteBatch {
@@ -1057,44 +1059,11 @@ async fn round_trip_postgres() {
     finished_and_reopened(&store, false).await;
     finished_and_reopened(&store, true).await;
     commit_plan_finds_rows_by_key(&store).await;
-    outbox_packs_and_rows_settle(&store).await;
     store.close().await;
     scratch.drop().await;
 }
 
-/// An outbox row of a change, `types` its types' names.
-fn outbox_row(webhook: &str, task: TaskId, types: &str, to: TaskStatus, at: i64) -> OutboxEvent {
-    OutboxEvent {
-        webhook_id: webhook.into(),
-        event_id: format!("evt_{}", Uuid::now_v7().simple()),
-        types: EventSet::parse(types).unwrap(),
-        task_key: task.to_string(),
-        transition: Some(Transition {
-            from_status: Some(TaskStatus::Pending),
-            to_status: to,
-            agent_id: "agent-1".into(),
-        }),
-        created_at: at,
-    }
-}
-
-/// Commits a worker's turn at a pack.
-async fn settle_pack(
-    store: &Store,
-    org: OrgId,
-    webhook: &str,
-    turn: Turn,
-    log: Vec<DeliveryRecord>,
-) {
-    let settled = Settled {
-        webhook_id: webhook.to_owned(),
-        turn,
-        log,
-    };
-    commit_ops(store, org, vec![WriteOp::SettleDeliveries(vec![settled])]).await;
-}
-
-async fn commit_ops(store: &Store, org: OrgId, ops: Vec<WriteOp>) {
+pub(super) async fn commit_ops(store: &Store, org: OrgId, ops: Vec<WriteOp>) {
     store
         .apply(&[&WriteBatch {
             org,
@@ -1103,344 +1072,4 @@ async fn commit_ops(store: &Store, org: OrgId, ops: Vec<WriteOp>) {
         }])
         .await
         .unwrap();
-}
-
-/// A commit's webhook events as the worker reads them: one pack per
-/// endpoint with the changes in order, the first pack of an endpoint only;
-/// a pack's turn settled through a commit moves its start (or deletes it)
-/// and turns the entries that failed or must wait into rows, of which
-/// only each task's first is due, and logs the attempts; a row's turn
-/// deletes it or moves it to its next attempt, with the types sent so
-/// far; packs and rows in `skip` are not read.
-async fn outbox_packs_and_rows_settle(store: &Store) {
-    let org = OrgId::new_v7();
-    let (a, b) = (TaskId::new_v7(), TaskId::new_v7());
-    let webhook = format!("wh_{}", Uuid::now_v7().simple());
-    let endpoint = crate::domain::webhooks::Endpoint {
-        webhook_id: webhook.clone(),
-        url: "http://127.0.0.1:9/hook".into(),
-        subscription: crate::domain::webhooks::Subscription::parse(&["*".into()]).unwrap(),
-        description: None,
-        active: true,
-        created_at: 1,
-    };
-    let secret = crate::crypto::SealedSecret {
-        master_key_id: "k".into(),
-        bytes: vec![1, 2, 3],
-    };
-    let claimed = outbox_row(
-        &webhook,
-        a,
-        "task.claimed task.status_changed",
-        TaskStatus::InProgress,
-        10,
-    );
-    let completed = outbox_row(
-        &webhook,
-        a,
-        "task.completed task.status_changed",
-        TaskStatus::Completed,
-        11,
-    );
-    let other = outbox_row(
-        &webhook,
-        b,
-        "task.status_changed",
-        TaskStatus::InProgress,
-        12,
-    );
-    commit_ops(
-        store,
-        org,
-        vec![
-            WriteOp::InsertWebhook { endpoint, secret },
-            WriteOp::InsertOutbox(vec![claimed.clone(), completed.clone(), other.clone()]),
-        ],
-    )
-    .await;
-    let later_one = outbox_row(&webhook, b, "task.completed", TaskStatus::Completed, 13);
-    commit_ops(
-        store,
-        org,
-        vec![WriteOp::InsertOutbox(vec![later_one.clone()])],
-    )
-    .await;
-
-    let packs = store.due_webhook_packs(100, 10, &[]).await.unwrap();
-    assert_eq!(packs.len(), 1, "an endpoint's first pack only");
-    let pack = &packs[0];
-    assert_eq!(
-        (pack.org_id.as_str(), pack.start),
-        (org.to_string().as_str(), 0)
-    );
-    let ids: Vec<&str> = pack.entries.iter().map(|e| e.event_id.as_str()).collect();
-    assert_eq!(
-        ids,
-        [&claimed.event_id, &completed.event_id, &other.event_id]
-    );
-    let first = &pack.entries[0];
-    assert_eq!(first.types, "task.claimed task.status_changed");
-    assert_eq!((first.outbox_id, first.sent, first.attempts), (0, 0, 0));
-    assert_eq!(
-        (first.task_key.clone(), first.created_at),
-        (a.to_string(), 10)
-    );
-    assert_eq!(first.from_status.as_deref(), Some("pending"));
-    assert_eq!(first.to_status.as_deref(), Some("in_progress"));
-    assert_eq!(first.agent_id.as_deref(), Some("agent-1"));
-    assert!(store
-        .due_webhook_packs(100, 10, &[pack.pack_id])
-        .await
-        .unwrap()
-        .is_empty());
-    assert_eq!(
-        store
-            .hold_webhook_packs(&[pack.pack_id], 100, 200)
-            .await
-            .unwrap(),
-        [pack.pack_id]
-    );
-    assert!(
-        store
-            .hold_webhook_packs(&[pack.pack_id], 150, 300)
-            .await
-            .unwrap()
-            .is_empty(),
-        "a held pack is not taken twice"
-    );
-    assert!(store
-        .due_webhook_packs(150, 10, &[])
-        .await
-        .unwrap()
-        .is_empty());
-
-    let log = |event_id: &str, attempt, status| DeliveryRecord {
-        delivery_id: Uuid::now_v7().to_string(),
-        event_id: event_id.into(),
-        event_type: "task.status_changed".into(),
-        attempt,
-        status_code: Some(status),
-        error: (status != 200).then(|| "the receiver answered 500".into()),
-        response: None,
-        at: 50,
-        next_attempt_at: (status != 200).then_some(5_050),
-    };
-    // A turn at the first two entries: the claim's second type failed,
-    // so the completion of the same task waits behind it.
-    let retry = Later {
-        event: crate::store::DueEvent {
-            sent: 1,
-            attempts: 1,
-            ..pack.entries[0].clone()
-        },
-        next_attempt_at: 5_050,
-    };
-    let waits = Later {
-        event: pack.entries[1].clone(),
-        next_attempt_at: 50,
-    };
-    let turn = Turn::Packs {
-        done: Vec::new(),
-        left: Some((pack.pack_id, 2)),
-        rows: vec![retry, waits],
-    };
-    let attempts = vec![log("evt_a0", 1, 200), log("evt_a1", 1, 500)];
-    settle_pack(store, org, &webhook, turn, attempts).await;
-    let rest = store.due_webhook_packs(160, 10, &[]).await.unwrap();
-    assert_eq!(rest.len(), 1, "a turn's settling ends its hold");
-    assert_eq!((rest[0].pack_id, rest[0].start), (pack.pack_id, 2));
-    let ids: Vec<&str> = rest[0]
-        .entries
-        .iter()
-        .map(|e| e.event_id.as_str())
-        .collect();
-    assert_eq!(ids, [&other.event_id]);
-    assert_eq!(rest[0].entries[0].outbox_id, 2);
-    let keys = [a.to_string(), b.to_string()];
-    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-    let waiting = store.waiting_webhook_tasks(&webhook, &keys).await.unwrap();
-    assert_eq!(waiting.into_iter().collect::<Vec<_>>(), [a.to_string()]);
-    assert!(
-        store
-            .due_webhook_events(100, 10, 10, &[])
-            .await
-            .unwrap()
-            .is_empty(),
-        "the retried row waits, and so does its task's next row"
-    );
-    let due = store.due_webhook_events(6_000, 10, 10, &[]).await.unwrap();
-    assert_eq!(due.len(), 1);
-    assert_eq!(due[0].event_id, claimed.event_id);
-    assert_eq!(
-        (due[0].sent, due[0].attempts, due[0].created_at),
-        (1, 1, 10)
-    );
-    assert_eq!(due[0].to_status.as_deref(), Some("in_progress"));
-    assert!(store
-        .due_webhook_events(6_000, 10, 10, &[due[0].outbox_id])
-        .await
-        .unwrap()
-        .is_empty());
-    let logged = store.webhook_deliveries(org, &webhook, 10).await.unwrap();
-    assert_eq!(logged.len(), 2);
-    assert!(logged.iter().any(|d| d.event_id == "evt_a1"
-        && d.status_code == Some(500)
-        && d.next_attempt_at == Some(5_050)
-        && d.error.is_some()));
-
-    commit_ops(
-        store,
-        org,
-        vec![WriteOp::SettleDeliveries(vec![
-            Settled {
-                webhook_id: webhook.clone(),
-                turn: Turn::Row {
-                    outbox_id: due[0].outbox_id,
-                    after: AfterAttempt::Done,
-                },
-                log: vec![log("evt_a1", 2, 200)],
-            },
-            Settled {
-                webhook_id: webhook.clone(),
-                turn: Turn::Packs {
-                    done: vec![pack.pack_id],
-                    left: None,
-                    rows: Vec::new(),
-                },
-                log: vec![log(&other.event_id, 1, 200)],
-            },
-        ])],
-    )
-    .await;
-    let next = store.due_webhook_events(6_000, 10, 10, &[]).await.unwrap();
-    assert_eq!(
-        next.len(),
-        1,
-        "the task's next row is due once the first is gone"
-    );
-    assert_eq!(next[0].event_id, completed.event_id);
-    let packs = store.due_webhook_packs(6_000, 10, &[]).await.unwrap();
-    assert_eq!(packs.len(), 1, "the next pack once the first is gone");
-    assert_eq!(packs[0].entries.len(), 1);
-    assert_eq!(packs[0].entries[0].event_id, later_one.event_id);
-
-    // A commit with more changes for an endpoint than a pack holds.
-    let many: Vec<_> = (0..PACK_ENTRIES + 1)
-        .map(|i| {
-            outbox_row(
-                &webhook,
-                b,
-                "task.claimed",
-                TaskStatus::InProgress,
-                i as i64,
-            )
-        })
-        .collect();
-    commit_ops(store, org, vec![WriteOp::InsertOutbox(many)]).await;
-    let skip = [packs[0].pack_id];
-    let split = store.due_webhook_packs(6_000, 10, &skip).await.unwrap();
-    assert!(split.is_empty(), "behind the endpoint's first pack");
-    let turn = Turn::Packs {
-        done: vec![packs[0].pack_id],
-        left: None,
-        rows: Vec::new(),
-    };
-    settle_pack(store, org, &webhook, turn, Vec::new()).await;
-    let split = store.due_webhook_packs(6_000, 10, &[]).await.unwrap();
-    assert_eq!(split[0].entries.len(), PACK_ENTRIES);
-    assert_eq!(
-        split[0].entries[PACK_ENTRIES - 1].created_at,
-        PACK_ENTRIES as i64 - 1
-    );
-    let following = store
-        .following_webhook_packs(&webhook, split[0].pack_id, 10)
-        .await
-        .unwrap();
-    assert_eq!(following.len(), 1, "the commit's second pack");
-    assert_eq!(following[0].entries.len(), 1);
-    // One turn at both: the first done, the second not yet.
-    let turn = Turn::Packs {
-        done: vec![split[0].pack_id],
-        left: Some((following[0].pack_id, 0)),
-        rows: Vec::new(),
-    };
-    settle_pack(store, org, &webhook, turn, Vec::new()).await;
-    let last = store.due_webhook_packs(6_000, 10, &[]).await.unwrap();
-    assert_eq!(last.len(), 1);
-    assert_eq!(last[0].pack_id, following[0].pack_id);
-
-    commit_ops(store, org, vec![WriteOp::DeleteWebhook(webhook.clone())]).await;
-    assert!(store
-        .due_webhook_events(6_000, 10, 10, &[])
-        .await
-        .unwrap()
-        .is_empty());
-    assert!(store
-        .due_webhook_packs(6_000, 10, &[])
-        .await
-        .unwrap()
-        .is_empty());
-}
-
-/// An outbox row written before `0020_outbox_rows_per_change`, with its
-/// final body, is read after the migration with the fields of that body
-/// and its id, type and schedule; a test event's has no status.
-#[tokio::test]
-async fn outbox_rows_survive_the_per_change_migration() {
-    let path = TempDb::new();
-    let org = OrgId::new_v7().to_string();
-    let task = TaskId::new_v7().to_string();
-    let insert = "INSERT INTO webhook_outbox (org_id, webhook_id, event_id, type, task_key, \
-        body, created_at, attempts, next_attempt_at) VALUES ($1, 'wh', $2, $3, $4, $5, 7, \
-        CAST($6 AS INTEGER), 9)";
-    let change = serde_json::json!({"type": "task.claimed", "timestamp": "x", "data": {
-        "org_id": org, "task_id": task, "from_status": "pending",
-        "to_status": "in_progress", "agent_id": "bot"}});
-    let test = serde_json::json!({"type": "webhook.test", "timestamp": "x",
-        "data": {"org_id": org, "webhook_id": "wh"}});
-    let store = store_written_before(
-        &path,
-        20,
-        &[
-            (
-                insert,
-                vec![
-                    org.clone(),
-                    "evt_1".into(),
-                    "task.claimed".into(),
-                    task.clone(),
-                    change.to_string(),
-                    "2".into(),
-                ],
-            ),
-            (
-                insert,
-                vec![
-                    org.clone(),
-                    "evt_2".into(),
-                    "webhook.test".into(),
-                    "evt_2".into(),
-                    test.to_string(),
-                    "0".into(),
-                ],
-            ),
-        ],
-    )
-    .await;
-    let due = store.due_webhook_events(100, 10, 10, &[]).await.unwrap();
-    assert_eq!(due.len(), 2);
-    let claim = due.iter().find(|e| e.event_id == "evt_1").unwrap();
-    assert_eq!(claim.types, "task.claimed");
-    assert_eq!((claim.sent, claim.attempts, claim.created_at), (0, 2, 7));
-    assert_eq!(claim.task_key, task);
-    assert_eq!(claim.from_status.as_deref(), Some("pending"));
-    assert_eq!(claim.to_status.as_deref(), Some("in_progress"));
-    assert_eq!(claim.agent_id.as_deref(), Some("bot"));
-    let ping = due.iter().find(|e| e.event_id == "evt_2").unwrap();
-    assert_eq!(ping.types, "webhook.test");
-    assert_eq!(
-        (ping.to_status.as_deref(), ping.agent_id.as_deref()),
-        (None, None)
-    );
-    store.close().await;
 }

@@ -192,6 +192,40 @@ macro_rules! account_statements {
                         .bind(e.created_at)
                         .execute($exec)
                         .await?;
+                        // Its deliveries start after the org's last event
+                        // committed so far (this commit's own events come
+                        // after these statements, so they are delivered).
+                        sqlx::query(
+                            "INSERT INTO webhook_cursors (webhook_id, org_id, event_id, held_until) \
+                             VALUES ($2, $1, COALESCE((SELECT MAX(event_id) FROM task_events \
+                             WHERE org_id = $1), 0), 0)",
+                        )
+                        .bind(&org)
+                        .bind(&e.webhook_id)
+                        .execute($exec)
+                        .await?;
+                    }
+                    WriteOp::InsertOutbox(events) => {
+                        for e in events {
+                            let t = e.transition.as_ref();
+                            sqlx::query(
+                                "INSERT INTO webhook_outbox (org_id, webhook_id, event_id, types, \
+                                 sent, task_key, from_status, to_status, agent_id, created_at, \
+                                 attempts, next_attempt_at) \
+                                 VALUES ($1, $2, $3, $4, 0, $5, $6, $7, $8, $9, 0, $9)",
+                            )
+                            .bind(&org)
+                            .bind(&e.webhook_id)
+                            .bind(&e.event_id)
+                            .bind(e.types.text())
+                            .bind(&e.task_key)
+                            .bind(t.and_then(|t| t.from_status).map(|s| s.as_str()))
+                            .bind(t.map(|t| t.to_status.as_str()))
+                            .bind(t.map(|t| t.agent_id.clone()))
+                            .bind(e.created_at)
+                            .execute($exec)
+                            .await?;
+                        }
                     }
                     WriteOp::RotateWebhookSecret {
                         webhook_id,
@@ -225,7 +259,7 @@ macro_rules! account_statements {
                             .await?;
                         for pending in [
                             "DELETE FROM webhook_outbox WHERE org_id = $1 AND webhook_id = $2",
-                            "DELETE FROM webhook_outbox_packs WHERE org_id = $1 AND webhook_id = $2",
+                            "DELETE FROM webhook_cursors WHERE org_id = $1 AND webhook_id = $2",
                         ] {
                             sqlx::query(pending)
                                 .bind(&org)
@@ -248,7 +282,6 @@ macro_rules! account_statements {
                     | WriteOp::UpdateHeader { .. }
                     | WriteOp::SetContent { .. }
                     | WriteOp::InsertEvents(_)
-                    | WriteOp::InsertOutbox(_)
                     | WriteOp::SettleDeliveries(_) => unreachable!("task ops are planned apart"),
                 }
             }

@@ -75,8 +75,9 @@ pub enum WriteOp {
     },
     /// This month's counters and the rate buckets' state.
     SaveUsage(Usage),
-    /// Webhook events, in the commit of the change that made them (the
-    /// outbox: see `store::webhooks`).
+    /// Webhook events made other than by a state change (a test event):
+    /// outbox rows of their own. State changes are delivered from the
+    /// event log itself (see `store::webhooks`).
     InsertOutbox(Vec<OutboxEvent>),
     InsertWebhook {
         endpoint: Endpoint,
@@ -94,8 +95,10 @@ pub enum WriteOp {
     DisableWebhook(String),
     /// The endpoint, its pending events and its delivery log go.
     DeleteWebhook(String),
-    /// A delivery worker's turns at outbox rows: rows delivered go, rows
-    /// to retry get their next attempt, and the attempts are logged.
+    /// A delivery worker's turns at an endpoint's log or outbox rows (on
+    /// SQLite, whose one write lock the worker must not take itself): the
+    /// cursor moves, rows delivered go, rows to retry get their next
+    /// attempt, and the attempts are logged.
     SettleDeliveries(Vec<Settled>),
 }
 
@@ -163,9 +166,7 @@ struct CommitPlan<'a> {
     headers: HashMap<(OrgId, TaskId), PlannedHeader<'a>>,
     content: Vec<(ContentField, ContentValues<'a>)>,
     events: Vec<(OrgId, &'a StoredEvent)>,
-    /// Webhook events, in commit order.
-    outbox: Vec<(OrgId, &'a OutboxEvent)>,
-    /// Delivery workers' turns at outbox rows.
+    /// Delivery workers' turns.
     settled: Vec<(OrgId, &'a Settled)>,
 }
 
@@ -179,7 +180,6 @@ impl<'a> CommitPlan<'a> {
             headers: HashMap::new(),
             content: Vec::new(),
             events: Vec::new(),
-            outbox: Vec::new(),
             settled: Vec::new(),
         };
         for batch in batches {
@@ -229,9 +229,6 @@ impl<'a> CommitPlan<'a> {
                     }
                     WriteOp::SaveUsage(usage) => {
                         plan.usage.insert(org, usage);
-                    }
-                    WriteOp::InsertOutbox(events) => {
-                        plan.outbox.extend(events.iter().map(|e| (org, e)));
                     }
                     WriteOp::SettleDeliveries(settled) => {
                         plan.settled.extend(settled.iter().map(|s| (org, s)));

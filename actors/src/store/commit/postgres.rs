@@ -28,7 +28,7 @@ use super::accounts::account_statements;
 use super::{CommitPlan, WriterConn};
 use crate::domain::{ContentField, OrgId, StoredTask, TaskHeader, TaskId};
 use crate::store::rows::HeaderColumns;
-use crate::store::webhooks::{outbox_packs, SettleArgs};
+use crate::store::webhooks::settle_in;
 use crate::store::{Result, StoreError};
 
 mod links;
@@ -92,12 +92,7 @@ const FENCE_STATEMENT: &str = concat!("WITH ", fence_cte!(1, 2, 3), " ", fence_c
 /// event whose predecessor the writer does not know (`look_up`) reads it
 /// from the task row, as the row was before the statement.
 ///
-/// A commit with webhook events (`task_statement!` with the outbox CTE)
-/// inserts them in the same statement; a commit without keeps the text
-/// without that CTE, so an org with no endpoints binds nothing more.
-macro_rules! task_statement {
-    ($($outbox:literal)?) => {
-        concat!(
+const TASK_STATEMENT: &str = concat!(
     "\
 WITH ",
     fence_cte!(66, 67, 68),
@@ -155,37 +150,20 @@ WITH ",
   WHERE task_vectors.org_id = v.org_id AND task_vectors.task_id = v.task_id
 ), events AS (
   INSERT INTO task_events (event_id, org_id, task_id, from_status, to_status, agent_id, at, note,
-    prev_event_id)
+    prev_event_id, lease_expired)
   SELECT v.event_id, v.org_id, v.task_id, v.from_status, v.to_status, v.agent_id, v.at, v.note,
     CASE WHEN v.look_up
       THEN (SELECT t.last_event_id FROM tasks t WHERE t.org_id = v.org_id AND t.task_id = v.task_id)
-      ELSE v.prev_event_id END
+      ELSE v.prev_event_id END,
+    v.lease_expired
   FROM UNNEST($61::int8[], $52::text[], $53::text[], $54::text[], $55::text[], $56::text[],
-    $57::int8[], $58::bytea[], $62::int8[], $63::bool[])
+    $57::int8[], $58::bytea[], $62::int8[], $63::bool[], $69::int8[])
     WITH ORDINALITY AS v(event_id, org_id, task_id, from_status, to_status, agent_id, at, note,
-      prev_event_id, look_up, n)
+      prev_event_id, look_up, lease_expired, n)
   ORDER BY v.n
-)",
-    $($outbox,)?
-    "
+)
 ",
     fence_check!(66)
-        )
-    };
-}
-
-const TASK_STATEMENT: &str = task_statement!();
-
-/// The statement with the commit's webhook events, one pack per endpoint
-/// (`$69` to `$71`).
-const TASK_STATEMENT_WITH_OUTBOX: &str = task_statement!(
-    ", outbox AS (
-  INSERT INTO webhook_outbox_packs (org_id, webhook_id, entries, start, held_until)
-  SELECT v.org_id, v.webhook_id, v.entries, 0, 0
-  FROM UNNEST($69::text[], $70::text[], $71::text[])
-    WITH ORDINALITY AS v(org_id, webhook_id, entries, n)
-  ORDER BY v.n
-)"
 );
 
 /// The statements that show the plan a connection makes for the commit
@@ -313,7 +291,6 @@ fn task_statement(
         && plan.headers.is_empty()
         && plan.content.is_empty()
         && plan.events.is_empty()
-        && plan.outbox.is_empty()
     {
         return None;
     }
@@ -383,12 +360,7 @@ fn task_statement(
     let [title, description, metadata, output] = inserted_content;
     let [set_title, set_description, set_metadata, set_output] = set_flags;
     let [new_title, new_description, new_metadata, new_output] = set_values;
-    let text = if plan.outbox.is_empty() {
-        TASK_STATEMENT
-    } else {
-        TASK_STATEMENT_WITH_OUTBOX
-    };
-    let query = sqlx::query(text)
+    let query = sqlx::query(TASK_STATEMENT)
         .bind(column(&usage, |(org, _)| org.to_string()))
         .bind(column(&usage, |(_, u)| u.month.clone()))
         .bind(column(&usage, |(_, u)| u.requests))
@@ -456,17 +428,9 @@ fn task_statement(
         .bind(updated_last)
         .bind(fence_orgs)
         .bind(fence_epochs)
-        .bind(fence_node);
-    if plan.outbox.is_empty() {
-        return Some(query);
-    }
-    let packs = outbox_packs(&plan.outbox);
-    Some(
-        query
-            .bind(column(&packs, |p| p.org.to_string()))
-            .bind(column(&packs, |p| p.webhook_id.clone()))
-            .bind(column(&packs, |p| p.entries.clone())),
-    )
+        .bind(fence_node)
+        .bind(column(events, |(_, e)| e.lease_expired.then_some(1_i64)));
+    Some(query)
 }
 
 /// The fences of a plan as the statements bind them: org ids, epochs and
@@ -493,84 +457,6 @@ fn fence_statement(plan: &CommitPlan<'_>) -> Query<'static, Postgres, PgArgument
         .bind(orgs)
         .bind(epochs)
         .bind(node)
-}
-
-/// The delivery workers' turns at outbox rows, if the plan has any: the
-/// attempts logged, the rows delivered deleted, the rows to retry given
-/// their next attempt; each one statement over a JSON array.
-async fn settle_statements(
-    tx: &mut sqlx::Transaction<'_, Postgres>,
-    plan: &CommitPlan<'_>,
-) -> std::result::Result<(), sqlx::Error> {
-    if plan.settled.is_empty() {
-        return Ok(());
-    }
-    let args = SettleArgs::new(&plan.settled);
-    if let Some(log) = args.log {
-        sqlx::query(
-            "INSERT INTO webhook_deliveries (delivery_id, org_id, webhook_id, event_id, type, \
-             attempt, status_code, error, response, at, next_attempt_at) \
-             SELECT v->>'delivery_id', v->>'org_id', v->>'webhook_id', v->>'event_id', \
-             v->>'type', (v->>'attempt')::int8, (v->>'status_code')::int8, v->>'error', \
-             v->>'response', (v->>'at')::int8, (v->>'next_attempt_at')::int8 \
-             FROM json_array_elements($1::json) AS v",
-        )
-        .bind(log)
-        .execute(&mut **tx)
-        .await?;
-    }
-    if let Some(done) = args.done {
-        sqlx::query(
-            "DELETE FROM webhook_outbox WHERE outbox_id IN \
-             (SELECT value::int8 FROM json_array_elements_text($1::json))",
-        )
-        .bind(done)
-        .execute(&mut **tx)
-        .await?;
-    }
-    if let Some(retry) = args.retry {
-        sqlx::query(
-            "UPDATE webhook_outbox o SET sent = (v->>'sent')::int8, \
-             attempts = (v->>'attempts')::int8, next_attempt_at = (v->>'at')::int8 \
-             FROM json_array_elements($1::json) AS v WHERE o.outbox_id = (v->>'outbox_id')::int8",
-        )
-        .bind(retry)
-        .execute(&mut **tx)
-        .await?;
-    }
-    if let Some(rows) = args.rows {
-        sqlx::query(
-            "INSERT INTO webhook_outbox (org_id, webhook_id, event_id, types, sent, task_key, \
-             from_status, to_status, agent_id, created_at, attempts, next_attempt_at) \
-             SELECT v->>'org_id', v->>'webhook_id', v->>'event_id', v->>'types', \
-             (v->>'sent')::int8, v->>'task_key', v->>'from_status', v->>'to_status', \
-             v->>'agent_id', (v->>'created_at')::int8, (v->>'attempts')::int8, \
-             (v->>'next_attempt_at')::int8 \
-             FROM json_array_elements($1::json) WITH ORDINALITY AS a(v, n) ORDER BY n",
-        )
-        .bind(rows)
-        .execute(&mut **tx)
-        .await?;
-    }
-    if let Some(done) = args.packs_done {
-        sqlx::query(
-            "DELETE FROM webhook_outbox_packs WHERE pack_id IN \
-             (SELECT value::int8 FROM json_array_elements_text($1::json))",
-        )
-        .bind(done)
-        .execute(&mut **tx)
-        .await?;
-    }
-    if let Some(left) = args.packs_left {
-        sqlx::query(
-            "UPDATE webhook_outbox_packs p SET start = (v->>'start')::int8, held_until = 0 \
-             FROM json_array_elements($1::json) AS v WHERE p.pack_id = (v->>'pack_id')::int8",
-        )
-        .bind(left)
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(())
 }
 
 /// A writer's connection: see `WriterConn` for why these settings.
@@ -612,7 +498,7 @@ pub(super) async fn commit(
                 fence_statement(plan).execute(&mut *tx).await?;
             }
             account_statements!(&mut *tx, plan);
-            settle_statements(&mut tx, plan).await?;
+            settle_in(&mut tx, &plan.settled).await?;
             if let Some(statement) = statement {
                 statement.execute(&mut *tx).await?;
             }

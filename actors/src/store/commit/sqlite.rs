@@ -14,7 +14,7 @@ use sqlx::{ConnectOptions as _, QueryBuilder, Sqlite, SqlitePool};
 use super::accounts::account_statements;
 use super::{padded, CommitPlan, EventChain, PlannedHeader, WriterConn};
 use crate::domain::{ContentField, OrgId, TaskId, TaskStatus};
-use crate::store::webhooks::{outbox_packs, SettleArgs};
+use crate::store::webhooks::{SettleArgs, LOG_KEPT};
 use crate::store::{rows, writer_thread, Result};
 
 /// The SQLite connection a writer commits on: a lane's own, opened outside
@@ -149,10 +149,10 @@ fn push_task_statements(
         let qb = next_statement(
             one,
             "INSERT INTO task_events (event_id, org_id, task_id, from_status, to_status, \
-                     agent_id, at, note, prev_event_id) SELECT v.column1, v.column2, v.column3, \
-                     v.column4, v.column5, v.column6, v.column7, v.column8, \
+                     agent_id, at, note, prev_event_id, lease_expired) SELECT v.column1, \
+                     v.column2, v.column3, v.column4, v.column5, v.column6, v.column7, v.column8, \
                      COALESCE(v.column9, (SELECT t.last_event_id FROM tasks t \
-                     WHERE t.org_id = v.column2 AND t.task_id = v.column3)) FROM (",
+                     WHERE t.org_id = v.column2 AND t.task_id = v.column3)), v.column10 FROM (",
         );
         qb.push_values(rows, |mut b, row| match row {
             Some((id, prev, org, e)) => {
@@ -164,28 +164,10 @@ fn push_task_statements(
                     .push_bind(e.agent_id.clone())
                     .push_bind(e.at)
                     .push_bind(e.note.clone())
-                    .push_bind(*prev);
+                    .push_bind(*prev)
+                    .push_bind(e.lease_expired.then_some(1_i64));
             }
-            None => push_nulls(&mut b, 9),
-        });
-        qb.push(") AS v WHERE v.column1 IS NOT NULL");
-    }
-    // Webhook events, one pack per endpoint: a statement only when the
-    // commit has some, so an org without endpoints adds nothing here.
-    let packs = outbox_packs(&plan.outbox);
-    for rows in padded(&packs) {
-        let qb = next_statement(
-            one,
-            "INSERT INTO webhook_outbox_packs (org_id, webhook_id, entries, start, held_until) \
-             SELECT v.column1, v.column2, v.column3, 0, 0 FROM (",
-        );
-        qb.push_values(rows, |mut b, row| match row {
-            Some(p) => {
-                b.push_bind(p.org.to_string())
-                    .push_bind(p.webhook_id.clone())
-                    .push_bind(p.entries.clone());
-            }
-            None => push_nulls(&mut b, 3),
+            None => push_nulls(&mut b, 10),
         });
         qb.push(") AS v WHERE v.column1 IS NOT NULL");
     }
@@ -341,10 +323,12 @@ pub(super) fn settle_statements() -> String {
     )
 }
 
-/// Appends the delivery workers' turns at outbox rows, if the plan has
-/// any: the attempts logged, the rows delivered deleted, the rows to retry
-/// given their next attempt. Each a statement over a JSON array, one text
-/// whatever the count.
+/// Appends the delivery worker's turns, if the plan has any: the attempts
+/// logged and the log trimmed to what it keeps, the rows delivered
+/// deleted, the rows to retry given their next attempt, the new rows, and
+/// the cursors moved; a turn's rows and move only if its cursor is still
+/// where the turn found it (so the rows go before the moves). Each a
+/// statement over a JSON array, one text whatever the count.
 fn push_settled(one: &mut QueryBuilder<'_, Sqlite>, plan: &CommitPlan<'_>) {
     if plan.settled.is_empty() {
         return;
@@ -364,6 +348,17 @@ fn push_settled(one: &mut QueryBuilder<'_, Sqlite>, plan: &CommitPlan<'_>) {
         )
         .push_bind(log)
         .push(")");
+    }
+    if let Some(trim) = args.trim {
+        next_statement(
+            one,
+            "DELETE FROM webhook_deliveries WHERE delivery_id IN (SELECT delivery_id FROM \
+             (SELECT delivery_id, ROW_NUMBER() OVER (PARTITION BY webhook_id \
+               ORDER BY at DESC, delivery_id DESC) AS place FROM webhook_deliveries \
+               WHERE webhook_id IN (SELECT value FROM json_each(",
+        )
+        .push_bind(trim)
+        .push(format!("))) WHERE place > {LOG_KEPT})"));
     }
     if let Some(done) = args.done {
         next_statement(
@@ -397,24 +392,23 @@ fn push_settled(one: &mut QueryBuilder<'_, Sqlite>, plan: &CommitPlan<'_>) {
              FROM json_each(",
         )
         .push_bind(rows)
-        .push(") ORDER BY key");
+        .push(
+            ") WHERE EXISTS (SELECT 1 FROM webhook_cursors c \
+             WHERE c.webhook_id = json_extract(value, '$.webhook_id') \
+             AND c.event_id = json_extract(value, '$.cursor')) ORDER BY key",
+        );
     }
-    if let Some(done) = args.packs_done {
+    if let Some(moves) = args.moves {
         next_statement(
             one,
-            "DELETE FROM webhook_outbox_packs WHERE pack_id IN (SELECT value FROM json_each(",
+            "UPDATE webhook_cursors SET event_id = json_extract(v.value, '$.through') \
+             FROM json_each(",
         )
-        .push_bind(done)
-        .push("))");
-    }
-    if let Some(left) = args.packs_left {
-        next_statement(
-            one,
-            "UPDATE webhook_outbox_packs SET start = json_extract(v.value, '$.start'), \
-             held_until = 0 FROM json_each(",
-        )
-        .push_bind(left)
-        .push(") AS v WHERE webhook_outbox_packs.pack_id = json_extract(v.value, '$.pack_id')");
+        .push_bind(moves)
+        .push(
+            ") AS v WHERE webhook_cursors.webhook_id = json_extract(v.value, '$.webhook_id') \
+             AND webhook_cursors.event_id = json_extract(v.value, '$.from')",
+        );
     }
 }
 

@@ -192,6 +192,7 @@ mod tests {
             agent_id: "agent".into(),
             at: 10,
             note: None,
+            lease_expired: false,
         }
     }
 
