@@ -72,4 +72,4 @@ models="$here/python/src/taskq/models.py"
   "$here/python/src/taskq/_operations.py" "$here/typescript/src/operations.ts"
 
 "$here/typescript/node_modules/.bin/openapi-typescript" "$here/openapi.json" \
-  --output "$here/typescript/src/schema.ts" --root-types --root-types-no-schema-prefix --export-type >/dev/null
+  --output "$here/typescript/src/schema.ts" --root-types --root-types-no-schema-prefix --export-type --default-non-nullable false >/dev/null

@@ -1138,37 +1138,37 @@ export type components = {
              * @description A client-minted id (canonical lowercase UUID), which makes retries safe.
              * @default null
              */
-            task_id: string | null;
+            task_id?: string | null;
             /**
              * @description A name other items of this call use in `blocked_by` as `ref:<name>`.
              * @default null
              */
-            ref: string | null;
+            ref?: string | null;
             title: string | Record<string, never>;
             description?: string | Record<string, never>;
             /**
              * Format: uuid
              * @default null
              */
-            parent_task_id: string | null;
+            parent_task_id?: string | null;
             /**
              * @description A member's email or the name of one of the org's keys.
              * @default null
              */
-            assignee: string | null;
+            assignee?: string | null;
             /**
              * Format: uint8
              * @description 1 is most urgent.
              * @default 3
              */
-            priority: number;
+            priority?: number;
             /**
              * @description Absent: the org's default tags; `[]`: no tags.
              * @default null
              */
-            tags: string[] | null;
+            tags?: string[] | null;
             /** @default null */
-            metadata: {
+            metadata?: {
                 [key: string]: unknown;
             } | null;
             blocked_by?: string[];
@@ -1178,7 +1178,7 @@ export type components = {
              *     `max attempts reached`.
              * @default 5
              */
-            max_attempts: number;
+            max_attempts?: number;
         };
         /** @description `POST /tasks/update`: 1 to 25 items, each attempted in order. */
         UpdateTasks: {
@@ -1194,12 +1194,12 @@ export type components = {
              * @description `null` clears it.
              * @default null
              */
-            description: string | Record<string, never> | null;
+            description?: string | Record<string, never> | null;
             /**
              * @description Required when the status is completed, failed or canceled.
              * @default null
              */
-            note: string | Record<string, never> | null;
+            note?: string | Record<string, never> | null;
             output?: {
                 [key: string]: unknown;
             };
@@ -1207,7 +1207,7 @@ export type components = {
              * @description `null` clears it.
              * @default null
              */
-            assignee: string | null;
+            assignee?: string | null;
             /** Format: uint8 */
             priority?: number;
             /** @description Replaces the blockers. */
@@ -1221,13 +1221,13 @@ export type components = {
              * @description Who the state event names (default: the key's name).
              * @default null
              */
-            agent_id: string | null;
+            agent_id?: string | null;
             /**
              * Format: uuid
              * @description The claim's lease; when it is no longer current the item fails with `lease lost`.
              * @default null
              */
-            lease_id: string | null;
+            lease_id?: string | null;
         };
         /** @enum {string} */
         TaskStatus: "pending" | "paused" | "in_progress" | "feedback" | "blocked" | "canceled" | "completed" | "failed";
@@ -1241,32 +1241,32 @@ export type components = {
              * @description Claim only a task carrying any of these tags.
              * @default []
              */
-            tags: string[];
+            tags?: string[];
             /**
              * Format: uint32
              * @description How long the lease lasts unless renewed by an update.
              * @default 14400
              */
-            lease_seconds: number;
+            lease_seconds?: number;
             /**
              * @description Whether to add the parent chain and the blockers' outputs.
              * @default true
              */
-            include_context: boolean;
+            include_context?: boolean;
             /**
              * Format: uint32
              * @description With nothing to claim, how long to wait for a matching task to
              *     become pending before answering `null` (a long poll).
              * @default 0
              */
-            wait_seconds: number;
+            wait_seconds?: number;
             /**
              * Format: uint32
              * @description Claim up to this many tasks, each with its own lease; the answer is
              *     then `{tasks: [...]}`. Without it, one task or `null`.
              * @default null
              */
-            count: number | null;
+            count?: number | null;
         };
         SearchTasks: {
             /** @description What to look for, in words. */
@@ -1276,7 +1276,7 @@ export type components = {
              * @description How many results (1 to 25).
              * @default 3
              */
-            limit: number;
+            limit?: number;
         };
         /** @description `POST /tasks/plan`: turn a goal into a task graph. */
         PlanRequest: {
@@ -1286,18 +1286,18 @@ export type components = {
              * @description Anything the planner should know; clipped to 8,000 characters.
              * @default null
              */
-            context: string | null;
+            context?: string | null;
             /**
              * Format: uint32
              * @description At most this many drafted tasks (default 8; above 25 reads as 25).
              * @default 8
              */
-            max_tasks: number | null;
+            max_tasks?: number | null;
             /**
              * @description Also create the drafted tasks (default false; null is refused).
              * @default false
              */
-            create: boolean;
+            create?: boolean;
         };
         /**
          * @description How often a standup report is written, and the period it covers.
@@ -1319,7 +1319,7 @@ export type components = {
             /** @description At most 4,096 characters; the first line at most 256. */
             message: string & unknown;
             /** @default general */
-            type: components["schemas"]["FeedbackKind"];
+            type?: components["schemas"]["FeedbackKind"];
         };
         /**
          * @description The kinds of feedback, each a tag in the feedback org.
@@ -1336,17 +1336,17 @@ export type components = {
              * @description Only members holding the tag may claim its work, and users cannot give it to themselves.
              * @default false
              */
-            strict: boolean;
+            strict?: boolean;
             /**
              * @description Given to tasks created without tags.
              * @default false
              */
-            default: boolean;
+            default?: boolean;
             /**
              * @description At most 200 characters; required for a strict tag.
              * @default null
              */
-            description: string | null;
+            description?: string | null;
         };
         /** @description `POST /tags/update`: 1 to 25 changes; omitted fields stay. */
         UpdateTags: {
@@ -1356,14 +1356,14 @@ export type components = {
             /** @description The tag to change. */
             name: string;
             /** @default null */
-            strict: boolean | null;
+            strict?: boolean | null;
             /** @default null */
-            default: boolean | null;
+            default?: boolean | null;
             /**
              * @description `null` clears it.
              * @default null
              */
-            description: string | null;
+            description?: string | null;
         };
         /** @description `POST /tags/delete`. */
         DeleteTags: {
@@ -1393,14 +1393,14 @@ export type components = {
              * @description Tags from the org's vocabulary that members of the team inherit.
              * @default []
              */
-            tags: string[];
+            tags?: string[];
             /** @default null */
-            description: string | null;
+            description?: string | null;
             /**
              * @description Membership managed only by the identity provider's sync.
              * @default false
              */
-            idp_only: boolean;
+            idp_only?: boolean;
         };
         /** @description `PATCH /teams/{name}`: omitted fields stay. */
         TeamPatch: {
@@ -1409,7 +1409,7 @@ export type components = {
              * @description `null` clears it.
              * @default null
              */
-            description: string | null;
+            description?: string | null;
             idp_only?: boolean;
         };
         /** @description `POST /teams/{name}/members`: adds a member by hand. */
@@ -1427,7 +1427,7 @@ export type components = {
             /** @description The event types to send, or `*` for all. */
             events: components["schemas"]["WebhookEvent"][];
             /** @default null */
-            description: string | null;
+            description?: string | null;
         };
         /**
          * @description An event type an endpoint subscribes to, or `*` for every one.
@@ -1443,9 +1443,9 @@ export type components = {
         CreateOrg: {
             name: string;
             /** @default dev */
-            tier: components["schemas"]["Tier"];
+            tier?: components["schemas"]["Tier"];
             /** @default managed */
-            encryption: components["schemas"]["Encryption"];
+            encryption?: components["schemas"]["Encryption"];
             /** Format: email */
             owner_email: string;
             /**
@@ -1453,7 +1453,7 @@ export type components = {
              * @description Seats billed on pro and enterprise (default 5).
              * @default 5
              */
-            seats: number;
+            seats?: number;
         };
         /** @enum {string} */
         Tier: "free" | "dev" | "pro" | "enterprise";
@@ -1478,12 +1478,12 @@ export type components = {
             /** Format: email */
             email: string;
             /** @default user */
-            role: components["schemas"]["Role"];
+            role?: components["schemas"]["Role"];
             /**
              * @description Default: the email.
              * @default null
              */
-            key_name: string | null;
+            key_name?: string | null;
         };
         /** @description `POST /admin/orgs/{org_id}/members/{email}/keys`: the operator's key reset. */
         ResetKey: {
@@ -1491,7 +1491,7 @@ export type components = {
              * @description Default: the member's email.
              * @default null
              */
-            key_name: string | null;
+            key_name?: string | null;
         };
         /** @description `POST /admin/members/unblock`. */
         UnblockMember: {
@@ -1522,7 +1522,7 @@ export type components = {
              *       "failure_clusters"
              *     ]
              */
-            reports: components["schemas"]["ReportKind"][] | null;
+            reports?: components["schemas"]["ReportKind"][] | null;
         };
         /**
          * @description A report the operator can have computed now.
@@ -2715,145 +2715,145 @@ export type components = {
     headers: never;
     pathItems: never;
 };
-export type SchemaCreateTasks = components['schemas']['CreateTasks'];
-export type SchemaNewTask = components['schemas']['NewTask'];
-export type SchemaUpdateTasks = components['schemas']['UpdateTasks'];
-export type SchemaTaskUpdate = components['schemas']['TaskUpdate'];
-export type SchemaTaskStatus = components['schemas']['TaskStatus'];
-export type SchemaGetTasks = components['schemas']['GetTasks'];
-export type SchemaClaimRequest = components['schemas']['ClaimRequest'];
-export type SchemaSearchTasks = components['schemas']['SearchTasks'];
-export type SchemaPlanRequest = components['schemas']['PlanRequest'];
-export type SchemaCadence = components['schemas']['Cadence'];
-export type SchemaPutOrgDek = components['schemas']['PutOrgDek'];
-export type SchemaSendFeedback = components['schemas']['SendFeedback'];
-export type SchemaFeedbackKind = components['schemas']['FeedbackKind'];
-export type SchemaCreateTags = components['schemas']['CreateTags'];
-export type SchemaNewTag = components['schemas']['NewTag'];
-export type SchemaUpdateTags = components['schemas']['UpdateTags'];
-export type SchemaTagPatch = components['schemas']['TagPatch'];
-export type SchemaDeleteTags = components['schemas']['DeleteTags'];
-export type SchemaMemberPatch = components['schemas']['MemberPatch'];
-export type SchemaRole = components['schemas']['Role'];
-export type SchemaMePatch = components['schemas']['MePatch'];
-export type SchemaNewTeam = components['schemas']['NewTeam'];
-export type SchemaTeamPatch = components['schemas']['TeamPatch'];
-export type SchemaAddTeamMember = components['schemas']['AddTeamMember'];
-export type SchemaCreateWebhook = components['schemas']['CreateWebhook'];
-export type SchemaWebhookEvent = components['schemas']['WebhookEvent'];
-export type SchemaCreateKey = components['schemas']['CreateKey'];
-export type SchemaCreateOrg = components['schemas']['CreateOrg'];
-export type SchemaTier = components['schemas']['Tier'];
-export type SchemaEncryption = components['schemas']['Encryption'];
-export type SchemaPatchOrg = components['schemas']['PatchOrg'];
-export type SchemaAddMember = components['schemas']['AddMember'];
-export type SchemaResetKey = components['schemas']['ResetKey'];
-export type SchemaUnblockMember = components['schemas']['UnblockMember'];
-export type SchemaIdpEnrollment = components['schemas']['IdpEnrollment'];
-export type SchemaIdpSync = components['schemas']['IdpSync'];
-export type SchemaRecompute = components['schemas']['Recompute'];
-export type SchemaReportKind = components['schemas']['ReportKind'];
-export type SchemaRotateMasterKey = components['schemas']['RotateMasterKey'];
-export type SchemaLoginForm = components['schemas']['LoginForm'];
-export type SchemaHealth = components['schemas']['Health'];
-export type SchemaErrorBody = components['schemas']['ErrorBody'];
-export type SchemaCreateAnswer = components['schemas']['CreateAnswer'];
-export type SchemaCreatedItem = components['schemas']['CreatedItem'];
-export type SchemaSimilarTask = components['schemas']['SimilarTask'];
-export type SchemaText = components['schemas']['Text'];
-export type SchemaListAnswer = components['schemas']['ListAnswer'];
-export type SchemaListedTask = components['schemas']['ListedTask'];
-export type SchemaTaskSummary = components['schemas']['TaskSummary'];
-export type SchemaTaskView = components['schemas']['TaskView'];
-export type SchemaUpdateAnswer = components['schemas']['UpdateAnswer'];
-export type SchemaUpdateResult = components['schemas']['UpdateResult'];
-export type SchemaItemError = components['schemas']['ItemError'];
-export type SchemaGetAnswer = components['schemas']['GetAnswer'];
-export type SchemaTaskDetail = components['schemas']['TaskDetail'];
-export type SchemaDependency = components['schemas']['Dependency'];
-export type SchemaTaskEvent = components['schemas']['TaskEvent'];
-export type SchemaClaimAnswer = components['schemas']['ClaimAnswer'];
-export type SchemaClaimedTask = components['schemas']['ClaimedTask'];
-export type SchemaClaimContext = components['schemas']['ClaimContext'];
-export type SchemaParentLink = components['schemas']['ParentLink'];
-export type SchemaBlockerLink = components['schemas']['BlockerLink'];
-export type SchemaPriorArt = components['schemas']['PriorArt'];
-export type SchemaRunbookContext = components['schemas']['RunbookContext'];
-export type SchemaClaimedTasks = components['schemas']['ClaimedTasks'];
-export type SchemaSearchAnswer = components['schemas']['SearchAnswer'];
-export type SchemaSearchHit = components['schemas']['SearchHit'];
-export type SchemaUnavailable = components['schemas']['Unavailable'];
-export type SchemaPlanAnswer = components['schemas']['PlanAnswer'];
-export type SchemaPlanned = components['schemas']['Planned'];
-export type SchemaPlan = components['schemas']['Plan'];
-export type SchemaDraftTask = components['schemas']['DraftTask'];
-export type SchemaGrounding = components['schemas']['Grounding'];
-export type SchemaGroundingTask = components['schemas']['GroundingTask'];
-export type SchemaGroundingRunbook = components['schemas']['GroundingRunbook'];
-export type SchemaCreatedDraft = components['schemas']['CreatedDraft'];
-export type SchemaNotCreated = components['schemas']['NotCreated'];
-export type SchemaFailedDraft = components['schemas']['FailedDraft'];
-export type SchemaInsightsAnswer = components['schemas']['InsightsAnswer'];
-export type SchemaInsights = components['schemas']['Insights'];
-export type SchemaSignal = components['schemas']['Signal'];
-export type SchemaThroughput = components['schemas']['Throughput'];
-export type SchemaCycleTimes = components['schemas']['CycleTimes'];
-export type SchemaFailureRate = components['schemas']['FailureRate'];
-export type SchemaAgentStats = components['schemas']['AgentStats'];
-export type SchemaFailureCluster = components['schemas']['FailureCluster'];
-export type SchemaRunbooksAnswer = components['schemas']['RunbooksAnswer'];
-export type SchemaRunbook = components['schemas']['Runbook'];
-export type SchemaStandupAnswer = components['schemas']['StandupAnswer'];
-export type SchemaStandupReport = components['schemas']['StandupReport'];
-export type SchemaHeadline = components['schemas']['Headline'];
-export type SchemaDelta = components['schemas']['Delta'];
-export type SchemaStandupEntry = components['schemas']['StandupEntry'];
-export type SchemaOrgDekView = components['schemas']['OrgDekView'];
-export type SchemaOrgDekCreated = components['schemas']['OrgDekCreated'];
-export type SchemaQuotaView = components['schemas']['QuotaView'];
-export type SchemaFeedbackFiled = components['schemas']['FeedbackFiled'];
-export type SchemaTagView = components['schemas']['TagView'];
-export type SchemaTagsCreated = components['schemas']['TagsCreated'];
-export type SchemaTagsUpdated = components['schemas']['TagsUpdated'];
-export type SchemaTagsDeleted = components['schemas']['TagsDeleted'];
-export type SchemaMemberView = components['schemas']['MemberView'];
-export type SchemaMeView = components['schemas']['MeView'];
-export type SchemaTeamView = components['schemas']['TeamView'];
-export type SchemaTeamDetail = components['schemas']['TeamDetail'];
-export type SchemaTeamMemberView = components['schemas']['TeamMemberView'];
-export type SchemaMembershipSource = components['schemas']['MembershipSource'];
-export type SchemaWebhookList = components['schemas']['WebhookList'];
-export type SchemaWebhookView = components['schemas']['WebhookView'];
-export type SchemaWebhookCreated = components['schemas']['WebhookCreated'];
-export type SchemaWebhookSecret = components['schemas']['WebhookSecret'];
-export type SchemaDeliveryList = components['schemas']['DeliveryList'];
-export type SchemaDeliveryView = components['schemas']['DeliveryView'];
-export type SchemaWebhookTestQueued = components['schemas']['WebhookTestQueued'];
-export type SchemaKeyCreated = components['schemas']['KeyCreated'];
-export type SchemaKeyList = components['schemas']['KeyList'];
-export type SchemaKeyView = components['schemas']['KeyView'];
-export type SchemaCreatedOrg = components['schemas']['CreatedOrg'];
-export type SchemaLimits = components['schemas']['Limits'];
-export type SchemaOwnerKey = components['schemas']['OwnerKey'];
-export type SchemaOrgView = components['schemas']['OrgView'];
-export type SchemaAddedMember = components['schemas']['AddedMember'];
-export type SchemaIssuedKey = components['schemas']['IssuedKey'];
-export type SchemaUnblocked = components['schemas']['Unblocked'];
-export type SchemaFeedbackOrg = components['schemas']['FeedbackOrg'];
-export type SchemaIdpSyncAnswer = components['schemas']['IdpSyncAnswer'];
-export type SchemaRecomputed = components['schemas']['Recomputed'];
-export type SchemaMasterKeyRotated = components['schemas']['MasterKeyRotated'];
-export type SchemaClusterView = components['schemas']['ClusterView'];
-export type SchemaClusterNode = components['schemas']['ClusterNode'];
-export type SchemaOperatorStats = components['schemas']['OperatorStats'];
-export type SchemaActorFigures = components['schemas']['ActorFigures'];
-export type SchemaRestartView = components['schemas']['RestartView'];
-export type SchemaWriterFigures = components['schemas']['WriterFigures'];
-export type SchemaCommitView = components['schemas']['CommitView'];
-export type SchemaClaimCacheFigures = components['schemas']['ClaimCacheFigures'];
-export type SchemaOrgStats = components['schemas']['OrgStats'];
-export type SchemaOpenTaskCounts = components['schemas']['OpenTaskCounts'];
-export type SchemaLiveMark = components['schemas']['LiveMark'];
+export type CreateTasks = components['schemas']['CreateTasks'];
+export type NewTask = components['schemas']['NewTask'];
+export type UpdateTasks = components['schemas']['UpdateTasks'];
+export type TaskUpdate = components['schemas']['TaskUpdate'];
+export type TaskStatus = components['schemas']['TaskStatus'];
+export type GetTasks = components['schemas']['GetTasks'];
+export type ClaimRequest = components['schemas']['ClaimRequest'];
+export type SearchTasks = components['schemas']['SearchTasks'];
+export type PlanRequest = components['schemas']['PlanRequest'];
+export type Cadence = components['schemas']['Cadence'];
+export type PutOrgDek = components['schemas']['PutOrgDek'];
+export type SendFeedback = components['schemas']['SendFeedback'];
+export type FeedbackKind = components['schemas']['FeedbackKind'];
+export type CreateTags = components['schemas']['CreateTags'];
+export type NewTag = components['schemas']['NewTag'];
+export type UpdateTags = components['schemas']['UpdateTags'];
+export type TagPatch = components['schemas']['TagPatch'];
+export type DeleteTags = components['schemas']['DeleteTags'];
+export type MemberPatch = components['schemas']['MemberPatch'];
+export type Role = components['schemas']['Role'];
+export type MePatch = components['schemas']['MePatch'];
+export type NewTeam = components['schemas']['NewTeam'];
+export type TeamPatch = components['schemas']['TeamPatch'];
+export type AddTeamMember = components['schemas']['AddTeamMember'];
+export type CreateWebhook = components['schemas']['CreateWebhook'];
+export type WebhookEvent = components['schemas']['WebhookEvent'];
+export type CreateKey = components['schemas']['CreateKey'];
+export type CreateOrg = components['schemas']['CreateOrg'];
+export type Tier = components['schemas']['Tier'];
+export type Encryption = components['schemas']['Encryption'];
+export type PatchOrg = components['schemas']['PatchOrg'];
+export type AddMember = components['schemas']['AddMember'];
+export type ResetKey = components['schemas']['ResetKey'];
+export type UnblockMember = components['schemas']['UnblockMember'];
+export type IdpEnrollment = components['schemas']['IdpEnrollment'];
+export type IdpSync = components['schemas']['IdpSync'];
+export type Recompute = components['schemas']['Recompute'];
+export type ReportKind = components['schemas']['ReportKind'];
+export type RotateMasterKey = components['schemas']['RotateMasterKey'];
+export type LoginForm = components['schemas']['LoginForm'];
+export type Health = components['schemas']['Health'];
+export type ErrorBody = components['schemas']['ErrorBody'];
+export type CreateAnswer = components['schemas']['CreateAnswer'];
+export type CreatedItem = components['schemas']['CreatedItem'];
+export type SimilarTask = components['schemas']['SimilarTask'];
+export type Text = components['schemas']['Text'];
+export type ListAnswer = components['schemas']['ListAnswer'];
+export type ListedTask = components['schemas']['ListedTask'];
+export type TaskSummary = components['schemas']['TaskSummary'];
+export type TaskView = components['schemas']['TaskView'];
+export type UpdateAnswer = components['schemas']['UpdateAnswer'];
+export type UpdateResult = components['schemas']['UpdateResult'];
+export type ItemError = components['schemas']['ItemError'];
+export type GetAnswer = components['schemas']['GetAnswer'];
+export type TaskDetail = components['schemas']['TaskDetail'];
+export type Dependency = components['schemas']['Dependency'];
+export type TaskEvent = components['schemas']['TaskEvent'];
+export type ClaimAnswer = components['schemas']['ClaimAnswer'];
+export type ClaimedTask = components['schemas']['ClaimedTask'];
+export type ClaimContext = components['schemas']['ClaimContext'];
+export type ParentLink = components['schemas']['ParentLink'];
+export type BlockerLink = components['schemas']['BlockerLink'];
+export type PriorArt = components['schemas']['PriorArt'];
+export type RunbookContext = components['schemas']['RunbookContext'];
+export type ClaimedTasks = components['schemas']['ClaimedTasks'];
+export type SearchAnswer = components['schemas']['SearchAnswer'];
+export type SearchHit = components['schemas']['SearchHit'];
+export type Unavailable = components['schemas']['Unavailable'];
+export type PlanAnswer = components['schemas']['PlanAnswer'];
+export type Planned = components['schemas']['Planned'];
+export type Plan = components['schemas']['Plan'];
+export type DraftTask = components['schemas']['DraftTask'];
+export type Grounding = components['schemas']['Grounding'];
+export type GroundingTask = components['schemas']['GroundingTask'];
+export type GroundingRunbook = components['schemas']['GroundingRunbook'];
+export type CreatedDraft = components['schemas']['CreatedDraft'];
+export type NotCreated = components['schemas']['NotCreated'];
+export type FailedDraft = components['schemas']['FailedDraft'];
+export type InsightsAnswer = components['schemas']['InsightsAnswer'];
+export type Insights = components['schemas']['Insights'];
+export type Signal = components['schemas']['Signal'];
+export type Throughput = components['schemas']['Throughput'];
+export type CycleTimes = components['schemas']['CycleTimes'];
+export type FailureRate = components['schemas']['FailureRate'];
+export type AgentStats = components['schemas']['AgentStats'];
+export type FailureCluster = components['schemas']['FailureCluster'];
+export type RunbooksAnswer = components['schemas']['RunbooksAnswer'];
+export type Runbook = components['schemas']['Runbook'];
+export type StandupAnswer = components['schemas']['StandupAnswer'];
+export type StandupReport = components['schemas']['StandupReport'];
+export type Headline = components['schemas']['Headline'];
+export type Delta = components['schemas']['Delta'];
+export type StandupEntry = components['schemas']['StandupEntry'];
+export type OrgDekView = components['schemas']['OrgDekView'];
+export type OrgDekCreated = components['schemas']['OrgDekCreated'];
+export type QuotaView = components['schemas']['QuotaView'];
+export type FeedbackFiled = components['schemas']['FeedbackFiled'];
+export type TagView = components['schemas']['TagView'];
+export type TagsCreated = components['schemas']['TagsCreated'];
+export type TagsUpdated = components['schemas']['TagsUpdated'];
+export type TagsDeleted = components['schemas']['TagsDeleted'];
+export type MemberView = components['schemas']['MemberView'];
+export type MeView = components['schemas']['MeView'];
+export type TeamView = components['schemas']['TeamView'];
+export type TeamDetail = components['schemas']['TeamDetail'];
+export type TeamMemberView = components['schemas']['TeamMemberView'];
+export type MembershipSource = components['schemas']['MembershipSource'];
+export type WebhookList = components['schemas']['WebhookList'];
+export type WebhookView = components['schemas']['WebhookView'];
+export type WebhookCreated = components['schemas']['WebhookCreated'];
+export type WebhookSecret = components['schemas']['WebhookSecret'];
+export type DeliveryList = components['schemas']['DeliveryList'];
+export type DeliveryView = components['schemas']['DeliveryView'];
+export type WebhookTestQueued = components['schemas']['WebhookTestQueued'];
+export type KeyCreated = components['schemas']['KeyCreated'];
+export type KeyList = components['schemas']['KeyList'];
+export type KeyView = components['schemas']['KeyView'];
+export type CreatedOrg = components['schemas']['CreatedOrg'];
+export type Limits = components['schemas']['Limits'];
+export type OwnerKey = components['schemas']['OwnerKey'];
+export type OrgView = components['schemas']['OrgView'];
+export type AddedMember = components['schemas']['AddedMember'];
+export type IssuedKey = components['schemas']['IssuedKey'];
+export type Unblocked = components['schemas']['Unblocked'];
+export type FeedbackOrg = components['schemas']['FeedbackOrg'];
+export type IdpSyncAnswer = components['schemas']['IdpSyncAnswer'];
+export type Recomputed = components['schemas']['Recomputed'];
+export type MasterKeyRotated = components['schemas']['MasterKeyRotated'];
+export type ClusterView = components['schemas']['ClusterView'];
+export type ClusterNode = components['schemas']['ClusterNode'];
+export type OperatorStats = components['schemas']['OperatorStats'];
+export type ActorFigures = components['schemas']['ActorFigures'];
+export type RestartView = components['schemas']['RestartView'];
+export type WriterFigures = components['schemas']['WriterFigures'];
+export type CommitView = components['schemas']['CommitView'];
+export type ClaimCacheFigures = components['schemas']['ClaimCacheFigures'];
+export type OrgStats = components['schemas']['OrgStats'];
+export type OpenTaskCounts = components['schemas']['OpenTaskCounts'];
+export type LiveMark = components['schemas']['LiveMark'];
 export type $defs = Record<string, never>;
 export interface operations {
     health: {
