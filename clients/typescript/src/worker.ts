@@ -259,12 +259,27 @@ export class Worker {
     if (!("error" in result)) {
       this.log.info(`task ${item.status}`, { task_id: taskId, seconds });
       this.emit(item.status === "completed" ? "completed" : "failed", job, seconds);
+    } else if (LOST.has(result.error) && (await this.landed(item))) {
+      // A repeat of an update whose first attempt landed (its answer was
+      // lost, or a node died after its commit) hears `lease lost`.
+      this.log.info(`task ${item.status}`, { task_id: taskId, seconds });
+      this.emit(item.status === "completed" ? "completed" : "failed", job, seconds);
     } else if (LOST.has(result.error)) {
       this.log.warn("lease lost before the task was finished", { task_id: taskId });
       this.emit("lease_lost", job, seconds);
     } else {
       this.log.error("the server refused to finish a task", { task_id: taskId, error: result.error });
       this.emit("error", job, undefined, result.error);
+    }
+  }
+
+  /** Whether the task already has the status `item` gives it. */
+  private async landed(item: UpdateItem): Promise<boolean> {
+    try {
+      const found = await this.options.client.get_tasks({ task_ids: [item.task_id] });
+      return found.tasks.some((task) => task.status === item.status);
+    } catch {
+      return false;
     }
   }
 

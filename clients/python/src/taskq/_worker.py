@@ -159,6 +159,7 @@ class Worker:
             self._stop.set()
         signals = self._install_signals()
         client, owned = self._async_client()
+        self._client = client
         updates = Updates(client)
         self._updates = updates
         renewer = asyncio.ensure_future(self._renew_loop(updates))
@@ -339,12 +340,26 @@ class Worker:
             kind = str(item["status"])
             logger.info(f"task {kind}", extra={"task_id": job.task_id, "seconds": round(seconds, 3)})
             self._emit(kind, job, seconds)
+        elif problem in LOST and await self._landed(item):
+            # A repeat of an update whose first attempt landed (its answer
+            # was lost, or a node died after its commit) hears `lease lost`.
+            kind = str(item["status"])
+            logger.info(f"task {kind}", extra={"task_id": job.task_id, "seconds": round(seconds, 3)})
+            self._emit(kind, job, seconds)
         elif problem in LOST:
             logger.warning("lease lost before the task was finished", extra={"task_id": job.task_id})
             self._emit("lease_lost", job, seconds)
         else:
             logger.error("the server refused to finish a task", extra={"task_id": job.task_id, "error": problem})
             self._emit("error", job, error=str(problem))
+
+    async def _landed(self, item: Dict[str, Any]) -> bool:
+        """Whether the task already has the status `item` gives it."""
+        try:
+            found = await self._client.get_tasks({"task_ids": [str(item["task_id"])]})
+        except Exception:  # noqa: BLE001 - unknown counts as not landed
+            return False
+        return any(task.get("status") == item["status"] for task in found["tasks"])
 
     def _lose(self, job: Job) -> None:
         if job.state != "running":
