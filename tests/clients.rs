@@ -115,7 +115,7 @@ impl WorkerProcess {
             }
             Lang::TypeScript => {
                 let mut c = tokio::process::Command::new(&runtimes.node);
-                c.arg(clients_dir().join("typescript/dist-test/test/worker_program.js"));
+                c.arg(clients_dir().join("typescript/dist-test/programs/worker_program.js"));
                 c
             }
         };
@@ -315,8 +315,17 @@ async fn run_suite(runtimes: &Runtimes, lang: Lang, srv: &TestServer) {
             c
         }
         Lang::TypeScript => {
+            let dir = clients.join("typescript/dist-test/test");
+            let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .unwrap_or_else(|e| panic!("{}: {e} (npm run build:test)", dir.display()))
+                .map(|entry| entry.expect("a directory entry").path())
+                .filter(|p| p.to_string_lossy().ends_with(".test.js"))
+                .collect();
+            files.sort();
+            assert!(!files.is_empty(), "no tests in {}", dir.display());
             let mut c = tokio::process::Command::new(&runtimes.node);
-            c.args(["--test", "--test-reporter=spec", "dist-test/test/"])
+            c.args(["--test", "--test-reporter=spec"])
+                .args(files)
                 .current_dir(clients.join("typescript"));
             c
         }

@@ -25,6 +25,7 @@ import {
   repeatable,
   retryDelayMs,
   sleep,
+  UsageError,
   waitSeconds,
   withTimeout,
   type CallOptions,
@@ -167,10 +168,10 @@ export class Client extends Operations {
     const headers: Record<string, string> = { accept: "application/json" };
     if (hasBody) headers["content-type"] = "application/json";
     if (operation.auth === "key") {
-      if (!this.options.apiKey) throw new TypeError(`${operation.id} needs an apiKey`);
+      if (!this.options.apiKey) throw new UsageError(`${operation.id} needs an apiKey`);
       headers["x-api-key"] = this.options.apiKey;
     } else if (operation.auth === "operator") {
-      if (!this.options.adminToken) throw new TypeError(`${operation.id} needs an adminToken (the operator token)`);
+      if (!this.options.adminToken) throw new UsageError(`${operation.id} needs an adminToken (the operator token)`);
       headers["authorization"] = `Bearer ${this.options.adminToken}`;
     }
     return headers;

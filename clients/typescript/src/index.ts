@@ -7,7 +7,7 @@
 //   await new Worker({ client, handler: async (task) => ({ summary: task.title }), concurrency: 8 }).run();
 
 export { Client } from "./client.js";
-export { ApiError, InDoubt, type CallOptions, type ClientOptions } from "./transport.js";
+export { ApiError, InDoubt, UsageError, type CallOptions, type ClientOptions } from "./transport.js";
 export { Done, Fail, RELEASE_NOTE } from "./outcome.js";
 export {
   Worker,

@@ -54,6 +54,15 @@ export class ApiError extends Error {
   }
 }
 
+/** The client was used wrongly (a missing key or token, a wrong number of
+ * path parameters): retrying cannot help. */
+export class UsageError extends TypeError {
+  constructor(message: string) {
+    super(message);
+    this.name = "UsageError";
+  }
+}
+
 /** The connection broke after the call was sent: the server may or may not
  * have applied it, and repeating it could apply it twice. */
 export class InDoubt extends Error {
@@ -104,7 +113,7 @@ export function neverSent(error: unknown): boolean {
 export function buildUrl(baseUrl: string, operation: OperationSpec, path: readonly string[]): string {
   const names = operation.path.split("/").filter((p) => p.startsWith("{"));
   if (names.length !== path.length) {
-    throw new TypeError(`${operation.id} takes ${names.length} path parameters, got ${path.length}`);
+    throw new UsageError(`${operation.id} takes ${names.length} path parameters, got ${path.length}`);
   }
   let url = operation.path;
   names.forEach((name, i) => {

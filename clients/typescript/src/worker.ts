@@ -18,7 +18,7 @@
 import type { Client } from "./client.js";
 import { completion, failure, release, renewal, withoutOutput, type UpdateItem } from "./outcome.js";
 import type { components } from "./schema.js";
-import { ApiError, sleep } from "./transport.js";
+import { ApiError, sleep, UsageError } from "./transport.js";
 import { BATCH, Updates } from "./updates.js";
 
 export type ClaimedTask = components["schemas"]["ClaimedTask"];
@@ -185,6 +185,7 @@ export class Worker {
         answer = await this.options.client.claim_task(body, { signal: stop });
       } catch (error) {
         if (stop.aborted) break;
+        if (error instanceof UsageError) throw error;
         failures += 1;
         const pause = Math.min(30_000, 500 * 2 ** Math.min(failures, 6));
         this.log.warn("claim failed; trying again", { error: String(error), pause_ms: pause });

@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Union
 
 from ._client import AsyncClient, Client
-from ._errors import ApiError
+import httpx
+
+from ._errors import ApiError, InDoubt
 from ._outcome import completion, failure, release, renewal, without_output
 from ._updates import BATCH, Updates
 
@@ -48,6 +50,9 @@ _current: contextvars.ContextVar[Job] = contextvars.ContextVar("taskq_job")
 logger = logging.getLogger("taskq.worker")
 
 MAX_WAIT_SECONDS = 30
+#: What a claim may fail with and still be tried again; anything else (a
+#: client used wrongly) ends `run()`.
+RETRIED = (ApiError, InDoubt, httpx.HTTPError, OSError)
 LOST = ("lease lost", "task not found")
 
 
@@ -230,7 +235,7 @@ class Worker:
                 break
             try:
                 answer: Any = claim.result()
-            except Exception as error:  # noqa: BLE001 - the worker keeps going
+            except RETRIED as error:
                 failures += 1
                 pause = min(30.0, 0.5 * 2 ** min(failures, 6))
                 logger.warning("claim failed; trying again", extra={"error": repr(error), "pause": pause})
