@@ -45,7 +45,9 @@ fn runtimes() -> Option<Runtimes> {
     match (get(PYTHON_ENV), get(NODE_ENV)) {
         (Some(python), Some(node)) => Some(Runtimes { python, node }),
         _ => {
-            eprintln!("note: {PYTHON_ENV} or {NODE_ENV} is unset; skipping the client libraries' tests");
+            eprintln!(
+                "note: {PYTHON_ENV} or {NODE_ENV} is unset; skipping the client libraries' tests"
+            );
             None
         }
     }
@@ -152,7 +154,9 @@ impl WorkerProcess {
             stderr,
             _dir: dir,
         };
-        worker.wait_for("ready", None, Duration::from_secs(30)).await;
+        worker
+            .wait_for("ready", None, Duration::from_secs(30))
+            .await;
         worker
     }
 
@@ -171,13 +175,14 @@ impl WorkerProcess {
             .collect()
     }
 
-    fn errors(&self) -> Vec<Event> {
+    /// The errors the worker reported (its `error` events), with their task.
+    fn errors(&self) -> Vec<String> {
         self.events
             .lock()
             .unwrap()
             .iter()
             .filter(|(_, e)| e.kind == "error")
-            .map(|(_, e)| e.clone())
+            .map(|(_, e)| format!("{:?}: {:?}", e.task_id, e.error))
             .collect()
     }
 
@@ -290,7 +295,10 @@ fn completed_once(workers: &[WorkerProcess], expected: &[String]) {
         }
     }
     let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "tasks completed more than once: {twice:?}");
+    assert!(
+        twice.is_empty(),
+        "tasks completed more than once: {twice:?}"
+    );
     let expected: HashSet<&String> = expected.iter().collect();
     let reported: HashSet<&String> = seen.keys().collect();
     assert_eq!(
@@ -403,7 +411,10 @@ async fn a_worker_killed_mid_task_loses_it_to_another_within_the_lease() {
         let org = srv.create_org("dev").await;
         let key = &org.owner_key;
         let task = srv
-            .create_task(key, json!({ "title": "long", "metadata": { "sleep_ms": 600_000 } }))
+            .create_task(
+                key,
+                json!({ "title": "long", "metadata": { "sleep_ms": 600_000 } }),
+            )
             .await;
         let mut spec = WorkerSpec::new(&srv.base_url, key);
         spec.lease_seconds = 3;
@@ -415,8 +426,11 @@ async fn a_worker_killed_mid_task_loses_it_to_another_within_the_lease() {
         victim
             .wait_for("renewed", Some(&task), Duration::from_secs(5))
             .await;
-        srv.update_ok(key, json!({ "task_id": task, "metadata": { "sleep_ms": 0 } }))
-            .await;
+        srv.update_ok(
+            key,
+            json!({ "task_id": task, "metadata": { "sleep_ms": 0 } }),
+        )
+        .await;
         let spec = WorkerSpec::new(&srv.base_url, key);
         let mut heir = WorkerProcess::start(&runtimes, lang, &spec).await;
         victim.signal("-KILL");
@@ -452,10 +466,16 @@ async fn sigterm_lets_handlers_finish_in_the_grace_period_and_releases_the_rest(
         let org = srv.create_org("dev").await;
         let key = &org.owner_key;
         let quick = srv
-            .create_task(key, json!({ "title": "quick", "metadata": { "sleep_ms": 1_000 } }))
+            .create_task(
+                key,
+                json!({ "title": "quick", "metadata": { "sleep_ms": 1_000 } }),
+            )
             .await;
         let slow = srv
-            .create_task(key, json!({ "title": "slow", "metadata": { "sleep_ms": 600_000 } }))
+            .create_task(
+                key,
+                json!({ "title": "slow", "metadata": { "sleep_ms": 600_000 } }),
+            )
             .await;
         let mut spec = WorkerSpec::new(&srv.base_url, key);
         spec.concurrency = 2;
@@ -468,9 +488,11 @@ async fn sigterm_lets_handlers_finish_in_the_grace_period_and_releases_the_rest(
         }
         worker.signal("-TERM");
         let termed = Instant::now();
-        let released = eventually(Duration::from_secs(10), "the slow task is released", || async {
-            (srv.status_of(key, &slow).await == "pending").then(Instant::now)
-        })
+        let released = eventually(
+            Duration::from_secs(10),
+            "the slow task is released",
+            || async { (srv.status_of(key, &slow).await == "pending").then(Instant::now) },
+        )
         .await;
         assert!(
             released - termed <= Duration::from_secs(3),
@@ -478,8 +500,16 @@ async fn sigterm_lets_handlers_finish_in_the_grace_period_and_releases_the_rest(
             released - termed
         );
         let status = worker.wait_exit(Duration::from_secs(10)).await;
-        assert!(status.success(), "{lang:?}: exit {status}\n{}", worker.log());
-        assert!(worker.errors().is_empty(), "{lang:?}: {:?}", worker.errors());
+        assert!(
+            status.success(),
+            "{lang:?}: exit {status}\n{}",
+            worker.log()
+        );
+        assert!(
+            worker.errors().is_empty(),
+            "{lang:?}: {:?}",
+            worker.errors()
+        );
         assert_eq!(srv.status_of(key, &quick).await, "completed", "{lang:?}");
         let history = history(&srv.get_task(key, &slow).await);
         let last = history.last().expect("history");
@@ -497,7 +527,8 @@ async fn workers_of_a_rate_limited_org_wait_out_the_429s_and_finish() {
     let org = srv.create_org("dev").await;
     let key = &org.owner_key;
     let created = create_many(&srv, key, 12, json!({})).await;
-    srv.set_limits(&org, json!({ "writes_per_minute": 60 })).await;
+    srv.set_limits(&org, json!({ "writes_per_minute": 60 }))
+        .await;
     // Spend the burst, so that the workers' writes meet the limit.
     let mut refused = 0;
     for _ in 0..200 {
@@ -604,7 +635,13 @@ async fn workers_ride_out_the_owner_killed_in_a_three_node_cluster() {
     }
     let org = nodes[0].create_org("dev").await;
     let key = org.owner_key.clone();
-    let created = create_many(&nodes[0], &key, 300, json!({ "metadata": { "sleep_ms": 200 } })).await;
+    let created = create_many(
+        &nodes[0],
+        &key,
+        300,
+        json!({ "metadata": { "sleep_ms": 200 } }),
+    )
+    .await;
     let owner = eventually(Duration::from_secs(10), "a node owns the org", || async {
         let (status, _) = nodes[0].get(&key, "/tasks?limit=1").await;
         assert_eq!(status, StatusCode::OK);
@@ -620,16 +657,22 @@ async fn workers_ride_out_the_owner_killed_in_a_three_node_cluster() {
         spec.lease_seconds = 10;
         workers.push(WorkerProcess::start(&runtimes, lang, &spec).await);
     }
-    eventually(Duration::from_secs(60), "some tasks are completed", || async {
-        let done: usize = workers.iter().map(|w| w.ids("completed").len()).sum();
-        (done >= 30).then_some(())
-    })
+    eventually(
+        Duration::from_secs(60),
+        "some tasks are completed",
+        || async {
+            let done: usize = workers.iter().map(|w| w.ids("completed").len()).sum();
+            (done >= 30).then_some(())
+        },
+    )
     .await;
     nodes[owner].kill9().await;
     let node = &nodes[survivor];
-    eventually(Duration::from_secs(120), "every task is completed", || async {
-        (completed_now(node, &key).await == Some(created.len())).then_some(())
-    })
+    eventually(
+        Duration::from_secs(120),
+        "every task is completed",
+        || async { (completed_now(node, &key).await == Some(created.len())).then_some(()) },
+    )
     .await;
     for worker in &mut workers {
         worker.stop_cleanly().await;
