@@ -48,7 +48,7 @@ def cpu_seconds(pid: int) -> float:
 def start_server(binary: str, scratch: str, token: str) -> "tuple[subprocess.Popen[bytes], str]":
     env = dict(os.environ, TASKQ_ADMIN_TOKEN=token, TASKQ_EMBEDDINGS="none", TASKQ_REPORTS_SCHEDULE="off")
     server = subprocess.Popen(
-        [binary, "serve", "--listen", "127.0.0.1:0", "--database-url", f"sqlite://{scratch}/taskq.db"],
+        [os.path.abspath(binary), "serve", "--listen", "127.0.0.1:0", "--database-url", f"sqlite://{scratch}/taskq.db"],
         cwd=scratch,
         env=env,
         stdout=subprocess.PIPE,
