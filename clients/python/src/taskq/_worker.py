@@ -33,7 +33,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Sequence, Union
 
 from ._client import AsyncClient, Client
 import httpx
@@ -42,7 +42,12 @@ from ._errors import ApiError, InDoubt
 from ._outcome import completion, failure, release, renewal, without_output
 from ._updates import BATCH, Updates
 
-Handler = Callable[[Dict[str, Any]], Any]
+if TYPE_CHECKING:
+    from . import models
+
+#: Receives the claimed task (with its `lease_id`); see `_outcome` for what
+#: its result does.
+Handler = Callable[["models.ClaimedTask"], Any]
 Hook = Callable[["WorkerEvent"], None]
 
 _current: contextvars.ContextVar[Job] = contextvars.ContextVar("taskq_job")
@@ -76,7 +81,7 @@ class WorkerEvent:
 class Job:
     """One claimed task while its handler runs."""
 
-    task: Dict[str, Any]
+    task: models.ClaimedTask
     started: float = field(default_factory=time.monotonic)
     renewed: float = field(default_factory=time.monotonic)
     #: Set when the handler should stop: its lease was lost or the worker stops.
@@ -263,7 +268,7 @@ class Worker:
 
     # -------------------------------------------------------------- jobs
 
-    def _start(self, task: Dict[str, Any]) -> None:
+    def _start(self, task: models.ClaimedTask) -> None:
         job = Job(task)
         self._jobs[job.task_id] = job
         logger.info("task claimed", extra={"task_id": job.task_id, "lease_id": job.lease_id})
