@@ -65,3 +65,33 @@ def test_outcomes() -> None:
     assert failure("t", "l", KeyError())["note"] == "KeyError"
     assert release("t", "l") == {"task_id": "t", "lease_id": "l", "status": "pending", "note": "released by worker"}
     assert renewal("t", "l") == {"task_id": "t", "lease_id": "l"}
+
+
+def test_a_repeated_create_is_answered_only_when_every_item_is_stored_with_its_title() -> None:
+    from taskq._client import answer_from_existing, with_minted_ids
+
+    body = with_minted_ids({"tasks": [{"title": "a", "ref": "x"}, {"title": "b", "task_id": "00000000-0000-4000-8000-000000000001"}]})
+    first, second = (str(item["task_id"]) for item in body["tasks"])
+    assert second == "00000000-0000-4000-8000-000000000001" and first != second
+    stored = {
+        "tasks": [
+            {"task_id": first, "title": "a", "status": "pending", "created_at": "2026-01-01T00:00:00.000Z"},
+            {"task_id": second, "title": "b", "status": "blocked", "created_at": "2026-01-01T00:00:00.000Z"},
+        ],
+        "count": 2,
+        "not_found": [],
+    }
+    answer = answer_from_existing(body, stored)  # type: ignore[arg-type]
+    assert answer == {
+        "created": 2,
+        "results": [
+            {"ref": "x", "task_id": first, "status": "pending", "created_at": "2026-01-01T00:00:00.000Z"},
+            {"ref": None, "task_id": second, "status": "blocked", "created_at": "2026-01-01T00:00:00.000Z"},
+        ],
+    }
+    # Another title under the id: the 409 was someone else's.
+    stored["tasks"][1]["title"] = "not b"
+    assert answer_from_existing(body, stored) is None  # type: ignore[arg-type]
+    # A missing item: the first attempt did not land.
+    stored["tasks"] = stored["tasks"][:1]
+    assert answer_from_existing(body, stored) is None  # type: ignore[arg-type]

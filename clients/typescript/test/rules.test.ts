@@ -45,3 +45,24 @@ test("outcomes", () => {
   assert.deepEqual(release("t", "l"), { task_id: "t", lease_id: "l", status: "pending", note: "released by worker" });
   assert.deepEqual(renewal("t", "l"), { task_id: "t", lease_id: "l" });
 });
+
+test("a repeated create is answered only when every item is stored with its title", async () => {
+  const { answerFromExisting, withMintedIds } = await import("../src/client.js");
+  const body = await withMintedIds({ tasks: [{ title: "a", ref: "x" }, { title: "b", task_id: "00000000-0000-4000-8000-000000000001" }] });
+  const [first, second] = body.tasks.map((t) => t.task_id as string) as [string, string];
+  assert.equal(second, "00000000-0000-4000-8000-000000000001");
+  assert.notEqual(first, second);
+  const at = "2026-01-01T00:00:00.000Z";
+  const task = (id: string, title: string, status: "pending" | "blocked") =>
+    ({ task_id: id, title, status, created_at: at }) as unknown as import("../src/schema.js").GetAnswer["tasks"][number];
+  const stored = { tasks: [task(first, "a", "pending"), task(second, "b", "blocked")], count: 2, not_found: [] };
+  assert.deepEqual(answerFromExisting(body, stored), {
+    created: 2,
+    results: [
+      { ref: "x", task_id: first, status: "pending", created_at: at },
+      { ref: null, task_id: second, status: "blocked", created_at: at },
+    ],
+  });
+  assert.equal(answerFromExisting(body, { ...stored, tasks: [task(first, "a", "pending"), task(second, "not b", "blocked")] }), undefined);
+  assert.equal(answerFromExisting(body, { ...stored, tasks: [task(first, "a", "pending")] }), undefined);
+});
