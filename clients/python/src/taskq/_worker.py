@@ -157,7 +157,7 @@ class Worker:
         """Asks the worker to stop (from any thread, or a handler)."""
         self._stop_asked = True
         loop, stop = self._loop, self._stop
-        if loop is not None and stop is not None:
+        if loop is not None and stop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(stop.set)
 
     async def run_async(self) -> None:
@@ -188,6 +188,7 @@ class Worker:
                 await client.aclose()
             for signum in signals:
                 self._loop.remove_signal_handler(signum)
+            self._loop = None
             logger.info("worker stopped")
 
     def _install_signals(self) -> List[signal.Signals]:
