@@ -109,6 +109,21 @@ def current_job() -> Job:
 
 
 class Worker:
+    """Works the queue of `client`'s org with `handler`.
+
+    - `tags`: claim only tasks with any of these tags.
+    - `concurrency`: handlers running at once (async handlers on the loop,
+      sync ones on threads).
+    - `lease_seconds`: each claim's lease, renewed every third of it.
+    - `wait_seconds`: how long one claim waits for a task (0 to 30).
+    - `grace_seconds`: how long running handlers get once the worker stops.
+    - `on_event`: called with a `WorkerEvent` for metrics.
+    - `handle_signals`: stop on SIGTERM and SIGINT (main thread only).
+
+    Given a `Client`, the worker makes an `AsyncClient` with its settings;
+    give it an `AsyncClient` to choose its HTTP client (proxies, TLS).
+    """
+
     def __init__(
         self,
         client: Union[Client, AsyncClient],
