@@ -80,6 +80,23 @@ def open_tasks(url: str, org_id: str) -> int:
     return -1
 
 
+def requests_by_route(url: str) -> Dict[str, int]:
+    """The worker's requests so far by route (`/metrics`), without the
+    set-up's and the polling's."""
+    request = urllib.request.Request(url + "/metrics", headers={"authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        text = answer.read().decode()
+    out: Dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.startswith("taskq_http_requests_total{"):
+            continue
+        labels, value = line.rsplit(" ", 1)
+        route = labels.split('route="', 1)[1].split('"', 1)[0]
+        if route in ("/tasks/claim", "/tasks/update"):
+            out[route] = out.get(route, 0) + int(float(value))
+    return out
+
+
 TOKEN = f"measure-{uuid.uuid4().hex}"
 
 
@@ -107,6 +124,7 @@ def measure(lang: str, command: List[str], args: argparse.Namespace) -> Dict[str
                     raise SystemExit(f"the {lang} worker exited with {worker.returncode}")
             elapsed = time.monotonic() - began
             server_cpu = cpu_seconds(server.pid) - server_cpu
+            requests = requests_by_route(url)
             worker.send_signal(signal.SIGTERM)
             _, status, usage = os.wait4(worker.pid, 0)
             worker.returncode = os.waitstatus_to_exitcode(status)
@@ -122,6 +140,7 @@ def measure(lang: str, command: List[str], args: argparse.Namespace) -> Dict[str
         "cycles_per_second": round(args.tasks / elapsed, 1),
         "worker_cpu_ms_per_cycle": round(1000 * worker_cpu / args.tasks, 3),
         "server_cpu_ms_per_cycle": round(1000 * server_cpu / args.tasks, 3),
+        "requests_per_cycle": {route: round(n / args.tasks, 3) for route, n in requests.items()},
     }
 
 

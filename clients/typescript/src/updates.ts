@@ -28,6 +28,7 @@ interface Pending {
 export class Updates {
   private readonly queue: Pending[] = [];
   private sending = 0;
+  private scheduled = false;
 
   constructor(private readonly send_: (items: UpdateItem[]) => Promise<UpdateResult[]>) {}
 
@@ -35,7 +36,15 @@ export class Updates {
   send(item: UpdateItem): Promise<UpdateResult> {
     return new Promise((resolve, reject) => {
       this.queue.push({ item, resolve, reject });
-      this.pump();
+      // Items sent in the same turn of the event loop go out together
+      // (handlers finishing on timers each finish in a task of their own).
+      if (!this.scheduled) {
+        this.scheduled = true;
+        setTimeout(() => {
+          this.scheduled = false;
+          this.pump();
+        }, 0);
+      }
     });
   }
 
