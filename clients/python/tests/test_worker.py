@@ -157,3 +157,19 @@ def test_a_lost_lease_sets_a_sync_handlers_cancelled_flag(client: taskq.Client) 
     # Still held by the agent that took it over, not completed by the worker.
     assert task["status"] == "in_progress"
     assert all(e["to_status"] != "completed" for e in task["history"])
+
+
+def test_a_worker_with_tags_claims_only_tasks_that_carry_one(client: taskq.Client) -> None:
+    client.create_tags({"tags": [{"name": "ui"}, {"name": "db"}]})
+    created = client.create_tasks({"tasks": [{"title": "db work", "tags": ["db"]}, {"title": "ui work", "tags": ["ui"]}]})
+    other, mine = (r["task_id"] for r in created["results"])
+    worker = taskq.Worker(client, lambda task: {"ok": True}, tags=["ui"], concurrency=2, wait_seconds=1, handle_signals=False)
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        wait_until("the ui task is completed", lambda: client.get_tasks({"task_ids": [mine]})["tasks"][0]["status"] == "completed")
+    finally:
+        worker.stop()
+        runner.join(10)
+    # Both were pending when the worker claimed for two slots: it took only its tag.
+    assert [e["to_status"] for e in history_of(client, other)] == ["pending"]

@@ -103,3 +103,27 @@ test("a lost lease aborts the handler and the task stays with its new holder", a
   const completions = (await taskOf(org, taskId)).history?.filter((e) => e.to_status === "completed") ?? [];
   assert.deepEqual(completions.map((e) => e.note), ["by the new holder"]);
 });
+
+test("a worker with tags claims only tasks that carry one", async () => {
+  const org = await newOrg();
+  await org.client.create_tags({ tags: [{ name: "ui" }, { name: "db" }] });
+  const created = await org.client.create_tasks({
+    tasks: [{ title: "db work", tags: ["db"] }, { title: "ui work", tags: ["ui"] }],
+  });
+  const [other, mine] = created.results.map((r) => r.task_id) as [string, string];
+  const worker = new Worker({
+    client: org.client,
+    tags: ["ui"],
+    concurrency: 2,
+    waitSeconds: 1,
+    handleSignals: false,
+    logger: quiet,
+    handler: () => ({ ok: true }),
+  });
+  const running = worker.run();
+  await waitUntil("the ui task is completed", async () => (await taskOf(org, mine)).status === "completed");
+  worker.stop();
+  await running;
+  // Both were pending when the worker claimed for two slots: it took only its tag.
+  assert.deepEqual((await taskOf(org, other)).history?.map((e) => e.to_status), ["pending"]);
+});
