@@ -1,0 +1,97 @@
+"""The client's pure rules: when a call is sent again, how requests are
+built, and what a handler's result becomes."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+import taskq
+from taskq._outcome import MAX_NOTE_CHARS, completion, failure, release, renewal
+from taskq._transport import Operation, Settings, build_url, query_string, request_timeout, retry_delay
+
+OP = Operation("remove_team_member", "DELETE", "/teams/{name}/members/{email}", auth="key", answer="empty")
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "wait"),
+    [
+        (429, {"retry-after": "3"}, 3.0),
+        (429, {}, None),  # a monthly allowance: waiting changes nothing
+        (503, {"retry-after": "1"}, 1.0),
+        (503, {}, 0.5),
+        (503, {"retry-after": "600"}, 30.0),
+        (502, {}, 0.5),
+        (500, {"retry-after": "1"}, None),
+        (409, {}, None),
+        (200, {}, None),
+    ],
+)
+def test_retry_delay(status: int, headers: dict, wait: object) -> None:
+    assert retry_delay(status, httpx.Headers(headers)) == wait
+
+
+def test_urls_escape_path_parameters() -> None:
+    settings = Settings("http://h:1/")
+    url = build_url(settings, OP, ("a/b", "x+y@example.com"))
+    assert url == "http://h:1/teams/a%2Fb/members/x%2By%40example.com"
+    with pytest.raises(TypeError):
+        build_url(settings, OP, ("only one",))
+
+
+def test_query_strings_drop_unset_values_and_spell_booleans_as_the_server_reads_them() -> None:
+    assert query_string({"full": True, "limit": 5, "cursor": None, "tags": ["a", "b"]}) == {
+        "full": "true",
+        "limit": "5",
+        "tags": "a,b",
+    }
+
+
+def test_long_polls_get_their_wait_on_top_of_the_timeout() -> None:
+    settings = Settings("http://h", timeout=10)
+    assert request_timeout(settings, {"wait_seconds": 20}, None) == 30
+    assert request_timeout(settings, None, None) == 10
+
+
+def test_outcomes() -> None:
+    assert completion("t", "l", {"a": 1}) == {"task_id": "t", "lease_id": "l", "status": "completed", "note": "done", "output": {"a": 1}}
+    assert completion("t", "l", None) == {"task_id": "t", "lease_id": "l", "status": "completed", "note": "done"}
+    assert completion("t", "l", taskq.Done(None, "fine"))["note"] == "fine"
+    wrong = completion("t", "l", 42)
+    assert wrong["status"] == "failed" and wrong["note"].startswith("TypeError: the handler returned int")
+    assert failure("t", "l", taskq.Fail("no", {"x": 1})) == {"task_id": "t", "lease_id": "l", "status": "failed", "note": "no", "output": {"x": 1}}
+    long = failure("t", "l", RuntimeError("x" * 10_000))
+    assert len(long["note"]) == MAX_NOTE_CHARS and long["note"].startswith("RuntimeError: xxx")
+    assert failure("t", "l", KeyError())["note"] == "KeyError"
+    assert release("t", "l") == {"task_id": "t", "lease_id": "l", "status": "pending", "note": "released by worker"}
+    assert renewal("t", "l") == {"task_id": "t", "lease_id": "l"}
+
+
+def test_a_repeated_create_is_answered_only_when_every_item_is_stored_with_its_title() -> None:
+    from taskq._client import answer_from_existing, with_minted_ids
+
+    body = with_minted_ids({"tasks": [{"title": "a", "ref": "x"}, {"title": "b", "task_id": "00000000-0000-4000-8000-000000000001"}]})
+    first, second = (str(item["task_id"]) for item in body["tasks"])
+    assert second == "00000000-0000-4000-8000-000000000001" and first != second
+    stored = {
+        "tasks": [
+            {"task_id": first, "title": "a", "status": "pending", "created_at": "2026-01-01T00:00:00.000Z"},
+            {"task_id": second, "title": "b", "status": "blocked", "created_at": "2026-01-01T00:00:00.000Z"},
+        ],
+        "count": 2,
+        "not_found": [],
+    }
+    answer = answer_from_existing(body, stored)  # type: ignore[arg-type]
+    assert answer == {
+        "created": 2,
+        "results": [
+            {"ref": "x", "task_id": first, "status": "pending", "created_at": "2026-01-01T00:00:00.000Z"},
+            {"ref": None, "task_id": second, "status": "blocked", "created_at": "2026-01-01T00:00:00.000Z"},
+        ],
+    }
+    # Another title under the id: the 409 was someone else's.
+    stored["tasks"][1]["title"] = "not b"
+    assert answer_from_existing(body, stored) is None  # type: ignore[arg-type]
+    # A missing item: the first attempt did not land.
+    stored["tasks"] = stored["tasks"][:1]
+    assert answer_from_existing(body, stored) is None  # type: ignore[arg-type]

@@ -1,0 +1,179 @@
+// `Client`: the generated operations over `fetch`, plus what the document
+// cannot say.
+//
+// - Creates carry client-minted ids (a v4 UUID for every item without
+//   one), so a create sent again after a lost answer cannot make a task
+//   twice: the repeat answers 409 `task_id already exists`, and when every
+//   id of the call exists with its title the call is answered as the first
+//   attempt would have been.
+// - `wait(...)` (`POST /tasks/wait`) and `events({since})` (`GET /events`,
+//   resuming with `Last-Event-ID` on reconnect) belong here once the
+//   server serves them (CONTRACT §10); the generated `wait_for_tasks` will
+//   carry the call itself.
+
+import { Operations, OPERATIONS } from "./operations.js";
+import type { components } from "./schema.js";
+import {
+  ApiError,
+  buildUrl,
+  decode,
+  errorBody,
+  InDoubt,
+  neverSent,
+  PAUSE_MS,
+  queryString,
+  repeatable,
+  retryDelayMs,
+  sleep,
+  UsageError,
+  waitSeconds,
+  withTimeout,
+  type CallOptions,
+  type ClientOptions,
+  type OperationSpec,
+} from "./transport.js";
+
+type CreateTasks = components["schemas"]["CreateTasks"];
+type CreateAnswer = components["schemas"]["CreateAnswer"];
+type GetAnswer = components["schemas"]["GetAnswer"];
+
+const DEFAULT_TIMEOUT_MS = 60_000;
+const DEFAULT_RETRY_FOR_MS = 300_000;
+
+async function newId(): Promise<string> {
+  const webCrypto = (globalThis as { crypto?: { randomUUID?: () => string } }).crypto;
+  if (webCrypto?.randomUUID) return webCrypto.randomUUID();
+  // Node 18 has no global crypto; the specifier is a variable so that
+  // browser bundles do not try to include the module.
+  const specifier = "node:crypto";
+  const nodeCrypto = (await import(specifier)) as { randomUUID: () => string };
+  return nodeCrypto.randomUUID();
+}
+
+/** The create body with a task_id on every item that has none. */
+export async function withMintedIds(body: CreateTasks): Promise<CreateTasks> {
+  const tasks = await Promise.all(
+    body.tasks.map(async (item) => (item.task_id ? { ...item } : { ...item, task_id: await newId() })),
+  );
+  return { ...body, tasks };
+}
+
+/** The create's answer rebuilt from the tasks as stored, when every item of
+ * the call is there with its title (else the 409 was not ours). */
+export function answerFromExisting(body: CreateTasks, found: GetAnswer): CreateAnswer | undefined {
+  const byId = new Map(found.tasks.map((task) => [task.task_id, task]));
+  const results: CreateAnswer["results"] = [];
+  for (const item of body.tasks) {
+    const task = byId.get(item.task_id ?? "");
+    if (!task || JSON.stringify(task.title) !== JSON.stringify(item.title)) return undefined;
+    results.push({ ref: item.ref ?? null, task_id: task.task_id, status: task.status, created_at: task.created_at });
+  }
+  return { created: results.length, results };
+}
+
+export class Client extends Operations {
+  readonly options: Readonly<ClientOptions>;
+  private readonly fetcher: typeof fetch;
+
+  constructor(options: ClientOptions) {
+    super();
+    this.options = { ...options };
+    this.fetcher = options.fetch ?? ((input, init) => fetch(input, init));
+  }
+
+  /** POST /tasks: create 1 to 25 tasks, each with a client-minted id. */
+  override async create_tasks(body: CreateTasks, options?: CallOptions): Promise<CreateAnswer> {
+    const minted = await withMintedIds(body);
+    return (await this.invoke(OPERATIONS.create_tasks, [], undefined, minted, options, true)) as CreateAnswer;
+  }
+
+  /** POST /tasks/update, sent again when its connection breaks: the
+   * worker's items all carry their `lease_id`, so a repeat cannot apply
+   * twice. */
+  async sendUpdates(
+    items: components["schemas"]["TaskUpdate"][],
+    options?: CallOptions,
+  ): Promise<components["schemas"]["UpdateResult"][]> {
+    const answer = (await this.invoke(OPERATIONS.update_tasks, [], undefined, { updates: items }, options, true)) as
+      components["schemas"]["UpdateAnswer"];
+    return answer.results;
+  }
+
+  protected async invoke(
+    operation: OperationSpec,
+    path: readonly string[],
+    query: Record<string, unknown> | undefined,
+    body: unknown,
+    options: CallOptions | undefined,
+    retryInDoubt = false,
+  ): Promise<unknown> {
+    const url = buildUrl(this.options.baseUrl, operation, path) + queryString(query);
+    const headers = this.headers(operation, body !== undefined);
+    const timeoutMs = (this.options.timeoutMs ?? DEFAULT_TIMEOUT_MS) + waitSeconds(body, query) * 1000;
+    const deadline = Date.now() + (this.options.retryForMs ?? DEFAULT_RETRY_FOR_MS);
+    const allows = (wait: number): boolean => Date.now() + wait < deadline;
+    let inDoubt = false;
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    for (;;) {
+      const timer = withTimeout(timeoutMs, options?.signal);
+      let response: Response;
+      try {
+        response = await this.fetcher(url, { method: operation.method, headers, body: payload, signal: timer.signal });
+      } catch (error) {
+        timer.done();
+        if (options?.signal?.aborted) throw error;
+        if (!neverSent(error)) {
+          inDoubt = true;
+          if (!(repeatable(operation) || retryInDoubt)) throw new InDoubt(operation.id, error);
+        }
+        if (!allows(PAUSE_MS)) throw error;
+        await sleep(PAUSE_MS, options?.signal);
+        continue;
+      }
+      try {
+        const wait = retryDelayMs(response.status, response.headers);
+        if (wait !== undefined && allows(wait)) {
+          // A 503 may come from a node that lost the org while the call was under way there.
+          inDoubt = inDoubt || response.status !== 429;
+          await response.body?.cancel();
+          await sleep(wait, options?.signal);
+          continue;
+        }
+        if (operation.id === "create_tasks" && inDoubt && response.status === 409) {
+          const refused = await errorBody(response);
+          const rebuilt =
+            typeof refused["task_id"] === "string"
+              ? await this.resolveRepeatedCreate(body as CreateTasks, options)
+              : undefined;
+          if (rebuilt) return rebuilt;
+          throw new ApiError(409, refused);
+        }
+        return await decode(operation, response);
+      } finally {
+        timer.done();
+      }
+    }
+  }
+
+  private async resolveRepeatedCreate(
+    body: CreateTasks,
+    options: CallOptions | undefined,
+  ): Promise<CreateAnswer | undefined> {
+    const ids = body.tasks.map((item) => item.task_id ?? "");
+    const found = await this.get_tasks({ task_ids: ids }, options);
+    return answerFromExisting(body, found);
+  }
+
+  private headers(operation: OperationSpec, hasBody: boolean): Record<string, string> {
+    const headers: Record<string, string> = { accept: "application/json" };
+    if (hasBody) headers["content-type"] = "application/json";
+    if (operation.auth === "key") {
+      if (!this.options.apiKey) throw new UsageError(`${operation.id} needs an apiKey`);
+      headers["x-api-key"] = this.options.apiKey;
+    } else if (operation.auth === "operator") {
+      if (!this.options.adminToken) throw new UsageError(`${operation.id} needs an adminToken (the operator token)`);
+      headers["authorization"] = `Bearer ${this.options.adminToken}`;
+    }
+    return headers;
+  }
+}

@@ -1,0 +1,68 @@
+// The client's pure rules: when a call is sent again, how requests are
+// built, and what a handler's result becomes.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { Done, Fail } from "../src/index.js";
+import { completion, failure, MAX_NOTE_CHARS, release, renewal } from "../src/outcome.js";
+import { buildUrl, queryString, retryDelayMs, type OperationSpec } from "../src/transport.js";
+
+test("retry delays", () => {
+  const cases: [number, Record<string, string>, number | undefined][] = [
+    [429, { "retry-after": "3" }, 3000],
+    [429, {}, undefined],
+    [503, { "retry-after": "1" }, 1000],
+    [503, {}, 500],
+    [503, { "retry-after": "600" }, 30000],
+    [502, {}, 500],
+    [500, { "retry-after": "1" }, undefined],
+    [409, {}, undefined],
+    [200, {}, undefined],
+  ];
+  for (const [status, headers, wait] of cases) {
+    assert.equal(retryDelayMs(status, new Headers(headers)), wait, `${status} ${JSON.stringify(headers)}`);
+  }
+});
+
+test("urls escape path parameters and queries drop unset values", () => {
+  const op: OperationSpec = { id: "remove_team_member", method: "DELETE", path: "/teams/{name}/members/{email}", auth: "key", answer: "empty" };
+  assert.equal(buildUrl("http://h:1/", op, ["a/b", "x+y@example.com"]), "http://h:1/teams/a%2Fb/members/x%2By%40example.com");
+  assert.throws(() => buildUrl("http://h:1", op, ["one"]), TypeError);
+  assert.equal(queryString({ full: true, limit: 5, cursor: undefined, tags: ["a", "b"] }), "?full=true&limit=5&tags=a%2Cb");
+  assert.equal(queryString(undefined), "");
+});
+
+test("outcomes", () => {
+  assert.deepEqual(completion("t", "l", { a: 1 }), { task_id: "t", lease_id: "l", status: "completed", note: "done", output: { a: 1 } });
+  assert.deepEqual(completion("t", "l", undefined), { task_id: "t", lease_id: "l", status: "completed", note: "done" });
+  assert.equal(completion("t", "l", new Done(undefined, "fine")).note, "fine");
+  const wrong = completion("t", "l", 42);
+  assert.equal(wrong.status, "failed");
+  assert.match(wrong.note as string, /^TypeError: the handler resolved with number/);
+  assert.deepEqual(failure("t", "l", new Fail("no", { x: 1 })), { task_id: "t", lease_id: "l", status: "failed", note: "no", output: { x: 1 } });
+  const long = failure("t", "l", new Error("x".repeat(10_000)));
+  assert.equal((long.note as string).length, MAX_NOTE_CHARS);
+  assert.deepEqual(release("t", "l"), { task_id: "t", lease_id: "l", status: "pending", note: "released by worker" });
+  assert.deepEqual(renewal("t", "l"), { task_id: "t", lease_id: "l" });
+});
+
+test("a repeated create is answered only when every item is stored with its title", async () => {
+  const { answerFromExisting, withMintedIds } = await import("../src/client.js");
+  const body = await withMintedIds({ tasks: [{ title: "a", ref: "x" }, { title: "b", task_id: "00000000-0000-4000-8000-000000000001" }] });
+  const [first, second] = body.tasks.map((t) => t.task_id as string) as [string, string];
+  assert.equal(second, "00000000-0000-4000-8000-000000000001");
+  assert.notEqual(first, second);
+  const at = "2026-01-01T00:00:00.000Z";
+  const task = (id: string, title: string, status: "pending" | "blocked") =>
+    ({ task_id: id, title, status, created_at: at }) as unknown as import("../src/schema.js").GetAnswer["tasks"][number];
+  const stored = { tasks: [task(first, "a", "pending"), task(second, "b", "blocked")], count: 2, not_found: [] };
+  assert.deepEqual(answerFromExisting(body, stored), {
+    created: 2,
+    results: [
+      { ref: "x", task_id: first, status: "pending", created_at: at },
+      { ref: null, task_id: second, status: "blocked", created_at: at },
+    ],
+  });
+  assert.equal(answerFromExisting(body, { ...stored, tasks: [task(first, "a", "pending"), task(second, "not b", "blocked")] }), undefined);
+  assert.equal(answerFromExisting(body, { ...stored, tasks: [task(first, "a", "pending")] }), undefined);
+});
