@@ -68,7 +68,7 @@ pub struct EventBody {
 #[serde(untagged)]
 pub enum EventData {
     Transition(TransitionData),
-    Test(TestData),
+    Test(WebhookPing),
 }
 
 /// A task's transition.
@@ -88,7 +88,7 @@ pub struct TransitionData {
 /// The endpoint a `webhook.test` event was sent to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct TestData {
+pub struct WebhookPing {
     pub org_id: String,
     pub webhook_id: String,
 }
@@ -124,7 +124,7 @@ mod tests {
                           "data": {"org_id": "org", "webhook_id": "wh"}});
         let read: EventBody = serde_json::from_value(ping).unwrap();
         assert!(
-            matches!(read.data, EventData::Test(TestData { ref webhook_id, .. }) if webhook_id == "wh")
+            matches!(read.data, EventData::Test(WebhookPing { ref webhook_id, .. }) if webhook_id == "wh")
         );
     }
 }

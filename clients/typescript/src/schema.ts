@@ -1107,7 +1107,28 @@ export type paths = {
         trace?: never;
     };
 };
-export type webhooks = Record<string, never>;
+export type webhooks = {
+    taskEvent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A task's transition (or a test event) sent to a webhook endpoint
+         * @description Sent for every event type the endpoint subscribed to, signed as Standard Webhooks sign (`v1,` and the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}` under the secret's bytes; two signatures, space-separated, while a rotated-out secret still signs). A task's events arrive in order; an event is sent again until a 2xx answer comes (see the README's retry schedule). Never carries a task's content.
+         */
+        post: operations["task_event"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+};
 export type components = {
     schemas: {
         /**
@@ -2708,6 +2729,41 @@ export type components = {
             /** @description Changes whenever the org's open tasks change. */
             mark: string;
         };
+        /** @description A webhook delivery's body, and an event's `data` on the event stream. */
+        EventBody: {
+            type: components["schemas"]["EventKind"];
+            /**
+             * Format: date-time
+             * @description When the change was made.
+             */
+            timestamp: string;
+            data: components["schemas"]["EventData"];
+        };
+        /** @description What an event says happened. */
+        EventKind: ("task.created" | "task.claimed" | "task.completed" | "task.failed" | "task.canceled" | "task.lease_expired" | "task.unblocked") | "task.status_changed" | "webhook.test";
+        /**
+         * @description What changed: a task's transition, or (for `webhook.test`) the endpoint
+         *     tested.
+         */
+        EventData: components["schemas"]["TransitionData"] | components["schemas"]["WebhookPing"];
+        /** @description A task's transition. */
+        TransitionData: {
+            org_id: string;
+            task_id: string;
+            /** @description `null` for a creation. */
+            from_status: components["schemas"]["TaskStatus"] | null;
+            to_status: components["schemas"]["TaskStatus"];
+            /**
+             * @description Who made the change: the key's name, the member's email, or
+             *     `system` (unblocking, cascades, lease expiry, schedules).
+             */
+            agent_id: string;
+        };
+        /** @description The endpoint a `webhook.test` event was sent to. */
+        WebhookPing: {
+            org_id: string;
+            webhook_id: string;
+        };
     };
     responses: never;
     parameters: never;
@@ -2854,6 +2910,11 @@ export type ClaimCacheFigures = components['schemas']['ClaimCacheFigures'];
 export type OrgStats = components['schemas']['OrgStats'];
 export type OpenTaskCounts = components['schemas']['OpenTaskCounts'];
 export type LiveMark = components['schemas']['LiveMark'];
+export type EventBody = components['schemas']['EventBody'];
+export type EventKind = components['schemas']['EventKind'];
+export type EventData = components['schemas']['EventData'];
+export type TransitionData = components['schemas']['TransitionData'];
+export type WebhookPing = components['schemas']['WebhookPing'];
 export type $defs = Record<string, never>;
 export interface operations {
     health: {
@@ -8103,6 +8164,49 @@ export interface operations {
                 content: {
                     "text/html": string;
                 };
+            };
+        };
+    };
+    task_event: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event's id: the same on every attempt */
+                "webhook-id": string;
+                /** @description Unix seconds of this attempt */
+                "webhook-timestamp": string;
+                /** @description `v1,<base64>`, one per secret in use */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EventBody"];
+            };
+        };
+        responses: {
+            /** @description Gone: the endpoint is disabled, nothing more is sent */
+            410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Received: the event is not sent again */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not received: the event is sent again later (a `Retry-After` is honoured) */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };

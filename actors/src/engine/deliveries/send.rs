@@ -6,7 +6,7 @@
 use rand::Rng;
 
 use super::Worker;
-use crate::api::{EventBody, EventData, EventKind, TestData, Timestamp, TransitionData};
+use crate::api::{EventBody, EventData, EventKind, Timestamp, TransitionData, WebhookPing};
 use crate::domain::webhooks::{message_id, next_attempt, signature_header, EventSet, EventType};
 use crate::domain::{OrgId, TaskStatus};
 use crate::store::{AfterAttempt, DeliveryRecord, DueRow, LoggedEvent, NewRow, Target};
@@ -108,7 +108,7 @@ impl Entry {
     /// entry alone, so every attempt sends the same bytes.
     pub(super) fn body(&self, org: OrgId, webhook_id: &str, event: EventType) -> String {
         let data = match &self.change {
-            None => EventData::Test(TestData {
+            None => EventData::Test(WebhookPing {
                 org_id: org.to_string(),
                 webhook_id: webhook_id.to_owned(),
             }),

@@ -604,6 +604,26 @@ class LiveMark(TypedDict):
     mark: str
 
 
+EventKind: TypeAlias = Union[
+    Literal['task.created', 'task.claimed', 'task.completed', 'task.failed', 'task.canceled', 'task.lease_expired', 'task.unblocked'],
+    Literal['task.status_changed'],
+    Literal['webhook.test'],
+]
+
+
+class TransitionData(TypedDict):
+    org_id: str
+    task_id: str
+    from_status: Optional[TaskStatus]
+    to_status: TaskStatus
+    agent_id: str
+
+
+class WebhookPing(TypedDict):
+    org_id: str
+    webhook_id: str
+
+
 class CreateTasks(TypedDict):
     tasks: List[NewTask]
 
@@ -840,6 +860,9 @@ class OrgStats(TypedDict):
     refusals: int
 
 
+EventData: TypeAlias = Union[TransitionData, WebhookPing]
+
+
 class UpdateTasks(TypedDict):
     updates: List[TaskUpdate]
 
@@ -936,6 +959,12 @@ class OperatorStats(TypedDict):
     refusals_total: int
     expiring_window_seconds: int
     orgs: List[OrgStats]
+
+
+class EventBody(TypedDict):
+    type: EventKind
+    timestamp: str
+    data: EventData
 
 
 class CreateAnswer(TypedDict):
