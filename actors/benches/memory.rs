@@ -38,6 +38,10 @@ fn main() {
             lease: None,
             attempts: 0,
             max_attempts: 5,
+            run_at: None,
+            retry: None,
+            retries: 0,
+            scheduled: None,
         };
         previous = Some(header.task_id);
         open.put(header);

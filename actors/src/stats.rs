@@ -34,6 +34,9 @@ pub struct OrgSnapshot {
     pub earliest_expiries: Vec<i64>,
     /// Claims waiting for a task (long polls).
     pub waiting_claims: usize,
+    /// Whether something of the org must happen at a time (a lease to
+    /// expire, a waiting task to release, a schedule to tick).
+    pub needs_timer: bool,
     /// `OpenTasks::version` when taken.
     version: u64,
 }
@@ -62,16 +65,17 @@ impl OrgSnapshots {
     /// Records `open` as the org's state, unless nothing changed since the
     /// last time. Reuses the snapshot's buffer: no allocation once it is big
     /// enough.
-    pub fn publish(&self, org: OrgId, open: &OpenTasks, waiting_claims: usize) {
-        if self
-            .by_org
-            .get(&org)
-            .is_some_and(|s| s.version == open.version() && s.waiting_claims == waiting_claims)
-        {
+    pub fn publish(&self, org: OrgId, open: &OpenTasks, waiting_claims: usize, needs_timer: bool) {
+        if self.by_org.get(&org).is_some_and(|s| {
+            s.version == open.version()
+                && s.waiting_claims == waiting_claims
+                && s.needs_timer == needs_timer
+        }) {
             return;
         }
         let mut snapshot = self.by_org.entry(org).or_default();
         snapshot.waiting_claims = waiting_claims;
+        snapshot.needs_timer = needs_timer;
         snapshot.version = open.version();
         snapshot.counts = open.counts();
         snapshot.leases = open.lease_count();
@@ -81,9 +85,10 @@ impl OrgSnapshots {
             .extend(open.lease_expiries().take(EXPIRY_SAMPLE));
     }
 
-    /// The org's leases, as its actor last published them.
-    pub fn leases(&self, org: OrgId) -> usize {
-        self.by_org.get(&org).map_or(0, |s| s.leases)
+    /// Whether the org needs an actor running for something due at a time,
+    /// as its actor last published.
+    pub fn needs_timer(&self, org: OrgId) -> bool {
+        self.by_org.get(&org).is_some_and(|s| s.needs_timer)
     }
 
     /// Claims waiting for a task, over all orgs.
@@ -238,6 +243,10 @@ mod tests {
             lease: Some(lease::grant(now, seconds)),
             attempts: 0,
             max_attempts: lease::DEFAULT_MAX_ATTEMPTS,
+            run_at: None,
+            retry: None,
+            retries: 0,
+            scheduled: None,
         }
     }
 
@@ -248,7 +257,7 @@ mod tests {
         let mut open = OpenTasks::default();
         open.put(leased(0, 30));
         open.put(leased(0, 300));
-        snapshots.publish(org, &open, 0);
+        snapshots.publish(org, &open, 0, false);
         let (_, s) = snapshots.all().pop().unwrap();
         assert_eq!((s.counts.in_progress, s.leases), (2, 2));
         assert_eq!(s.leases_expiring_by(60_000), (1, true));
@@ -256,7 +265,7 @@ mod tests {
         for _ in 0..EXPIRY_SAMPLE {
             open.put(leased(0, 10));
         }
-        snapshots.publish(org, &open, 0);
+        snapshots.publish(org, &open, 0, false);
         let (_, s) = snapshots.all().pop().unwrap();
         assert_eq!(s.leases_expiring_by(60_000), (EXPIRY_SAMPLE, false));
         assert_eq!(snapshots.queue_depths(), [(org, 0)]);

@@ -212,12 +212,12 @@ impl Supervisor {
     }
 
     /// Several nodes: gives up the org of an actor that stopped, marking it
-    /// as needing an owner when its tasks hold leases. Nothing when this
-    /// node no longer owns it.
+    /// as needing an owner when something of it is due at a time (leases,
+    /// waiting tasks, schedules). Nothing when this node no longer owns it.
     async fn release(&self, org: OrgId) {
         if let Some(cluster) = &self.deps.cluster {
-            let leases = self.deps.snapshots.leases(org) > 0;
-            cluster.release(org, leases).await;
+            let needs_owner = self.deps.snapshots.needs_timer(org);
+            cluster.release(org, needs_owner).await;
         }
     }
 
@@ -360,9 +360,9 @@ impl Actor for Supervisor {
             }
             // Several nodes: the org was released as needing an owner, and
             // the node it should go to takes it (`adopt_orphans`).
-            SupervisorMsg::Org(OrgEvent::StoppedHoldingLeases { .. })
+            SupervisorMsg::Org(OrgEvent::StoppedNeedingTimer { .. })
                 if self.deps.cluster.is_some() => {}
-            SupervisorMsg::Org(OrgEvent::StoppedHoldingLeases { org }) => {
+            SupervisorMsg::Org(OrgEvent::StoppedNeedingTimer { org }) => {
                 if let Some(retiring) = state.retiring.get_mut(&org) {
                     retiring.respawn = true;
                 } else if !self.routes.contains_key(&org)

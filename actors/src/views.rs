@@ -4,7 +4,9 @@
 
 use serde::de::DeserializeOwned;
 
-use crate::api::{LeaseTerms, Object, TaskEvent, TaskSummary, TaskView, Text, Timestamp};
+use crate::api::{
+    LeaseTerms, Object, RetryPolicyView, TaskEvent, TaskSummary, TaskView, Text, Timestamp,
+};
 use crate::crypto::OrgCipher;
 use crate::domain::{ContentField, StoredEvent, StoredTask, TaskId};
 use crate::error::EngineError;
@@ -58,8 +60,12 @@ pub fn output(cipher: &OrgCipher, t: &StoredTask) -> Result<Option<Object>, Engi
     open_optional(cipher, t.header.task_id, ContentField::Output, &t.output)
 }
 
-/// The lean list item.
-pub fn task_summary(cipher: &OrgCipher, t: &StoredTask) -> Result<TaskSummary, EngineError> {
+/// The lean list item, as it stands at `now` (`run_at` only while ahead).
+pub fn task_summary(
+    cipher: &OrgCipher,
+    t: &StoredTask,
+    now: i64,
+) -> Result<TaskSummary, EngineError> {
     let h = &t.header;
     Ok(TaskSummary {
         task_id: h.task_id,
@@ -71,6 +77,7 @@ pub fn task_summary(cipher: &OrgCipher, t: &StoredTask) -> Result<TaskSummary, E
         tags: h.tags.clone(),
         blocked_by: h.blocked_by.clone(),
         parent_task_id: h.parent,
+        run_at: h.run_at.filter(|at| *at > now).map(Timestamp),
     })
 }
 
@@ -98,6 +105,15 @@ pub fn task_view(cipher: &OrgCipher, t: &StoredTask) -> Result<TaskView, EngineE
             lease_expires_at: Timestamp(l.expires_at),
             lease_seconds: l.seconds,
         }),
+        run_at: h.run_at.map(Timestamp),
+        retry: h.retry.map(|r| RetryPolicyView {
+            max_retries: r.max_retries,
+            backoff_seconds: r.backoff_seconds,
+            max_backoff_seconds: r.max_backoff_seconds,
+        }),
+        retries: h.retries,
+        schedule_id: h.scheduled.map(|s| s.schedule_id),
+        scheduled_for: h.scheduled.map(|s| Timestamp(s.scheduled_for)),
     })
 }
 

@@ -57,6 +57,7 @@ pub async fn advance_clock(
         .as_ref()
         .ok_or_else(|| ApiError::bad_request("the server's clock is not movable"))?;
     clock.advance(advance.advance_seconds * 1000);
+    state.engine.clock_moved();
     Ok(Json(serde_json::json!({
         "now": taskq_actors::clock::format_ms(clock.now_ms())
     })))

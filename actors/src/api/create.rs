@@ -13,8 +13,12 @@ use super::content::{
 };
 use super::decode::{dedup, err, Result};
 use super::tasks::DEFAULT_PRIORITY;
-use super::{Decode, Object, NON_BLANK_NO_NUL_PATTERN, NON_BLANK_PATTERN};
+use super::{Decode, Object, Timestamp, NON_BLANK_NO_NUL_PATTERN, NON_BLANK_PATTERN};
 use crate::domain::lease::{DEFAULT_MAX_ATTEMPTS, MAX_MAX_ATTEMPTS};
+use crate::domain::retry::{
+    RetryPolicy, DEFAULT_BACKOFF_SECONDS, DEFAULT_MAX_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS,
+    MAX_MAX_BACKOFF_SECONDS, MAX_RETRIES,
+};
 use crate::domain::TaskId;
 
 fn default_priority() -> u8 {
@@ -91,6 +95,7 @@ impl<'de> Deserialize<'de> for BlockerRef {
 /// One task to create.
 #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("not" = { "required": ["run_at", "delay_seconds"] }))]
 pub struct NewTask {
     /// A client-minted id (canonical lowercase UUID), which makes retries safe.
     #[serde(default)]
@@ -128,6 +133,67 @@ pub struct NewTask {
     #[serde(default = "default_max_attempts")]
     #[schemars(range(min = 1, max = MAX_MAX_ATTEMPTS))]
     pub max_attempts: u8,
+    /// When it may first be claimed; until then it is waiting (still
+    /// `pending`, skipped by claims). Not with `delay_seconds`.
+    #[serde(default)]
+    pub run_at: Option<Timestamp>,
+    /// Seconds from now until it may first be claimed. Not with `run_at`.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = MAX_DELAY_SECONDS))]
+    pub delay_seconds: Option<u32>,
+    /// Failures (by an update) retried with backoff while retries are left.
+    #[serde(default)]
+    pub retry: Option<RetryRequest>,
+}
+
+/// The longest `delay_seconds`: a year.
+pub const MAX_DELAY_SECONDS: u32 = 31_536_000;
+
+fn default_backoff_seconds() -> u32 {
+    DEFAULT_BACKOFF_SECONDS
+}
+
+/// A create item's retry policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryRequest {
+    /// Failures retried before one fails the task (and its dependents).
+    #[schemars(range(min = 0, max = MAX_RETRIES))]
+    pub max_retries: u8,
+    /// The wait before the first retry; each next one doubles it.
+    #[serde(default = "default_backoff_seconds")]
+    #[schemars(range(min = 1, max = MAX_BACKOFF_SECONDS))]
+    pub backoff_seconds: u32,
+    /// The longest wait, at least `backoff_seconds` (default 3600, or
+    /// `backoff_seconds` when that is longer).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_MAX_BACKOFF_SECONDS))]
+    pub max_backoff_seconds: Option<u32>,
+}
+
+impl RetryRequest {
+    /// The policy a task is created with; `None` when the cap is shorter
+    /// than the first wait.
+    pub fn policy(&self) -> Option<RetryPolicy> {
+        let cap = self
+            .max_backoff_seconds
+            .unwrap_or(DEFAULT_MAX_BACKOFF_SECONDS.max(self.backoff_seconds));
+        (cap >= self.backoff_seconds).then_some(RetryPolicy {
+            max_retries: self.max_retries,
+            backoff_seconds: self.backoff_seconds,
+            max_backoff_seconds: cap,
+        })
+    }
+}
+
+/// When a task with `run_at` or `delay_seconds` (at most one) created or
+/// updated at `now` may be claimed.
+pub fn due_at(run_at: Option<Timestamp>, delay_seconds: Option<u32>, now: i64) -> Option<i64> {
+    match (run_at, delay_seconds) {
+        (Some(at), _) => Some(at.0),
+        (None, Some(delay)) => Some(now + i64::from(delay) * 1000),
+        (None, None) => None,
+    }
 }
 
 impl NewTask {
@@ -145,6 +211,9 @@ impl NewTask {
             metadata: None,
             blocked_by: Vec::new(),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            run_at: None,
+            delay_seconds: None,
+            retry: None,
         }
     }
 }
@@ -166,6 +235,18 @@ impl Decode for CreateTasks {
                 if !refs.insert(r.clone()) {
                     return Err(err(&f("ref"), format!("duplicate ref '{r}' in this call")));
                 }
+            }
+            if t.run_at.is_some() && t.delay_seconds.is_some() {
+                return Err(err(
+                    &f("delay_seconds"),
+                    "run_at and delay_seconds cannot both be given",
+                ));
+            }
+            if t.retry.is_some_and(|r| r.policy().is_none()) {
+                return Err(err(
+                    &f("retry.max_backoff_seconds"),
+                    "must be at least backoff_seconds",
+                ));
             }
             check_text_bytes(Some(&t.title), || f("title"))?;
             check_text_bytes(t.description.as_ref(), || f("description"))?;

@@ -117,6 +117,25 @@ pub struct TaskView {
     /// While the task is leased.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseTerms>,
+    /// When it may be claimed: a pending task before then is waiting.
+    pub run_at: Option<Timestamp>,
+    /// What a failure does while retries are left, if it was created with
+    /// a policy.
+    pub retry: Option<RetryPolicyView>,
+    /// Failures retried so far.
+    pub retries: u8,
+    /// The schedule whose tick created it.
+    pub schedule_id: Option<Uuid>,
+    /// That tick's time.
+    pub scheduled_for: Option<Timestamp>,
+}
+
+/// A task's retry policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct RetryPolicyView {
+    pub max_retries: u8,
+    pub backoff_seconds: u32,
+    pub max_backoff_seconds: u32,
 }
 
 /// When a leased task's lease runs out, and its length.
@@ -179,6 +198,9 @@ pub struct TaskSummary {
     pub blocked_by: Vec<TaskId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent_task_id: Option<TaskId>,
+    /// While it is waiting: when it may be claimed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_at: Option<Timestamp>,
 }
 
 /// A list item: lean, or the whole task with `full=true`.

@@ -9,8 +9,9 @@ use super::content::{
     check_note_bytes, check_object, check_object_bytes, check_text, check_text_bytes, note_schema,
     nullable_description_schema, title_schema, ContentPolicy, Text, ENVELOPE_KEY,
 };
+use super::create::MAX_DELAY_SECONDS;
 use super::decode::{dedup, err, Result};
-use super::{Decode, Object, NON_BLANK_NO_NUL_PATTERN, NON_BLANK_PATTERN, UUID_PATTERN};
+use super::{Decode, Object, Timestamp, NON_BLANK_NO_NUL_PATTERN, NON_BLANK_PATTERN, UUID_PATTERN};
 use crate::domain::{TaskId, TaskStatus};
 
 pub const DEFAULT_PRIORITY: u8 = 3;
@@ -52,6 +53,7 @@ pub struct UpdateTasks {
         "properties": { "note": { "not": { "type": "null" } } },
         "required": ["note"],
     },
+    "not" = { "required": ["run_at", "delay_seconds"] },
 ))]
 pub struct TaskUpdate {
     pub task_id: TaskId,
@@ -101,6 +103,15 @@ pub struct TaskUpdate {
     #[serde(default)]
     #[schemars(regex(pattern = UUID_PATTERN))]
     pub lease_id: Option<Uuid>,
+    /// When it may be claimed (a pending task before then is waiting);
+    /// `null`: at once. Not with `delay_seconds`.
+    #[serde(default, deserialize_with = "super::double_option")]
+    #[schemars(with = "Option<Timestamp>")]
+    pub run_at: Option<Option<Timestamp>>,
+    /// Seconds from now until it may be claimed. Not with `run_at`.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = MAX_DELAY_SECONDS))]
+    pub delay_seconds: Option<u32>,
 }
 
 impl TaskUpdate {
@@ -119,6 +130,18 @@ impl TaskUpdate {
             metadata: None,
             agent_id: None,
             lease_id: None,
+            run_at: None,
+            delay_seconds: None,
+        }
+    }
+
+    /// When the item makes the task claimable: `Some(None)` at once,
+    /// `Some(Some(t))` at `t`, `None` unchanged.
+    pub fn due_at(&self, now: i64) -> Option<Option<i64>> {
+        match (self.run_at, self.delay_seconds) {
+            (Some(at), _) => Some(at.map(|t| t.0)),
+            (None, Some(delay)) => Some(Some(now + i64::from(delay) * 1000)),
+            (None, None) => None,
         }
     }
 }
@@ -128,6 +151,12 @@ impl Decode for UpdateTasks {
     fn validate(&mut self) -> Result<()> {
         for (i, u) in self.updates.iter_mut().enumerate() {
             let f = |name: &str| format!("updates[{i}].{name}");
+            if u.run_at.is_some() && u.delay_seconds.is_some() {
+                return Err(err(
+                    &f("delay_seconds"),
+                    "run_at and delay_seconds cannot both be given",
+                ));
+            }
             if let Some(status) = u.status {
                 if status.needs_note() && u.note.is_none() {
                     return Err(err(
@@ -234,6 +263,10 @@ pub struct ListTasks {
     /// Whole tasks instead of lean items.
     #[serde(default)]
     pub full: bool,
+    /// Only waiting tasks (pending with a `run_at` still ahead), or only
+    /// the others.
+    #[serde(default)]
+    pub waiting: Option<bool>,
 }
 
 impl Decode for ListTasks {}
@@ -267,10 +300,12 @@ fn status_list<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<TaskS
 }
 
 impl ListTasks {
-    /// Whether a task with header `h` passes the filters: the same test the
-    /// store's query makes of finished tasks, made here of open ones.
-    pub fn matches(&self, h: &crate::domain::TaskHeader) -> bool {
+    /// Whether a task with header `h` passes the filters at `now`: the same
+    /// test the store's query makes of finished tasks (never waiting),
+    /// made here of open ones.
+    pub fn matches(&self, h: &crate::domain::TaskHeader, now: i64) -> bool {
         (self.statuses.is_empty() || self.statuses.contains(&h.status))
+            && self.waiting.is_none_or(|w| w == is_waiting(h, now))
             && self.parent.is_none_or(|p| h.parent == Some(p))
             && self
                 .assignee
@@ -279,6 +314,11 @@ impl ListTasks {
             && self.priority_max.is_none_or(|p| h.priority <= p)
             && (self.tags.is_empty() || h.tags.iter().any(|t| self.tags.contains(t)))
     }
+}
+
+/// Whether a task is waiting at `now`: pending, with a `run_at` ahead.
+pub fn is_waiting(h: &crate::domain::TaskHeader, now: i64) -> bool {
+    h.status == TaskStatus::Pending && h.run_at.is_some_and(|at| at > now)
 }
 
 // ---- claim ------------------------------------------------------------------
@@ -369,6 +409,10 @@ mod tests {
             lease: None,
             attempts: 0,
             max_attempts: 5,
+            run_at: None,
+            retry: None,
+            retries: 0,
+            scheduled: None,
         };
         let q = |pairs: &[(&str, &str)]| {
             let params: Vec<(String, String)> = pairs
@@ -377,24 +421,38 @@ mod tests {
                 .collect();
             decode_query::<ListTasks>(params).unwrap()
         };
-        assert!(q(&[]).matches(&h));
-        assert!(q(&[("status", "pending,in_progress")]).matches(&h));
-        assert!(!q(&[("status", "pending")]).matches(&h));
-        assert!(q(&[("parent_task_id", &parent.to_string())]).matches(&h));
-        assert!(!q(&[("parent_task_id", &TaskId::new_v7().to_string())]).matches(&h));
-        assert!(q(&[("assignee", "ann")]).matches(&h));
-        assert!(!q(&[("assignee", "bob")]).matches(&h));
-        assert!(q(&[("priority_max", "2")]).matches(&h));
-        assert!(!q(&[("priority_max", "1")]).matches(&h));
-        assert!(q(&[("tags", "cpu,eu")]).matches(&h));
-        assert!(!q(&[("tags", "cpu")]).matches(&h));
+        assert!(q(&[]).matches(&h, 0));
+        assert!(q(&[("status", "pending,in_progress")]).matches(&h, 0));
+        assert!(!q(&[("status", "pending")]).matches(&h, 0));
+        assert!(q(&[("parent_task_id", &parent.to_string())]).matches(&h, 0));
+        assert!(!q(&[("parent_task_id", &TaskId::new_v7().to_string())]).matches(&h, 0));
+        assert!(q(&[("assignee", "ann")]).matches(&h, 0));
+        assert!(!q(&[("assignee", "bob")]).matches(&h, 0));
+        assert!(q(&[("priority_max", "2")]).matches(&h, 0));
+        assert!(!q(&[("priority_max", "1")]).matches(&h, 0));
+        assert!(q(&[("tags", "cpu,eu")]).matches(&h, 0));
+        assert!(!q(&[("tags", "cpu")]).matches(&h, 0));
         let unassigned = crate::domain::TaskHeader {
             assignee: None,
             parent: None,
-            ..h
+            ..h.clone()
         };
-        assert!(!q(&[("assignee", "ann")]).matches(&unassigned));
-        assert!(!q(&[("parent_task_id", &parent.to_string())]).matches(&unassigned));
+        assert!(!q(&[("assignee", "ann")]).matches(&unassigned, 0));
+        assert!(!q(&[("parent_task_id", &parent.to_string())]).matches(&unassigned, 0));
+        // Waiting: pending with a run_at still ahead at the time asked.
+        let waiting = crate::domain::TaskHeader {
+            status: TaskStatus::Pending,
+            run_at: Some(100),
+            ..unassigned
+        };
+        assert!(q(&[("waiting", "true")]).matches(&waiting, 99));
+        assert!(!q(&[("waiting", "false")]).matches(&waiting, 99));
+        assert!(!q(&[("waiting", "true")]).matches(&waiting, 100));
+        assert!(q(&[("waiting", "false")]).matches(&waiting, 100));
+        assert!(
+            !q(&[("waiting", "true")]).matches(&h, 0),
+            "only a pending task waits"
+        );
     }
 
     #[test]

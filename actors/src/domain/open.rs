@@ -1,6 +1,13 @@
 //! The open tasks of one org and the indexes over them: the pending queue in
-//! claim order, all open tasks in list order, leases by expiry, and each
+//! claim order, the waiting tasks (pending, with a `run_at` still ahead) by
+//! `run_at`, all open tasks in list order, leases by expiry, and each
 //! blocker's `blocked` dependents.
+//!
+//! A pending task is waiting when its `run_at` is after the time up to
+//! which waiting tasks were released (`release_due`, which the actor calls
+//! with its clock before each claim and when its timer for the earliest
+//! `run_at` fires): claims see only the pending queue, so a waiting task
+//! costs them nothing.
 //!
 //! `put` keeps every index consistent with the headers, so callers never
 //! touch an index directly. Finished tasks are not kept. This is what an org
@@ -24,6 +31,10 @@ pub struct OpenTasks {
     /// tasks in that order, so claims and completions move no entry there.
     order: BTreeSet<ListKey>,
     leases: LeaseQueue,
+    /// Pending tasks not claimable yet, by `(run_at, task_id)`.
+    waiting: BTreeSet<(i64, TaskId)>,
+    /// The time up to which waiting tasks were moved to the pending queue.
+    released_through: i64,
     dependents: HashMap<TaskId, Vec<TaskId>>,
     /// Bumped whenever a header enters the pending queue, so a claim that
     /// waits knows when looking again could find something new.
@@ -75,6 +86,39 @@ impl OpenTasks {
 
     pub fn pending_len(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Pending tasks whose `run_at` has not come yet.
+    pub fn waiting_len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// The earliest `run_at` of a waiting task.
+    pub fn next_run_at(&self) -> Option<i64> {
+        self.waiting.first().map(|(at, _)| *at)
+    }
+
+    /// Moves every waiting task whose `run_at` is at or before `now_ms` to
+    /// the pending queue; answers how many it moved.
+    pub fn release_due(&mut self, now_ms: i64) -> usize {
+        self.released_through = self.released_through.max(now_ms);
+        let mut moved = 0;
+        while let Some(&(at, id)) = self.waiting.first() {
+            if at > self.released_through {
+                break;
+            }
+            self.waiting.pop_first();
+            if let Some(h) = self.tasks.get(&id) {
+                self.pending
+                    .insert((h.priority, h.created_at, h.task_id), &h.tags);
+                moved += 1;
+            }
+        }
+        if moved > 0 {
+            self.pending_version += 1;
+            self.version += 1;
+        }
+        moved
     }
 
     /// The pending tasks, in claim order.
@@ -180,9 +224,16 @@ impl OpenTasks {
         }
         self.order.insert(ListKey::of(h));
         if h.status == TaskStatus::Pending {
-            self.pending
-                .insert((h.priority, h.created_at, h.task_id), &h.tags);
-            self.pending_version += 1;
+            match h.run_at.filter(|at| *at > self.released_through) {
+                Some(at) => {
+                    self.waiting.insert((at, h.task_id));
+                }
+                None => {
+                    self.pending
+                        .insert((h.priority, h.created_at, h.task_id), &h.tags);
+                    self.pending_version += 1;
+                }
+            }
         }
         if let Some(lease) = h.lease {
             self.leases.insert(lease.expires_at, h.task_id);
@@ -200,8 +251,13 @@ impl OpenTasks {
         }
         self.order.remove(&ListKey::of(h));
         if h.status == TaskStatus::Pending {
-            self.pending
-                .remove(&(h.priority, h.created_at, h.task_id), &h.tags);
+            let waited = h
+                .run_at
+                .is_some_and(|at| self.waiting.remove(&(at, h.task_id)));
+            if !waited {
+                self.pending
+                    .remove(&(h.priority, h.created_at, h.task_id), &h.tags);
+            }
         }
         if let Some(lease) = h.lease {
             self.leases.remove(lease.expires_at, h.task_id);
@@ -238,7 +294,76 @@ mod tests {
             lease: None,
             attempts: 0,
             max_attempts: 5,
+            run_at: None,
+            retry: None,
+            retries: 0,
+            scheduled: None,
         }
+    }
+
+    #[test]
+    fn waiting_tasks_are_not_claimable_until_their_time_is_released() {
+        let mut open = OpenTasks::default();
+        open.release_due(1_000);
+        let now = header(TaskStatus::Pending, 3, 1);
+        let later = TaskHeader {
+            run_at: Some(5_000),
+            ..header(TaskStatus::Pending, 1, 2)
+        };
+        let past = TaskHeader {
+            run_at: Some(500),
+            ..header(TaskStatus::Pending, 1, 3)
+        };
+        for h in [&now, &later, &past] {
+            open.put(h.clone());
+        }
+        assert_eq!((open.pending_len(), open.waiting_len()), (2, 1));
+        assert_eq!(open.next_run_at(), Some(5_000));
+        // The urgent task waits; the due ones are claimed in claim order.
+        assert_eq!(
+            open.next_claimable(&[], |_| true).unwrap().task_id,
+            past.task_id
+        );
+        let version = open.pending_version();
+        assert_eq!(open.release_due(4_999), 0);
+        assert_eq!(open.pending_version(), version);
+        assert_eq!(open.release_due(5_000), 1);
+        assert!(open.pending_version() > version);
+        assert_eq!(open.next_run_at(), None);
+        assert_eq!(
+            open.next_claimable(&[], |_| true).unwrap().task_id,
+            later.task_id,
+            "once due it takes its place in claim order"
+        );
+        // Put back with a new run_at (an update), it waits again; with none
+        // (run_at: null) it is due at once; claimed, it leaves both.
+        open.put(TaskHeader {
+            run_at: Some(9_000),
+            ..later.clone()
+        });
+        assert_eq!((open.pending_len(), open.waiting_len()), (2, 1));
+        open.put(TaskHeader {
+            run_at: None,
+            ..later.clone()
+        });
+        assert_eq!((open.pending_len(), open.waiting_len()), (3, 0));
+        open.put(TaskHeader {
+            status: TaskStatus::InProgress,
+            ..later.clone()
+        });
+        assert_eq!((open.pending_len(), open.waiting_len()), (2, 0));
+        // A waiting task that finishes leaves the waiting index.
+        let waits = TaskHeader {
+            run_at: Some(20_000),
+            ..header(TaskStatus::Pending, 1, 4)
+        };
+        open.put(waits.clone());
+        open.put(TaskHeader {
+            status: TaskStatus::Canceled,
+            ..waits
+        });
+        assert_eq!((open.waiting_len(), open.next_run_at()), (0, None));
+        assert_eq!(open.counts().pending, 2);
     }
 
     #[test]

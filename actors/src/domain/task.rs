@@ -2,6 +2,7 @@
 
 use uuid::Uuid;
 
+use super::retry::RetryPolicy;
 use super::{TaskId, TaskStatus};
 
 /// A claim's time-limited hold on a task. `lease_id` fences late writers.
@@ -30,6 +31,20 @@ pub struct TaskHeader {
     pub attempts: u8,
     /// The attempts after which an expiry fails the task.
     pub max_attempts: u8,
+    /// When it may be claimed: a `pending` task before then is waiting.
+    pub run_at: Option<i64>,
+    /// What a failure does while retries are left, and the retries so far.
+    pub retry: Option<RetryPolicy>,
+    pub retries: u8,
+    /// The schedule tick that made it; set once, at creation.
+    pub scheduled: Option<Scheduled>,
+}
+
+/// The schedule and tick a task was created for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scheduled {
+    pub schedule_id: Uuid,
+    pub scheduled_for: i64,
 }
 
 /// The encrypted-at-rest fields of a task, named as in the associated data.

@@ -226,6 +226,17 @@ impl Engine {
         Ok(())
     }
 
+    /// Test hook, after the engine's clock moved: every running org actor
+    /// looks at what became due (leases, waiting tasks, schedule ticks) now
+    /// rather than when its timers, armed for the old time, fire.
+    #[cfg(feature = "test-hooks")]
+    pub fn clock_moved(&self) {
+        for route in self.inner.routes.iter() {
+            let _ = route.actor.cast(OrgMsg::LeaseTick);
+            let _ = route.actor.cast(OrgMsg::TimeTick);
+        }
+    }
+
     /// Test hook: expires the org's leases that are due by the engine's
     /// clock, without waiting for the actor's timer, and waits until the
     /// expiry is committed.

@@ -324,7 +324,7 @@ impl Engine {
         }
         let feedback = engine.prepare_feedback_org(config.feedback_org).await?;
         let _ = engine.inner.feedback.set(feedback);
-        engine.wake_orgs_with_leases().await?;
+        engine.wake_orgs_needing_timers().await?;
         background_tasks.push(tokio::spawn(engine.clone().watch_store()));
         if let Some(sender) = config.webhook_sender {
             background_tasks.push(engine.start_deliveries(

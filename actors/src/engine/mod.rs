@@ -182,14 +182,15 @@ impl Engine {
         self.inner.health.is_down()
     }
 
-    /// Starts an actor for every org holding a lease, so its leases expire on
-    /// time (at start, and when the store returns after an outage); with
+    /// Starts an actor for every org with something due at a time (a lease,
+    /// a waiting task, a schedule), so it happens on time (at start, and
+    /// when the store returns after an outage); with
     /// several nodes, for those no live node owns. An org
     /// whose actor cannot start (its data key does not open) is logged and
     /// passed over: it must not keep the other orgs' leases from expiring,
     /// nor the server from starting. Its own requests answer the error.
-    async fn wake_orgs_with_leases(&self) -> Result<(), EngineError> {
-        for org in self.inner.store.orgs_with_leases().await? {
+    async fn wake_orgs_needing_timers(&self) -> Result<(), EngineError> {
+        for org in self.inner.store.orgs_needing_timers().await? {
             match self.resolve(org, None).await {
                 // Several nodes: a live node owns it, and expires them.
                 Ok(_) | Err(EngineError::OrgMoving) => {}
@@ -229,7 +230,7 @@ impl Engine {
                 }
             }
             self.inner.health.mark_up();
-            if let Err(e) = self.wake_orgs_with_leases().await {
+            if let Err(e) = self.wake_orgs_needing_timers().await {
                 tracing::warn!(error = %e, "waking the orgs with leases after the outage");
             }
         }

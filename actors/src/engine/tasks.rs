@@ -43,7 +43,8 @@ fn query_fingerprint(q: &ListTasks) -> String {
         q.assignee,
         q.tags,
         q.priority_max,
-        q.full
+        q.full,
+        q.waiting
     ])
     .to_string()
 }
@@ -57,10 +58,12 @@ struct Page<'a> {
     cipher: &'a OrgCipher,
     tasks: Vec<ListedTask>,
     bytes: usize,
+    /// The engine's time: a lean item shows `run_at` while it is ahead.
+    now: i64,
 }
 
 impl<'a> Page<'a> {
-    fn new(query: &ListTasks, cipher: &'a OrgCipher) -> Self {
+    fn new(query: &ListTasks, cipher: &'a OrgCipher, now: i64) -> Self {
         let limit = query.limit as usize;
         Self {
             full: query.full,
@@ -68,6 +71,7 @@ impl<'a> Page<'a> {
             cipher,
             tasks: Vec::with_capacity(limit.min(FULL_ROWS_PER_READ)),
             bytes: 0,
+            now,
         }
     }
 
@@ -87,7 +91,7 @@ impl<'a> Page<'a> {
         self.tasks.push(if self.full {
             ListedTask::Full(Box::new(views::task_view(self.cipher, row)?))
         } else {
-            ListedTask::Lean(views::task_summary(self.cipher, row)?)
+            ListedTask::Lean(views::task_summary(self.cipher, row, self.now)?)
         });
         Ok(true)
     }
@@ -238,7 +242,7 @@ impl Engine {
                 reply,
             })
             .await?;
-        let mut page = Page::new(&query, &entry.cipher);
+        let mut page = Page::new(&query, &entry.cipher, self.now());
         let mut after = after;
         // Whole tasks are read a few at a time and the page ends early at a
         // byte budget, so a page of large tasks never sits in memory at once.

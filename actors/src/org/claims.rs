@@ -63,6 +63,7 @@ impl OrgActor {
         caller: &Caller,
         request: &ClaimRequest,
     ) -> Vec<Claimed> {
+        state.open.release_due(self.now());
         let mut claimed = Vec::with_capacity(request.limit());
         while claimed.len() < request.limit() {
             match self.claim_next(state, work, caller, request) {

@@ -195,6 +195,9 @@ pub enum OrgMsg {
 
     // Internal, reply-less.
     LeaseTick,
+    /// The earliest waiting task or schedule tick may be due; also sent to
+    /// every running actor when a test moves the clock.
+    TimeTick,
     /// A waiting claim's time may have run out.
     WaitElapsed,
     /// The server is stopping: every waiting claim answers `null` now.

@@ -31,6 +31,7 @@ mod limits;
 mod messages;
 mod settings;
 mod tasks;
+mod time;
 mod waiters;
 mod webhooks;
 mod work;
@@ -85,9 +86,9 @@ pub struct OrgDeps {
 pub enum OrgEvent {
     /// It has been idle long enough to stop.
     Idle { org: OrgId, actor: ActorId },
-    /// It stopped while holding leases: the org needs an actor so that they
-    /// expire on time.
-    StoppedHoldingLeases { org: OrgId },
+    /// It stopped with something due at a time (leases, waiting tasks,
+    /// schedules): the org needs an actor so that it happens on time.
+    StoppedNeedingTimer { org: OrgId },
 }
 
 pub type OrgEvents = Arc<dyn Fn(OrgEvent) + Send + Sync>;
@@ -125,6 +126,8 @@ pub struct OrgState {
     waiters: waiters::Waiters,
     /// When the armed lease timer fires, if one is armed.
     lease_timer_at: Option<i64>,
+    /// When the armed time timer (waiting tasks, schedules) fires.
+    time_timer_at: Option<i64>,
     last_active: Instant,
     retiring: bool,
     /// Memory may be ahead of the store after a failed message: restart.
@@ -221,6 +224,7 @@ impl Actor for OrgActor {
             members: HashMap::new(),
             keys: HashMap::new(),
             lease_timer_at: None,
+            time_timer_at: None,
             tags: BTreeMap::new(),
             teams: BTreeMap::new(),
             memberships: BTreeMap::new(),
@@ -293,9 +297,9 @@ impl Actor for OrgActor {
     ) -> Result<(), ActorProcessingErr> {
         self.release_waiters(state);
         self.publish(state);
-        if state.open.has_leases() {
+        if state.needs_timer() {
             // A claim reached us while we drained: someone must expire it.
-            (self.events)(OrgEvent::StoppedHoldingLeases { org: state.org });
+            (self.events)(OrgEvent::StoppedNeedingTimer { org: state.org });
         }
         Ok(())
     }
@@ -308,7 +312,11 @@ impl Actor for OrgActor {
     ) -> Result<(), ActorProcessingErr> {
         if !matches!(
             msg,
-            OrgMsg::IdleTick | OrgMsg::LeaseTick | OrgMsg::WaitElapsed | OrgMsg::ReleaseWaiters
+            OrgMsg::IdleTick
+                | OrgMsg::LeaseTick
+                | OrgMsg::TimeTick
+                | OrgMsg::WaitElapsed
+                | OrgMsg::ReleaseWaiters
         ) {
             state.last_active = Instant::now();
         }
@@ -322,7 +330,8 @@ impl Actor for OrgActor {
             } => {
                 let admission = Some(Admission::create(request.tasks.len()));
                 serve!(self, state, reply, admission, |work| {
-                    self.create_tasks(state, &mut work, &caller, request).await
+                    self.create_tasks(state, &mut work, &caller, request, None)
+                        .await
                 })
             }
             OrgMsg::UpdateTasks {
@@ -343,7 +352,9 @@ impl Actor for OrgActor {
                 limit,
                 reply,
             } => serve!(self, state, reply, read, |work| {
-                Ok(state.open.list(after, limit, |h| query.matches(h)))
+                Ok(state
+                    .open
+                    .list(after, limit, |h| query.matches(h, self.now())))
             }),
             OrgMsg::Admit { kind, reply } => {
                 serve!(self, state, reply, Some(Admission::of(kind)), |work| Ok(()))
@@ -493,6 +504,7 @@ impl Actor for OrgActor {
                 state.lease_timer_at = None;
                 self.expire_leases(state).await?;
             }
+            OrgMsg::TimeTick => self.time_passed(state),
             OrgMsg::WaitElapsed => self.answer_elapsed_waiters(state),
             OrgMsg::ReleaseWaiters => self.release_waiters(state),
             OrgMsg::ClaimantGone => state.waiters.drop_gone(),
@@ -500,7 +512,7 @@ impl Actor for OrgActor {
             OrgMsg::ContentRead(read) => state.content.refilled(read),
             OrgMsg::IdleTick => {
                 if !state.retiring
-                    && !state.open.has_leases()
+                    && !state.needs_timer()
                     && state.waiters.is_empty()
                     && state.last_active.elapsed() >= self.deps.idle_after
                 {
@@ -523,8 +535,11 @@ impl Actor for OrgActor {
         if state.needs_reload {
             return Err(format!("org {} must reload its state from the store", state.org).into());
         }
+        // Tasks whose `run_at` passed while the message was served.
+        state.open.release_due(self.now());
         self.serve_waiters(state).await;
         self.arm_lease_timer(&myself, state);
+        self.arm_time_timer(&myself, state);
         self.publish(state);
         Ok(())
     }
@@ -573,9 +588,12 @@ impl OrgActor {
     /// Publishes the org's open tasks, leases and waiting claims for the
     /// operator; skipped when none changed.
     fn publish(&self, state: &OrgState) {
-        self.deps
-            .snapshots
-            .publish(state.org, &state.open, state.waiters.len());
+        self.deps.snapshots.publish(
+            state.org,
+            &state.open,
+            state.waiters.len(),
+            state.needs_timer(),
+        );
     }
 
     /// Arms the single lease timer for the earliest expiry, unless one that

@@ -8,12 +8,15 @@ use std::collections::{HashMap, HashSet};
 use super::work::Work;
 use super::{OrgActor, OrgState};
 use crate::api::{
-    merge_metadata, BlockerRef, ContentPolicy, CreateTasks, CreatedItem, ItemError, Object,
+    due_at, merge_metadata, BlockerRef, ContentPolicy, CreateTasks, CreatedItem, ItemError, Object,
     TaskUpdate, Text, Timestamp, UpdateResult, UpdateTasks,
 };
 use crate::domain::account::{Caller, Encryption};
 use crate::domain::lease;
-use crate::domain::{ContentField, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus};
+use crate::domain::retry::retry_note;
+use crate::domain::{
+    ContentField, Scheduled, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus,
+};
 use crate::error::{EngineError, ValidationError};
 
 pub const SYSTEM_AGENT: &str = "system";
@@ -52,12 +55,15 @@ impl OrgActor {
         Ok(())
     }
 
+    /// Creates the request's tasks; `origin` is the schedule tick that
+    /// makes them, if one does.
     pub(super) async fn create_tasks(
         &self,
         state: &mut OrgState,
         work: &mut Work,
         caller: &Caller,
         request: CreateTasks,
+        origin: Option<Scheduled>,
     ) -> Result<Vec<CreatedItem>, EngineError> {
         request.check_content(state.content_policy())?;
         let items = request.tasks;
@@ -162,6 +168,10 @@ impl OrgActor {
                 lease: None,
                 attempts: 0,
                 max_attempts: item.max_attempts,
+                run_at: due_at(item.run_at, item.delay_seconds, now),
+                retry: item.retry.and_then(|r| r.policy()),
+                retries: 0,
+                scheduled: origin,
             };
             let stored = StoredTask {
                 title: work.seal(state, id, ContentField::Title, &item.title),
@@ -345,6 +355,9 @@ impl OrgActor {
         if let Some(b) = &u.blocked_by {
             h.blocked_by = b.clone();
         }
+        if let Some(due) = u.due_at(now) {
+            h.run_at = due;
+        }
         let has_live = h
             .blocked_by
             .iter()
@@ -393,14 +406,21 @@ impl OrgActor {
         if let Some(l) = h.lease {
             h.lease = Some(lease::renew(l, now));
         }
-        if let Some(to) = target {
-            if current.status.is_terminal() {
-                // A retry starts with a fresh allowance of attempts.
-                h.attempts = 0;
+        let agent = u.agent_id.as_deref().unwrap_or(&caller.key_name);
+        let target = match target {
+            Some(TaskStatus::Failed) if h.retry.is_some_and(|r| r.has_left(h.retries)) => {
+                Some(retry_instead(state, work, &mut h, u, agent, has_live, now))
             }
-            let agent = u.agent_id.as_deref().unwrap_or(&caller.key_name);
-            work.transition(state, &mut h, to, agent, u.note.as_ref(), now);
-        }
+            Some(to) => {
+                if current.status.is_terminal() {
+                    // A retry starts with a fresh allowance of attempts.
+                    h.attempts = 0;
+                }
+                work.transition(state, &mut h, to, agent, u.note.as_ref(), now);
+                Some(to)
+            }
+            None => None,
+        };
         let (status, updated_at) = (h.status, h.updated_at);
         work.put(state, h);
         let applied = UpdateResult::Applied {
@@ -471,6 +491,44 @@ impl OrgActor {
         }
         Ok(())
     }
+}
+
+/// A failure with retries left (CONTRACT §9): the task goes back to
+/// `pending` (or `blocked`, while a blocker is live) to wait out its
+/// backoff, unassigned, with one state event whose note says which retry
+/// and when; its dependents stay as they are. Answers the status it took.
+fn retry_instead(
+    state: &OrgState,
+    work: &mut Work,
+    h: &mut TaskHeader,
+    u: &TaskUpdate,
+    agent: &str,
+    has_live: bool,
+    now: i64,
+) -> TaskStatus {
+    let policy = h.retry.expect("a task that retries has a policy");
+    let delay = policy.delay_seconds(h.retries, rand::random::<f64>());
+    h.retries += 1;
+    h.attempts = 0;
+    h.assignee = None;
+    h.run_at = Some(now + i64::try_from(delay).unwrap_or(i64::MAX / 2_000) * 1000);
+    // A client-encrypted note cannot be read, so it is kept as sent.
+    let note = match &u.note {
+        Some(Text::Plain(note)) => Some(Text::Plain(retry_note(
+            h.retries,
+            policy.max_retries,
+            delay,
+            note,
+        ))),
+        other => other.clone(),
+    };
+    let to = if has_live {
+        TaskStatus::Blocked
+    } else {
+        TaskStatus::Pending
+    };
+    work.transition(state, h, to, agent, note.as_ref(), now);
+    to
 }
 
 /// Whether `to` is reachable from `from` through `blocked_by` links of open tasks.

@@ -8,8 +8,11 @@ use crate::domain::account::{
     Encryption, KeyRecord, MemberRecord, OrgRecord, Role, Tier, WrappedDek,
 };
 use crate::domain::admin::{Membership, Tag, Team};
+use crate::domain::retry::RetryPolicy;
 use crate::domain::usage::Usage;
-use crate::domain::{Lease, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus};
+use crate::domain::{
+    Lease, OrgId, Scheduled, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus,
+};
 
 /// The header columns of `tasks`, as `HEADER_COLUMNS` selects them.
 #[derive(sqlx::FromRow)]
@@ -28,6 +31,20 @@ pub struct HeaderRow {
     pub lease_seconds: Option<i64>,
     pub attempts: i64,
     pub max_attempts: i64,
+    pub run_at: Option<i64>,
+    /// A [`StoredRetry`] as JSON.
+    pub retry: Option<String>,
+    pub retries: i64,
+    pub schedule_id: Option<String>,
+    pub scheduled_for: Option<i64>,
+}
+
+/// A task's retry policy as `tasks.retry` holds it.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct StoredRetry {
+    pub max_retries: u8,
+    pub backoff_seconds: u32,
+    pub max_backoff_seconds: u32,
 }
 
 /// A whole task, as `FULL_COLUMNS` selects it.
@@ -185,6 +202,11 @@ pub struct HeaderColumns {
     pub max_attempts: i64,
     /// The status rank of a finished task; `None` while it is open.
     pub finished_rank: Option<i64>,
+    pub run_at: Option<i64>,
+    pub retry: Option<String>,
+    pub retries: i64,
+    pub schedule_id: Option<String>,
+    pub scheduled_for: Option<i64>,
 }
 
 impl From<&TaskHeader> for HeaderColumns {
@@ -206,6 +228,18 @@ impl From<&TaskHeader> for HeaderColumns {
             attempts: i64::from(h.attempts),
             max_attempts: i64::from(h.max_attempts),
             finished_rank: h.status.is_terminal().then(|| h.status.rank()),
+            run_at: h.run_at,
+            retry: h.retry.map(|r| {
+                serde_json::to_string(&StoredRetry {
+                    max_retries: r.max_retries,
+                    backoff_seconds: r.backoff_seconds,
+                    max_backoff_seconds: r.max_backoff_seconds,
+                })
+                .expect("a retry policy serializes")
+            }),
+            retries: i64::from(h.retries),
+            schedule_id: h.scheduled.map(|s| s.schedule_id.to_string()),
+            scheduled_for: h.scheduled.map(|s| s.scheduled_for),
         }
     }
 }
@@ -240,6 +274,28 @@ impl TryFrom<HeaderRow> for TaskHeader {
             lease,
             attempts: u8::try_from(r.attempts).map_err(|_| corrupt("attempts"))?,
             max_attempts: u8::try_from(r.max_attempts).map_err(|_| corrupt("max_attempts"))?,
+            run_at: r.run_at,
+            retry: r
+                .retry
+                .as_deref()
+                .map(|json| {
+                    let r: StoredRetry =
+                        serde_json::from_str(json).map_err(|_| corrupt("retry"))?;
+                    Ok::<_, StoreError>(RetryPolicy {
+                        max_retries: r.max_retries,
+                        backoff_seconds: r.backoff_seconds,
+                        max_backoff_seconds: r.max_backoff_seconds,
+                    })
+                })
+                .transpose()?,
+            retries: u8::try_from(r.retries).map_err(|_| corrupt("retries"))?,
+            scheduled: match (r.schedule_id, r.scheduled_for) {
+                (Some(id), Some(scheduled_for)) => Some(Scheduled {
+                    schedule_id: parse(&id, "schedule id")?,
+                    scheduled_for,
+                }),
+                _ => None,
+            },
         })
     }
 }

@@ -14,11 +14,12 @@ use crate::domain::{OrgId, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStat
 /// The columns `HeaderRow` reads.
 const HEADER_COLUMNS: &str = "task_id, status, priority, assignee, tags, blocked_by, \
      parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds, \
-     attempts, max_attempts";
+     attempts, max_attempts, run_at, retry, retries, schedule_id, scheduled_for";
 /// The columns `FullRow` reads.
 const FULL_COLUMNS: &str = "task_id, status, priority, assignee, tags, blocked_by, \
      parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds, \
-     attempts, max_attempts, title, description, metadata, output";
+     attempts, max_attempts, run_at, retry, retries, schedule_id, scheduled_for, title, \
+     description, metadata, output";
 
 fn placeholders(start: usize, n: usize) -> String {
     (start..start + n)
@@ -145,7 +146,10 @@ impl Store {
         after: Option<ListKey>,
         limit: u32,
     ) -> Result<Vec<StoredTask>> {
-        if !query.statuses.is_empty() && !query.statuses.iter().any(|s| s.is_terminal()) {
+        // A finished task is never waiting.
+        let only_open =
+            !query.statuses.is_empty() && !query.statuses.iter().any(|s| s.is_terminal());
+        if only_open || query.waiting == Some(true) {
             return Ok(Vec::new());
         }
         let mut args = vec![Arg::Text(org.to_string())];
@@ -238,12 +242,16 @@ impl Store {
         }
     }
 
-    /// Orgs that hold a lease: their actors must run so leases can expire.
-    pub async fn orgs_with_leases(&self) -> Result<Vec<OrgId>> {
+    /// Orgs with something due at a time: a lease to expire, a waiting
+    /// task to release, an active schedule to tick. Their actors must run
+    /// for it to happen on time.
+    pub async fn orgs_needing_timers(&self) -> Result<Vec<OrgId>> {
         let rows: Vec<OrgIdRow> = self
             .fetch_all(
-                "SELECT DISTINCT org_id FROM tasks \
-                 WHERE finished_rank IS NULL AND lease_expires_at IS NOT NULL",
+                "SELECT org_id FROM tasks \
+                 WHERE finished_rank IS NULL AND lease_expires_at IS NOT NULL \
+                 UNION SELECT org_id FROM tasks WHERE status = 'pending' AND run_at IS NOT NULL \
+                 UNION SELECT org_id FROM schedules WHERE active <> 0",
                 Vec::new(),
             )
             .await?;

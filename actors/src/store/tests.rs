@@ -32,6 +32,10 @@ pub(super) fn header(status: TaskStatus, created_at: i64) -> TaskHeader {
         lease: None,
         attempts: 0,
         max_attempts: 5,
+        run_at: None,
+        retry: None,
+        retries: 0,
+        scheduled: None,
     }
 }
 
@@ -224,7 +228,7 @@ async fn round_trip(store: &Store) {
         shown(store.task_events(org_id, open.task_id).await.unwrap()),
         shown(vec![event])
     );
-    assert!(store.orgs_with_leases().await.unwrap().contains(&org_id));
+    assert!(store.orgs_needing_timers().await.unwrap().contains(&org_id));
 
     assert_eq!(
         shown(store.get_org(org_id).await.unwrap()),

@@ -105,18 +105,21 @@ WITH ",
 ), inserted AS (
   INSERT INTO tasks (org_id, task_id, status, status_rank, priority, assignee, tags, blocked_by,
     parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds, attempts,
-    max_attempts, title, description, metadata, output, finished_rank, last_event_id)
+    max_attempts, title, description, metadata, output, finished_rank, last_event_id, run_at,
+    retry, retries, schedule_id, scheduled_for)
   SELECT v.org_id, v.task_id, v.status, v.status_rank, v.priority, v.assignee, v.tags,
     v.blocked_by, v.parent_task_id, v.created_at, v.updated_at, v.lease_id, v.lease_expires_at,
     v.lease_seconds, v.attempts, v.max_attempts, v.title, v.description, v.metadata, v.output,
-    v.finished_rank, v.last_event_id
+    v.finished_rank, v.last_event_id, v.run_at, v.retry, v.retries, v.schedule_id,
+    v.scheduled_for
   FROM UNNEST($8::text[], $9::text[], $10::text[], $11::int8[], $12::int8[], $13::text[],
     $14::text[], $15::text[], $16::text[], $17::int8[], $18::int8[], $19::text[], $20::int8[],
     $21::int8[], $22::int8[], $23::int8[], $24::bytea[], $25::bytea[], $26::bytea[], $27::bytea[],
-    $59::int8[], $64::int8[])
+    $59::int8[], $64::int8[], $70::int8[], $71::text[], $72::int8[], $73::text[], $74::int8[])
     AS v(org_id, task_id, status, status_rank, priority, assignee, tags, blocked_by,
       parent_task_id, created_at, updated_at, lease_id, lease_expires_at, lease_seconds, attempts,
-      max_attempts, title, description, metadata, output, finished_rank, last_event_id)
+      max_attempts, title, description, metadata, output, finished_rank, last_event_id, run_at,
+      retry, retries, schedule_id, scheduled_for)
 ), updated AS (
   UPDATE tasks SET
     status = CASE WHEN v.header THEN v.status ELSE tasks.status END,
@@ -130,6 +133,9 @@ WITH ",
     lease_expires_at = CASE WHEN v.header THEN v.lease_expires_at ELSE tasks.lease_expires_at END,
     lease_seconds = CASE WHEN v.header THEN v.lease_seconds ELSE tasks.lease_seconds END,
     attempts = CASE WHEN v.header THEN v.attempts ELSE tasks.attempts END,
+    run_at = CASE WHEN v.header THEN v.run_at ELSE tasks.run_at END,
+    retry = CASE WHEN v.header THEN v.retry ELSE tasks.retry END,
+    retries = CASE WHEN v.header THEN v.retries ELSE tasks.retries END,
     finished_rank = CASE WHEN v.header THEN v.finished_rank ELSE tasks.finished_rank END,
     title = CASE WHEN v.set_title THEN v.title ELSE tasks.title END,
     description = CASE WHEN v.set_description THEN v.description ELSE tasks.description END,
@@ -139,11 +145,11 @@ WITH ",
   FROM UNNEST($28::text[], $29::text[], $30::bool[], $31::text[], $32::int8[], $33::int8[],
     $34::text[], $35::text[], $36::text[], $37::int8[], $38::text[], $39::int8[], $40::int8[],
     $41::int8[], $42::bool[], $43::bytea[], $44::bool[], $45::bytea[], $46::bool[], $47::bytea[],
-    $48::bool[], $49::bytea[], $60::int8[], $65::int8[])
+    $48::bool[], $49::bytea[], $60::int8[], $65::int8[], $75::int8[], $76::text[], $77::int8[])
     AS v(org_id, task_id, header, status, status_rank, priority, assignee, tags, blocked_by,
       updated_at, lease_id, lease_expires_at, lease_seconds, attempts, set_title, title,
       set_description, description, set_metadata, metadata, set_output, output, finished_rank,
-      last_event_id)
+      last_event_id, run_at, retry, retries)
   WHERE tasks.org_id = v.org_id AND tasks.task_id = v.task_id
 ), unembedded AS (
   DELETE FROM task_vectors USING UNNEST($50::text[], $51::text[]) AS v(org_id, task_id)
@@ -218,6 +224,11 @@ struct HeaderArrays {
     attempts: Vec<Option<i64>>,
     max_attempts: Vec<Option<i64>>,
     finished_rank: Vec<Option<i64>>,
+    run_at: Vec<Option<i64>>,
+    retry: Vec<Option<String>>,
+    retries: Vec<Option<i64>>,
+    schedule_id: Vec<Option<String>>,
+    scheduled_for: Vec<Option<i64>>,
 }
 
 impl HeaderArrays {
@@ -241,6 +252,11 @@ impl HeaderArrays {
         self.attempts.push(h.map(|h| h.attempts));
         self.max_attempts.push(h.map(|h| h.max_attempts));
         self.finished_rank.push(h.and_then(|h| h.finished_rank));
+        self.run_at.push(h.and_then(|h| h.run_at));
+        self.retry.push(h.and_then(|h| h.retry.clone()));
+        self.retries.push(h.map(|h| h.retries));
+        self.schedule_id.push(h.and_then(|h| h.schedule_id.clone()));
+        self.scheduled_for.push(h.and_then(|h| h.scheduled_for));
     }
 }
 
@@ -271,6 +287,8 @@ fn inserted_header(task: &StoredTask, latest: Option<&TaskHeader>) -> HeaderColu
             parent: first.parent,
             created_at: first.created_at,
             max_attempts: first.max_attempts,
+            schedule_id: first.schedule_id,
+            scheduled_for: first.scheduled_for,
             ..HeaderColumns::from(latest)
         },
     }
@@ -429,7 +447,15 @@ fn task_statement(
         .bind(fence_orgs)
         .bind(fence_epochs)
         .bind(fence_node)
-        .bind(column(events, |(_, e)| e.lease_expired.then_some(1_i64)));
+        .bind(column(events, |(_, e)| e.lease_expired.then_some(1_i64)))
+        .bind(inserted.run_at)
+        .bind(inserted.retry)
+        .bind(inserted.retries)
+        .bind(inserted.schedule_id)
+        .bind(inserted.scheduled_for)
+        .bind(updated.run_at)
+        .bind(updated.retry)
+        .bind(updated.retries);
     Some(query)
 }
 

@@ -59,7 +59,8 @@ pub(super) async fn own_conn(pool: &SqlitePool, nice: i32) -> Result<WriterConn>
 /// order of `tasks` (`org_id, task_id, status, status_rank, priority,
 /// assignee, tags, blocked_by, parent_task_id, created_at, updated_at,
 /// lease_id, lease_expires_at, lease_seconds, attempts, max_attempts`),
-/// then its `finished_rank`.
+/// then its `finished_rank, run_at, retry, retries, schedule_id,
+/// scheduled_for`.
 macro_rules! push_header {
     ($b:expr, $org:expr, $header:expr) => {{
         let h = rows::HeaderColumns::from($header);
@@ -80,11 +81,16 @@ macro_rules! push_header {
             .push_bind(h.attempts)
             .push_bind(h.max_attempts)
             .push_bind(h.finished_rank)
+            .push_bind(h.run_at)
+            .push_bind(h.retry)
+            .push_bind(h.retries)
+            .push_bind(h.schedule_id)
+            .push_bind(h.scheduled_for)
     }};
 }
 
 /// Columns `push_header!` binds.
-const HEADER_BINDS: usize = 17;
+const HEADER_BINDS: usize = 22;
 
 /// Binds a padding row of `columns` NULLs (see `padded`). A NULL has no
 /// type in SQLite, so one bind type serves every column.
@@ -107,8 +113,11 @@ fn next_statement<'q, 'a>(
 }
 
 /// Bytes a new task row reserves for its first header change to take
-/// (migration `0014_row_slack`): more than a claim adds to a row.
-const ROW_SLACK: usize = 64;
+/// (migration `0014_row_slack`): more than a claim adds to a row. A claim
+/// by a key named like `agent-7@example.com` adds about 71 (the assignee,
+/// the lease id, expiry and length, a longer status, a later
+/// `updated_at`); 64, as this was, left rows on full pages growing.
+const ROW_SLACK: usize = 80;
 
 /// Appends the task statements of a `CommitPlan` (usage, events, inserts,
 /// headers, content: multi-row, padded) to the multi-statement query `one`.
@@ -178,8 +187,9 @@ fn push_task_statements(
                 "INSERT INTO tasks (org_id, task_id, status, status_rank, priority, \
                      assignee, tags, blocked_by, parent_task_id, created_at, updated_at, \
                      lease_id, lease_expires_at, lease_seconds, attempts, max_attempts, \
-                     finished_rank, title, description, metadata, output, last_event_id, \
-                     slack) SELECT *, zeroblob({ROW_SLACK}) FROM ("
+                     finished_rank, run_at, retry, retries, schedule_id, scheduled_for, title, \
+                     description, metadata, output, last_event_id, slack) \
+                     SELECT *, zeroblob({ROW_SLACK}) FROM ("
             ),
         );
         qb.push_values(rows, |mut b, row| match row {
@@ -220,7 +230,8 @@ fn push_task_statements(
                      blocked_by = v.column8, updated_at = v.column11, \
                      lease_id = v.column12, lease_expires_at = v.column13, \
                      lease_seconds = v.column14, attempts = v.column15, \
-                     last_event_id = COALESCE(v.column18, tasks.last_event_id), \
+                     run_at = v.column18, retry = v.column19, retries = v.column20, \
+                     last_event_id = COALESCE(v.column23, tasks.last_event_id), \
                      slack = NULL{finished} FROM ("
                 ),
             );
