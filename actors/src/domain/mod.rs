@@ -12,6 +12,7 @@ pub mod lease;
 pub mod open;
 pub mod order;
 pub mod period;
+pub mod schedule;
 mod status;
 mod task;
 pub mod usage;
