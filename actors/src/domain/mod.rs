@@ -13,6 +13,7 @@ pub mod open;
 pub mod order;
 pub mod period;
 pub mod retry;
+pub mod schedule;
 mod status;
 mod task;
 pub mod usage;
