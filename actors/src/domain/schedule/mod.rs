@@ -1,0 +1,345 @@
+//! When a schedule ticks: its cron pattern, its time zone, and the id of the
+//! task each tick creates. Pure: the org actor asks for the next tick to arm
+//! its timer and for the latest missed tick when it is served again.
+//!
+//! A pattern is the five standard fields (minute hour day-of-month month
+//! day-of-week) with `*`, numbers, ranges, steps and lists, and nothing
+//! else: every cron users know reads these the same way, while names, `?`,
+//! `L`, `W`, `#`, seconds and nicknames differ from one cron to the next.
+//! When both day fields are restricted (neither is a bare `*`), a day that
+//! matches either fires, as in POSIX cron. A pattern that can never match
+//! (`0 0 31 2 *`) is refused when it is written, not discovered as a
+//! schedule that silently never runs.
+//!
+//! Ticks are wall-clock times in the schedule's zone: `0 9 * * 1-5` in
+//! `Europe/Berlin` is 09:00 in Berlin all year, 07:00 or 08:00 UTC. They
+//! are computed on the zone's local clock (croner on a naive date and time,
+//! where no hour is missing or repeated) and then placed on the time line,
+//! so that each local tick fires once, whatever daylight saving time does:
+//! - a local time that does not exist (the hour skipped when clocks spring
+//!   forward, 02:30 on the change day in `America/New_York`) fires at the
+//!   first instant after the gap (03:00 there). A user sees that day's run
+//!   at 03:00 rather than no run at all; an hourly pattern's 02:00 and
+//!   03:00 runs are that one instant, so that hour has one run;
+//! - a local time that exists twice (the hour repeated when clocks fall
+//!   back, 01:30) fires at the first of its two instants. A user sees one
+//!   run, not two; an hourly or minutely pattern has no runs in the repeated
+//!   hour, since every local time in it has already fired.
+//!
+//! So ticks are strictly increasing instants, one per local tick, and all
+//! whole minutes. A tick's task id is a name-based UUID of the schedule and
+//! the tick's instant: however often a tick is fired (a takeover, a crash
+//! between commit and answer), it names one task, and the store keeps one.
+
+use chrono::{DateTime, LocalResult, NaiveDateTime, SubsecRound, TimeDelta, TimeZone};
+use chrono_tz::Tz;
+use croner::parser::{CronParser, Seconds, Year};
+use croner::Cron;
+use uuid::Uuid;
+
+use super::TaskId;
+
+/// A validated five-field cron pattern (minute hour day-of-month month
+/// day-of-week) and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronSpec {
+    /// The fields as written, joined by single spaces.
+    text: String,
+    cron: Cron,
+}
+
+impl CronSpec {
+    /// Only the five standard fields, each `*`, a number, a range `a-b`, a
+    /// step `*/n` or `a-b/n`, or a comma-separated list of those, with
+    /// numbers in range (minute 0-59, hour 0-23, day 1-31, month 1-12,
+    /// day-of-week 0-7 with 0 and 7 both Sunday). Anything else, and a
+    /// pattern that can never match, is an error that says what is wrong,
+    /// phrased to follow `cron: `.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let fields: Vec<&str> = text.split_ascii_whitespace().collect();
+        if let Some(nickname) = fields.first().filter(|field| field.starts_with('@')) {
+            return Err(format!(
+                "nicknames such as `{nickname}` are not supported: write the five fields \
+                 (minute hour day-of-month month day-of-week), e.g. `0 0 * * *` for daily"
+            ));
+        }
+        let count = fields.len();
+        let Ok(fields) = <[&str; 5]>::try_from(fields) else {
+            return Err(format!(
+                "expected five fields (minute hour day-of-month month day-of-week), found {count}"
+            ));
+        };
+        let mut values = [0u64; 5];
+        for ((field, written), value) in FIELDS.iter().zip(fields).zip(&mut values) {
+            *value = field.values(written)?;
+        }
+        check_some_day_exists(fields, values)?;
+
+        let text = fields.join(" ");
+        let cron = CronParser::builder()
+            .seconds(Seconds::Disallowed)
+            .year(Year::Disallowed)
+            .dom_and_dow(false)
+            .alternative_weekdays(false)
+            .build()
+            .parse(&text)
+            .map_err(|error| format!("cannot be evaluated: {error}"))?;
+        Ok(Self { text, cron })
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+/// An IANA time zone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Zone(Tz);
+
+impl Zone {
+    /// A name of the IANA database (`Europe/Berlin`, `UTC`), as spelt there;
+    /// an unknown one is an error naming it.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        name.parse::<Tz>().map(Self).map_err(|_| {
+            format!("unknown time zone `{name}`: expected an IANA name such as `Europe/Berlin` or `UTC`")
+        })
+    }
+
+    pub fn utc() -> Self {
+        Self(Tz::UTC)
+    }
+
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+}
+
+/// The first tick strictly after `after_ms` (milliseconds since the Unix
+/// epoch), as milliseconds. `None` only past croner's search bound (the
+/// local year 5000) or for an `after_ms` chrono cannot represent: every
+/// pattern [`CronSpec::parse`] accepts ticks at least once in eight years.
+pub fn next_tick(cron: &CronSpec, zone: &Zone, after_ms: i64) -> Option<i64> {
+    // No local tick up to the local time of `after` is later than `after`;
+    // one after it may still not be, when `after` is in the second pass of a
+    // repeated hour and the tick is in that hour: those have fired already.
+    let mut local = local_time(zone, after_ms)?;
+    loop {
+        local = next_local_tick(cron, local)?;
+        let instant = first_instant(zone, local)?;
+        if instant > after_ms {
+            return Some(instant);
+        }
+    }
+}
+
+/// The latest tick in `(after_ms, until_ms]`, if any: the one tick fired
+/// after an outage. It searches back from `until_ms` on the local clock, so
+/// a span of years costs no more than a short one.
+pub fn latest_tick(cron: &CronSpec, zone: &Zone, after_ms: i64, until_ms: i64) -> Option<i64> {
+    if until_ms <= after_ms {
+        return None;
+    }
+    let until_local = local_time(zone, until_ms)?;
+    let mut latest =
+        previous_local_tick(cron, until_local).and_then(|local| first_instant(zone, local));
+    // When `until` is in the second pass of a repeated hour, local ticks
+    // after its local time can still lie before it, in the first pass.
+    let mut local = until_local;
+    while let Some(next) = next_local_tick(cron, local) {
+        match first_instant(zone, next) {
+            Some(instant) if instant <= until_ms => {
+                latest = Some(instant);
+                local = next;
+            }
+            _ => break,
+        }
+    }
+    latest.filter(|&instant| instant > after_ms)
+}
+
+/// The id of the task a schedule's tick creates: a name-based UUID (v5)
+/// under [`TICK_NAMESPACE`] of the schedule id's 16 bytes followed by the
+/// tick's milliseconds as 8 big-endian bytes. A tick fired twice derives
+/// one id; these ids are not time-ordered as minted ones (v7) are.
+pub fn tick_task_id(schedule_id: Uuid, tick_ms: i64) -> TaskId {
+    let mut name = [0u8; 24];
+    name[..16].copy_from_slice(schedule_id.as_bytes());
+    name[16..].copy_from_slice(&tick_ms.to_be_bytes());
+    TaskId(Uuid::new_v5(&TICK_NAMESPACE, &name))
+}
+
+/// The namespace of tick task ids: fixed forever, since changing it would
+/// give a tick fired again after an upgrade a second task.
+pub const TICK_NAMESPACE: Uuid = Uuid::from_u128(0x9546c207_2e8b_4b70_ad28_746a43faf5d9);
+
+/// The longest run of local times that do not exist. The longest in the
+/// IANA database is a whole day (Samoa skipped 30 December 2011).
+const LONGEST_GAP_MINUTES: u32 = 48 * 60;
+
+/// One of the five fields: its name in messages and its range.
+struct Field {
+    name: &'static str,
+    min: u32,
+    max: u32,
+}
+
+const FIELDS: [Field; 5] = [
+    Field::new("minute", 0, 59),
+    Field::new("hour", 0, 23),
+    Field::new("day-of-month", 1, 31),
+    Field::new("month", 1, 12),
+    Field::new("day-of-week", 0, 7),
+];
+
+impl Field {
+    const fn new(name: &'static str, min: u32, max: u32) -> Self {
+        Self { name, min, max }
+    }
+
+    /// The values `written` stands for, as bits; an error says which part
+    /// of which field is wrong.
+    fn values(&self, written: &str) -> Result<u64, String> {
+        let refuse = |reason: String| format!("{} field `{written}`: {reason}", self.name);
+        let mut values = 0u64;
+        for item in written.split(',') {
+            if item.is_empty() {
+                return Err(refuse("a list item is empty".into()));
+            }
+            let (range, step) = match item.split_once('/') {
+                Some((range, step)) => (range, Some(step)),
+                None => (item, None),
+            };
+            let (low, high) = if range == "*" {
+                (self.min, self.max)
+            } else if let Some((low, high)) = range.split_once('-') {
+                let (low, high) = (
+                    self.number(low).map_err(refuse)?,
+                    self.number(high).map_err(refuse)?,
+                );
+                if low > high {
+                    return Err(refuse(format!("range `{range}` runs backwards")));
+                }
+                (low, high)
+            } else {
+                let value = self.number(range).map_err(refuse)?;
+                if let Some(step) = step {
+                    return Err(refuse(format!(
+                        "a step follows `*` or a range, as in `*/{step}` or `{value}-{}/{step}`",
+                        self.max
+                    )));
+                }
+                (value, value)
+            };
+            let step = match step {
+                None => 1,
+                Some(step) => self.step(step).map_err(refuse)?,
+            };
+            for value in (low..=high).step_by(step as usize) {
+                values |= 1 << value;
+            }
+        }
+        Ok(values)
+    }
+
+    fn number(&self, text: &str) -> Result<u32, String> {
+        if text.is_empty() {
+            return Err("a number is missing".into());
+        }
+        if !is_digits(text) {
+            return Err(format!(
+                "`{text}` is not a number (names, `?`, `L`, `W` and `#` are not supported)"
+            ));
+        }
+        match text.parse() {
+            Ok(value) if (self.min..=self.max).contains(&value) => Ok(value),
+            _ => Err(format!(
+                "`{text}` is out of range {}-{}",
+                self.min, self.max
+            )),
+        }
+    }
+
+    fn step(&self, text: &str) -> Result<u32, String> {
+        if text.is_empty() {
+            return Err("a step is missing after `/`".into());
+        }
+        match text.parse() {
+            Ok(step) if is_digits(text) && (1..=self.max).contains(&step) => Ok(step),
+            _ => Err(format!(
+                "step `{text}` is not a number from 1 to {}",
+                self.max
+            )),
+        }
+    }
+}
+
+/// Decimal digits only: no sign, which `str::parse` would take.
+fn is_digits(text: &str) -> bool {
+    text.bytes().all(|byte| byte.is_ascii_digit())
+}
+
+/// Refuses a pattern whose days of the month fall in none of its months
+/// (`31` in `2,4`). Only a bare `*` day-of-week leaves the day-of-month
+/// alone to choose days; a restricted day-of-week matches some day of every
+/// month. February counts its 29th, which leap years have.
+fn check_some_day_exists(fields: [&str; 5], values: [u64; 5]) -> Result<(), String> {
+    const DAYS_IN_MONTH: [u32; 12] = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let [.., day_of_month, month, day_of_week] = fields;
+    if day_of_week != "*" {
+        return Ok(());
+    }
+    let [_, _, days, months, _] = values;
+    let some_day_exists = (1..=12u32)
+        .filter(|month| months & (1 << month) != 0)
+        .any(|month| days & ((1u64 << (DAYS_IN_MONTH[month as usize - 1] + 1)) - 1) != 0);
+    if some_day_exists {
+        Ok(())
+    } else {
+        Err(format!(
+            "never matches: day-of-month `{day_of_month}` does not occur in month `{month}`"
+        ))
+    }
+}
+
+/// The wall-clock time in `zone` at `at_ms`.
+fn local_time(zone: &Zone, at_ms: i64) -> Option<NaiveDateTime> {
+    Some(
+        DateTime::from_timestamp_millis(at_ms)?
+            .with_timezone(&zone.0)
+            .naive_local(),
+    )
+}
+
+/// The first local tick strictly after `local`.
+fn next_local_tick(cron: &CronSpec, local: NaiveDateTime) -> Option<NaiveDateTime> {
+    cron.cron
+        .find_next_occurrence(&local.trunc_subsecs(0), false)
+        .ok()
+}
+
+/// The last local tick at or before `local`.
+fn previous_local_tick(cron: &CronSpec, local: NaiveDateTime) -> Option<NaiveDateTime> {
+    cron.cron
+        .find_previous_occurrence(&local.trunc_subsecs(0), true)
+        .ok()
+}
+
+/// Where the local time `local` lies on the time line, in milliseconds:
+/// the first of its instants when it exists twice, the first instant after
+/// the gap when it does not exist. Floored to the minute, so that the few
+/// zones whose offsets once had seconds tick on whole minutes too.
+fn first_instant(zone: &Zone, local: NaiveDateTime) -> Option<i64> {
+    let mut candidate = local;
+    for _ in 0..=LONGEST_GAP_MINUTES {
+        match zone.0.from_local_datetime(&candidate) {
+            LocalResult::Single(instant) | LocalResult::Ambiguous(instant, _) => {
+                let ms = instant.timestamp_millis();
+                return Some(ms - ms.rem_euclid(60_000));
+            }
+            LocalResult::None => candidate = candidate.checked_add_signed(TimeDelta::minutes(1))?,
+        }
+    }
+    None
+}
+#[cfg(test)]
+mod tests;
