@@ -61,6 +61,8 @@ pub enum LimitKind {
     Teams,
     /// The number of webhook endpoints.
     Webhooks,
+    /// The number of schedules.
+    Schedules,
 }
 
 /// A refusal by one of the org's limits.
@@ -86,6 +88,7 @@ impl LimitExceeded {
             LimitKind::Tags => "tags limit reached",
             LimitKind::Teams => "teams limit reached",
             LimitKind::Webhooks => "webhooks limit reached",
+            LimitKind::Schedules => "schedules limit reached",
         }
     }
 
@@ -99,6 +102,7 @@ impl LimitExceeded {
             LimitKind::Tags => Some("tags"),
             LimitKind::Teams => Some("teams"),
             LimitKind::Webhooks => Some("webhooks"),
+            LimitKind::Schedules => Some("schedules"),
         };
         let per_minute = matches!(self.kind, LimitKind::Writes | LimitKind::Reads);
         LimitDetail {

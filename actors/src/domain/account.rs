@@ -49,9 +49,9 @@ impl Tier {
     /// The tier's numbers before operator overrides (`None`: unlimited).
     pub fn default_limits(self, seats: i64) -> Limits {
         let seats = seats.max(1);
-        let (w, r, month, tags, teams, plans, webhooks) = match self {
-            Tier::Free => (Some(10), Some(30), Some(10_000), 20, 0, 0, 0),
-            Tier::Dev => (Some(30), Some(120), Some(100_000), 100, 5, 0, 5),
+        let (w, r, month, tags, teams, plans, webhooks, schedules) = match self {
+            Tier::Free => (Some(10), Some(30), Some(10_000), 20, 0, 0, 0, 0),
+            Tier::Dev => (Some(30), Some(120), Some(100_000), 100, 5, 0, 5, 10),
             Tier::Pro => (
                 Some((60 * seats).min(600)),
                 Some((300 * seats).min(3_000)),
@@ -60,6 +60,7 @@ impl Tier {
                 50,
                 100,
                 25,
+                100,
             ),
             Tier::Enterprise => (
                 Some(600),
@@ -69,6 +70,7 @@ impl Tier {
                 500,
                 1_000,
                 100,
+                1_000,
             ),
         };
         Limits {
@@ -80,6 +82,7 @@ impl Tier {
             teams: Some(teams),
             plans_per_month: Some(plans),
             webhooks: Some(webhooks),
+            schedules: Some(schedules),
         }
     }
 }
@@ -98,10 +101,11 @@ pub enum LimitKey {
     Teams,
     PlansPerMonth,
     Webhooks,
+    Schedules,
 }
 
 impl LimitKey {
-    pub const ALL: [LimitKey; 8] = [
+    pub const ALL: [LimitKey; 9] = [
         LimitKey::WritesPerMinute,
         LimitKey::ReadsPerMinute,
         LimitKey::RequestsPerMonth,
@@ -110,6 +114,7 @@ impl LimitKey {
         LimitKey::Teams,
         LimitKey::PlansPerMonth,
         LimitKey::Webhooks,
+        LimitKey::Schedules,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -122,6 +127,7 @@ impl LimitKey {
             LimitKey::Teams => "teams",
             LimitKey::PlansPerMonth => "plans_per_month",
             LimitKey::Webhooks => "webhooks",
+            LimitKey::Schedules => "schedules",
         }
     }
 
@@ -141,6 +147,7 @@ pub struct Limits {
     pub teams: Option<i64>,
     pub plans_per_month: Option<i64>,
     pub webhooks: Option<i64>,
+    pub schedules: Option<i64>,
 }
 
 impl Limits {
@@ -158,6 +165,7 @@ impl Limits {
             LimitKey::Teams => &self.teams,
             LimitKey::PlansPerMonth => &self.plans_per_month,
             LimitKey::Webhooks => &self.webhooks,
+            LimitKey::Schedules => &self.schedules,
         }
     }
 
@@ -171,6 +179,7 @@ impl Limits {
             LimitKey::Teams => &mut self.teams,
             LimitKey::PlansPerMonth => &mut self.plans_per_month,
             LimitKey::Webhooks => &mut self.webhooks,
+            LimitKey::Schedules => &mut self.schedules,
         };
         *slot = value;
     }

@@ -10,18 +10,21 @@ use std::sync::Arc;
 use ractor::{ActorRef, RpcReplyPort};
 
 use crate::api::{
-    ClaimRequest, CreateTasks, CreateWebhook, CreatedItem, ListTasks, MemberPatch, MemberView,
-    NewTag, NewTeam, QuotaView, TagPatch, TeamPatch, UpdateResult, UpdateTasks,
+    ClaimRequest, CreateSchedule, CreateTasks, CreateWebhook, CreatedItem, ListTasks, MemberPatch,
+    MemberView, NewTag, NewTeam, PatchSchedule, QuotaView, TagPatch, TeamPatch, UpdateResult,
+    UpdateTasks,
 };
 use crate::directory::OrgEntry;
 use crate::domain::account::{Caller, KeyRecord, MemberRecord, Role, SettingsChange};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::order::ListKey;
+use crate::domain::schedule::ScheduleRecord;
 use crate::domain::usage::RequestKind;
 use crate::domain::webhooks::Endpoint;
 use crate::domain::{KeyId, Lease, StoredTask, TaskHeader, TaskId};
 use crate::error::EngineError;
 use crate::writer::Commit;
+use uuid::Uuid;
 
 /// What the actor answers: the result, and the commit of whatever it wrote
 /// (usage included, also when the request failed), which the caller awaits
@@ -159,6 +162,7 @@ pub enum OrgMsg {
     },
     /// The org's webhook endpoints (admins and owners).
     Webhook(WebhookMsg),
+    Schedule(ScheduleMsg),
     /// Charges one planning call; answers the plans left this month.
     ChargePlan {
         reply: Reply<Option<i64>>,
@@ -221,6 +225,35 @@ pub enum OrgMsg {
     /// waiting for the timer, and answers when their batch is queued.
     #[cfg(feature = "test-hooks")]
     ExpireLeases(RpcReplyPort<()>),
+}
+
+/// A request about the org's schedules, a member's, admitted first.
+pub enum ScheduleMsg {
+    List {
+        caller: Caller,
+        reply: Reply<Vec<ScheduleRecord>>,
+    },
+    Get {
+        caller: Caller,
+        schedule: Uuid,
+        reply: Reply<ScheduleRecord>,
+    },
+    Create {
+        caller: Caller,
+        request: CreateSchedule,
+        reply: Reply<ScheduleRecord>,
+    },
+    Patch {
+        caller: Caller,
+        schedule: Uuid,
+        patch: PatchSchedule,
+        reply: Reply<ScheduleRecord>,
+    },
+    Delete {
+        caller: Caller,
+        schedule: Uuid,
+        reply: Reply<()>,
+    },
 }
 
 /// A request about the org's webhook endpoints; all but `Disable` are a

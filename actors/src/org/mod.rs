@@ -29,6 +29,7 @@ mod claims;
 mod content;
 mod limits;
 mod messages;
+mod schedules;
 mod settings;
 mod tasks;
 mod time;
@@ -45,12 +46,14 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
 pub use access::{format_api_key, parse_api_key};
 pub use content::ContentBudget;
 pub use messages::*;
+pub use schedules::open_template;
 
 use crate::clock::Clock;
 use crate::directory::{OrgDirectory, OrgEntry};
 use crate::domain::account::{KeyRecord, MemberRecord};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::open::OpenTasks;
+use crate::domain::schedule::ScheduleRecord;
 use crate::domain::usage::{RequestKind, Usage};
 use crate::domain::webhooks::Endpoint;
 use crate::domain::{KeyId, OrgId};
@@ -119,6 +122,8 @@ pub struct OrgState {
     memberships: BTreeMap<(String, String), Membership>,
     /// Webhook endpoints, active or not, without their secrets.
     webhooks: Vec<Endpoint>,
+    /// Schedules, active or not, by id; their templates sealed.
+    schedules: BTreeMap<uuid::Uuid, ScheduleRecord>,
     /// This month's counters.
     usage: Usage,
     buckets: limits::Buckets,
@@ -229,6 +234,7 @@ impl Actor for OrgActor {
             teams: BTreeMap::new(),
             memberships: BTreeMap::new(),
             webhooks: Vec::new(),
+            schedules: BTreeMap::new(),
             usage: Usage::default(),
             buckets: limits::Buckets::default(),
             waiters: waiters::Waiters::default(),
@@ -280,9 +286,16 @@ impl Actor for OrgActor {
             .map(|m| ((m.team.clone(), m.email.clone()), m))
             .collect();
         state.webhooks = records.webhooks;
+        state.schedules = records
+            .schedules
+            .into_iter()
+            .map(|s| (s.schedule_id, s))
+            .collect();
         state.usage = records.usage.unwrap_or_default();
         tracing::info!(org_id = %org, open_tasks = state.open.len(), "org actor started");
         self.expire_leases(state).await?;
+        // Ticks missed while nobody served the org fire first.
+        myself.send_message(OrgMsg::TimeTick)?;
         // Also replaces what a predecessor that failed left behind.
         self.publish(state);
         let period = (deps.idle_after / 2).max(Duration::from_millis(200));
@@ -476,6 +489,7 @@ impl Actor for OrgActor {
                 serve!(self, state, reply, read, |work| Ok(self.quota(state)))
             }
             OrgMsg::Webhook(msg) => self.serve_webhooks(state, msg),
+            OrgMsg::Schedule(msg) => self.serve_schedules(state, msg),
             OrgMsg::ChargePlan { reply } => serve!(self, state, reply, write, |work| {
                 self.charge_plan(state, &mut work)
             }),
@@ -504,7 +518,7 @@ impl Actor for OrgActor {
                 state.lease_timer_at = None;
                 self.expire_leases(state).await?;
             }
-            OrgMsg::TimeTick => self.time_passed(state),
+            OrgMsg::TimeTick => self.time_passed(state).await?,
             OrgMsg::WaitElapsed => self.answer_elapsed_waiters(state),
             OrgMsg::ReleaseWaiters => self.release_waiters(state),
             OrgMsg::ClaimantGone => state.waiters.drop_gone(),

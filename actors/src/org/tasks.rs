@@ -22,7 +22,7 @@ use crate::error::{EngineError, ValidationError};
 pub const SYSTEM_AGENT: &str = "system";
 
 impl OrgState {
-    fn content_policy(&self) -> ContentPolicy {
+    pub(super) fn content_policy(&self) -> ContentPolicy {
         match self.entry.record.encryption {
             Encryption::Managed => ContentPolicy::Managed,
             Encryption::Byok => ContentPolicy::ClientEncrypted,

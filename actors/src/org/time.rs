@@ -10,26 +10,32 @@ use std::time::Duration;
 use ractor::ActorRef;
 
 use super::{OrgActor, OrgMsg, OrgState};
+use crate::error::EngineError;
 
 impl OrgState {
     /// Whether something of the org must happen at a time even if nobody
     /// asks: a lease to expire, a waiting task to release. Such an actor is
     /// not stopped when idle, and is started again when its server starts.
     pub(super) fn needs_timer(&self) -> bool {
-        self.open.has_leases() || self.open.waiting_len() > 0
+        self.open.has_leases() || self.open.waiting_len() > 0 || self.has_active_schedules()
     }
 }
 
 impl OrgActor {
-    /// What the time timer does: waiting tasks due by now are claimable.
-    pub(super) fn time_passed(&self, state: &mut OrgState) {
+    /// What the time timer does: waiting tasks due by now are claimable,
+    /// and the schedules whose tick came fire.
+    pub(super) async fn time_passed(&self, state: &mut OrgState) -> Result<(), EngineError> {
         state.time_timer_at = None;
         state.open.release_due(self.now());
+        self.fire_schedules(state).await
     }
 
     /// The earliest moment the time timer must fire.
     fn next_due(&self, state: &OrgState) -> Option<i64> {
-        state.open.next_run_at()
+        match (state.open.next_run_at(), state.next_tick()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Arms the time timer for the earliest due moment, unless one that

@@ -89,7 +89,7 @@ impl OrgActor {
     }
 
     /// `serve!` for an operation that does not await.
-    fn serve_now<T>(
+    pub(super) fn serve_now<T>(
         &self,
         state: &mut OrgState,
         reply: Reply<T>,

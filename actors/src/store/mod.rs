@@ -178,6 +178,7 @@ mod keys;
 mod org_records;
 mod reports;
 mod rows;
+mod schedules;
 mod sessions;
 mod tasks;
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use super::{Result, Store};
 use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord};
 use crate::domain::admin::{Membership, Tag, Team};
+use crate::domain::schedule::ScheduleRecord;
 use crate::domain::usage::Usage;
 use crate::domain::webhooks::Endpoint;
 use crate::domain::{OrgId, TaskHeader};
@@ -20,6 +21,7 @@ pub struct OrgRecords {
     pub teams: Vec<Team>,
     pub memberships: Vec<Membership>,
     pub webhooks: Vec<Endpoint>,
+    pub schedules: Vec<ScheduleRecord>,
     /// `None` until the org's usage is first saved.
     pub usage: Option<Usage>,
 }
@@ -29,7 +31,18 @@ impl Store {
     /// and usage, read at once outside a transaction: the caller makes sure
     /// no write of the org is in flight.
     pub async fn load_org(&self, org: OrgId) -> Result<OrgRecords> {
-        let (record, open_tasks, members, keys, tags, teams, memberships, webhooks, usage) = tokio::try_join!(
+        let (
+            record,
+            open_tasks,
+            members,
+            keys,
+            tags,
+            teams,
+            memberships,
+            webhooks,
+            schedules,
+            usage,
+        ) = tokio::try_join!(
             self.get_org(org),
             self.open_task_headers(org),
             self.org_members(org),
@@ -38,6 +51,7 @@ impl Store {
             self.org_teams(org),
             self.org_memberships(org),
             self.org_webhooks(org),
+            self.org_schedules(org),
             self.org_usage(org),
         )?;
         Ok(OrgRecords {
@@ -49,6 +63,7 @@ impl Store {
             teams,
             memberships,
             webhooks,
+            schedules,
             usage,
         })
     }

@@ -341,5 +341,56 @@ fn first_instant(zone: &Zone, local: NaiveDateTime) -> Option<i64> {
     }
     None
 }
+/// A schedule as its org's actor holds it: when it ticks, the sealed
+/// template of the tasks it creates, and where it stands.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleRecord {
+    pub schedule_id: Uuid,
+    pub name: String,
+    pub cron: CronSpec,
+    pub zone: Zone,
+    /// The create item (JSON), sealed like task content, bound to the
+    /// schedule.
+    pub task: Vec<u8>,
+    pub active: bool,
+    /// The next tick while it is active: the timer's deadline.
+    pub next_run_at: Option<i64>,
+    /// The latest tick fired, committed with that tick's task.
+    pub last_run_at: Option<i64>,
+    pub last_error: Option<String>,
+    /// The member whose rights its tasks are created with.
+    pub created_by: String,
+    pub created_at: i64,
+}
+
+impl ScheduleRecord {
+    /// The tick to fire at `now`, if one is due: the latest tick from the
+    /// one `next_run_at` names up to `now`, so ticks missed while nobody
+    /// served the org make one task, for the latest of them.
+    pub fn due_tick(&self, now: i64) -> Option<i64> {
+        let next = self.next_run_at.filter(|_| self.active)?;
+        if next > now {
+            return None;
+        }
+        latest_tick(&self.cron, &self.zone, next - 1, now)
+    }
+
+    /// Where it stands once the tick at `tick` is fired at `now`.
+    pub fn fired(&mut self, tick: i64, now: i64, error: Option<String>) {
+        self.last_run_at = Some(tick);
+        self.last_error = error;
+        self.next_run_at = next_tick(&self.cron, &self.zone, now.max(tick));
+    }
+
+    /// Its next tick counted from `now` (when created, resumed, or given a
+    /// new pattern or zone); none while paused.
+    pub fn rearm(&mut self, now: i64) {
+        self.next_run_at = self
+            .active
+            .then(|| next_tick(&self.cron, &self.zone, now))
+            .flatten();
+    }
+}
+
 #[cfg(test)]
 mod tests;

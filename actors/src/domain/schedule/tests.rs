@@ -371,3 +371,37 @@ fn a_tick_names_one_task() {
         assert!(ids[index + 1..].iter().all(|other| other != id), "{ids:?}");
     }
 }
+
+#[test]
+fn a_record_fires_its_latest_due_tick_once_and_rearms() {
+    let minute = 60_000;
+    let mut s = ScheduleRecord {
+        schedule_id: Uuid::nil(),
+        name: "n".into(),
+        cron: cron("* * * * *"),
+        zone: Zone::utc(),
+        task: Vec::new(),
+        active: true,
+        next_run_at: None,
+        last_run_at: None,
+        last_error: None,
+        created_by: "a@b.c".into(),
+        created_at: 0,
+    };
+    s.rearm(30_000);
+    assert_eq!(s.next_run_at, Some(minute));
+    assert_eq!(s.due_tick(minute - 1), None);
+    assert_eq!(s.due_tick(minute), Some(minute));
+    // Down for five ticks: one task, for the latest.
+    assert_eq!(s.due_tick(5 * minute + 10), Some(5 * minute));
+    s.fired(5 * minute, 5 * minute + 10, None);
+    assert_eq!(
+        (s.last_run_at, s.next_run_at),
+        (Some(5 * minute), Some(6 * minute))
+    );
+    assert_eq!(s.due_tick(5 * minute + 20), None, "a tick fires once");
+    s.active = false;
+    assert_eq!(s.due_tick(10 * minute), None);
+    s.rearm(10 * minute);
+    assert_eq!(s.next_run_at, None, "a paused schedule has no next tick");
+}

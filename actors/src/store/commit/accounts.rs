@@ -277,6 +277,38 @@ macro_rules! account_statements {
                             .await?;
                         }
                     }
+                    WriteOp::UpsertSchedule(s) => {
+                        sqlx::query(
+                            "INSERT INTO schedules (org_id, schedule_id, name, cron, timezone, \
+                             task, active, next_run_at, last_run_at, last_error, created_by, \
+                             created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                             ON CONFLICT (org_id, schedule_id) DO UPDATE SET cron = excluded.cron, \
+                             timezone = excluded.timezone, task = excluded.task, \
+                             active = excluded.active, next_run_at = excluded.next_run_at, \
+                             last_run_at = excluded.last_run_at, last_error = excluded.last_error",
+                        )
+                        .bind(&org)
+                        .bind(s.schedule_id.to_string())
+                        .bind(&s.name)
+                        .bind(s.cron.text())
+                        .bind(s.zone.name())
+                        .bind(&s.task)
+                        .bind(i64::from(s.active))
+                        .bind(s.next_run_at)
+                        .bind(s.last_run_at)
+                        .bind(&s.last_error)
+                        .bind(&s.created_by)
+                        .bind(s.created_at)
+                        .execute($exec)
+                        .await?;
+                    }
+                    WriteOp::DeleteSchedule(id) => {
+                        sqlx::query("DELETE FROM schedules WHERE org_id = $1 AND schedule_id = $2")
+                            .bind(&org)
+                            .bind(id.to_string())
+                            .execute($exec)
+                            .await?;
+                    }
                     WriteOp::InsertTasks(_)
                     | WriteOp::SaveUsage(_)
                     | WriteOp::UpdateHeader { .. }

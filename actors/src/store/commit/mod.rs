@@ -17,6 +17,7 @@ use super::{Result, Store};
 use crate::crypto::SealedSecret;
 use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord};
 use crate::domain::admin::{Membership, Tag, Team};
+use crate::domain::schedule::ScheduleRecord;
 use crate::domain::usage::Usage;
 use crate::domain::webhooks::{Endpoint, OutboxEvent};
 use crate::domain::{ContentField, KeyId, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId};
@@ -95,6 +96,9 @@ pub enum WriteOp {
     DisableWebhook(String),
     /// The endpoint, its pending events and its delivery log go.
     DeleteWebhook(String),
+    /// A schedule as it now stands (new, changed, or fired).
+    UpsertSchedule(ScheduleRecord),
+    DeleteSchedule(uuid::Uuid),
     /// A delivery worker's turns at an endpoint's log or outbox rows (on
     /// SQLite, whose one write lock the worker must not take itself): the
     /// cursor moves, rows delivered go, rows to retry get their next
