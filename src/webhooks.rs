@@ -1,7 +1,7 @@
 //! The webhook sender behind the engine's `WebhookSender` seam: reqwest,
 //! no redirects, a 10 s timeout, at most 1 KiB of an answer read. Unless
 //! private addresses are allowed, a host is resolved here and every
-//! address that is not public is dropped before a connection is made, so
+//! address that is not public (`domain::addresses`) is dropped before a connection is made, so
 //! a name that has come to point inside the network since the endpoint
 //! was created reaches nothing; an IP literal is checked the same way.
 
@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
-use taskq_actors::domain::webhooks::classify;
+use taskq_actors::domain::addresses::classify;
 use taskq_actors::webhook_sender::{
     Delivery, SendFuture, Sent, WebhookSender, DELIVERY_TIMEOUT, KEPT_RESPONSE_BYTES,
 };
@@ -167,6 +167,15 @@ mod tests {
         let strict = HttpWebhookSender::new(false).unwrap();
         assert!(strict.check_literal("http://127.0.0.1:9/x").is_err());
         assert!(strict.check_literal("http://[::1]/x").is_err());
+        for refused in [
+            "http://[64:ff9b::7f00:1]/h",
+            "http://[::127.0.0.1]/h",
+            "http://[2002:7f00:1::]/h",
+            "http://198.18.0.1/h",
+            "http://192.0.0.8/h",
+        ] {
+            assert!(strict.check_literal(refused).is_err(), "{refused}");
+        }
         assert!(strict.check_literal("https://93.184.216.34/x").is_ok());
         assert!(strict.check_literal("https://example.com/x").is_ok());
         let open = HttpWebhookSender::new(true).unwrap();
