@@ -15,6 +15,7 @@ pub mod keyfiles;
 pub mod llm;
 pub mod mcp;
 pub mod moderation;
+pub mod outbound;
 pub mod webhooks;
 
 pub use taskq_process as process;

@@ -5,12 +5,16 @@
 //! `Unavailable`, so a report writer falls back to its template and tries
 //! again next time; an answer that will not become right by asking again
 //! (another 4xx, unreadable JSON, no choice, no text) is `BadAnswer`.
+//! The operator chose the URL: proxies from the environment are followed
+//! (`outbound.rs` says why each client does or does not).
 
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
 use taskq_actors::llm::{ChatError, ChatFuture, ChatMessage, ChatModel};
+
+use crate::outbound::{self, Proxies};
 
 /// Low: plans and runbooks should follow their sources, not invent.
 const TEMPERATURE: f64 = 0.2;
@@ -51,7 +55,9 @@ impl ChatEndpoint {
     ) -> Result<Self, reqwest::Error> {
         let base_url = base_url.strip_suffix('/').unwrap_or(base_url);
         Ok(Self {
-            client: reqwest::Client::builder().timeout(timeout).build()?,
+            client: outbound::client_builder(Proxies::FromEnvironment)
+                .timeout(timeout)
+                .build()?,
             url: format!("{base_url}/chat/completions"),
             model,
             api_key,
@@ -68,6 +74,7 @@ impl ChatEndpoint {
             "messages": messages,
             "temperature": TEMPERATURE,
         });
+        outbound::check_tls(&self.url).map_err(|e| ChatError::Unavailable(e.to_string()))?;
         let mut request = self.client.post(&self.url).json(&body);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);

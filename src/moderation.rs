@@ -2,11 +2,15 @@
 //! `POST {url}/moderations` with `{"input": text}`; flagged means abusive.
 //! An unreachable endpoint or a non-2xx answer means the filter is
 //! unavailable, which the engine turns into a 503 with nothing written.
+//! The operator chose the URL: proxies from the environment are followed
+//! (`outbound.rs` says why each client does or does not).
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use taskq_actors::filter::{ContentFilter, FilterFuture, FilterUnavailable, Verdict};
+
+use crate::outbound::{self, Proxies};
 
 pub struct ModerationEndpoint {
     client: reqwest::Client,
@@ -22,7 +26,7 @@ impl ModerationEndpoint {
         api_key: Option<String>,
     ) -> anyhow::Result<Self> {
         Ok(Self {
-            client: reqwest::Client::builder()
+            client: outbound::client_builder(Proxies::FromEnvironment)
                 .timeout(Duration::from_secs(10))
                 .build()?,
             url: format!("{}/moderations", base_url.trim_end_matches('/')),
@@ -36,6 +40,7 @@ impl ModerationEndpoint {
         if let Some(model) = &self.model {
             body["model"] = json!(model);
         }
+        outbound::check_tls(&self.url).map_err(|e| FilterUnavailable(e.to_string()))?;
         let mut request = self.client.post(&self.url).json(&body);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);

@@ -1,18 +1,23 @@
 //! The webhook sender behind the engine's `WebhookSender` seam: reqwest,
 //! no redirects, a 10 s timeout, at most 1 KiB of an answer read. Unless
 //! private addresses are allowed, a host is resolved here and every
-//! address that is not public is dropped before a connection is made, so
-//! a name that has come to point inside the network since the endpoint
-//! was created reaches nothing; an IP literal is checked the same way.
+//! address that is not public (`domain::addresses`) is dropped before a
+//! connection is made, so a name that has come to point inside the network
+//! since the endpoint was created reaches nothing; an IP literal is checked
+//! the same way. Proxies from the environment are never used, private
+//! addresses allowed or not: a proxy would resolve and connect in the
+//! sender's place (see `outbound.rs`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
-use taskq_actors::domain::webhooks::classify;
+use taskq_actors::domain::addresses::classify;
 use taskq_actors::webhook_sender::{
     Delivery, SendFuture, Sent, WebhookSender, DELIVERY_TIMEOUT, KEPT_RESPONSE_BYTES,
 };
+
+use crate::outbound::{self, Proxies};
 
 pub struct HttpWebhookSender {
     client: reqwest::Client,
@@ -37,7 +42,7 @@ impl Resolve for PublicOnly {
 
 impl HttpWebhookSender {
     pub fn new(allow_private: bool) -> anyhow::Result<Self> {
-        let mut builder = reqwest::Client::builder()
+        let mut builder = outbound::client_builder(Proxies::Ignored)
             .timeout(DELIVERY_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("taskq-webhooks/", env!("CARGO_PKG_VERSION")));
@@ -51,8 +56,9 @@ impl HttpWebhookSender {
     }
 
     /// Refuses an IP literal that is not public (names are checked by the
-    /// resolver).
-    fn check_literal(&self, url: &str) -> Result<(), String> {
+    /// resolver), and HTTPS on a machine without CA roots.
+    fn check_destination(&self, url: &str) -> Result<(), String> {
+        outbound::check_tls(url).map_err(|e| e.to_string())?;
         if self.allow_private {
             return Ok(());
         }
@@ -66,7 +72,7 @@ impl HttpWebhookSender {
     }
 
     async fn post(&self, delivery: Delivery<'_>) -> Sent {
-        if let Err(e) = self.check_literal(delivery.url) {
+        if let Err(e) = self.check_destination(delivery.url) {
             return Sent {
                 error: Some(e),
                 ..Sent::default()
@@ -165,11 +171,22 @@ mod tests {
     fn literal_addresses_are_checked_unless_private_ones_are_allowed() {
         crate::install_crypto_provider();
         let strict = HttpWebhookSender::new(false).unwrap();
-        assert!(strict.check_literal("http://127.0.0.1:9/x").is_err());
-        assert!(strict.check_literal("http://[::1]/x").is_err());
-        assert!(strict.check_literal("https://93.184.216.34/x").is_ok());
-        assert!(strict.check_literal("https://example.com/x").is_ok());
+        for refused in [
+            "http://127.0.0.1:9/x",
+            "http://[::1]/x",
+            "http://[64:ff9b::7f00:1]/h",
+            "http://[::127.0.0.1]/h",
+            "http://[2002:7f00:1::]/h",
+            "http://198.18.0.1/h",
+            "http://192.0.0.8/h",
+        ] {
+            assert!(strict.check_destination(refused).is_err(), "{refused}");
+        }
+        // Plain HTTP: HTTPS also depends on the machine's CA roots.
+        assert!(strict.check_destination("http://93.184.216.34/x").is_ok());
+        assert!(strict.check_destination("http://example.com/x").is_ok());
         let open = HttpWebhookSender::new(true).unwrap();
-        assert!(open.check_literal("http://127.0.0.1:9/x").is_ok());
+        assert!(open.check_destination("http://127.0.0.1:9/x").is_ok());
+        assert!(open.check_destination("http://[64:ff9b::7f00:1]/h").is_ok());
     }
 }

@@ -9,6 +9,7 @@ use taskq_actors::{Engine, EngineConfig};
 
 use super::serve::StoreArgs;
 use crate::keyfiles::{rotate, KeySource};
+use crate::outbound::{self, Proxies};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct KeysArgs {
@@ -64,7 +65,9 @@ pub async fn run(args: KeysArgs) -> anyhow::Result<()> {
 async fn rotate_online(url: &str, new_key: &str) -> anyhow::Result<serde_json::Value> {
     let token = std::env::var("TASKQ_ADMIN_TOKEN")
         .context("TASKQ_ADMIN_TOKEN must hold the operator token to rotate through --url")?;
-    let response = reqwest::Client::new()
+    outbound::check_tls(url)?;
+    let response = outbound::client_builder(Proxies::FromEnvironment)
+        .build()?
         .post(format!(
             "{}/admin/master-key/rotate",
             url.trim_end_matches('/')

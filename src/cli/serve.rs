@@ -20,6 +20,7 @@ use crate::http::{
 use crate::keyfiles::KeySource;
 use crate::llm::ChatEndpoint;
 use crate::moderation::ModerationEndpoint;
+use crate::outbound::{self, Proxies};
 use crate::process::READY_PREFIX;
 use crate::webhooks::HttpWebhookSender;
 
@@ -296,14 +297,19 @@ fn node_identity(
     Ok((Some(id), Some(file)))
 }
 
-/// The client one node reaches the others with.
-fn peer_client() -> reqwest::Client {
-    reqwest::Client::builder()
+/// The client one node reaches the others with: for the operations of
+/// the cluster (`timeout`, 30 s), or for the requests it forwards, which
+/// may be long polls (none).
+fn peer_client(timeout: Option<Duration>) -> anyhow::Result<reqwest::Client> {
+    let mut builder = outbound::client_builder(Proxies::Ignored)
         .connect_timeout(Duration::from_secs(1))
-        .timeout(Duration::from_secs(30))
-        .redirect(reqwest::redirect::Policy::none())
+        .redirect(reqwest::redirect::Policy::none());
+    if let Some(timeout) = timeout {
+        builder = builder.timeout(timeout);
+    }
+    builder
         .build()
-        .unwrap_or_default()
+        .context("building the client that reaches the other nodes")
 }
 
 /// How long a stopping node waits for its orgs to be handed over (several
@@ -325,6 +331,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         "NORMAL" => false,
         other => bail!("TASKQ_SQLITE_SYNCHRONOUS must be FULL or NORMAL, not {other}"),
     };
+    if !outbound::ca_roots_found() {
+        tracing::warn!(
+            "no CA certificates were found on this machine (install ca-certificates, or set \
+             SSL_CERT_FILE or SSL_CERT_DIR): the server runs, but every HTTPS call it makes \
+             (webhooks, model endpoints, other nodes) fails until they are there and the server \
+             restarts"
+        );
+    }
     let keys = KeySource::of(&args.store.data_dir);
     let keyring = keys.load()?;
     if !keyring.previous().is_empty() {
@@ -397,7 +411,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         ..taskq_actors::ClusterConfig::new(advertise_url)
     });
     let engine = Engine::start(config).await.context("starting the engine")?;
-    engine.set_peers(Arc::new(HttpPeers::new(peer_client())));
+    engine.set_peers(Arc::new(HttpPeers::new(peer_client(Some(
+        Duration::from_secs(30),
+    ))?)));
     tracing::info!(
         backend = engine.backend(),
         clustered = engine.is_clustered(),
@@ -411,7 +427,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if admin_token.is_none() {
         tracing::info!("TASKQ_ADMIN_TOKEN is unset: the /admin routes are disabled");
     }
-    let mut shared = Shared::new(engine.clone(), admin_token, keys);
+    let mut shared = Shared::new(engine.clone(), admin_token, keys, peer_client(None)?);
     shared.secure_cookies = args.tls_cert.is_some() && args.tls_key.is_some();
     shared.operator_attempts =
         OperatorAttempts::new(args.operator_wrong_tokens).trusting(args.trusted_proxies.clone());

@@ -3,12 +3,16 @@
 //! "index"}]}`. What may pass if tried later (no connection, a timeout,
 //! 5xx, 429) is `Unavailable`; an answer that will not become right by
 //! asking again (another 4xx, unreadable JSON, the wrong number of vectors,
-//! vectors of different lengths) is `BadAnswer`.
+//! vectors of different lengths) is `BadAnswer`. The operator chose the
+//! URL: proxies from the environment are followed (`outbound.rs` says why
+//! each client does or does not).
 
 use std::time::Duration;
 
 use serde::Deserialize;
 use taskq_actors::embed::{EmbedError, EmbedFuture, Embedder};
+
+use crate::outbound::{self, Proxies};
 
 pub struct EndpointEmbedder {
     client: reqwest::Client,
@@ -39,7 +43,7 @@ impl EndpointEmbedder {
     ) -> Result<Self, reqwest::Error> {
         let base_url = base_url.strip_suffix('/').unwrap_or(base_url);
         Ok(Self {
-            client: reqwest::Client::builder()
+            client: outbound::client_builder(Proxies::FromEnvironment)
                 .timeout(Duration::from_secs(10))
                 .build()?,
             url: format!("{base_url}/embeddings"),
@@ -55,6 +59,7 @@ impl EndpointEmbedder {
         }
         let count = texts.len();
         let body = serde_json::json!({ "model": self.endpoint_model, "input": texts });
+        outbound::check_tls(&self.url).map_err(|e| EmbedError::Unavailable(e.to_string()))?;
         let mut request = self.client.post(&self.url).json(&body);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);

@@ -58,7 +58,13 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(engine: Engine, admin_token: Option<Arc<str>>, keys: KeySource) -> Self {
+    /// `peers` forwards requests to the other nodes (`outbound.rs`).
+    pub fn new(
+        engine: Engine,
+        admin_token: Option<Arc<str>>,
+        keys: KeySource,
+        peers: reqwest::Client,
+    ) -> Self {
         Self {
             engine,
             admin_token,
@@ -66,11 +72,7 @@ impl Shared {
             keys,
             operator_attempts: lockout::OperatorAttempts::new(lockout::DEFAULT_WRONG_TOKENS),
             secure_cookies: false,
-            peers: reqwest::Client::builder()
-                .connect_timeout(std::time::Duration::from_secs(1))
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap_or_default(),
+            peers,
             #[cfg(feature = "test-hooks")]
             test_clock: None,
         }

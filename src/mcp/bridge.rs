@@ -16,6 +16,8 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
 
+use crate::outbound::{self, Proxies};
+
 /// Relays tools to the upstream server.
 struct Bridge {
     upstream: Peer<RoleClient>,
@@ -80,7 +82,9 @@ pub async fn run(url: &str, api_key: &str) -> anyhow::Result<()> {
     )]);
     let config =
         StreamableHttpClientTransportConfig::with_uri(endpoint.clone()).custom_headers(headers);
-    let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+    outbound::check_tls(url)?;
+    let client = outbound::client_builder(Proxies::FromEnvironment).build()?;
+    let transport = StreamableHttpClientTransport::with_client(client, config);
     let upstream: RunningService<RoleClient, ()> = ()
         .serve(transport)
         .await

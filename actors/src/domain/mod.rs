@@ -3,6 +3,7 @@
 //! The org actor applies these rules; the HTTP layer never does.
 
 pub mod account;
+pub mod addresses;
 pub mod admin;
 pub mod error;
 pub mod feedback;

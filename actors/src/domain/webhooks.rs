@@ -1,10 +1,8 @@
 //! Outbound webhooks' pure rules (CONTRACT §7): the event types and which
 //! of them a transition makes, what an endpoint's subscription matches,
-//! the retry schedule, which addresses an endpoint may reach, and the
-//! Standard Webhooks signature. No I/O: the org actor, the delivery worker
-//! and the URL check apply them.
-
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+//! the retry schedule, and the Standard Webhooks signature (which addresses
+//! an endpoint may reach is `addresses.rs`). No I/O: the org actor and the
+//! delivery worker apply them.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
@@ -292,74 +290,6 @@ pub fn next_attempt(
     (at <= created_at.saturating_add(RETRY_WINDOW_MS)).then_some(at)
 }
 
-/// Why an address may not be a webhook's destination.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
-    Loopback,
-    Private,
-    LinkLocal,
-    Unspecified,
-    /// Multicast, broadcast, documentation and other special ranges.
-    Reserved,
-}
-
-impl Refused {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Refused::Loopback => "a loopback address",
-            Refused::Private => "a private address",
-            Refused::LinkLocal => "a link-local address",
-            Refused::Unspecified => "an unspecified address",
-            Refused::Reserved => "a reserved address",
-        }
-    }
-}
-
-/// Whether `ip` is a public address; if not, what it is.
-pub fn classify(ip: IpAddr) -> Result<(), Refused> {
-    match ip {
-        IpAddr::V4(v4) => classify_v4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => classify_v4(v4),
-            None => classify_v6(v6),
-        },
-    }
-}
-
-fn classify_v4(ip: Ipv4Addr) -> Result<(), Refused> {
-    let [a, b, ..] = ip.octets();
-    if ip.is_unspecified() || a == 0 {
-        Err(Refused::Unspecified)
-    } else if ip.is_loopback() {
-        Err(Refused::Loopback)
-    } else if ip.is_private() || (a == 100 && (64..128).contains(&b)) {
-        Err(Refused::Private)
-    } else if ip.is_link_local() {
-        Err(Refused::LinkLocal)
-    } else if ip.is_multicast() || ip.is_broadcast() || ip.is_documentation() || a >= 240 {
-        Err(Refused::Reserved)
-    } else {
-        Ok(())
-    }
-}
-
-fn classify_v6(ip: Ipv6Addr) -> Result<(), Refused> {
-    let first = ip.segments()[0];
-    if ip.is_unspecified() {
-        Err(Refused::Unspecified)
-    } else if ip.is_loopback() {
-        Err(Refused::Loopback)
-    } else if first & 0xfe00 == 0xfc00 {
-        Err(Refused::Private)
-    } else if first & 0xffc0 == 0xfe80 {
-        Err(Refused::LinkLocal)
-    } else if ip.is_multicast() || first == 0x2001 && ip.segments()[1] == 0x0db8 {
-        Err(Refused::Reserved)
-    } else {
-        Ok(())
-    }
-}
-
 /// The prefix of a secret as clients see it.
 pub const SECRET_PREFIX: &str = "whsec_";
 
@@ -557,31 +487,6 @@ mod tests {
         assert_eq!(next_attempt(1, 0, 0, 0.0, Some(1)), Some(5_000));
         assert_eq!(next_attempt(1, 0, 0, 0.0, Some(90_000)), None);
         assert_eq!(next_attempt(1, 0, 0, 0.0, Some(u64::MAX)), None);
-    }
-
-    #[test]
-    fn only_public_addresses_are_destinations() {
-        let check = |s: &str| classify(s.parse().unwrap());
-        assert_eq!(check("93.184.216.34"), Ok(()));
-        assert_eq!(check("2606:2800:220:1:248:1893:25c8:1946"), Ok(()));
-        assert_eq!(check("127.0.0.1"), Err(Refused::Loopback));
-        assert_eq!(check("::1"), Err(Refused::Loopback));
-        assert_eq!(check("::ffff:127.0.0.1"), Err(Refused::Loopback));
-        for private in [
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "100.64.0.1",
-            "fd00::1",
-        ] {
-            assert_eq!(check(private), Err(Refused::Private), "{private}");
-        }
-        assert_eq!(check("169.254.169.254"), Err(Refused::LinkLocal));
-        assert_eq!(check("fe80::1"), Err(Refused::LinkLocal));
-        assert_eq!(check("0.0.0.0"), Err(Refused::Unspecified));
-        assert_eq!(check("::"), Err(Refused::Unspecified));
-        assert_eq!(check("224.0.0.1"), Err(Refused::Reserved));
-        assert_eq!(check("255.255.255.255"), Err(Refused::Reserved));
     }
 
     /// The example of the Standard Webhooks specification's reference

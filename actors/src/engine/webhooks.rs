@@ -12,7 +12,8 @@ use crate::api::{
     WebhookSecret, WebhookTestQueued, WebhookView, WEBHOOKS,
 };
 use crate::domain::account::Caller;
-use crate::domain::webhooks::{classify, Endpoint};
+use crate::domain::addresses::classify;
+use crate::domain::webhooks::Endpoint;
 use crate::domain::OrgId;
 use crate::error::{EngineError, ValidationError};
 use crate::org::{OrgMsg, WebhookMsg};
