@@ -402,6 +402,7 @@ mod tests {
             teams: None,
             plans_per_month: None,
             webhooks: None,
+            schedules: None,
         }
     }
 
