@@ -17,6 +17,7 @@ mod content;
 mod create;
 mod decode;
 mod dek;
+mod integers;
 mod keys;
 mod operator;
 mod org;
