@@ -8,12 +8,16 @@
 //! `server` starts, stops and restarts the server on its own database,
 //! `client` sends HTTP requests to it, and `fixtures` creates orgs, members,
 //! keys, tasks, tags and teams and checks answers. Everything a test uses is
-//! re-exported here.
+//! re-exported here, but for `limits`: what the limits, quota, feedback,
+//! strikes and races tests add (orgs that keep their tier's limits, bursts
+//! until a 429, a stand-in moderation endpoint), which they use as
+//! `common::limits`.
 #![allow(dead_code)]
 
 pub mod browser;
 mod client;
 mod fixtures;
+pub mod limits;
 mod proxy;
 mod server;
 
