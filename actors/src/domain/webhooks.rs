@@ -482,7 +482,7 @@ mod tests {
         let id = "evt_0193c3b1a2b47c3d8e9f0a1b2c3d4e5f";
         assert_eq!(message_id(id, 0), id);
         assert_eq!(message_id(id, 1), "evt_0193c3b1a2b47c3d8e9f0a1b2c3d4e60");
-        assert_eq!(message_id(id, 2), message_id(id, 2));
+        assert_eq!(message_id(id, 2), "evt_0193c3b1a2b47c3d8e9f0a1b2c3d4e61");
         assert_ne!(message_id(id, 1), message_id(id, 2));
         assert_eq!(message_id("evt_other", 1), "evt_other_1");
     }
