@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use taskq_actors::api::MasterKeyRotated;
 use taskq_actors::crypto::{Keyring, MasterKey};
-use taskq_actors::Engine;
+use taskq_actors::{Engine, EngineError};
 
 const CURRENT: &str = "master.key";
 const PREVIOUS: &str = "master.key.previous";
@@ -68,46 +68,24 @@ impl KeySource {
     /// (and any still listed) as previous; answers the keyring to install.
     /// With `TASKQ_MASTER_KEY`, `new` must already be the current key: the
     /// operator moves the variables, and the rotation only re-wraps.
-    pub fn stage(&self, new: &str) -> anyhow::Result<Keyring> {
-        let new_key = MasterKey::from_base64(new).context("the new master key")?;
+    pub fn stage(&self, new: &str) -> Result<Keyring, RotationError> {
+        let new_key = MasterKey::from_base64(new).map_err(|_| RotationError::InvalidKey)?;
         let dir = match self {
             KeySource::Env => {
-                let ring = self.load()?;
+                let ring = self.load().map_err(RotationError::keys("read"))?;
                 if ring.current().id() == new_key.id() {
                     return Ok(ring);
                 }
                 // Several nodes: each holds the new key among the previous
                 // ones before one of them makes it current.
-                return ring.with_current(new_key.id()).ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "the master key comes from TASKQ_MASTER_KEY: set TASKQ_MASTER_KEY to the \
-                         new key and TASKQ_MASTER_KEY_PREVIOUS to the old one (or the new one \
-                         among TASKQ_MASTER_KEY_PREVIOUS), restart, then rotate again"
-                    )
-                });
+                return ring
+                    .with_current(new_key.id())
+                    .ok_or(RotationError::NotInEnvironment);
             }
             KeySource::Files(dir) => dir,
         };
-        create_if_absent(dir)?;
-        let current = read(&dir.join(CURRENT))?;
-        if MasterKey::from_base64(&current)?.id() != new_key.id() {
-            let mut previous = match std::fs::read_to_string(dir.join(PREVIOUS)) {
-                Ok(text) => text,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-                Err(e) => return Err(e).context(PREVIOUS),
-            };
-            if !previous.lines().any(|l| l.trim() == current.trim()) {
-                previous.push_str(current.trim());
-                previous.push('\n');
-            }
-            replace(dir, PREVIOUS, &previous)?;
-            replace(dir, CURRENT, new.trim())?;
-            tracing::info!(
-                master_key_id = new_key.id(),
-                "new master key installed on disk"
-            );
-        }
-        self.load()
+        install(dir, new, &new_key).map_err(RotationError::keys("written"))?;
+        self.load().map_err(RotationError::keys("read"))
     }
 
     /// Forgets the previous keys on disk once no wrap needs them.
@@ -123,19 +101,78 @@ impl KeySource {
     }
 }
 
+/// Why a rotation stopped. Each message is one line for the operator; a
+/// failure of the key files keeps its cause (with its chain) for the log.
+#[derive(Debug, thiserror::Error)]
+pub enum RotationError {
+    /// The engine refused or failed the re-wrap.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("the new master key is not base64 of 32 bytes")]
+    InvalidKey,
+    /// The operator manages the keys through the environment, and the new
+    /// key is not among them yet.
+    #[error(
+        "the master key comes from TASKQ_MASTER_KEY: set TASKQ_MASTER_KEY to the new key and \
+         TASKQ_MASTER_KEY_PREVIOUS to the old one (or the new one among \
+         TASKQ_MASTER_KEY_PREVIOUS), restart, then rotate again"
+    )]
+    NotInEnvironment,
+    #[error("the master keys could not be {action}")]
+    Keys {
+        /// `read`, `written` or `retired`.
+        action: &'static str,
+        #[source]
+        cause: anyhow::Error,
+    },
+}
+
+impl RotationError {
+    fn keys(action: &'static str) -> impl FnOnce(anyhow::Error) -> Self {
+        move |cause| RotationError::Keys { action, cause }
+    }
+}
+
 /// Installs `new_key` as the current master key, re-wraps every data key
 /// with it, and forgets the previous keys once nothing needs them.
 pub async fn rotate(
     engine: &Engine,
     source: &KeySource,
     new_key: &str,
-) -> anyhow::Result<MasterKeyRotated> {
+) -> Result<MasterKeyRotated, RotationError> {
     let keyring = source.stage(new_key)?;
     let report = engine.rotate_master(keyring).await?;
     if report.previous_keys_retired {
-        source.retire_previous()?;
+        source
+            .retire_previous()
+            .map_err(RotationError::keys("retired"))?;
     }
     Ok(report)
+}
+
+/// Writes `new` as the current key file of `dir`, the key it replaces
+/// kept in the previous file.
+fn install(dir: &Path, new: &str, new_key: &MasterKey) -> anyhow::Result<()> {
+    create_if_absent(dir)?;
+    let current = read(&dir.join(CURRENT))?;
+    if MasterKey::from_base64(&current)?.id() != new_key.id() {
+        let mut previous = match std::fs::read_to_string(dir.join(PREVIOUS)) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e).context(PREVIOUS),
+        };
+        if !previous.lines().any(|l| l.trim() == current.trim()) {
+            previous.push_str(current.trim());
+            previous.push('\n');
+        }
+        replace(dir, PREVIOUS, &previous)?;
+        replace(dir, CURRENT, new.trim())?;
+        tracing::info!(
+            master_key_id = new_key.id(),
+            "new master key installed on disk"
+        );
+    }
+    Ok(())
 }
 
 /// Keys given one per line or comma-separated; blanks are skipped.

@@ -520,8 +520,7 @@ backend_tests!(fields_are_escaped_and_the_mark_moves, |srv| async move {
 /// either apply once, and a sign-out through one ends the session on both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_work_on_every_node() {
-    if !Backend::Postgres.is_configured() {
-        eprintln!("note: {POSTGRES_ENV} is unset; skipping the board's cluster test");
+    if !Backend::Postgres.available("the board's cluster test") {
         return;
     }
     use base64::Engine as _;

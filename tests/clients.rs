@@ -41,16 +41,11 @@ struct Runtimes {
 }
 
 fn runtimes() -> Option<Runtimes> {
-    let get = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    match (get(PYTHON_ENV), get(NODE_ENV)) {
-        (Some(python), Some(node)) => Some(Runtimes { python, node }),
-        _ => {
-            eprintln!(
-                "note: {PYTHON_ENV} or {NODE_ENV} is unset; skipping the client libraries' tests"
-            );
-            None
-        }
-    }
+    let skipped = "the client libraries' tests";
+    Some(Runtimes {
+        python: env_or_skip(PYTHON_ENV, skipped)?,
+        node: env_or_skip(NODE_ENV, skipped)?,
+    })
 }
 
 fn clients_dir() -> PathBuf {
@@ -607,8 +602,7 @@ async fn completed_now(node: &TestServer, key: &str) -> Option<usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_ride_out_the_owner_killed_in_a_three_node_cluster() {
     let Some(runtimes) = runtimes() else { return };
-    if !Backend::Postgres.is_configured() {
-        eprintln!("note: {POSTGRES_ENV} is unset; skipping the cluster test");
+    if !Backend::Postgres.available("the client libraries' cluster test") {
         return;
     }
     let _turn = TURN.lock().await;

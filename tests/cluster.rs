@@ -28,8 +28,7 @@ impl Cluster {
 
     /// `each` adds what node `i` is started with.
     async fn start_with(n: usize, each: impl Fn(usize, Builder) -> Builder) -> Option<Cluster> {
-        if !Backend::Postgres.is_configured() {
-            eprintln!("note: {POSTGRES_ENV} is unset; skipping a cluster test");
+        if !Backend::Postgres.available("a cluster test") {
             return None;
         }
         let key = base64_key();
@@ -799,8 +798,7 @@ async fn a_rolling_restart_under_load_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_cut_off_mid_load_the_cluster_recovers_by_itself() {
-    if !Backend::Postgres.is_configured() {
-        eprintln!("note: {POSTGRES_ENV} is unset; skipping a cluster test");
+    if !Backend::Postgres.available("a cluster test") {
         return;
     }
     let proxy = Proxy::start(postgres_addr()).await;
@@ -841,8 +839,7 @@ async fn postgres_cut_off_mid_load_the_cluster_recovers_by_itself() {
 /// front of three nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_nginx_round_robin_every_request_is_answered_by_its_owner() {
-    let Ok(nginx) = std::env::var("TASKQ_TEST_NGINX") else {
-        eprintln!("note: TASKQ_TEST_NGINX is unset; skipping the nginx test");
+    let Some(nginx) = env_or_skip("TASKQ_TEST_NGINX", "the nginx test") else {
         return;
     };
     let Some(cluster) = Cluster::start(3).await else {

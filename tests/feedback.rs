@@ -3,13 +3,11 @@
 //! list, blocklist file, off, and a moderation endpoint).
 
 #[macro_use]
-#[path = "limits_common.rs"]
-mod limits_common;
-use limits_common::common;
+mod common;
 
 use chrono::Utc;
+use common::limits::*;
 use common::*;
-use limits_common::*;
 use reqwest::Method;
 
 /// Number of tasks in the feedback org.

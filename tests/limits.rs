@@ -3,12 +3,10 @@
 //! load test with concurrent clients.
 
 #[macro_use]
-#[path = "limits_common.rs"]
-mod limits_common;
-use limits_common::common;
+mod common;
 
+use common::limits::*;
 use common::*;
-use limits_common::*;
 use reqwest::Method;
 use std::collections::BTreeMap;
 use std::sync::Arc;

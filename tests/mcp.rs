@@ -1,7 +1,8 @@
 //! The MCP front end through the real server: `POST /mcp` speaks JSON-RPC
 //! (streamable HTTP, stateless), behind the same key as the API; every
 //! operation is a tool whose result is the route's body and whose failure
-//! carries the route's error message.
+//! carries the route's error message as text and its whole error body as
+//! structured content.
 
 #[macro_use]
 mod common;
@@ -62,9 +63,20 @@ async fn ok(srv: &TestServer, key: &str, tool: &str, arguments: Value) -> Value 
 
 /// A tool's failure: its text, the bare error message.
 async fn failed(srv: &TestServer, key: &str, tool: &str, arguments: Value) -> String {
+    let structured = failure(srv, key, tool, arguments).await;
+    str_field(&structured, "error")
+}
+
+/// A tool's failure: its `structuredContent`, the route's whole error body
+/// (plus `retry_after` where HTTP sends `Retry-After`); the text beside it
+/// is the bare `error` message.
+async fn failure(srv: &TestServer, key: &str, tool: &str, arguments: Value) -> Value {
     let result = call(srv, key, tool, arguments).await;
     assert_eq!(result["isError"], true, "{tool}: {result}");
-    str_field(&result["content"][0], "text")
+    let text = str_field(&result["content"][0], "text");
+    let structured = result["structuredContent"].clone();
+    assert_eq!(structured["error"], text.as_str(), "{tool}: {result}");
+    structured
 }
 
 backend_tests!(mcp_needs_a_key_and_initializes, |srv| async move {
@@ -243,10 +255,22 @@ backend_tests!(tool_failures_carry_the_routes_error, |srv| async move {
 
     // Roles: the same refusal as POST /tags.
     let tags = json!({ "tags": [{ "name": "gpu" }] });
-    let text = failed(&srv, &user, "create_tags", tags.clone()).await;
+    let structured = failure(&srv, &user, "create_tags", tags.clone()).await;
     let (status, body) = srv.post(&user, "/tags", tags).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
-    assert_eq!(text, str_field(&body, "error"));
+    assert_eq!(structured, body);
+
+    // A client-minted id that is taken: the body names it, as on the route.
+    let task = srv.new_task(&user, "taken").await;
+    let again = json!({ "tasks": [{ "task_id": task, "title": "again" }] });
+    let structured = failure(&srv, &user, "create_tasks", again.clone()).await;
+    let (status, body) = srv.post(&user, "/tasks", again).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(structured, body);
+    assert_eq!(
+        structured,
+        json!({ "error": "task_id already exists", "task_id": task })
+    );
 
     // Bad arguments: the decoder's message, naming the field.
     let bad = json!({ "tasks": [{ "title": "t", "priority": 9 }] });
@@ -292,26 +316,44 @@ backend_tests!(tools_obey_the_org_limits, |srv| async move {
     .await;
     // A call that does not decode counts too, as over HTTP.
     failed(&srv, key, "claim_task", json!({ "lease_seconds": -1 })).await;
-    let text = failed(
+    let mut refused = failure(
         &srv,
         key,
         "create_tasks",
         json!({ "tasks": [{ "title": "b" }] }),
     )
     .await;
-    assert_eq!(text, "rate limit exceeded");
-    let (status, _) = srv
+    // How long to wait, which HTTP says in `Retry-After`: whole seconds
+    // within the bucket's minute.
+    let retry_after = refused
+        .as_object_mut()
+        .and_then(|o| o.remove("retry_after"))
+        .and_then(|v| v.as_u64())
+        .unwrap_or_else(|| panic!("a rate limit says how long to wait: {refused}"));
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    let (status, body) = srv
         .post(key, "/tasks", json!({ "tasks": [{ "title": "c" }] }))
         .await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "one bucket for both");
+    assert_eq!(refused, body, "the route's error body");
+    assert_eq!(
+        refused,
+        json!({ "error": "rate limit exceeded", "limit_type": "write", "limit": 2,
+                "window_seconds": 60, "tier": "dev" })
+    );
     // Reads have their own bucket.
     let me = ok(&srv, key, "get_me", json!({})).await;
     assert_eq!(me["role"], "owner");
 
     // A free org hears that teams need an upgrade.
     let free = srv.create_org("free").await;
-    let text = failed(&srv, &free.owner_key, "list_teams", json!({})).await;
-    assert!(text.contains("paid plan"), "{text}");
+    let refused = failure(&srv, &free.owner_key, "list_teams", json!({})).await;
+    assert!(
+        str_field(&refused, "error").contains("paid plan"),
+        "{refused}"
+    );
+    assert_eq!(refused["upgrade"], true, "{refused}");
+    assert!(refused.get("retry_after").is_none(), "no wait: {refused}");
 });
 
 /// The route of every tool, from the OpenAPI document: its operation id is

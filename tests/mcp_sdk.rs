@@ -4,18 +4,20 @@
 //! bridge. The SDK validates every message against the MCP schema.
 //!
 //! Runs when `TASKQ_TEST_MCP_PYTHON` names a Python with the `mcp` package
-//! (`.ci/run` installs one); skipped with a note otherwise.
+//! (`.ci/run` installs one); skipped with a note otherwise (a failure under
+//! `TASKQ_TEST_REQUIRE_ALL=1`).
 
 #[macro_use]
 mod common;
+
+use common::env_or_skip;
 
 const PYTHON_ENV: &str = "TASKQ_TEST_MCP_PYTHON";
 
 backend_tests!(
     the_python_sdk_works_over_http_and_the_stdio_bridge,
     |srv| async move {
-        let Some(python) = std::env::var(PYTHON_ENV).ok().filter(|p| !p.is_empty()) else {
-            eprintln!("note: {PYTHON_ENV} is unset; skipping the MCP Python SDK check");
+        let Some(python) = env_or_skip(PYTHON_ENV, "the MCP Python SDK check") else {
             return;
         };
         let org = srv.create_org("dev").await;

@@ -200,11 +200,7 @@ async fn run(mut command: tokio::process::Command, what: &str) -> String {
 backend_tests!(
     schemathesis_finds_no_failure_on_any_route,
     |mut srv| async move {
-        let Some(st) = std::env::var(SCHEMATHESIS_ENV)
-            .ok()
-            .filter(|p| !p.is_empty())
-        else {
-            eprintln!("note: {SCHEMATHESIS_ENV} is unset; skipping the Schemathesis run");
+        let Some(st) = env_or_skip(SCHEMATHESIS_ENV, "the Schemathesis run") else {
             return;
         };
         // The fuzzer signs in with generated tokens: counted as guesses,

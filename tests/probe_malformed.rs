@@ -47,8 +47,7 @@ macro_rules! ignored_backend_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             #[ignore = $reason]
             async fn postgres() {
-                if !Backend::Postgres.is_configured() {
-                    eprintln!("note: {POSTGRES_ENV} is unset; skipping the PostgreSQL variant");
+                if !Backend::Postgres.available("the PostgreSQL variant") {
                     return;
                 }
                 let $srv = TestServer::start(Backend::Postgres).await;

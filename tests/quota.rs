@@ -2,13 +2,11 @@
 //! their reset at the start of the next month, and restarts.
 
 #[macro_use]
-#[path = "limits_common.rs"]
-mod limits_common;
-use limits_common::common;
+mod common;
 
 use chrono::{DateTime, Utc};
+use common::limits::*;
 use common::*;
-use limits_common::*;
 use reqwest::Method;
 
 /// GET /quota expecting 200.

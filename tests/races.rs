@@ -4,14 +4,12 @@
 //! Fifty rounds each, so a loss one round in ten fails the test.
 
 #[macro_use]
-#[path = "limits_common.rs"]
-mod limits_common;
-use limits_common::common;
+mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use common::limits::*;
 use common::*;
-use limits_common::*;
 use reqwest::Method;
 
 const ROUNDS: usize = 50;

@@ -26,11 +26,16 @@ async fn wraps(srv: &TestServer) -> Vec<(String, Option<String>)> {
     .expect("read the wraps")
 }
 
-fn new_key_file(srv: &TestServer, name: &str) -> (std::path::PathBuf, String) {
+/// A new master key: base64 of 32 random bytes.
+fn random_key() -> String {
     use base64::Engine as _;
     let mut key = uuid::Uuid::new_v4().as_bytes().to_vec();
     key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-    let text = base64::engine::general_purpose::STANDARD.encode(key);
+    base64::engine::general_purpose::STANDARD.encode(key)
+}
+
+fn new_key_file(srv: &TestServer, name: &str) -> (std::path::PathBuf, String) {
+    let text = random_key();
     let path = srv.dir().join(name);
     std::fs::write(&path, &text).expect("write the new key file");
     (path, text)
@@ -393,5 +398,62 @@ backend_tests!(
         // Everything else is served.
         srv.new_task(&other.owner_key, "after the restart").await;
         assert_eq!(srv.list_all(&other.owner_key, "").await.len(), 2);
+    }
+);
+
+/// Rotates through the operator API.
+async fn rotate(srv: &TestServer, new_key: String) -> (StatusCode, Value) {
+    let body = json!({ "new_key": new_key });
+    srv.admin(Method::POST, "/admin/master-key/rotate", Some(body))
+        .await
+}
+
+backend_tests!(
+    a_rotation_the_keys_cannot_take_answers_409_with_its_reason,
+    |backend: Backend| async move {
+        // The operator manages the keys through the environment: the new
+        // key must be among them before a rotation can make it current.
+        let srv = TestServer::builder(backend)
+            .env("TASKQ_MASTER_KEY", &random_key())
+            .start()
+            .await;
+        let org = srv.create_org("dev").await;
+        let (status, body) = rotate(&srv, random_key()).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        assert_eq!(
+            body,
+            json!({ "error": "the master key comes from TASKQ_MASTER_KEY: set TASKQ_MASTER_KEY \
+                to the new key and TASKQ_MASTER_KEY_PREVIOUS to the old one (or the new one \
+                among TASKQ_MASTER_KEY_PREVIOUS), restart, then rotate again" })
+        );
+        srv.new_task(&org.owner_key, "still served").await;
+
+        // Key files that cannot be written: one line for the operator, the
+        // cause in the log, and the current key left as it was.
+        let srv = TestServer::start(backend).await;
+        let org = srv.create_org("dev").await;
+        let task = srv.new_task(&org.owner_key, "written before").await;
+        let before = wraps(&srv).await;
+        std::fs::create_dir(srv.dir().join("taskq-data/master.key.previous"))
+            .expect("a directory where the previous keys' file goes");
+        let (_, new_key) = new_key_file(&srv, "new.key");
+        let (status, body) = rotate(&srv, new_key).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        assert_eq!(
+            body,
+            json!({ "error": "the master keys could not be written" })
+        );
+        let log = srv.server_log();
+        assert!(
+            log.lines()
+                .any(|l| l.contains("master-key rotation failed")
+                    && l.contains("master.key.previous")),
+            "the cause is logged: {log}"
+        );
+        assert_eq!(wraps(&srv).await, before, "no wrap moved");
+        assert_eq!(
+            srv.get_task(&org.owner_key, &task).await["title"],
+            "written before"
+        );
     }
 );

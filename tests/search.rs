@@ -531,13 +531,7 @@ backend_tests!(
 
 /// The real model, when its folder is given.
 fn model_dir() -> Option<String> {
-    let dir = std::env::var("TASKQ_TEST_EMBEDDINGS_MODEL_DIR")
-        .ok()
-        .filter(|d| !d.is_empty());
-    if dir.is_none() {
-        eprintln!("note: TASKQ_TEST_EMBEDDINGS_MODEL_DIR is unset; skipping the builtin model");
-    }
-    dir
+    env_or_skip("TASKQ_TEST_EMBEDDINGS_MODEL_DIR", "the builtin model")
 }
 
 backend_tests!(

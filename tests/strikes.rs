@@ -3,12 +3,10 @@
 //! across one org's members suspend the org.
 
 #[macro_use]
-#[path = "limits_common.rs"]
-mod limits_common;
-use limits_common::common;
+mod common;
 
+use common::limits::*;
 use common::*;
-use limits_common::*;
 use reqwest::Method;
 
 /// The operator's key reset for a member.

@@ -3,6 +3,7 @@
 #[macro_use]
 mod common;
 use common::*;
+use reqwest::Method;
 
 /// RFC 3339, UTC, millisecond precision, `Z` suffix: `2026-01-02T03:04:05.678Z`.
 fn is_millisecond_utc(s: &str) -> bool {
@@ -424,3 +425,59 @@ backend_tests!(blockers_decide_the_initial_status, |srv| async move {
     assert!(history(&second)[0]["from_status"].is_null());
     assert_eq!(history(&second)[0]["to_status"], "blocked");
 });
+
+backend_tests!(
+    integers_follow_json_schema_and_content_keeps_its_numbers,
+    |srv| async move {
+        let org = srv.create_org("pro").await;
+        let key = &org.owner_key;
+        // To JSON Schema, which the document states the requests in, a
+        // number without a fraction is an integer: in a body, in a query and
+        // in the operator's requests.
+        let (status, body) = srv
+            .post(
+                key,
+                "/tasks",
+                json!({ "tasks": [{ "title": "floats", "priority": 2.0, "max_attempts": 3e0,
+                    "metadata": { "ratio": 2.0, "count": 7 } }] }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let id = str_field(&body["results"][0], "task_id");
+        let (status, text) = srv
+            .raw(
+                Method::POST,
+                "/tasks/get",
+                &[("x-api-key", key)],
+                Some(json!({ "task_ids": [id] }).to_string()),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let task = &serde_json::from_str::<Value>(&text).unwrap()["tasks"][0];
+        assert_eq!(
+            (&task["priority"], &task["max_attempts"]),
+            (&json!(2), &json!(3))
+        );
+        // Free-form content is kept as written: `2.0` stays a float.
+        assert!(
+            text.contains(r#""metadata":{"ratio":2.0,"count":7}"#),
+            "{text}"
+        );
+        let (status, body) = srv.get(key, "/tasks?limit=1.0").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["tasks"].as_array().map(Vec::len), Some(1), "{body}");
+        let (status, body) = srv.get(key, "/tasks?limit=1.5").await;
+        assert_bad_request(status, &body, "limit");
+
+        let (status, body) = srv
+            .admin(
+                Method::PATCH,
+                &format!("/admin/orgs/{}", org.org_id),
+                Some(json!({ "seats": 905.0, "limits": { "tags": 9_007_199_254_740_991.0 } })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["seats"], 905, "{body}");
+        assert_eq!(body["limits"]["tags"], 9_007_199_254_740_991_i64, "{body}");
+    }
+);

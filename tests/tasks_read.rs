@@ -351,6 +351,11 @@ backend_tests!(cursor_is_bound_to_its_query, |srv| async move {
     let (status, body) = srv.get(key, "/tasks?cursor=garbage").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["error"], "Invalid pagination cursor");
+    // No cursor is empty, as the document says: a first page is asked
+    // for without one, never by an empty one.
+    let (status, body) = srv.get(key, "/tasks?cursor=").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"], "cursor: must not be empty");
 
     // Cursors are signed: any edit is detected.
     let raw = first["next_cursor"].as_str().unwrap().to_string();

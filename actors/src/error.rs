@@ -289,9 +289,9 @@ impl EngineError {
     }
 }
 
-/// Every error answer: an `error` message, plus the fields the contract
-/// names for some errors.
-#[derive(Debug, Clone, Serialize)]
+/// An error: `error` says what went wrong; a refused id, a plan gate, a
+/// limit, a corrupt value or a failed plan add their fields.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct ErrorBody {
     pub error: String,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
@@ -307,38 +307,8 @@ impl ErrorBody {
     }
 }
 
-/// Only `error` is always there; the other fields come with the errors
-/// that name them.
-impl JsonSchema for ErrorBody {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "ErrorBody".into()
-    }
-
-    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        let tier = generator.subschema_for::<Tier>();
-        schemars::json_schema!({
-            "description": "An error: `error` says what went wrong; a refused id, a plan gate, a limit or a corrupt value add their fields.",
-            "type": "object",
-            "required": ["error"],
-            "properties": {
-                "error": { "type": "string" },
-                "task_id": { "type": "string", "format": "uuid" },
-                "upgrade": { "type": "boolean" },
-                "key_provider": { "type": "string" },
-                "code": { "type": "string" },
-                "field": { "type": "string" },
-                "limit_type": { "type": "string" },
-                "limit": { "type": "integer" },
-                "window_seconds": { "type": "integer" },
-                "tier": tier,
-                "resets": { "type": "string", "format": "date-time" },
-                "plan_calls_remaining": { "type": ["integer", "null"] }
-            }
-        })
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
+/// The fields an error adds to its message, by kind of error.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ErrorDetail {
     /// A client-minted task id is taken.
@@ -367,7 +337,7 @@ pub enum ErrorDetail {
 }
 
 /// Which limit refused a request, and its numbers.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct LimitDetail {
     /// `write`, `read`, `monthly`, `plan`, `tags` or `teams`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -420,10 +390,71 @@ mod tests {
     }
 
     #[test]
-    fn the_error_schema_requires_only_the_message() {
-        let schema = serde_json::to_value(schemars::schema_for!(ErrorBody)).unwrap();
-        assert_eq!(schema["required"], json!(["error"]));
-        assert!(schema["properties"]["limit_type"].is_object(), "{schema}");
+    fn the_error_schema_is_the_bodies_own() {
+        let schema = schemars::generate::SchemaSettings::draft2020_12()
+            .for_serialize()
+            .into_generator()
+            .into_root_schema_for::<ErrorBody>()
+            .to_value();
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let task_id = TaskId(uuid::Uuid::from_u128(7));
+        let errors = [
+            EngineError::invalid("title: is required"),
+            EngineError::TaskIdExists(task_id),
+            EngineError::UpgradeRequired("teams need a paid plan".into()),
+            EngineError::ManagedKeys,
+            EngineError::CiphertextBinding {
+                task_id,
+                field: "title",
+            },
+            EngineError::NoUsablePlan {
+                reason: "no JSON".into(),
+                plan_calls_remaining: None,
+            },
+            EngineError::Limit(LimitExceeded {
+                kind: LimitKind::Reads,
+                limit: 600,
+                tier: Tier::Pro,
+                resets: None,
+                retry_after: Some(1),
+            }),
+            EngineError::Limit(LimitExceeded {
+                kind: LimitKind::MonthlyTasks,
+                limit: 5,
+                tier: Tier::Free,
+                resets: Some(Timestamp(0)),
+                retry_after: None,
+            }),
+        ];
+        for e in errors {
+            let body = body(e);
+            assert!(validator.is_valid(&body), "{body} against {schema}");
+        }
+        assert!(
+            !validator.is_valid(&json!({"limit": 5})),
+            "the message is required"
+        );
+        assert!(!validator.is_valid(&json!({"error": 5})));
+        // Each kind's fields are described, with their types.
+        let text = schema.to_string();
+        for field in [
+            "task_id",
+            "upgrade",
+            "key_provider",
+            "code",
+            "field",
+            "limit_type",
+            "limit",
+            "window_seconds",
+            "tier",
+            "resets",
+            "plan_calls_remaining",
+        ] {
+            assert!(
+                text.contains(&format!("\"{field}\":{{")),
+                "{field}: {schema}"
+            );
+        }
     }
 
     #[test]

@@ -203,6 +203,13 @@ fn lower_priority() {
     }
 }
 
+// The black-box tests' gate, so that one rule says what a missing
+// `TASKQ_TEST_EMBEDDINGS_MODEL_DIR` does (a note, or under
+// `TASKQ_TEST_REQUIRE_ALL=1` a failure).
+#[cfg(test)]
+#[path = "../../tests/common/environment.rs"]
+mod environment;
+
 #[cfg(test)]
 mod tests {
     use std::sync::OnceLock;
@@ -213,15 +220,14 @@ mod tests {
     /// The model named by `TASKQ_TEST_EMBEDDINGS_MODEL_DIR`, loaded once
     /// for every test here; `None` (the test is skipped) when it is unset.
     fn embedder() -> Option<&'static BuiltinEmbedder> {
-        static EMBEDDER: OnceLock<Option<BuiltinEmbedder>> = OnceLock::new();
-        let embedder = EMBEDDER.get_or_init(|| {
-            let dir = std::env::var_os("TASKQ_TEST_EMBEDDINGS_MODEL_DIR")?;
-            Some(BuiltinEmbedder::load(Path::new(&dir)).expect("loading the test model"))
-        });
-        if embedder.is_none() {
-            eprintln!("skipped: TASKQ_TEST_EMBEDDINGS_MODEL_DIR is unset");
-        }
-        embedder.as_ref()
+        static EMBEDDER: OnceLock<BuiltinEmbedder> = OnceLock::new();
+        let dir = environment::env_or_skip(
+            "TASKQ_TEST_EMBEDDINGS_MODEL_DIR",
+            "a test of the builtin model",
+        )?;
+        Some(EMBEDDER.get_or_init(|| {
+            BuiltinEmbedder::load(Path::new(&dir)).expect("loading the test model")
+        }))
     }
 
     fn texts(texts: &[&str]) -> Vec<String> {

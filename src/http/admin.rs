@@ -89,15 +89,23 @@ pub async fn store_outage(
 }
 
 /// Makes a new master key current and re-wraps every data key with it.
-/// Requests keep being served throughout.
+/// Requests keep being served throughout. A rotation the keys' source
+/// cannot take answers 409 with its one-line reason; a failure of the key
+/// files is logged with its cause.
 pub async fn rotate_master_key(
     state: AppState,
     request: RotateMasterKey,
 ) -> Result<MasterKeyRotated, ApiError> {
+    use crate::keyfiles::RotationError;
     crate::keyfiles::rotate(&state.engine, &state.keys, &request.new_key)
         .await
-        .map_err(|e| match e.downcast::<taskq_actors::EngineError>() {
-            Ok(e) => ApiError::from(e),
-            Err(e) => ApiError::new(StatusCode::CONFLICT, format!("{e:#}")),
+        .map_err(|e| match e {
+            RotationError::Engine(e) => ApiError::from(e),
+            RotationError::InvalidKey => ApiError::bad_request(e.to_string()),
+            RotationError::NotInEnvironment => ApiError::new(StatusCode::CONFLICT, e.to_string()),
+            RotationError::Keys { ref cause, .. } => {
+                tracing::error!(error = %e, cause = format!("{cause:#}"), "master-key rotation failed");
+                ApiError::new(StatusCode::CONFLICT, e.to_string())
+            }
         })
 }

@@ -9,7 +9,11 @@
 //! `Engine` call as its HTTP route, with the same roles, plan gates, limits
 //! and quotas. A tool's result is the route's JSON body as text (and as
 //! `structuredContent` when it is an object); a failure is `isError: true`
-//! whose text is the same `error` message HTTP sends.
+//! whose text is the same `error` message HTTP sends, and whose
+//! `structuredContent` is the route's whole error body (a limit's
+//! `limit_type` and `limit`, a plan's `upgrade`, ...) plus `retry_after`,
+//! the seconds HTTP sends as `Retry-After`: a tool result has no headers,
+//! and an agent told to wait must learn for how long.
 
 pub mod bridge;
 mod tools;
@@ -24,7 +28,8 @@ use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use taskq_actors::Caller;
+use serde::Serialize;
+use taskq_actors::{Caller, EngineError, ErrorBody};
 
 use crate::http::AppState;
 pub use tools::tools;
@@ -105,7 +110,30 @@ fn result(answer: tools::Answer) -> CallToolResult {
             if e.is_internal() {
                 tracing::error!(error = %e, "tool call failed");
             }
-            CallToolResult::error(vec![ContentBlock::text(e.body().error)])
+            let failure = ToolFailure::of(&e);
+            let mut result = CallToolResult::error(vec![ContentBlock::text(&failure.body.error)]);
+            result.structured_content =
+                Some(serde_json::to_value(&failure).expect("an error body is plain JSON"));
+            result
+        }
+    }
+}
+
+/// A failed tool call's `structuredContent`: the route's error body, and
+/// the `Retry-After` its HTTP answer carries as a header.
+#[derive(Serialize)]
+struct ToolFailure {
+    #[serde(flatten)]
+    body: ErrorBody,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after: Option<u64>,
+}
+
+impl ToolFailure {
+    fn of(e: &EngineError) -> Self {
+        Self {
+            body: e.body(),
+            retry_after: e.retry_after(),
         }
     }
 }

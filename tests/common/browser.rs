@@ -24,26 +24,13 @@ const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// The chromedriver to use, or `None` (with a note) to skip.
 pub fn chromedriver() -> Option<String> {
-    let found = std::env::var(CHROMEDRIVER_ENV)
-        .ok()
-        .filter(|p| !p.is_empty());
-    if found.is_none() {
-        eprintln!("note: {CHROMEDRIVER_ENV} is unset; skipping the headless Chromium check");
-    }
-    found
+    super::env_or_skip(CHROMEDRIVER_ENV, "the headless Chromium check")
 }
 
 /// axe-core's source, or `None` (with a note) to skip its checks.
 pub fn axe_source() -> Option<String> {
-    match std::env::var(AXE_ENV).ok().filter(|p| !p.is_empty()) {
-        Some(path) => {
-            Some(std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}")))
-        }
-        None => {
-            eprintln!("note: {AXE_ENV} is unset; skipping the axe-core checks");
-            None
-        }
-    }
+    let path = super::env_or_skip(AXE_ENV, "the axe-core checks")?;
+    Some(std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}")))
 }
 
 pub struct Browser {

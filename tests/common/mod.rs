@@ -3,21 +3,28 @@
 //!
 //! Every test file does `#[macro_use] mod common;` and `use common::*;`, then
 //! writes its tests with `backend_tests!`, which runs each body on SQLite and,
-//! when `TASKQ_TEST_POSTGRES_URL` is set, on PostgreSQL.
+//! when `TASKQ_TEST_POSTGRES_URL` is set, on PostgreSQL. A test that needs
+//! something outside the repository asks `env_or_skip` for its variable.
 //!
 //! `server` starts, stops and restarts the server on its own database,
 //! `client` sends HTTP requests to it, and `fixtures` creates orgs, members,
 //! keys, tasks, tags and teams and checks answers. Everything a test uses is
-//! re-exported here.
+//! re-exported here, but for `limits`: what the limits, quota, feedback,
+//! strikes and races tests add (orgs that keep their tier's limits, bursts
+//! until a 429, a stand-in moderation endpoint), which they use as
+//! `common::limits`.
 #![allow(dead_code)]
 
 pub mod browser;
 mod client;
+mod environment;
 mod fixtures;
+pub mod limits;
 mod proxy;
 mod server;
 
 // Each test binary uses a subset of these.
+pub use environment::env_or_skip;
 #[allow(unused_imports)]
 pub use fixtures::*;
 #[allow(unused_imports)]
@@ -45,7 +52,8 @@ pub fn page_client() -> reqwest::Client {
 ///   body a `Backend` so that it can start the server itself (builder options).
 ///
 /// Generates `name::sqlite` and `name::postgres`; the latter returns early
-/// with a note when `TASKQ_TEST_POSTGRES_URL` is unset.
+/// with a note when `TASKQ_TEST_POSTGRES_URL` is unset (and fails under
+/// `TASKQ_TEST_REQUIRE_ALL=1`, see `environment`).
 macro_rules! backend_tests {
     ($name:ident, |$backend:ident: Backend| $body:expr) => {
         mod $name {
@@ -60,11 +68,7 @@ macro_rules! backend_tests {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                if !crate::common::Backend::Postgres.is_configured() {
-                    eprintln!(
-                        "note: {} is unset; skipping the PostgreSQL variant",
-                        crate::common::POSTGRES_ENV
-                    );
+                if !crate::common::Backend::Postgres.available("the PostgreSQL variant") {
                     return;
                 }
                 let $backend = crate::common::Backend::Postgres;

@@ -11,6 +11,8 @@ use std::time::Duration;
 use sqlx::Connection;
 use taskq::process::{ServeCommand, ServerProcess, StartError};
 
+use super::env_or_skip;
+
 /// Environment variable naming a PostgreSQL server (any database on it) that
 /// the PostgreSQL variants of the tests may create databases on.
 pub const POSTGRES_ENV: &str = "TASKQ_TEST_POSTGRES_URL";
@@ -27,10 +29,13 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub fn is_configured(self) -> bool {
+    /// Whether tests can run on this backend; PostgreSQL needs
+    /// `TASKQ_TEST_POSTGRES_URL`, and without it `skipped` is skipped (see
+    /// [`env_or_skip`]).
+    pub fn available(self, skipped: &str) -> bool {
         match self {
             Backend::Sqlite => true,
-            Backend::Postgres => std::env::var(POSTGRES_ENV).is_ok_and(|v| !v.is_empty()),
+            Backend::Postgres => env_or_skip(POSTGRES_ENV, skipped).is_some(),
         }
     }
 }

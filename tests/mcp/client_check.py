@@ -3,7 +3,8 @@
 Run by tests/mcp_sdk.rs. Over streamable HTTP (with the member's key as
 X-Api-Key) and over the `taskq mcp` stdio bridge, it connects with the
 SDK's own client (which validates every message against the MCP schema),
-lists the tools, and runs a claim-work-complete loop plus a failing call.
+lists the tools, and runs a claim-work-complete loop plus failing calls
+(whose error bodies come as structured content).
 Prints one line per connection, `<name> ok <protocol version> <tool
 count>`, and
 exits non-zero with the reason on any failure.
@@ -73,6 +74,14 @@ async def exercise(client, label):
     bad = await client.call_tool("claim_task", {"lease_seconds": 0})
     if not bad.is_error or "lease_seconds" not in bad.content[0].text:
         raise AssertionError(f"{label}: a bad lease was not refused: {bad.content}")
+    # The text is the bare message; the route's whole error body rides
+    # beside it as structured content.
+    if bad.structured_content != {"error": bad.content[0].text}:
+        raise AssertionError(f"{label}: a refusal's structured content: {bad.structured_content}")
+    taken = await client.call_tool("create_tasks", {"tasks": [{"task_id": task_id, "title": title}]})
+    expected = {"error": "task_id already exists", "task_id": task_id}
+    if not taken.is_error or taken.content[0].text != expected["error"] or taken.structured_content != expected:
+        raise AssertionError(f"{label}: a taken id answered {taken.content} {taken.structured_content}")
     return client.protocol_version, len(names)
 
 

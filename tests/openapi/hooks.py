@@ -53,16 +53,23 @@ def positive(case, location):
 
 
 def cadence_of(period):
-    """The cadence of a period the calendar has, or None."""
+    """The cadence of a period the calendar has, or None.
+
+    The server's calendar is ISO 8601's, which has a year 0000; Python's
+    starts at year 1. The Gregorian calendar repeats every 400 years, its
+    ISO weeks too (146,097 days are 20,871 weeks), so year 0000 is checked
+    as year 0400.
+    """
     try:
+        year = int(period[:4]) or 400
         if re.fullmatch(r"\d{4}-\d{2}-\d{2}", period):
-            datetime.date.fromisoformat(period)
+            datetime.date(year, int(period[5:7]), int(period[8:]))
             return "daily"
         if re.fullmatch(r"\d{4}-W\d{2}", period):
-            datetime.date.fromisocalendar(int(period[:4]), int(period[6:]), 1)
+            datetime.date.fromisocalendar(year, int(period[6:]), 1)
             return "weekly"
         if re.fullmatch(r"\d{4}-\d{2}", period):
-            datetime.date(int(period[:4]), int(period[5:]), 1)
+            datetime.date(year, int(period[5:]), 1)
             return "monthly"
     except (TypeError, ValueError):
         return None

@@ -25,10 +25,7 @@ pub struct Receiver {
 impl Receiver {
     /// `None` (with a note) when no Python is configured.
     pub async fn start() -> Option<Receiver> {
-        let Some(python) = std::env::var(PYTHON_ENV).ok().filter(|p| !p.is_empty()) else {
-            eprintln!("note: {PYTHON_ENV} is unset; skipping the webhook receiver checks");
-            return None;
-        };
+        let python = env_or_skip(PYTHON_ENV, "the webhook receiver checks")?;
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/webhooks/receiver.py");
         let mut child = tokio::process::Command::new(&python)
             .arg(script)

@@ -3,7 +3,8 @@
 //! publish), then deserialized by serde, then the type's
 //! [`Decode::validate`] runs what a schema cannot state. So what a client
 //! is told it may send is exactly what is accepted, and a rule is written
-//! once, as an attribute on the type.
+//! once, as an attribute on the type. Integers follow JSON Schema's rule
+//! everywhere (`3.0` is one; see `integers`).
 //!
 //! Refusals name the field by its path (`tasks[2].priority: ...`).
 
@@ -19,6 +20,7 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use super::integers::Integers;
 use super::{ValidationError, NAME_PATTERN, NON_BLANK_PATTERN, TAG_NAME_PATTERN};
 use super::{NON_BLANK_NO_NUL_PATTERN, NO_NUL_PATTERN};
 use super::{TEAM_NAME_PATTERN, UUID_PATTERN};
@@ -95,17 +97,9 @@ pub fn decode<T: Decode>(body: &Value) -> Result<T> {
             return Err(refusal(&error));
         }
     }
-    // JSON Schema counts `3.0` as an integer; serde's integers do not.
-    let integral;
-    let body = if has_integral_float(body) {
-        integral = with_integers(body.clone());
-        &integral
-    } else {
-        body
-    };
     // Read again through `serde_path_to_error` only to name a refusal's
     // path: tracking the path of every value costs more than the read.
-    let mut request = match T::deserialize(body) {
+    let mut request = match T::deserialize(Integers(body)) {
         Ok(request) => request,
         Err(_) => return Err(serde_refusal::<T>(body)),
     };
@@ -115,7 +109,7 @@ pub fn decode<T: Decode>(body: &Value) -> Result<T> {
 
 /// Why serde refuses `body` as a `T`, naming the field by its path.
 fn serde_refusal<T: DeserializeOwned>(body: &Value) -> ValidationError {
-    match serde_path_to_error::deserialize::<_, T>(body) {
+    match serde_path_to_error::deserialize::<_, T>(Integers(body)) {
         Ok(_) => ValidationError::new("request body could not be read"),
         Err(e) => {
             let path = e.path().to_string();
@@ -129,39 +123,12 @@ fn serde_refusal<T: DeserializeOwned>(body: &Value) -> ValidationError {
     }
 }
 
-/// Whether `v` holds a float without a fraction.
-fn has_integral_float(v: &Value) -> bool {
-    match v {
-        Value::Number(n) => n.is_f64() && n.as_f64().is_some_and(|f| f.fract() == 0.0),
-        Value::Array(items) => items.iter().any(has_integral_float),
-        Value::Object(fields) => fields.values().any(has_integral_float),
-        _ => false,
-    }
-}
-
-/// `v` with every float without a fraction written as an integer, where
-/// one holds it.
-fn with_integers(v: Value) -> Value {
-    match v {
-        Value::Number(n) => match n.as_f64() {
-            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9.0e15 => Value::from(f as i64),
-            _ => Value::Number(n),
-        },
-        Value::Array(items) => Value::Array(items.into_iter().map(with_integers).collect()),
-        Value::Object(fields) => Value::Object(
-            fields
-                .into_iter()
-                .map(|(k, v)| (k, with_integers(v)))
-                .collect(),
-        ),
-        other => other,
-    }
-}
-
 /// Reads query parameters (each a string; a repeated one already joined
 /// with commas) as `T`: a value whose property the schema types as an
-/// integer, a number or a boolean is read as one when it parses, else it
-/// stays text and the schema refuses it.
+/// integer or a number is read as a JSON number when it is one (`5`,
+/// `5.0`, `1e3`: then the schema and the integer rule decide, as for a
+/// body), one typed as a boolean as `true` or `false`; anything else stays
+/// text and the schema refuses it.
 pub fn decode_query<T: Decode>(pairs: Vec<(String, String)>) -> Result<T> {
     let schema = &checked::<T>().schema;
     let mut object = Map::new();
@@ -172,10 +139,8 @@ pub fn decode_query<T: Decode>(pairs: Vec<(String, String)>) -> Result<T> {
             Value::Array(ks) => ks.iter().any(|k| k == kind),
             _ => false,
         };
-        let value = if is("integer") {
-            text.parse::<i64>().map(Value::from).ok()
-        } else if is("number") {
-            text.parse::<f64>().ok().map(Value::from)
+        let value = if is("integer") || is("number") {
+            query_number(&text)
         } else if is("boolean") {
             match text.as_str() {
                 "true" => Some(Value::Bool(true)),
@@ -188,6 +153,20 @@ pub fn decode_query<T: Decode>(pairs: Vec<(String, String)>) -> Result<T> {
         object.insert(key, value.unwrap_or(Value::String(text)));
     }
     decode(&Value::Object(object))
+}
+
+/// A query value as a JSON number, when it is one; a sign or zeros before
+/// the digits are taken as an integer's (`+5`, `007`).
+fn query_number(text: &str) -> Option<Value> {
+    if let Ok(integer) = text.parse::<i64>() {
+        return Some(Value::from(integer));
+    }
+    if text.trim() != text {
+        return None;
+    }
+    serde_json::from_str::<serde_json::Number>(text)
+        .ok()
+        .map(Value::Number)
 }
 
 /// `tasks[0].title` for the instance path `/tasks/0/title`.
@@ -529,6 +508,17 @@ mod tests {
         );
         let e = decode_query::<Query>(pairs(&[("limit", "x")])).unwrap_err();
         assert_eq!(e.0, "limit: must be an integer");
+        // The integers of a body: a number without a fraction.
+        for integral in ["20.0", "2e1", "+20", "020"] {
+            let q: Query = decode_query(pairs(&[("limit", integral)])).unwrap();
+            assert_eq!(q.limit, Some(20), "{integral}");
+        }
+        for refused in ["20.5", "inf", "NaN", " 20", "20 "] {
+            let e = decode_query::<Query>(pairs(&[("limit", refused)])).unwrap_err();
+            assert_eq!(e.0, "limit: must be an integer", "{refused}");
+        }
+        let e = decode_query::<Query>(pairs(&[("limit", "2e3")])).unwrap_err();
+        assert_eq!(e.0, "limit: must be at most 200");
         let e = decode_query::<Query>(pairs(&[("full", "yes")])).unwrap_err();
         assert_eq!(e.0, "full: must be a boolean");
         let e = decode_query::<Query>(pairs(&[("zzz", "1")])).unwrap_err();
@@ -541,6 +531,14 @@ mod tests {
         assert_eq!(batch.items[0].priority, Some(3));
         let e = Batch::decode(&json!({"items": [{"name": "a", "priority": 2.5}]})).unwrap_err();
         assert_eq!(e.0, "items[0].priority: must be an integer");
+        // A free-form object keeps its numbers as they were written.
+        #[derive(Debug, Deserialize, JsonSchema)]
+        struct Free {
+            metadata: Value,
+        }
+        impl Decode for Free {}
+        let free = Free::decode(&json!({"metadata": {"ratio": 2.0}})).unwrap();
+        assert!(free.metadata["ratio"].is_f64(), "{:?}", free.metadata);
     }
 
     #[test]

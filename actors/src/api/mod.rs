@@ -18,6 +18,7 @@ mod create;
 mod decode;
 mod dek;
 mod events;
+mod integers;
 mod keys;
 mod operator;
 mod org;

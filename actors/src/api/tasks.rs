@@ -257,8 +257,10 @@ pub struct ListTasks {
     #[serde(default = "default_list_limit")]
     #[schemars(range(min = 1, max = 200))]
     pub limit: u32,
-    /// `next_cursor` of the previous page.
+    /// `next_cursor` of the previous page: never empty (a first page is
+    /// asked for without `cursor`).
     #[serde(default)]
+    #[schemars(length(min = 1))]
     pub cursor: Option<String>,
     /// Whole tasks instead of lean items.
     #[serde(default)]
@@ -555,6 +557,16 @@ mod tests {
         );
         assert!(decode_query::<ListTasks>(p("status", "done")).is_err());
         assert!(decode_query::<ListTasks>(p("full", "yes")).is_err());
+        // The schema says what a cursor is not: empty.
+        let e = decode_query::<ListTasks>(p("cursor", "")).unwrap_err();
+        assert_eq!(e.0, "cursor: must not be empty");
+        assert_eq!(
+            decode_query::<ListTasks>(p("cursor", "x"))
+                .unwrap()
+                .cursor
+                .as_deref(),
+            Some("x")
+        );
         assert_eq!(
             decode_query::<ListTasks>(Vec::new()).unwrap().limit,
             DEFAULT_LIST_LIMIT

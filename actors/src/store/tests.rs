@@ -6,6 +6,12 @@
 use sqlx::Connection;
 use uuid::Uuid;
 
+// The black-box tests' gate, so that one rule says what a missing
+// `TASKQ_TEST_POSTGRES_URL` does (a note, or under
+// `TASKQ_TEST_REQUIRE_ALL=1` a failure).
+#[path = "../../../tests/common/environment.rs"]
+mod environment;
+
 use super::{Store, StoreOptions, WriteBatch, WriteOp, WriterConn};
 use crate::api::ListTasks;
 use crate::domain::account::{
@@ -764,10 +770,8 @@ pub(super) struct ScratchDatabase {
 impl ScratchDatabase {
     /// `None`, with a note, when `TASKQ_TEST_POSTGRES_URL` is unset.
     pub(super) async fn create() -> Option<Self> {
-        let Ok(admin_url) = std::env::var("TASKQ_TEST_POSTGRES_URL") else {
-            eprintln!("note: TASKQ_TEST_POSTGRES_URL is unset; skipping the PostgreSQL variant");
-            return None;
-        };
+        let admin_url =
+            environment::env_or_skip("TASKQ_TEST_POSTGRES_URL", "the PostgreSQL variant")?;
         let name = format!("taskq_store_{}", Uuid::new_v4().simple());
         let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
         sqlx::query(&format!("CREATE DATABASE {name}"))

@@ -1,20 +1,10 @@
-//! Helpers for the limits, quota, feedback and strikes tests, included by
-//! each of them with `#[macro_use] #[path = "limits_common.rs"] mod
-//! limits_common;`. It brings the shared harness with it (`common`), so the
-//! including file reaches it as `limits_common::common` and re-exports it at
-//! its root for `backend_tests!`.
+//! Helpers for the limits, quota, feedback, strikes and races tests, which
+//! reach them as `common::limits`.
 //!
 //! What it adds to the harness: orgs that keep their tier's limits (the
 //! harness's `create_org` lifts them), requests whose `Retry-After` header
 //! can be read, bursts repeated until the first 429, the test clock, a key
 //! into the operator's feedback org, and a stand-in moderation endpoint.
-//!
-//! Cargo also builds this file as a test target of its own; it has no tests.
-#![allow(dead_code, unused_macros, unused_imports)]
-
-#[macro_use]
-#[path = "common/mod.rs"]
-pub mod common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,7 +14,7 @@ use reqwest::Method;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use common::*;
+use super::*;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
