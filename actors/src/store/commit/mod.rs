@@ -97,7 +97,7 @@ pub enum WriteOp {
     /// The endpoint, its pending events and its delivery log go.
     DeleteWebhook(String),
     /// A schedule as it now stands (new, changed, or fired).
-    UpsertSchedule(ScheduleRecord),
+    UpsertSchedule(Box<ScheduleRecord>),
     DeleteSchedule(uuid::Uuid),
     /// A delivery worker's turns at an endpoint's log or outbox rows (on
     /// SQLite, whose one write lock the worker must not take itself): the
