@@ -388,6 +388,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     #[cfg(feature = "test-hooks")]
     let test_clock = {
         let clock = Arc::new(taskq_actors::clock::OffsetClock::default());
+        // Where the clock starts, ahead of the system's: a server restarted
+        // at the time a test moved its predecessor to.
+        if let Some(ms) = std::env::var("TASKQ_TEST_CLOCK_OFFSET_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+        {
+            clock.advance(ms);
+        }
         config.clock = clock.clone();
         clock
     };
