@@ -118,7 +118,7 @@ struct Inner {
     /// This node's place among several on one PostgreSQL.
     cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The heartbeat's thread and what acts on it (several nodes).
-    placement: std::sync::Mutex<Option<cluster::Placement>>,
+    heartbeat: std::sync::Mutex<Option<cluster::Heartbeat>>,
     /// How this node reaches the others (several nodes).
     peers: OnceLock<Arc<dyn peers::Peers>>,
     /// Each key's org, for routing a request to the org's node (a key
