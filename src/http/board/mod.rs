@@ -36,23 +36,6 @@ use session::Session;
 pub use live::LiveMark;
 pub use session::session_id;
 
-/// The API operations the board calls.
-#[cfg(test)]
-const CALLED: [&str; 12] = [
-    "list_tasks",
-    "get_tasks",
-    "create_tasks",
-    "update_tasks",
-    "search_tasks",
-    "list_keys",
-    "get_insights",
-    "get_standup",
-    "list_tags",
-    "create_tags",
-    "list_members",
-    "list_teams",
-];
-
 /// Why a board request is not answered with its page.
 #[derive(Debug)]
 pub enum BoardError {
