@@ -41,7 +41,7 @@ pub use admin::{parse_org_id, OPERATOR_SESSION};
 pub use board::BOARD_SESSION;
 pub use feedback::{FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT, ORG_STRIKE_LIMIT};
 pub use lifecycle::EngineConfig;
-pub use peers::{PeerAnswer, PeerCall, PeerOp, Peers};
+pub use peers::{Peer, PeerAnswer, PeerCall, PeerOp, Peers};
 
 use crate::api::ValidationError;
 use crate::clock::Clock;

@@ -29,7 +29,7 @@ mod tasks;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::operation::Operation;
+use super::operation::{Access, Operation};
 use super::{ApiError, AppState};
 use session::Session;
 
@@ -172,9 +172,10 @@ fn page_answers(operation: Operation) -> Operation {
         .html(429, "A limit of the org was reached")
 }
 
-/// The board's routes, as entries of the operation table.
+/// The board's routes, as entries of the operation table. Every one acts
+/// for the member of the browser's session, when there is one.
 pub fn operations() -> Vec<Operation> {
-    vec![
+    let pages = vec![
         Operation::get("/board")
             .doc("board_sign_in", "board", "The board's sign-in form")
             .html(200, "The form")
@@ -293,5 +294,9 @@ pub fn operations() -> Vec<Operation> {
                 .empty(303, "Added: the page follows"),
         )
         .handler(reports::create_tag),
-    ]
+    ];
+    pages
+        .into_iter()
+        .map(|page| page.access(Access::BoardSession))
+        .collect()
 }
