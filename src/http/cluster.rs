@@ -200,11 +200,12 @@ async fn org_of_request(
     match org_of {
         OrgOf::None => Ok(None),
         OrgOf::Path => {
-            let params = RawPathParams::from_request_parts(parts, state)
-                .await
-                .map_err(IntoResponse::into_response)?;
+            // A path that does not decode, or an id that does not parse,
+            // is refused where it arrives, by the operation itself.
+            let Ok(params) = RawPathParams::from_request_parts(parts, state).await else {
+                return Ok(None);
+            };
             let named = params.iter().find(|(name, _)| *name == ORG_PARAM);
-            // An id that does not parse is refused where it arrives.
             let Some(Ok(org)) = named.map(|(_, id)| parse_org_id(id)) else {
                 return Ok(None);
             };
