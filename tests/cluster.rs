@@ -1,8 +1,10 @@
 //! Several `taskq serve` processes on one PostgreSQL database (CONTRACT.md
 //! §6): any node answers for any org as its owner would, claims raced over
 //! the nodes are never handed out twice, and a node killed, frozen or
-//! restarted loses nothing that was acknowledged. PostgreSQL only: the
-//! tests return at once when `TASKQ_TEST_POSTGRES_URL` is unset.
+//! restarted loses nothing that was acknowledged; and the nodes' own
+//! route, which a node alone (SQLite) does not have. PostgreSQL only but
+//! for that one: the tests return at once when `TASKQ_TEST_POSTGRES_URL`
+//! is unset.
 
 #[allow(unused_macros)]
 #[macro_use]
@@ -1128,4 +1130,115 @@ async fn a_rotation_is_refused_while_a_node_lacks_the_new_key() {
     // Nothing moved: both nodes go on as before.
     let org = cluster.node(0).create_org("dev").await;
     cluster.node(1).new_task(&org.owner_key, "still fine").await;
+}
+
+/// `POST /internal/peer` with `token` (none when `None`) and `body`: the
+/// status, the content type and the body read as JSON.
+async fn peer_request(
+    node: &TestServer,
+    token: Option<&str>,
+    body: &str,
+) -> (StatusCode, String, Value) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{}/internal/peer", node.base_url))
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some(token) = token {
+        request = request.header("x-taskq-peer-token", token);
+    }
+    let response = request.send().await.expect("POST /internal/peer");
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("{status} without a content type"));
+    let text = response.text().await.expect("the body");
+    let body = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{status} {text}: {e}"));
+    (status, content_type, body)
+}
+
+/// The nodes' own route checks the peer token before it reads the body:
+/// without the token, or with a wrong one, every request is refused 403 in
+/// the API's JSON shape, whether its body is an operation, not JSON or
+/// nothing, and the operation is not run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peer_route_refuses_strangers_before_it_reads_their_body() {
+    let Some(cluster) = Cluster::start(1).await else {
+        return;
+    };
+    let node = cluster.node(0);
+    let org = node.create_org("dev").await;
+    let revoke = json!({
+        "op": "revoke_member_keys", "org": org.org_id, "email": org.owner_email,
+    })
+    .to_string();
+    for token in [None, Some(""), Some("not-the-token")] {
+        for body in [revoke.as_str(), "{not json", ""] {
+            let (status, content_type, answer) = peer_request(node, token, body).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{token:?} {body}: {answer}");
+            assert!(
+                content_type.starts_with("application/json"),
+                "{content_type}"
+            );
+            assert_eq!(answer["error"], "not a node of this cluster", "{answer}");
+        }
+    }
+    let (status, body) = node.get(&org.owner_key, "/me").await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the owner's key still works: {body}"
+    );
+}
+
+/// A node alone has no other nodes: `/internal/peer` is no route there,
+/// and answers as every unknown route does (404, JSON).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_alone_has_no_peer_route() {
+    let node = TestServer::start(Backend::Sqlite).await;
+    let (status, body) = node
+        .raw(Method::POST, "/no/such/route", &[], Some("{}".into()))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let unknown: Value = serde_json::from_str(&body).expect("JSON");
+    for token in [None, Some("anything")] {
+        let (status, content_type, answer) = peer_request(&node, token, r#"{"op": "x"}"#).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
+        assert!(
+            content_type.starts_with("application/json"),
+            "{content_type}"
+        );
+        assert_eq!(answer, unknown);
+    }
+}
+
+/// Wrong operator tokens on an org's route count against their sender on
+/// the node they reach, before anything is forwarded: that node refuses
+/// the sender once it has sent too many, and the org's owner, which never
+/// saw them, still takes the right token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_operator_tokens_count_where_they_arrive() {
+    let Some(cluster) = Cluster::start(2).await else {
+        return;
+    };
+    let org = cluster.node(0).create_org("dev").await;
+    let owner = cluster.owner_of(&org).await;
+    let elsewhere = cluster.node(owner + 1);
+    let path = format!("/admin/orgs/{}", org.org_id);
+    let wrong = [("authorization", "Bearer wrong-token")];
+    for attempt in 0..10 {
+        let (status, body) = elsewhere.raw(Method::GET, &path, &wrong, None).await;
+        assert_eq!(
+            status,
+            StatusCode::UNAUTHORIZED,
+            "attempt {attempt}: {body}"
+        );
+    }
+    let (status, body) = elsewhere.raw(Method::GET, &path, &wrong, None).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    let (status, body) = cluster.node(owner).admin(Method::GET, &path, None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["org_id"], org.org_id.as_str());
 }

@@ -5,21 +5,29 @@
 //! a node that no longer owns the org answers 503 `org moving`, and the
 //! node that forwarded it looks the owner up afresh and tries once more.
 //!
-//! The org of a request is its path's (`/admin/orgs/{id}/...`, after the
-//! operator token is checked here, so that wrong tokens count against the
-//! client that sent them), its key's, or its board session's. Anything
-//! else is served here.
+//! Which org a request belongs to is the operation table's to say
+//! ([`OrgOf::of`], from each operation's access and path): an operator's
+//! operation on `/admin/orgs/{org_id}/...` belongs to that org (its token is
+//! checked here first, so that wrong tokens count against the client that
+//! sent them), a member's operation to its key's org, a board page to its
+//! session's org, anything else to none, and is served where it arrives.
+//! Each route of the table is registered behind its own forwarding
+//! ([`forwarded`]), so a request is forwarded only once its route is known.
 
 use axum::body::{Body, Bytes};
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{FromRequestParts, RawPathParams, Request, State};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
-use axum::middleware::Next;
+use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
+use axum::{Json, Router};
+use taskq_actors::domain::OrgId;
 use taskq_actors::{parse_org_id, EngineError, PeerAnswer, PeerCall, PeerOp, Peers, Placement};
 
 use super::error::{ApiError, ORG_MOVING_HEADER};
 use super::extract::{Operator, MAX_BODY_BYTES};
+use super::operation::Access;
 use super::AppState;
 
 /// Set on a request one node forwards to another.
@@ -37,14 +45,91 @@ const HOP_BY_HOP: [&str; 8] = [
     "host",
 ];
 
-/// The middleware in front of every route.
-pub async fn route(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if !state.engine.is_clustered() {
-        return next.run(request).await;
+/// The path parameter that names an operator's org.
+const ORG_PARAM: &str = "org_id";
+
+/// Which org the requests of an operation act for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrgOf {
+    /// None: served by the node the request reaches.
+    None,
+    /// The org its `{org_id}` path parameter names, for the holder of the
+    /// operator token.
+    Path,
+    /// The org of its `X-Api-Key`.
+    Key,
+    /// The org of its board session.
+    Session,
+}
+
+impl OrgOf {
+    /// What an operation's access and path say.
+    pub fn of(access: Access, path: &str) -> OrgOf {
+        match access {
+            Access::Member(..) => OrgOf::Key,
+            Access::BoardSession => OrgOf::Session,
+            Access::Operator if has_param(path, ORG_PARAM) => OrgOf::Path,
+            // The operator's figures are the whole node's, not an org's.
+            Access::Operator | Access::OperatorOrSession | Access::Public => OrgOf::None,
+        }
     }
+}
+
+fn has_param(path: &str, name: &str) -> bool {
+    path.split('/')
+        .any(|segment| segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) == Some(name))
+}
+
+/// The state of one route's forwarding.
+#[derive(Clone)]
+struct Forwarding {
+    state: AppState,
+    org_of: OrgOf,
+}
+
+/// `route` behind the forwarding of its requests to their org's node; as
+/// it is on a node alone, or for an operation of no org.
+pub fn forwarded(
+    state: &AppState,
+    org_of: OrgOf,
+    route: MethodRouter<AppState>,
+) -> MethodRouter<AppState> {
+    if org_of == OrgOf::None || !state.engine.is_clustered() {
+        return route;
+    }
+    let forwarding = Forwarding {
+        state: state.clone(),
+        org_of,
+    };
+    route.route_layer(from_fn_with_state(forwarding, forward_to_owner))
+}
+
+/// As [`forwarded`], for every route of `router` (`/mcp`, outside the table).
+pub fn forwarded_router(
+    state: &AppState,
+    org_of: OrgOf,
+    router: Router<AppState>,
+) -> Router<AppState> {
+    if org_of == OrgOf::None || !state.engine.is_clustered() {
+        return router;
+    }
+    let forwarding = Forwarding {
+        state: state.clone(),
+        org_of,
+    };
+    router.route_layer(from_fn_with_state(forwarding, forward_to_owner))
+}
+
+/// A request for an org another node owns goes there; any other is served
+/// here.
+async fn forward_to_owner(
+    State(Forwarding { state, org_of }): State<Forwarding>,
+    request: Request,
+    next: Next,
+) -> Response {
     let forwarded = request.headers().contains_key(FORWARDED_HEADER);
     let (mut parts, body) = request.into_parts();
-    let org = match org_of(&state, &mut parts).await {
+    let org = match org_of_request(&state, org_of, &mut parts).await {
         Ok(Some(org)) => org,
         Ok(None) => return next.run(Request::from_parts(parts, body)).await,
         Err(refused) => return refused.into_response(),
@@ -81,7 +166,7 @@ pub async fn route(State(state): State<AppState>, request: Request, next: Next) 
 /// node that dies or freezes never answers) before it answered.
 async fn forward(
     state: &AppState,
-    org: taskq_actors::domain::OrgId,
+    org: OrgId,
     url: &str,
     parts: &Parts,
     body: &Bytes,
@@ -105,43 +190,51 @@ fn moving() -> Response {
     ApiError::from(EngineError::OrgMoving).into_response()
 }
 
-/// The org a request belongs to, if it belongs to one.
-async fn org_of(
+/// The org a request belongs to, if it belongs to one; a refusal when
+/// it names one without the operator token.
+async fn org_of_request(
     state: &AppState,
+    org_of: OrgOf,
     parts: &mut Parts,
-) -> Result<Option<taskq_actors::domain::OrgId>, Response> {
-    let path = parts.uri.path();
-    if let Some(rest) = path.strip_prefix("/admin/orgs/") {
-        let Ok(org) = parse_org_id(rest.split('/').next().unwrap_or_default()) else {
-            return Ok(None);
-        };
-        Operator::from_request_parts(parts, state)
-            .await
-            .map_err(IntoResponse::into_response)?;
-        return Ok(Some(org));
+) -> Result<Option<OrgId>, Response> {
+    match org_of {
+        OrgOf::None => Ok(None),
+        OrgOf::Path => {
+            // A path that does not decode, or an id that does not parse,
+            // is refused where it arrives, by the operation itself.
+            let Ok(params) = RawPathParams::from_request_parts(parts, state).await else {
+                return Ok(None);
+            };
+            let named = params.iter().find(|(name, _)| *name == ORG_PARAM);
+            let Some(Ok(org)) = named.map(|(_, id)| parse_org_id(id)) else {
+                return Ok(None);
+            };
+            Operator::from_request_parts(parts, state)
+                .await
+                .map_err(IntoResponse::into_response)?;
+            Ok(Some(org))
+        }
+        OrgOf::Session => {
+            let Some(id) = super::board::session_id(&parts.headers) else {
+                return Ok(None);
+            };
+            state
+                .engine
+                .board_session_org(id)
+                .await
+                .map_err(|e| ApiError::from(e).into_response())
+        }
+        OrgOf::Key => {
+            let Some(key) = parts.headers.get("x-api-key").and_then(|v| v.to_str().ok()) else {
+                return Ok(None);
+            };
+            state
+                .engine
+                .org_of_api_key(key)
+                .await
+                .map_err(|e| ApiError::from(e).into_response())
+        }
     }
-    if path.starts_with("/admin") || matches!(path, "/healthz" | "/openapi.json" | "/metrics") {
-        return Ok(None);
-    }
-    if path.starts_with("/board") {
-        // A board page acts for the org of its session.
-        let Some(id) = super::board::session_id(&parts.headers) else {
-            return Ok(None);
-        };
-        return state
-            .engine
-            .board_session_org(id)
-            .await
-            .map_err(|e| ApiError::from(e).into_response());
-    }
-    let Some(key) = parts.headers.get("x-api-key").and_then(|v| v.to_str().ok()) else {
-        return Ok(None);
-    };
-    state
-        .engine
-        .org_of_api_key(key)
-        .await
-        .map_err(|e| ApiError::from(e).into_response())
 }
 
 /// Sends the request to another node and streams its answer back.
@@ -182,18 +275,25 @@ async fn send(
 /// What nodes present to each other on `/internal/peer`.
 const PEER_TOKEN_HEADER: &str = "x-taskq-peer-token";
 
-/// `POST /internal/peer`: an operation another node of the cluster asks of
-/// this one, for an org this node owns (not part of the public API).
+/// `POST /internal/peer`: an operation another node asks of this one,
+/// for an org this node owns (not part of the public API, and routed only
+/// where there is a cluster). The token is checked before the body is
+/// read; every refusal is the API's JSON error.
 pub async fn peer(
     State(state): State<AppState>,
-    headers: axum::http::HeaderMap,
-    axum::Json(op): axum::Json<PeerOp>,
-) -> Result<axum::Json<PeerAnswer>, ApiError> {
-    let token = headers
+    request: Request,
+) -> Result<Json<PeerAnswer>, ApiError> {
+    let token = request
+        .headers()
         .get(PEER_TOKEN_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    Ok(axum::Json(state.engine.run_peer_op(token, op).await?))
+        .and_then(|v| v.to_str().ok());
+    let peer = state.engine.peer_of(token)?;
+    let body = axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES)
+        .await
+        .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request body too large"))?;
+    let op: PeerOp = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("malformed peer operation: {e}")))?;
+    Ok(Json(state.engine.run_peer_op(&peer, op).await?))
 }
 
 /// The other nodes, reached over HTTP at their advertise URLs.
@@ -234,5 +334,55 @@ impl Peers for HttpPeers {
                 .await
                 .map_err(|e| EngineError::Internal(format!("node {url} answered badly: {e}")))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use taskq_actors::api::RequestKind;
+
+    use super::*;
+
+    #[test]
+    fn the_table_says_which_org_a_request_acts_for() {
+        for operation in super::super::operations() {
+            let expected = match operation.access {
+                Access::Member(..) => OrgOf::Key,
+                Access::BoardSession => OrgOf::Session,
+                Access::Operator if operation.path.starts_with("/admin/orgs/{org_id}") => {
+                    OrgOf::Path
+                }
+                _ => OrgOf::None,
+            };
+            assert_eq!(
+                operation.org_of(),
+                expected,
+                "{} {}",
+                operation.method,
+                operation.path
+            );
+        }
+        let board: Vec<OrgOf> = super::super::operations()
+            .into_iter()
+            .filter(|o| o.path.starts_with("/board"))
+            .map(|o| o.org_of())
+            .collect();
+        assert!(!board.is_empty() && board.iter().all(|o| *o == OrgOf::Session));
+    }
+
+    #[test]
+    fn only_the_org_id_parameter_names_an_org() {
+        let write = Access::Member(RequestKind::Write, None);
+        assert_eq!(
+            OrgOf::of(Access::Operator, "/admin/orgs/{org_id}/x"),
+            OrgOf::Path
+        );
+        assert_eq!(OrgOf::of(Access::Operator, "/admin/orgs"), OrgOf::None);
+        assert_eq!(
+            OrgOf::of(Access::Operator, "/admin/orgs/{org}"),
+            OrgOf::None
+        );
+        assert_eq!(OrgOf::of(Access::Public, "/x/{org_id}"), OrgOf::None);
+        assert_eq!(OrgOf::of(write, "/teams/{name}"), OrgOf::Key);
     }
 }

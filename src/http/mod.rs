@@ -31,6 +31,7 @@ use taskq_actors::{parse_org_id, Caller};
 use crate::keyfiles::KeySource;
 
 pub use cluster::HttpPeers;
+use cluster::OrgOf;
 pub use error::ApiError;
 pub use lockout::{OperatorAttempts, TrustedProxies, DEFAULT_WRONG_TOKENS};
 
@@ -577,24 +578,34 @@ pub fn router(state: AppState) -> Router {
     let api = operations()
         .into_iter()
         .fold(Router::new(), |router, operation| {
-            operation.register(router)
+            operation.register(router, &state)
         });
     #[cfg(feature = "test-hooks")]
-    let api = api
-        .route("/admin/orgs/{org_id}/crash", post(admin::crash))
-        .route("/admin/test/clock", post(admin::advance_clock))
-        .route("/admin/test/store", post(admin::store_outage));
+    let api = {
+        // An org's crash goes to the node that runs the org.
+        let crash = cluster::forwarded(&state, OrgOf::Path, post(admin::crash));
+        api.route("/admin/orgs/{org_id}/crash", crash)
+            .route("/admin/test/clock", post(admin::advance_clock))
+            .route("/admin/test/store", post(admin::store_outage))
+    };
 
-    // What the nodes of a cluster ask of each other: not part of the API.
-    let api = api.route("/internal/peer", post(cluster::peer));
+    // What the nodes of a cluster ask of each other: not part of the API,
+    // and not there at all on a node alone.
+    let api = if state.engine.is_clustered() {
+        api.route("/internal/peer", post(cluster::peer))
+    } else {
+        api
+    };
 
-    // MCP's transport is a service of its own, behind the same key check.
+    // MCP's transport is a service of its own, behind the same key check
+    // (on the node that owns the key's org, with several).
     let mcp = Router::new()
         .route_service("/mcp", crate::mcp::service(state.clone()))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             extract::mcp_gate,
         ));
+    let mcp = cluster::forwarded_router(&state, OrgOf::Key, mcp);
 
     Router::new()
         .merge(mcp)
@@ -603,10 +614,6 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         })
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            cluster::route,
-        ))
         .layer(metrics::Track::new(state.clone()))
         .with_state(state)
 }

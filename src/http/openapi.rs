@@ -28,14 +28,15 @@ use super::operation::{Access, Answer, Input, Operation};
 fn error_statuses(route: &Operation) -> BTreeSet<u16> {
     let mut statuses: BTreeSet<u16> = route.errors.iter().copied().collect();
     match route.access {
-        Access::Public => {}
+        // A board page without a session is the sign-in form, not an error.
+        Access::Public | Access::BoardSession => {}
         Access::Member(..) => statuses.extend([401, 403, 429, 503]),
         // The operator routes are all 404 when no token is configured.
         // 429: too many wrong tokens from the caller's address.
         Access::Operator | Access::OperatorOrSession => statuses.extend([401, 404, 429, 503]),
     }
     let has_path = route.path_params().next().is_some();
-    match route.input {
+    match route.input() {
         Input::Body(..) | Input::Form(_) => statuses.extend([400, 413]),
         Input::Query(_) => {
             statuses.insert(400);
@@ -330,7 +331,7 @@ fn rename_refs(value: &mut Value, renamed: &[(String, String)]) {
 const SCHEMAS: &str = "#/components/schemas/";
 
 /// The operation object of a route.
-fn operation(
+pub(super) fn operation(
     route: &Operation,
     requests: &mut SchemaGenerator,
     answers: &mut SchemaGenerator,
@@ -343,7 +344,8 @@ fn operation(
     }
     operation.insert("tags".into(), json!([route.tag]));
     let security = match route.access {
-        Access::Public => json!([]),
+        // The board signs in by itself, with a form.
+        Access::Public | Access::BoardSession => json!([]),
         Access::Member(..) => json!([{ "ApiKey": [] }]),
         Access::Operator => json!([{ "OperatorToken": [] }]),
         Access::OperatorOrSession => json!([{ "OperatorToken": [] }, { "OperatorSession": [] }]),
@@ -361,7 +363,7 @@ fn operation(
             })
         })
         .collect();
-    match route.input {
+    match route.input() {
         Input::None => {}
         Input::Body(schema, required) => {
             operation.insert(

@@ -2,6 +2,8 @@
 //! server stores it verbatim for the org's clients to fetch; it can never
 //! unwrap it.
 
+use std::borrow::Cow;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -52,19 +54,19 @@ pub struct OrgDekCreated {
 
 /// What a feature that must read content answers for an org whose content
 /// the server cannot read, or that has no model for it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Unavailable {
     /// Always false.
     pub available: bool,
     /// `byok` or `not_configured`.
-    pub reason: &'static str,
+    pub reason: Cow<'static, str>,
 }
 
 impl Unavailable {
     pub fn because(reason: &'static str) -> Self {
         Self {
             available: false,
-            reason,
+            reason: Cow::Borrowed(reason),
         }
     }
 }

@@ -31,7 +31,7 @@ pub struct KeyCreated {
     pub api_key: String,
 }
 
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct KeyView {
     pub key_id: KeyId,
     pub name: String,
@@ -40,7 +40,7 @@ pub struct KeyView {
 }
 
 /// `GET /keys`: the caller's member's keys, never their secrets.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct KeyList {
     pub keys: Vec<KeyView>,
 }

@@ -56,7 +56,7 @@ impl Decode for MePatch {
 }
 
 /// A member as `GET /members` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MemberView {
     pub email: String,
     pub role: Role,

@@ -100,7 +100,7 @@ pub struct Insights {
     pub failure_clusters: Option<Vec<FailureCluster>>,
 }
 
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum InsightsAnswer {
     Report(Box<Insights>),
@@ -170,7 +170,7 @@ pub struct StandupEntry {
 }
 
 /// `GET /standup`.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct StandupReport {
     /// Always true.
     pub available: bool,
@@ -185,7 +185,7 @@ pub struct StandupReport {
     pub history: Vec<StandupEntry>,
 }
 
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum StandupAnswer {
     Report(Box<StandupReport>),

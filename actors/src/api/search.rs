@@ -30,7 +30,7 @@ fn default_limit() -> u8 {
 impl Decode for SearchTasks {}
 
 /// One task recalled, best first.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct SearchHit {
     pub task_id: TaskId,
     pub title: Text,
@@ -42,7 +42,7 @@ pub struct SearchHit {
 }
 
 /// The results, or why there are none.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum SearchAnswer {
     Results { results: Vec<SearchHit> },

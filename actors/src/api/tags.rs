@@ -114,7 +114,7 @@ impl Decode for DeleteTags {
     }
 }
 
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct TagView {
     pub name: String,
     pub strict: bool,
@@ -139,7 +139,7 @@ impl From<&Tag> for TagView {
     }
 }
 
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct TagsCreated {
     pub created: usize,
     pub tags: Vec<TagView>,

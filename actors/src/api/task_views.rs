@@ -1,20 +1,20 @@
 //! Task answers: what create, update, get, list and claim return.
 
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 use uuid::Uuid;
 
 use super::{Object, Text, Timestamp};
 use crate::domain::{TaskId, TaskStatus};
 
 /// `POST /tasks` answer.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct CreateAnswer {
     pub created: usize,
     pub results: Vec<CreatedItem>,
 }
 
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct CreatedItem {
     #[serde(rename = "ref")]
     pub reference: Option<String>,
@@ -34,7 +34,7 @@ pub struct CreatedItem {
 }
 
 /// An open task close in meaning to a new one.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct SimilarTask {
     pub task_id: TaskId,
     pub title: Text,
@@ -43,11 +43,11 @@ pub struct SimilarTask {
 }
 
 /// `POST /tasks/update` answer; `partial` (HTTP 207) when any item failed.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct UpdateAnswer {
     /// How many items applied.
     pub updated: usize,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub partial: bool,
     pub results: Vec<UpdateResult>,
 }
@@ -66,7 +66,7 @@ impl UpdateAnswer {
     }
 }
 
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum UpdateResult {
     Applied {
@@ -81,7 +81,7 @@ pub enum UpdateResult {
 }
 
 /// Why one update item failed (the strings are fixed by the contract).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum ItemError {
     #[serde(rename = "Invalid status transition")]
     InvalidTransition,
@@ -93,8 +93,27 @@ pub enum ItemError {
     TaskNotFound,
 }
 
+impl ItemError {
+    pub const ALL: [ItemError; 4] = [
+        ItemError::InvalidTransition,
+        ItemError::AssigneeRequired,
+        ItemError::LeaseLost,
+        ItemError::TaskNotFound,
+    ];
+
+    /// The text the answer carries.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemError::InvalidTransition => "Invalid status transition",
+            ItemError::AssigneeRequired => "assignee required",
+            ItemError::LeaseLost => "lease lost",
+            ItemError::TaskNotFound => "task not found",
+        }
+    }
+}
+
 /// A task as clients see it, content opened.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct TaskView {
     pub task_id: TaskId,
     pub title: Text,
@@ -139,14 +158,14 @@ pub struct RetryPolicyView {
 }
 
 /// When a leased task's lease runs out, and its length.
-#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
 pub struct LeaseTerms {
     pub lease_expires_at: Timestamp,
     pub lease_seconds: u32,
 }
 
 /// A state event of a task's history.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct TaskEvent {
     /// `null` for the creation event.
     pub from_status: Option<TaskStatus>,
@@ -157,7 +176,7 @@ pub struct TaskEvent {
 }
 
 /// A blocker's status, as a dependency of the task that waits on it.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct Dependency {
     pub task_id: TaskId,
     pub status: TaskStatus,
@@ -165,7 +184,7 @@ pub struct Dependency {
 
 /// A task from `POST /tasks/get`: with its dependencies, and its history
 /// when it was the only id asked for.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct TaskDetail {
     #[serde(flatten)]
     pub task: TaskView,
@@ -175,7 +194,7 @@ pub struct TaskDetail {
 }
 
 /// `POST /tasks/get` answer.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct GetAnswer {
     pub tasks: Vec<TaskDetail>,
     pub count: usize,
@@ -183,7 +202,7 @@ pub struct GetAnswer {
 }
 
 /// The lean list item: unset fields are left out.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct TaskSummary {
     pub task_id: TaskId,
     pub title: Text,
@@ -192,9 +211,9 @@ pub struct TaskSummary {
     pub updated_at: Timestamp,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub assignee: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocked_by: Vec<TaskId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent_task_id: Option<TaskId>,
@@ -211,8 +230,25 @@ pub enum ListedTask {
     Full(Box<TaskView>),
 }
 
+/// Read whole first: every whole task also has the lean item's fields, so
+/// the other order would read every whole task as a lean one.
+impl<'de> Deserialize<'de> for ListedTask {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Wire {
+            Full(Box<TaskView>),
+            Lean(TaskSummary),
+        }
+        Ok(match Wire::deserialize(d)? {
+            Wire::Full(task) => ListedTask::Full(task),
+            Wire::Lean(task) => ListedTask::Lean(task),
+        })
+    }
+}
+
 /// `GET /tasks` answer.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ListAnswer {
     pub tasks: Vec<ListedTask>,
     /// Pass as `cursor` for the next page; `null` on the last.
@@ -299,7 +335,139 @@ pub struct BlockerLink {
 
 #[cfg(test)]
 mod tests {
+    use serde::de::DeserializeOwned;
+    use serde_json::{json, Value};
+
     use super::*;
+
+    /// `value` written, read back and written again: what was read, and
+    /// whether the second writing is the first.
+    fn read_back<T: Serialize + DeserializeOwned>(value: &T) -> (T, Value, Value) {
+        let written = serde_json::to_value(value).unwrap();
+        let read: T = serde_json::from_value(written.clone()).unwrap();
+        let again = serde_json::to_value(&read).unwrap();
+        (read, written, again)
+    }
+
+    fn task(lease: Option<LeaseTerms>) -> TaskView {
+        TaskView {
+            task_id: TaskId(Uuid::now_v7()),
+            title: Text::Plain("t".into()),
+            description: Some(Text::Envelope(Object::from_iter([(
+                "__service_enc__".to_owned(),
+                json!({"v": 1}),
+            )]))),
+            status: TaskStatus::InProgress,
+            priority: 2,
+            assignee: Some("agent".into()),
+            tags: vec!["a".into()],
+            metadata: Object::new(),
+            output: None,
+            blocked_by: vec![TaskId(Uuid::now_v7())],
+            parent_task_id: None,
+            created_at: Timestamp(1_700_000_000_000),
+            updated_at: Timestamp(1_700_000_000_500),
+            attempts: 1,
+            max_attempts: 3,
+            lease,
+        }
+    }
+
+    #[test]
+    fn list_items_read_back_as_the_kind_they_were() {
+        let lease = LeaseTerms {
+            lease_expires_at: Timestamp(1_700_000_100_000),
+            lease_seconds: 100,
+        };
+        let lean = TaskSummary {
+            task_id: TaskId(Uuid::now_v7()),
+            title: Text::Plain("lean".into()),
+            status: TaskStatus::Pending,
+            priority: 3,
+            updated_at: Timestamp(1_700_000_000_000),
+            assignee: None,
+            tags: Vec::new(),
+            blocked_by: Vec::new(),
+            parent_task_id: None,
+        };
+        let list = ListAnswer {
+            tasks: vec![
+                ListedTask::Full(Box::new(task(Some(lease)))),
+                ListedTask::Full(Box::new(task(None))),
+                ListedTask::Lean(lean),
+            ],
+            next_cursor: Some("c".into()),
+        };
+        let (read, written, again) = read_back(&list);
+        assert_eq!(written, again);
+        let kinds: Vec<bool> = read
+            .tasks
+            .iter()
+            .map(|t| matches!(t, ListedTask::Full(_)))
+            .collect();
+        assert_eq!(kinds, [true, true, false]);
+        match &read.tasks[0] {
+            ListedTask::Full(t) => assert_eq!(t.lease.map(|l| l.lease_seconds), Some(100)),
+            ListedTask::Lean(_) => unreachable!("read as whole above"),
+        }
+    }
+
+    #[test]
+    fn task_details_and_update_results_read_back() {
+        let detail = GetAnswer {
+            tasks: vec![TaskDetail {
+                task: task(None),
+                dependencies: vec![Dependency {
+                    task_id: TaskId(Uuid::now_v7()),
+                    status: TaskStatus::Blocked,
+                }],
+                history: Some(vec![TaskEvent {
+                    from_status: None,
+                    to_status: TaskStatus::Pending,
+                    agent_id: "a".into(),
+                    timestamp: Timestamp(1),
+                    note: Some(Text::Plain("n".into())),
+                }]),
+            }],
+            count: 1,
+            not_found: vec![TaskId(Uuid::now_v7())],
+        };
+        let (_, written, again) = read_back(&detail);
+        assert_eq!(written, again);
+
+        let update = UpdateAnswer::new(vec![
+            UpdateResult::Applied {
+                task_id: TaskId(Uuid::now_v7()),
+                status: TaskStatus::Completed,
+                updated_at: Timestamp(2),
+            },
+            UpdateResult::Failed {
+                task_id: TaskId(Uuid::now_v7()),
+                error: ItemError::TaskNotFound,
+            },
+        ]);
+        let (read, written, again) = read_back(&update);
+        assert_eq!(written, again);
+        assert!(read.partial);
+        assert!(matches!(
+            read.results[1],
+            UpdateResult::Failed {
+                error: ItemError::TaskNotFound,
+                ..
+            }
+        ));
+        // Whole, `partial` is left out and reads as false.
+        let whole: UpdateAnswer =
+            serde_json::from_value(json!({"updated": 0, "results": []})).unwrap();
+        assert!(!whole.partial);
+    }
+
+    #[test]
+    fn item_errors_say_what_they_write() {
+        for error in ItemError::ALL {
+            assert_eq!(serde_json::to_value(error).unwrap(), error.as_str());
+        }
+    }
 
     #[test]
     fn wire_names_follow_the_contract() {

@@ -87,7 +87,7 @@ impl Decode for AddTeamMember {
     }
 }
 
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct TeamView {
     pub name: String,
     pub tags: Vec<String>,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::Engine;
 use crate::api::{ClusterNode, ClusterView, Timestamp};
-use crate::cluster::{Cluster, Placement as Place};
+use crate::cluster::{Cluster, Placement};
 use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
 use crate::supervisor::SupervisorMsg;
@@ -71,9 +71,9 @@ impl Engine {
         org: OrgId,
         forwarded: bool,
         fresh: bool,
-    ) -> Result<Place, EngineError> {
+    ) -> Result<Placement, EngineError> {
         match &self.inner.cluster {
-            None => Ok(Place::Here),
+            None => Ok(Placement::Here),
             Some(cluster) => self.stored(cluster.place(org, forwarded, fresh).await),
         }
     }
@@ -154,7 +154,7 @@ impl Engine {
     /// busy that its request threads hold both cores must not look dead to
     /// the others and drop its orgs for it. After each heartbeat the
     /// engine's own task adopts orphaned orgs and rebalances.
-    pub(super) fn start_placement(&self) -> Option<Placement> {
+    pub(super) fn start_heartbeat(&self) -> Option<Heartbeat> {
         let cluster = self.inner.cluster.clone()?;
         let stop = Arc::new(AtomicBool::new(false));
         let beaten = Arc::new(tokio::sync::Notify::new());
@@ -188,7 +188,7 @@ impl Engine {
                 }
             }
         });
-        Some(Placement { stop, heart, task })
+        Some(Heartbeat { stop, heart, task })
     }
 
     async fn beat_forever(
@@ -304,14 +304,16 @@ impl Engine {
     }
 }
 
-/// The heartbeat's thread and the task that acts on what it saw.
-pub(super) struct Placement {
+/// The running heartbeat: its thread, and the task that acts on what it
+/// saw (adopting orphaned orgs, handing orgs to the nodes that should own
+/// them).
+pub(super) struct Heartbeat {
     stop: Arc<AtomicBool>,
     heart: std::thread::JoinHandle<()>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl Placement {
+impl Heartbeat {
     /// Stops both; the thread ends within a heartbeat.
     pub(super) fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);

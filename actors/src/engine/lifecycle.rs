@@ -307,7 +307,7 @@ impl Engine {
                 db_file: std::sync::Mutex::new(db_file),
                 key_orgs: DashMap::new(),
                 peers: OnceLock::new(),
-                placement: std::sync::Mutex::new(None),
+                heartbeat: std::sync::Mutex::new(None),
                 #[cfg(feature = "test-hooks")]
                 rewrap_pause_after: config.rewrap_pause_after,
             }),
@@ -333,7 +333,7 @@ impl Engine {
                 &config.store,
             )?);
         }
-        *engine.inner.placement.lock().expect("not poisoned") = engine.start_placement();
+        *engine.inner.heartbeat.lock().expect("not poisoned") = engine.start_heartbeat();
         *engine.inner.background_tasks.lock().expect("not poisoned") = background_tasks;
         Ok(engine)
     }
@@ -361,11 +361,11 @@ impl Engine {
         self.inner.supervisor.stop(None);
         self.inner.reports_keeper.stop(None);
         self.inner.reporter.close().await;
-        let placement = self.inner.placement.lock().expect("not poisoned").take();
-        if let Some(placement) = placement {
+        let heartbeat = self.inner.heartbeat.lock().expect("not poisoned").take();
+        if let Some(heartbeat) = heartbeat {
             // The thread ends within a heartbeat; nothing here waits on it
             // while holding the runtime.
-            let _ = tokio::task::spawn_blocking(move || placement.stop()).await;
+            let _ = tokio::task::spawn_blocking(move || heartbeat.stop()).await;
         }
         for t in std::mem::take(&mut *self.inner.background_tasks.lock().expect("not poisoned")) {
             t.abort();

@@ -42,7 +42,7 @@ pub use admin::{parse_org_id, OPERATOR_SESSION};
 pub use board::BOARD_SESSION;
 pub use feedback::{FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT, ORG_STRIKE_LIMIT};
 pub use lifecycle::EngineConfig;
-pub use peers::{PeerAnswer, PeerCall, PeerOp, Peers};
+pub use peers::{Peer, PeerAnswer, PeerCall, PeerOp, Peers};
 
 use crate::api::ValidationError;
 use crate::clock::Clock;
@@ -119,7 +119,7 @@ struct Inner {
     /// This node's place among several on one PostgreSQL.
     cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The heartbeat's thread and what acts on it (several nodes).
-    placement: std::sync::Mutex<Option<cluster::Placement>>,
+    heartbeat: std::sync::Mutex<Option<cluster::Heartbeat>>,
     /// How this node reaches the others (several nodes).
     peers: OnceLock<Arc<dyn peers::Peers>>,
     /// Each key's org, for routing a request to the org's node (a key

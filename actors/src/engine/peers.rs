@@ -46,6 +46,10 @@ impl PeerOp {
     }
 }
 
+/// Another node of the cluster, its token checked ([`Engine::peer_of`]):
+/// what running its operations takes.
+pub struct Peer(());
+
 /// What the owner answers: the task feedback became, if it was that.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct PeerAnswer {
@@ -108,16 +112,25 @@ impl Engine {
         }
     }
 
-    /// `POST /internal/peer`: an operation another node asks of this one,
-    /// run only if this node may own the org (never sent on again).
-    pub async fn run_peer_op(&self, token: &str, op: PeerOp) -> Result<PeerAnswer, EngineError> {
+    /// The node that presents `token` (none when the request carries
+    /// none), if it is one of this cluster's: checked before anything of
+    /// its request is read.
+    pub fn peer_of(&self, token: Option<&str>) -> Result<Peer, EngineError> {
         let keyring = self.inner.directory.keyring();
-        let known = std::iter::once(keyring.current())
-            .chain(keyring.previous())
-            .any(|k| crate::crypto::tokens_match(&k.peer_token(), token));
+        let known = token.is_some_and(|token| {
+            std::iter::once(keyring.current())
+                .chain(keyring.previous())
+                .any(|k| crate::crypto::tokens_match(&k.peer_token(), token))
+        });
         if !known {
             return Err(EngineError::Forbidden("not a node of this cluster".into()));
         }
+        Ok(Peer(()))
+    }
+
+    /// `POST /internal/peer`: an operation another node asks of this one,
+    /// run only if this node may own the org (never sent on again).
+    pub async fn run_peer_op(&self, _: &Peer, op: PeerOp) -> Result<PeerAnswer, EngineError> {
         match self.place(op.org(), true, false).await? {
             Placement::Here => self.run_here(op).await,
             _ => Err(EngineError::OrgMoving),

@@ -29,29 +29,12 @@ mod tasks;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::operation::Operation;
+use super::operation::{Access, Operation};
 use super::{ApiError, AppState};
 use session::Session;
 
 pub use live::LiveMark;
 pub use session::session_id;
-
-/// The API operations the board calls.
-#[cfg(test)]
-const CALLED: [&str; 12] = [
-    "list_tasks",
-    "get_tasks",
-    "create_tasks",
-    "update_tasks",
-    "search_tasks",
-    "list_keys",
-    "get_insights",
-    "get_standup",
-    "list_tags",
-    "create_tags",
-    "list_members",
-    "list_teams",
-];
 
 /// Why a board request is not answered with its page.
 #[derive(Debug)]
@@ -189,9 +172,10 @@ fn page_answers(operation: Operation) -> Operation {
         .html(429, "A limit of the org was reached")
 }
 
-/// The board's routes, as entries of the operation table.
+/// The board's routes, as entries of the operation table. Every one acts
+/// for the member of the browser's session, when there is one.
 pub fn operations() -> Vec<Operation> {
-    vec![
+    let pages = vec![
         Operation::get("/board")
             .doc("board_sign_in", "board", "The board's sign-in form")
             .html(200, "The form")
@@ -310,5 +294,9 @@ pub fn operations() -> Vec<Operation> {
                 .empty(303, "Added: the page follows"),
         )
         .handler(reports::create_tag),
-    ]
+    ];
+    pages
+        .into_iter()
+        .map(|page| page.access(Access::BoardSession))
+        .collect()
 }

@@ -1,62 +1,45 @@
-//! What the pages show, read from the API's own answers (the JSON bodies
-//! the operations return): plain strings and numbers, ready for templates
-//! that escape every one of them.
+//! What the pages show, taken from the API's own answer types: plain
+//! strings and numbers, ready for templates that escape every one of them.
 //!
 //! Content fields may hold anything an agent wrote. A title or description
-//! of a client-encrypted org is an object, not a string: it is shown as
+//! of a client-encrypted org is an envelope, not a string: it is shown as
 //! its JSON text. Nothing here is ever marked safe for HTML.
 
 use serde_json::Value;
-
-/// The statuses in list order: open work first.
-pub const STATUSES: [&str; 8] = [
-    "pending",
-    "paused",
-    "in_progress",
-    "feedback",
-    "blocked",
-    "completed",
-    "failed",
-    "canceled",
-];
+use taskq_actors::api::{
+    ListedTask, Object, SearchHit, TaskDetail, TaskEvent, TaskSummary, TaskView, Text,
+};
+use taskq_actors::domain::{TaskId, TaskStatus};
 
 /// A status as people read it.
-pub fn status_label(status: &str) -> &'static str {
+pub fn status_label(status: TaskStatus) -> &'static str {
     match status {
-        "pending" => "Pending",
-        "paused" => "Paused",
-        "in_progress" => "In progress",
-        "feedback" => "Feedback",
-        "blocked" => "Blocked",
-        "completed" => "Completed",
-        "failed" => "Failed",
-        "canceled" => "Canceled",
-        _ => "Unknown",
+        TaskStatus::Pending => "Pending",
+        TaskStatus::Paused => "Paused",
+        TaskStatus::InProgress => "In progress",
+        TaskStatus::Feedback => "Feedback",
+        TaskStatus::Blocked => "Blocked",
+        TaskStatus::Canceled => "Canceled",
+        TaskStatus::Completed => "Completed",
+        TaskStatus::Failed => "Failed",
     }
 }
 
-/// A field that holds text: the string itself, anything else as JSON.
-pub fn text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
+/// A title, description or note: the text itself, an envelope as JSON.
+pub fn text(text: &Text) -> String {
+    match text {
+        Text::Plain(s) => s.clone(),
+        Text::Envelope(envelope) => Value::Object(envelope.clone()).to_string(),
     }
 }
 
-fn opt_text(v: &Value) -> Option<String> {
-    (!v.is_null()).then(|| text(v))
+/// An object as indented JSON.
+pub fn pretty(object: &Object) -> String {
+    format!("{:#}", Value::Object(object.clone()))
 }
 
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| a.iter().map(text).collect())
-        .unwrap_or_default()
-}
-
-/// JSON as indented text.
-pub fn pretty(v: &Value) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_default()
+fn ids(ids: &[TaskId]) -> Vec<String> {
+    ids.iter().map(TaskId::to_string).collect()
 }
 
 /// A task on the board: a list item.
@@ -64,42 +47,69 @@ pub fn pretty(v: &Value) -> String {
 pub struct Card {
     pub id: String,
     pub title: String,
-    pub status: String,
-    pub priority: u64,
+    pub status: TaskStatus,
+    pub priority: u8,
     pub assignee: Option<String>,
     pub tags: Vec<String>,
     pub blocked_by: Vec<String>,
+    /// When its lease runs out, for a whole task that is leased.
+    pub lease_expires_at: Option<String>,
 }
 
-impl Card {
-    pub fn from_json(v: &Value) -> Card {
+impl From<&TaskSummary> for Card {
+    fn from(t: &TaskSummary) -> Card {
         Card {
-            id: text(&v["task_id"]),
-            title: text(&v["title"]),
-            status: text(&v["status"]),
-            priority: v["priority"].as_u64().unwrap_or(3),
-            assignee: opt_text(&v["assignee"]),
-            tags: strings(&v["tags"]),
-            blocked_by: strings(&v["blocked_by"]),
+            id: t.task_id.to_string(),
+            title: text(&t.title),
+            status: t.status,
+            priority: t.priority,
+            assignee: t.assignee.clone(),
+            tags: t.tags.clone(),
+            blocked_by: ids(&t.blocked_by),
+            lease_expires_at: None,
+        }
+    }
+}
+
+impl From<&TaskView> for Card {
+    fn from(t: &TaskView) -> Card {
+        Card {
+            id: t.task_id.to_string(),
+            title: text(&t.title),
+            status: t.status,
+            priority: t.priority,
+            assignee: t.assignee.clone(),
+            tags: t.tags.clone(),
+            blocked_by: ids(&t.blocked_by),
+            lease_expires_at: t.lease.map(|l| l.lease_expires_at.to_string()),
+        }
+    }
+}
+
+impl From<&ListedTask> for Card {
+    fn from(t: &ListedTask) -> Card {
+        match t {
+            ListedTask::Lean(t) => Card::from(t),
+            ListedTask::Full(t) => Card::from(&**t),
         }
     }
 }
 
 /// A board column: one status and its cards.
 pub struct Column {
-    pub status: &'static str,
+    pub status: TaskStatus,
     pub label: &'static str,
     pub cards: Vec<Card>,
 }
 
-/// Cards grouped by status, in list order (open work first); every
+/// Cards grouped by status, in the list's order (open work first); every
 /// status has a column, empty or not.
 pub fn columns(cards: Vec<Card>) -> Vec<Column> {
-    let mut columns: Vec<Column> = STATUSES
-        .iter()
-        .map(|s| Column {
-            status: s,
-            label: status_label(s),
+    let mut columns: Vec<Column> = TaskStatus::ALL
+        .into_iter()
+        .map(|status| Column {
+            status,
+            label: status_label(status),
             cards: Vec::new(),
         })
         .collect();
@@ -114,10 +124,22 @@ pub fn columns(cards: Vec<Card>) -> Vec<Column> {
 /// One state event of a task's history.
 pub struct Event {
     pub at: String,
-    pub from: Option<String>,
-    pub to: String,
+    pub from: Option<TaskStatus>,
+    pub to: TaskStatus,
     pub agent: String,
     pub note: Option<String>,
+}
+
+impl From<&TaskEvent> for Event {
+    fn from(e: &TaskEvent) -> Event {
+        Event {
+            at: e.timestamp.to_string(),
+            from: e.from_status,
+            to: e.to_status,
+            agent: e.agent_id.clone(),
+            note: e.note.as_ref().map(text),
+        }
+    }
 }
 
 /// A task with everything its page shows.
@@ -125,8 +147,8 @@ pub struct Task {
     pub id: String,
     pub title: String,
     pub description: Option<String>,
-    pub status: String,
-    pub priority: u64,
+    pub status: TaskStatus,
+    pub priority: u8,
     pub assignee: Option<String>,
     pub tags: Vec<String>,
     pub metadata: String,
@@ -134,58 +156,43 @@ pub struct Task {
     pub parent: Option<String>,
     pub created_at: String,
     pub updated_at: String,
-    pub attempts: u64,
-    pub max_attempts: u64,
+    pub attempts: u8,
+    pub max_attempts: u8,
     pub lease_expires_at: Option<String>,
     /// The blockers and their statuses.
-    pub dependencies: Vec<(String, String)>,
-    pub history: Vec<Event>,
+    pub dependencies: Vec<(String, TaskStatus)>,
+    /// Oldest first; a task asked for alone always has it.
+    pub history: Option<Vec<Event>>,
 }
 
-impl Task {
-    pub fn from_json(v: &Value) -> Task {
-        let metadata = match &v["metadata"] {
-            Value::Null => "{}".to_owned(),
-            m => pretty(m),
-        };
+impl From<&TaskDetail> for Task {
+    fn from(detail: &TaskDetail) -> Task {
+        let t = &detail.task;
         Task {
-            id: text(&v["task_id"]),
-            title: text(&v["title"]),
-            description: opt_text(&v["description"]).filter(|d| !d.is_empty()),
-            status: text(&v["status"]),
-            priority: v["priority"].as_u64().unwrap_or(3),
-            assignee: opt_text(&v["assignee"]),
-            tags: strings(&v["tags"]),
-            metadata,
-            output: (!v["output"].is_null()).then(|| pretty(&v["output"])),
-            parent: opt_text(&v["parent_task_id"]),
-            created_at: text(&v["created_at"]),
-            updated_at: text(&v["updated_at"]),
-            attempts: v["attempts"].as_u64().unwrap_or(0),
-            max_attempts: v["max_attempts"].as_u64().unwrap_or(0),
-            lease_expires_at: opt_text(&v["lease_expires_at"]),
-            dependencies: v["dependencies"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|d| (text(&d["task_id"]), text(&d["status"])))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            history: v["history"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|e| Event {
-                            at: text(&e["timestamp"]),
-                            from: opt_text(&e["from_status"]),
-                            to: text(&e["to_status"]),
-                            agent: text(&e["agent_id"]),
-                            note: opt_text(&e["note"]),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
+            id: t.task_id.to_string(),
+            title: text(&t.title),
+            description: t.description.as_ref().map(text).filter(|d| !d.is_empty()),
+            status: t.status,
+            priority: t.priority,
+            assignee: t.assignee.clone(),
+            tags: t.tags.clone(),
+            metadata: pretty(&t.metadata),
+            output: t.output.as_ref().map(pretty),
+            parent: t.parent_task_id.map(|p| p.to_string()),
+            created_at: t.created_at.to_string(),
+            updated_at: t.updated_at.to_string(),
+            attempts: t.attempts,
+            max_attempts: t.max_attempts,
+            lease_expires_at: t.lease.map(|l| l.lease_expires_at.to_string()),
+            dependencies: detail
+                .dependencies
+                .iter()
+                .map(|d| (d.task_id.to_string(), d.status))
+                .collect(),
+            history: detail
+                .history
+                .as_ref()
+                .map(|events| events.iter().map(Event::from).collect()),
         }
     }
 }
@@ -194,45 +201,65 @@ impl Task {
 pub struct Found {
     pub id: String,
     pub title: String,
-    pub status: String,
+    pub status: TaskStatus,
     pub score: String,
 }
 
-impl Found {
-    pub fn from_json(v: &Value) -> Found {
+impl From<&SearchHit> for Found {
+    fn from(hit: &SearchHit) -> Found {
         Found {
-            id: text(&v["task_id"]),
-            title: text(&v["title"]),
-            status: text(&v["status"]),
-            score: v["score"]
-                .as_f64()
-                .map(|s| format!("{s:.2}"))
-                .unwrap_or_default(),
+            id: hit.task_id.to_string(),
+            title: text(&hit.title),
+            status: hit.status,
+            score: format!("{:.2}", hit.score),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
+    use taskq_actors::api::Timestamp;
+
+    use super::*;
+
+    fn lean(id: &str, title: Text, status: TaskStatus) -> ListedTask {
+        ListedTask::Lean(TaskSummary {
+            task_id: id.parse().unwrap(),
+            title,
+            status,
+            priority: 3,
+            updated_at: Timestamp(0),
+            assignee: None,
+            tags: Vec::new(),
+            blocked_by: Vec::new(),
+            parent_task_id: None,
+        })
+    }
 
     #[test]
     fn cards_fall_into_their_status_columns_in_list_order() {
+        let (a, b, c) = (
+            "00000000-0000-7000-8000-00000000000a",
+            "00000000-0000-7000-8000-00000000000b",
+            "00000000-0000-7000-8000-00000000000c",
+        );
+        let envelope = Object::from_iter([("__service_enc__".to_owned(), json!({}))]);
         let cards = [
-            json!({"task_id": "a", "title": "A", "status": "blocked", "priority": 1}),
-            json!({"task_id": "b", "title": "B", "status": "pending", "priority": 2}),
-            json!({"task_id": "c", "title": {"__service_enc__": {}}, "status": "pending"}),
+            lean(a, "A".into(), TaskStatus::Blocked),
+            lean(b, "B".into(), TaskStatus::Pending),
+            lean(c, Text::Envelope(envelope), TaskStatus::Pending),
         ]
         .iter()
-        .map(Card::from_json)
+        .map(Card::from)
         .collect();
         let columns = columns(cards);
-        assert_eq!(columns.len(), 8);
-        assert_eq!(columns[0].status, "pending");
+        let order: Vec<TaskStatus> = columns.iter().map(|c| c.status).collect();
+        assert_eq!(order, TaskStatus::ALL);
         let pending: Vec<_> = columns[0].cards.iter().map(|c| c.id.as_str()).collect();
-        assert_eq!(pending, ["b", "c"]);
+        assert_eq!(pending, [b, c]);
         assert_eq!(columns[0].cards[1].title, r#"{"__service_enc__":{}}"#);
-        assert_eq!(columns[4].cards[0].id, "a");
+        assert_eq!(columns[4].status, TaskStatus::Blocked);
+        assert_eq!(columns[4].cards[0].id, a);
     }
 }

@@ -10,6 +10,7 @@
 use askama::Template;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use taskq_actors::domain::TaskStatus;
 
 use super::model::{Column, Found, Task};
 use super::svg::{BarChart, Graph};
@@ -69,11 +70,11 @@ pub fn page<T: Template>(status: StatusCode, nonce: &str, template: &T) -> Respo
     }
 }
 
-/// `(value, label)` of every status.
-pub fn status_options() -> Vec<(&'static str, &'static str)> {
-    super::model::STATUSES
-        .iter()
-        .map(|s| (*s, super::model::status_label(s)))
+/// Every status with its label, in the list's order.
+pub fn status_options() -> Vec<(TaskStatus, &'static str)> {
+    TaskStatus::ALL
+        .into_iter()
+        .map(|s| (s, super::model::status_label(s)))
         .collect()
 }
 
@@ -115,7 +116,7 @@ pub struct Search {
 pub struct Tasks {
     pub chrome: Chrome,
     pub filters: Filters,
-    pub statuses: Vec<(&'static str, &'static str)>,
+    pub statuses: Vec<(TaskStatus, &'static str)>,
     pub priorities: [u8; 5],
     pub open_create: bool,
     pub search: Option<Search>,
@@ -131,7 +132,7 @@ pub struct TaskPage {
     pub chrome: Chrome,
     pub task: Task,
     pub tags_text: String,
-    pub statuses: Vec<(&'static str, &'static str)>,
+    pub statuses: Vec<(TaskStatus, &'static str)>,
     pub priorities: [u8; 5],
     pub has_graph: bool,
     pub graph: Graph,
@@ -145,7 +146,7 @@ pub struct TaskPage {
 pub struct Lease {
     pub id: String,
     pub title: String,
-    pub priority: u64,
+    pub priority: u8,
     pub expires: Option<String>,
 }
 
@@ -163,12 +164,12 @@ pub struct Agents {
     pub capped: bool,
     pub scan: usize,
     /// Name, created, active.
-    pub keys: Vec<(String, String, String)>,
+    pub keys: Vec<(String, String, &'static str)>,
 }
 
 pub struct InsightsView {
     pub computed_at: String,
-    pub window_days: u64,
+    pub window_days: u32,
     pub completed: u64,
     pub failed: u64,
     pub per_day: String,
@@ -198,10 +199,10 @@ pub struct Insights {
 pub struct Org {
     pub chrome: Chrome,
     /// Name, strict, default, description.
-    pub tags: Vec<(String, String, String, String)>,
+    pub tags: Vec<(String, &'static str, &'static str, Option<String>)>,
     /// Email, role, tags, seated.
-    pub members: Vec<(String, String, String, String)>,
+    pub members: Vec<(String, &'static str, String, &'static str)>,
     /// Name, tags, description.
-    pub teams: Vec<(String, String, String)>,
+    pub teams: Vec<(String, String, Option<String>)>,
     pub teams_unavailable: Option<String>,
 }

@@ -5,11 +5,17 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use serde_json::Value;
+use taskq_actors::api::{
+    Headline, Insights as InsightsReport, InsightsAnswer, StandupAnswer, StandupReport, Unavailable,
+};
+use taskq_actors::{EngineError, ErrorCode};
 
-use super::calls::{call, Answer, Input};
+use super::calls::{
+    call, Input, CREATE_TAGS, GET_INSIGHTS, GET_STANDUP, LIST_KEYS, LIST_MEMBERS, LIST_TAGS,
+    LIST_TASKS, LIST_TEAMS,
+};
 use super::forms::{self, Form};
-use super::model::text;
+use super::model::Card;
 use super::pages::{self, Agents, Holder, Insights, InsightsView, Lease, Org, StandupView};
 use super::svg::BarChart;
 use super::{chrome, see_other, signed_in, writer, AppState, BoardError};
@@ -17,13 +23,12 @@ use super::{chrome, see_other, signed_in, writer, AppState, BoardError};
 /// Leased tasks looked through for the agents page.
 const LEASES_SCAN: usize = 200;
 
-fn items(v: &Value) -> Vec<Value> {
-    v.as_array().cloned().unwrap_or_default()
-}
-
-/// The text of a list of strings.
-fn joined(v: &Value) -> String {
-    items(v).iter().map(text).collect::<Vec<_>>().join(", ")
+fn yes_no(yes: bool) -> &'static str {
+    if yes {
+        "yes"
+    } else {
+        "no"
+    }
 }
 
 /// `GET /board/agents`: who holds which leases, until when; and the keys
@@ -39,17 +44,19 @@ pub async fn agents(
         ("full".to_owned(), "true".to_owned()),
         ("limit".to_owned(), LEASES_SCAN.to_string()),
     ];
-    let Answer { body, .. } =
-        call(&state, caller, "list_tasks", vec![], Input::Query(query)).await?;
-    let capped = !body["next_cursor"].is_null();
+    let listed = call(&state, caller, LIST_TASKS, Input::Query(query)).await?;
+    let capped = listed.next_cursor.is_some();
     let mut holders: Vec<Holder> = Vec::new();
-    for t in items(&body["tasks"]) {
-        let name = t["assignee"].as_str().unwrap_or("(nobody)").to_owned();
+    for task in listed.tasks.iter().map(Card::from) {
+        let name = match task.assignee {
+            Some(name) => name,
+            None => "(nobody)".to_owned(),
+        };
         let lease = Lease {
-            id: text(&t["task_id"]),
-            title: text(&t["title"]),
-            priority: t["priority"].as_u64().unwrap_or(3),
-            expires: t["lease_expires_at"].as_str().map(str::to_owned),
+            id: task.id,
+            title: task.title,
+            priority: task.priority,
+            expires: task.lease_expires_at,
         };
         match holders.iter_mut().find(|h| h.name == name) {
             Some(h) => h.leases.push(lease),
@@ -60,16 +67,11 @@ pub async fn agents(
         }
     }
     holders.sort_by(|a, b| a.name.cmp(&b.name));
-    let Answer { body, .. } = call(&state, caller, "list_keys", vec![], Input::None).await?;
-    let keys = items(&body["keys"])
-        .iter()
-        .map(|k| {
-            (
-                text(&k["name"]),
-                text(&k["created_at"]),
-                if k["active"] == true { "yes" } else { "no" }.to_owned(),
-            )
-        })
+    let keys = call(&state, caller, LIST_KEYS, Input::None)
+        .await?
+        .keys
+        .into_iter()
+        .map(|k| (k.name, k.created_at.to_string(), yes_no(k.active)))
         .collect();
     let chrome = chrome(&state, &session, "agents");
     let nonce = chrome.nonce.clone();
@@ -86,42 +88,65 @@ pub async fn agents(
     ))
 }
 
-/// Why a report is not shown: the operation's refusal (a plan without
-/// it) or its `{available: false, reason}`.
-fn unavailable(answer: &Result<Answer, super::ApiError>) -> Option<String> {
+/// A report's answer as a page shows it: the report, or why there is
+/// none. Only a plan without the feature is a reason; any other refusal
+/// or failure is the page's.
+enum Shown<T> {
+    Report(T),
+    Unavailable(String),
+}
+
+fn shown<R, T>(
+    answer: Result<R, EngineError>,
+    report: impl FnOnce(R) -> Result<T, Unavailable>,
+) -> Result<Shown<T>, EngineError> {
     match answer {
-        Err(e) => Some(e.status_and_message().1.to_owned()),
-        Ok(a) if a.body["available"] == false => {
-            Some(format!("Not available yet ({}).", text(&a.body["reason"])))
-        }
-        Ok(_) => None,
+        Ok(answer) => Ok(match report(answer) {
+            Ok(report) => Shown::Report(report),
+            Err(why) => Shown::Unavailable(format!("Not available yet ({}).", why.reason)),
+        }),
+        Err(e) if e.code() == ErrorCode::UpgradeRequired => Ok(Shown::Unavailable(e.body().error)),
+        Err(e) => Err(e),
     }
 }
 
-fn insights_view(v: &Value) -> InsightsView {
-    let hours = |x: &Value| x.as_f64().unwrap_or(0.0);
-    let cycle = &v["cycle_times"];
-    let rates: Vec<(String, f64)> = items(&v["failure_rates"])
+impl<T> Shown<T> {
+    fn split(self) -> (Option<T>, Option<String>) {
+        match self {
+            Shown::Report(report) => (Some(report), None),
+            Shown::Unavailable(why) => (None, Some(why)),
+        }
+    }
+}
+
+fn insights_view(v: &InsightsReport) -> InsightsView {
+    let cycle = &v.cycle_times;
+    // Without a completed task there is no cycle time to draw.
+    let cycle_bars: Vec<(String, f64)> = [
+        ("p50", cycle.p50_hours),
+        ("p90", cycle.p90_hours),
+        ("mean", cycle.mean_hours),
+    ]
+    .into_iter()
+    .filter_map(|(label, hours)| Some((label.to_owned(), hours?)))
+    .collect();
+    let rates: Vec<(String, f64)> = v
+        .failure_rates
         .iter()
-        .map(|r| (text(&r["tag"]), r["rate"].as_f64().unwrap_or(0.0) * 100.0))
+        .map(|r| (r.tag.clone(), r.rate * 100.0))
         .collect();
-    let throughput = &v["throughput"];
     InsightsView {
-        computed_at: text(&v["computed_at"]),
-        window_days: v["window_days"].as_u64().unwrap_or(0),
-        completed: throughput["completed"].as_u64().unwrap_or(0),
-        failed: throughput["failed"].as_u64().unwrap_or(0),
-        per_day: format!("{:.1}", throughput["per_day"].as_f64().unwrap_or(0.0)),
-        stuck: v["stuck"]["count"].as_u64().unwrap_or(0),
-        churning: v["churning"]["count"].as_u64().unwrap_or(0),
+        computed_at: v.computed_at.to_string(),
+        window_days: v.window_days,
+        completed: v.throughput.completed,
+        failed: v.throughput.failed,
+        per_day: format!("{:.1}", v.throughput.per_day),
+        stuck: v.stuck.count,
+        churning: v.churning.count,
         charts: vec![
             BarChart::new(
                 "Cycle time (hours): median, 90th percentile, mean",
-                &[
-                    ("p50".into(), hours(&cycle["p50_hours"])),
-                    ("p90".into(), hours(&cycle["p90_hours"])),
-                    ("mean".into(), hours(&cycle["mean_hours"])),
-                ],
+                &cycle_bars,
                 |h| format!("{h:.1}"),
             ),
             BarChart::new("Failure rate by tag (%)", &rates, |p| format!("{p:.0}%")),
@@ -129,41 +154,42 @@ fn insights_view(v: &Value) -> InsightsView {
     }
 }
 
-fn standup_view(v: &Value) -> StandupView {
+fn standup_view(v: &StandupReport) -> StandupView {
     // Oldest first: the history is newest first, the current report last.
-    let mut reports: Vec<&Value> = v["history"]
-        .as_array()
-        .map(|a| a.iter().rev().collect())
-        .unwrap_or_default();
-    reports.push(v);
-    let per = |field: &str| -> Vec<(String, f64)> {
+    let reports: Vec<(&str, &Headline)> = v
+        .history
+        .iter()
+        .rev()
+        .map(|r| (r.period.as_str(), &r.headline))
+        .chain([(v.period.as_str(), &v.headline)])
+        .collect();
+    let per = |figure: fn(&Headline) -> u64| -> Vec<(String, f64)> {
         reports
             .iter()
-            .map(|r| {
-                (
-                    text(&r["period"]),
-                    r["headline"][field].as_f64().unwrap_or(0.0),
-                )
-            })
+            .map(|(period, headline)| ((*period).to_owned(), figure(headline) as f64))
             .collect()
     };
-    let h = &v["headline"];
+    let h = &v.headline;
     StandupView {
         headline: format!(
             "{} {}: {} completed, {} failed, {} open, {} stuck",
-            text(&v["cadence"]),
-            text(&v["period"]),
-            h["completed"],
-            h["failed"],
-            h["open"],
-            h["stuck_count"]
+            v.cadence.as_str(),
+            v.period,
+            h.completed,
+            h.failed,
+            h.open,
+            h.stuck_count
         ),
-        body: text(&v["body"]),
+        body: v.body.clone(),
         charts: vec![
-            BarChart::new("Throughput: completed per period", &per("completed"), |n| {
+            BarChart::new(
+                "Throughput: completed per period",
+                &per(|h| h.completed),
+                |n| format!("{n:.0}"),
+            ),
+            BarChart::new("Failed per period", &per(|h| h.failed), |n| {
                 format!("{n:.0}")
             }),
-            BarChart::new("Failed per period", &per("failed"), |n| format!("{n:.0}")),
         ],
     }
 }
@@ -176,23 +202,27 @@ pub async fn insights(
 ) -> Result<Response, BoardError> {
     let session = signed_in(&state, &headers).await?;
     let caller = &session.caller;
-    let insights = call(&state, caller, "get_insights", vec![], Input::Query(vec![])).await;
+    let insights = call(&state, caller, GET_INSIGHTS, Input::Query(vec![])).await;
+    let (insights, insights_unavailable) = shown(insights, |answer| match answer {
+        InsightsAnswer::Report(report) => Ok(insights_view(&report)),
+        InsightsAnswer::Unavailable(why) => Err(why),
+    })?
+    .split();
     let daily = vec![("cadence".to_owned(), "daily".to_owned())];
-    let standup = call(&state, caller, "get_standup", vec![], Input::Query(daily)).await;
+    let standup = call(&state, caller, GET_STANDUP, Input::Query(daily)).await;
+    let (standup, standup_unavailable) = shown(standup, |answer| match answer {
+        StandupAnswer::Report(report) => Ok(standup_view(&report)),
+        StandupAnswer::Unavailable(why) => Err(why),
+    })?
+    .split();
     let chrome = chrome(&state, &session, "insights");
     let nonce = chrome.nonce.clone();
     let page = Insights {
         chrome,
-        insights_unavailable: unavailable(&insights),
-        standup_unavailable: unavailable(&standup),
-        insights: insights
-            .ok()
-            .filter(|a| a.body["available"] != false)
-            .map(|a| insights_view(&a.body)),
-        standup: standup
-            .ok()
-            .filter(|a| a.body["available"] != false)
-            .map(|a| standup_view(&a.body)),
+        insights_unavailable,
+        standup_unavailable,
+        insights,
+        standup,
     };
     Ok(pages::page(StatusCode::OK, &nonce, &page))
 }
@@ -204,54 +234,37 @@ pub async fn org(
 ) -> Result<Response, BoardError> {
     let session = signed_in(&state, &headers).await?;
     let caller = &session.caller;
-    let Answer { body: tags, .. } = call(&state, caller, "list_tags", vec![], Input::None).await?;
-    let Answer { body: members, .. } =
-        call(&state, caller, "list_members", vec![], Input::None).await?;
-    let teams = call(&state, caller, "list_teams", vec![], Input::None).await;
-    let yes_no = |v: &Value| if *v == true { "yes" } else { "no" }.to_owned();
+    let tags = call(&state, caller, LIST_TAGS, Input::None).await?;
+    let members = call(&state, caller, LIST_MEMBERS, Input::None).await?;
+    let teams = call(&state, caller, LIST_TEAMS, Input::None).await;
+    let (teams, teams_unavailable) = shown(teams, Ok)?.split();
     let chrome = chrome(&state, &session, "org");
     let nonce = chrome.nonce.clone();
     let page = Org {
         chrome,
-        tags: items(&tags)
-            .iter()
+        tags: tags
+            .into_iter()
             .map(|t| {
                 (
-                    text(&t["name"]),
-                    yes_no(&t["strict"]),
-                    yes_no(&t["default"]),
-                    text(&t["description"]),
+                    t.name,
+                    yes_no(t.strict),
+                    yes_no(t.is_default),
+                    t.description,
                 )
             })
             .collect(),
-        members: items(&members)
-            .iter()
+        members: members
+            .into_iter()
             .map(|m| {
-                let mut tags = items(&m["profile_tags"]);
-                tags.extend(items(&m["team_tags"]));
-                (
-                    text(&m["email"]),
-                    text(&m["role"]),
-                    joined(&Value::Array(tags)),
-                    yes_no(&m["seated"]),
-                )
+                let tags = [m.profile_tags, m.team_tags].concat().join(", ");
+                (m.email, m.role.as_str(), tags, yes_no(m.seated))
             })
             .collect(),
-        teams_unavailable: teams
-            .as_ref()
-            .err()
-            .map(|e| e.status_and_message().1.to_owned()),
+        teams_unavailable,
         teams: teams
-            .map(|a| items(&a.body))
-            .unwrap_or_default()
-            .iter()
-            .map(|t| {
-                (
-                    text(&t["name"]),
-                    joined(&t["tags"]),
-                    text(&t["description"]),
-                )
-            })
+            .into_iter()
+            .flatten()
+            .map(|t| (t.name, t.tags.join(", "), t.description))
             .collect(),
     };
     Ok(pages::page(StatusCode::OK, &nonce, &page))
@@ -266,13 +279,7 @@ pub async fn create_tag(
 ) -> Result<Response, BoardError> {
     let form = Form::parse(&body)?;
     let session = writer(&state, &headers, &form).await?;
-    call(
-        &state,
-        &session.caller,
-        "create_tags",
-        vec![],
-        Input::Body(forms::create_tag(&form)),
-    )
-    .await?;
+    let request = Input::Body(forms::create_tag(&form));
+    call(&state, &session.caller, CREATE_TAGS, request).await?;
     Ok(see_other("/board/org"))
 }

@@ -3,13 +3,15 @@
 //! leave here; the templates draw them as SVG (no script, no external
 //! reference, links only to the board's own task pages).
 
+use taskq_actors::domain::TaskStatus;
+
 /// A node of the dependency graph.
 pub struct Node {
     pub id: String,
     /// The title, shortened to fit its box.
     pub label: String,
     pub title: String,
-    pub status: String,
+    pub status: TaskStatus,
     pub x: u32,
     pub y: u32,
     /// The task whose page this is.
@@ -39,7 +41,7 @@ const GAP_Y: u32 = 16;
 const LABEL_CHARS: usize = 26;
 
 /// A task of the graph: id, title, status.
-pub type GraphTask = (String, String, String);
+pub type GraphTask = (String, String, TaskStatus);
 
 /// The first `max` characters of `s`, with an ellipsis when cut.
 pub fn shorten(s: &str, max: usize) -> String {
@@ -172,7 +174,7 @@ mod tests {
     use super::*;
 
     fn t(id: &str) -> GraphTask {
-        (id.into(), format!("title {id}"), "pending".into())
+        (id.into(), format!("title {id}"), TaskStatus::Pending)
     }
 
     #[test]

@@ -5,10 +5,11 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use serde_json::{json, Value};
+use serde_json::json;
+use taskq_actors::api::{ItemError, SearchAnswer, TaskDetail, UpdateResult};
 
 use super::super::extract::query_pairs;
-use super::calls::{call, Answer, Input};
+use super::calls::{call, Input, CREATE_TASKS, GET_TASKS, LIST_TASKS, SEARCH_TASKS, UPDATE_TASKS};
 use super::forms::{self, Form};
 use super::model::{self, Card, Found, Task};
 use super::pages::{self, Filters, Search, TaskPage, Tasks, PRIORITIES};
@@ -79,28 +80,28 @@ pub async fn board(
         list.push(("cursor".to_owned(), cursor.clone()));
     }
     let caller = &session.caller;
-    let Answer { body, .. } =
-        call(&state, caller, "list_tasks", vec![], Input::Query(list)).await?;
-    let cards: Vec<Card> = body["tasks"]
-        .as_array()
-        .map(|a| a.iter().map(Card::from_json).collect())
-        .unwrap_or_default();
+    let listed = call(&state, caller, LIST_TASKS, Input::Query(list)).await?;
+    let cards: Vec<Card> = listed.tasks.iter().map(Card::from).collect();
     let search = if filters.q.is_empty() {
         None
     } else {
         let request = json!({ "query": filters.q, "limit": FOUND });
-        let Answer { body, .. } =
-            call(&state, caller, "search_tasks", vec![], Input::Body(request)).await?;
-        Some(Search {
-            unavailable: (body["available"] == false).then(|| model::text(&body["reason"])),
-            found: body["results"]
-                .as_array()
-                .map(|a| a.iter().map(Found::from_json).collect())
-                .unwrap_or_default(),
-        })
+        Some(
+            match call(&state, caller, SEARCH_TASKS, Input::Body(request)).await? {
+                SearchAnswer::Results { results } => Search {
+                    unavailable: None,
+                    found: results.iter().map(Found::from).collect(),
+                },
+                SearchAnswer::Unavailable(why) => Search {
+                    unavailable: Some(why.reason.into_owned()),
+                    found: Vec::new(),
+                },
+            },
+        )
     };
-    let next_page = body["next_cursor"]
-        .as_str()
+    let next_page = listed
+        .next_cursor
+        .as_deref()
         .map(|c| format!("/board/tasks?{link}cursor={}", enc(c)));
     let first_page = (!cursor.is_empty()).then(|| format!("/board/tasks?{link}"));
     let chrome = chrome(&state, &session, "tasks");
@@ -132,39 +133,25 @@ pub async fn create(
     let form = Form::parse(&body)?;
     let session = writer(&state, &headers, &form).await?;
     let request = forms::create_task(&form);
-    let Answer { body, .. } = call(
-        &state,
-        &session.caller,
-        "create_tasks",
-        vec![],
-        Input::Body(request),
-    )
-    .await?;
-    match body["results"][0]["task_id"].as_str() {
-        Some(id) => Ok(see_other(&format!("/board/tasks/{id}"))),
+    let created = call(&state, &session.caller, CREATE_TASKS, Input::Body(request)).await?;
+    match created.results.first() {
+        Some(task) => Ok(see_other(&format!("/board/tasks/{}", task.task_id))),
         None => Ok(see_other("/board/tasks")),
     }
 }
 
-/// One task by id through `POST /tasks/get`; `None` when the org has no
-/// such task.
+/// Tasks by id through `POST /tasks/get`: those the org has.
 async fn get_tasks(
     state: &AppState,
     session: &super::Session,
     ids: &[String],
-) -> Result<Vec<Value>, BoardError> {
+) -> Result<Vec<TaskDetail>, BoardError> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let Answer { body, .. } = call(
-        state,
-        &session.caller,
-        "get_tasks",
-        vec![],
-        Input::Body(json!({ "task_ids": ids })),
-    )
-    .await?;
-    Ok(body["tasks"].as_array().cloned().unwrap_or_default())
+    let request = json!({ "task_ids": ids });
+    let found = call(state, &session.caller, GET_TASKS, Input::Body(request)).await?;
+    Ok(found.tasks)
 }
 
 /// `GET /board/tasks/{task_id}`: the task, its history as a timeline, its
@@ -177,47 +164,36 @@ pub async fn task(
 ) -> Result<Response, BoardError> {
     let session = signed_in(&state, &headers).await?;
     let found = get_tasks(&state, &session, std::slice::from_ref(&task_id)).await?;
-    let Some(json) = found.first() else {
+    let Some(detail) = found.first() else {
         return Err(BoardError::NotFound);
     };
-    let task = Task::from_json(json);
+    let task = Task::from(detail);
     // The blockers' titles (the task lists only their ids and statuses).
     let blocker_ids: Vec<String> = task.dependencies.iter().map(|(id, _)| id.clone()).collect();
     let blockers: Vec<GraphTask> = get_tasks(&state, &session, &blocker_ids)
         .await?
         .iter()
         .map(|b| {
-            (
-                model::text(&b["task_id"]),
-                model::text(&b["title"]),
-                model::text(&b["status"]),
-            )
+            let b = &b.task;
+            (b.task_id.to_string(), model::text(&b.title), b.status)
         })
         .collect();
     // Its dependents: the tasks whose blockers name it, among the first of
     // the list (open work first, so every blocked dependent while the list
     // holds fewer open tasks than that).
     let list = vec![("limit".to_owned(), DEPENDENTS_SCAN.to_string())];
-    let Answer { body, .. } = call(
-        &state,
-        &session.caller,
-        "list_tasks",
-        vec![],
-        Input::Query(list),
-    )
-    .await?;
-    let dependents: Vec<GraphTask> = body["tasks"]
-        .as_array()
-        .map(|a| a.iter().map(Card::from_json).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
+    let listed = call(&state, &session.caller, LIST_TASKS, Input::Query(list)).await?;
+    let dependents: Vec<GraphTask> = listed
+        .tasks
+        .iter()
+        .map(Card::from)
         .filter(|c| c.blocked_by.contains(&task.id))
         .map(|c| (c.id, c.title, c.status))
         .collect();
-    let dependents_capped = !body["next_cursor"].is_null();
+    let dependents_capped = listed.next_cursor.is_some();
     let has_graph = !blockers.is_empty() || !dependents.is_empty();
     let graph = Graph::new(
-        (task.id.clone(), task.title.clone(), task.status.clone()),
+        (task.id.clone(), task.title.clone(), task.status),
         blockers,
         dependents,
     );
@@ -253,21 +229,18 @@ pub async fn update(
     let form = Form::parse(&body)?;
     let session = writer(&state, &headers, &form).await?;
     let request = forms::update_task(&task_id, &form);
-    let Answer { body, .. } = call(
-        &state,
-        &session.caller,
-        "update_tasks",
-        vec![],
-        Input::Body(request),
-    )
-    .await?;
-    if let Some(error) = body["results"][0]["error"].as_str() {
-        let status = if error == "task not found" {
-            StatusCode::NOT_FOUND
-        } else {
-            StatusCode::CONFLICT
+    let updated = call(&state, &session.caller, UPDATE_TASKS, Input::Body(request)).await?;
+    if let Some(UpdateResult::Failed { error, .. }) = updated.results.first() {
+        let status = match error {
+            ItemError::TaskNotFound => StatusCode::NOT_FOUND,
+            ItemError::InvalidTransition | ItemError::AssigneeRequired | ItemError::LeaseLost => {
+                StatusCode::CONFLICT
+            }
         };
-        return Err(BoardError::Api(super::ApiError::new(status, error)));
+        return Err(BoardError::Api(super::ApiError::new(
+            status,
+            error.as_str(),
+        )));
     }
     Ok(see_other(&format!("/board/tasks/{}", enc(&task_id))))
 }
