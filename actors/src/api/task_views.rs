@@ -150,7 +150,7 @@ pub struct TaskView {
 }
 
 /// A task's retry policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RetryPolicyView {
     pub max_retries: u8,
     pub backoff_seconds: u32,
@@ -370,6 +370,15 @@ mod tests {
             attempts: 1,
             max_attempts: 3,
             lease,
+            run_at: Some(Timestamp(1_700_000_200_000)),
+            retry: Some(RetryPolicyView {
+                max_retries: 3,
+                backoff_seconds: 10,
+                max_backoff_seconds: 600,
+            }),
+            retries: 1,
+            schedule_id: Some(Uuid::now_v7()),
+            scheduled_for: Some(Timestamp(1_700_000_000_000)),
         }
     }
 
@@ -389,6 +398,7 @@ mod tests {
             tags: Vec::new(),
             blocked_by: Vec::new(),
             parent_task_id: None,
+            run_at: None,
         };
         let list = ListAnswer {
             tasks: vec![

@@ -44,6 +44,11 @@ export const OPERATIONS = {
   rotate_webhook_secret: { id: "rotate_webhook_secret", method: "POST", path: "/webhooks/{webhook_id}/rotate-secret", auth: "key", answer: "json" },
   list_webhook_deliveries: { id: "list_webhook_deliveries", method: "GET", path: "/webhooks/{webhook_id}/deliveries", auth: "key", answer: "json" },
   test_webhook: { id: "test_webhook", method: "POST", path: "/webhooks/{webhook_id}/test", auth: "key", answer: "json" },
+  list_schedules: { id: "list_schedules", method: "GET", path: "/schedules", auth: "key", answer: "json" },
+  create_schedule: { id: "create_schedule", method: "POST", path: "/schedules", auth: "key", answer: "json" },
+  get_schedule: { id: "get_schedule", method: "GET", path: "/schedules/{schedule_id}", auth: "key", answer: "json" },
+  update_schedule: { id: "update_schedule", method: "PATCH", path: "/schedules/{schedule_id}", auth: "key", answer: "json" },
+  delete_schedule: { id: "delete_schedule", method: "DELETE", path: "/schedules/{schedule_id}", auth: "key", answer: "empty" },
   create_key: { id: "create_key", method: "POST", path: "/keys", auth: "key", answer: "json" },
   list_keys: { id: "list_keys", method: "GET", path: "/keys", auth: "key", answer: "json" },
   revoke_key: { id: "revoke_key", method: "DELETE", path: "/keys/{key_id}", auth: "key", answer: "empty" },
@@ -335,6 +340,41 @@ export abstract class Operations {
   test_webhook(webhook_id: string, options?: CallOptions): Promise<Answer<"test_webhook">> {
     return this.invoke(OPERATIONS.test_webhook, [webhook_id], undefined, undefined, options) as Promise<
       Answer<"test_webhook">
+    >;
+  }
+
+  /** GET /schedules: The org's schedules (paid plans). */
+  list_schedules(options?: CallOptions): Promise<Answer<"list_schedules">> {
+    return this.invoke(OPERATIONS.list_schedules, [], undefined, undefined, options) as Promise<
+      Answer<"list_schedules">
+    >;
+  }
+
+  /** POST /schedules: Create a recurring task on a cron schedule. */
+  create_schedule(body: Body<"create_schedule">, options?: CallOptions): Promise<Answer<"create_schedule">> {
+    return this.invoke(OPERATIONS.create_schedule, [], undefined, body, options) as Promise<
+      Answer<"create_schedule">
+    >;
+  }
+
+  /** GET /schedules/{schedule_id}: One schedule. */
+  get_schedule(schedule_id: string, options?: CallOptions): Promise<Answer<"get_schedule">> {
+    return this.invoke(OPERATIONS.get_schedule, [schedule_id], undefined, undefined, options) as Promise<
+      Answer<"get_schedule">
+    >;
+  }
+
+  /** PATCH /schedules/{schedule_id}: Change a schedule's pattern, zone, task or whether it is active. */
+  update_schedule(schedule_id: string, body: Body<"update_schedule">, options?: CallOptions): Promise<Answer<"update_schedule">> {
+    return this.invoke(OPERATIONS.update_schedule, [schedule_id], undefined, body, options) as Promise<
+      Answer<"update_schedule">
+    >;
+  }
+
+  /** DELETE /schedules/{schedule_id}: Remove a schedule (the tasks it made stay). */
+  delete_schedule(schedule_id: string, options?: CallOptions): Promise<Answer<"delete_schedule">> {
+    return this.invoke(OPERATIONS.delete_schedule, [schedule_id], undefined, undefined, options) as Promise<
+      Answer<"delete_schedule">
     >;
   }
 

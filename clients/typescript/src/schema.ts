@@ -627,6 +627,58 @@ export type paths = {
         patch?: never;
         trace?: never;
     };
+    "/schedules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The org's schedules (paid plans)
+         * @description List the org's schedules: name, cron pattern and time zone, the task each tick creates, whether active, the next and last run and the last error (admins and owners, paid plans).
+         */
+        get: operations["list_schedules"];
+        put?: never;
+        /**
+         * Create a recurring task on a cron schedule
+         * @description Create a schedule: at each tick of a five-field cron pattern (minute hour day-of-month month day-of-week) in an IANA time zone (default UTC), one task is created from `task` (a create_tasks item without task_id, ref or blocked_by). Ticks missed while the server was down make one task. Admins and owners, paid plans.
+         */
+        post: operations["create_schedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/schedules/{schedule_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One schedule
+         * @description One schedule by id, with its next and last run and the last error (admins and owners, paid plans).
+         */
+        get: operations["get_schedule"];
+        put?: never;
+        post?: never;
+        /**
+         * Remove a schedule (the tasks it made stay)
+         * @description Remove a schedule; the tasks it already created stay (admins and owners, paid plans).
+         */
+        delete: operations["delete_schedule"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a schedule's pattern, zone, task or whether it is active
+         * @description Change any of a schedule's cron, timezone, task and active; a schedule resumed goes on from now, without the ticks it missed while paused (admins and owners, paid plans).
+         */
+        patch: operations["update_schedule"];
+        trace?: never;
+    };
     "/keys": {
         parameters: {
             query?: never;
@@ -1200,6 +1252,42 @@ export type components = {
              * @default 5
              */
             max_attempts?: number;
+            /**
+             * Format: date-time
+             * @description When it may first be claimed; until then it is waiting (still
+             *     `pending`, skipped by claims). Not with `delay_seconds`.
+             * @default null
+             */
+            run_at?: string | null;
+            /**
+             * Format: uint32
+             * @description Seconds from now until it may first be claimed. Not with `run_at`.
+             * @default null
+             */
+            delay_seconds?: number | null;
+            /** @description Failures (by an update) retried with backoff while retries are left. */
+            retry?: components["schemas"]["RetryRequest"] | null;
+        };
+        /** @description A create item's retry policy. */
+        RetryRequest: {
+            /**
+             * Format: uint8
+             * @description Failures retried before one fails the task (and its dependents).
+             */
+            max_retries: number;
+            /**
+             * Format: uint32
+             * @description The wait before the first retry; each next one doubles it.
+             * @default 30
+             */
+            backoff_seconds?: number;
+            /**
+             * Format: uint32
+             * @description The longest wait, at least `backoff_seconds` (default 3600, or
+             *     `backoff_seconds` when that is longer).
+             * @default null
+             */
+            max_backoff_seconds?: number | null;
         };
         /** @description `POST /tasks/update`: 1 to 25 items, each attempted in order. */
         UpdateTasks: {
@@ -1249,6 +1337,19 @@ export type components = {
              * @default null
              */
             lease_id?: string | null;
+            /**
+             * Format: date-time
+             * @description When it may be claimed (a pending task before then is waiting);
+             *     `null`: at once. Not with `delay_seconds`.
+             * @default null
+             */
+            run_at?: string | null;
+            /**
+             * Format: uint32
+             * @description Seconds from now until it may be claimed. Not with `run_at`.
+             * @default null
+             */
+            delay_seconds?: number | null;
         };
         /** @enum {string} */
         TaskStatus: "pending" | "paused" | "in_progress" | "feedback" | "blocked" | "canceled" | "completed" | "failed";
@@ -1455,6 +1556,35 @@ export type components = {
          * @enum {string}
          */
         WebhookEvent: "*" | "task.created" | "task.claimed" | "task.completed" | "task.failed" | "task.canceled" | "task.lease_expired" | "task.unblocked" | "task.status_changed";
+        /** @description `POST /schedules`. */
+        CreateSchedule: {
+            /** @description Unique in the org. */
+            name: string;
+            /**
+             * @description Five fields: minute hour day-of-month month day-of-week, each `*`,
+             *     a number, a range, a step (`*\/15`, `1-5/2`) or a list of those.
+             */
+            cron: string;
+            /**
+             * @description An IANA time zone; ticks are its wall-clock times.
+             * @default UTC
+             */
+            timezone?: string;
+            /** @description The task each tick creates, as a `POST /tasks` item. */
+            task: components["schemas"]["NewTask"] & unknown;
+            /** @default true */
+            active?: boolean;
+        };
+        /** @description `PATCH /schedules/{schedule_id}`: only the fields given change. */
+        PatchSchedule: {
+            /** @default null */
+            cron?: string | null;
+            /** @default null */
+            timezone?: string | null;
+            task?: components["schemas"]["NewTask"] & unknown;
+            /** @default null */
+            active?: boolean | null;
+        };
         /** @description `POST /keys`: a new key for the caller's own member; its secret is shown once. */
         CreateKey: {
             /** @description The key's name; tasks it claims are assigned to this name. */
@@ -1564,22 +1694,39 @@ export type components = {
             /** @description Always `ok`. */
             status: string;
         };
-        /** @description An error: `error` says what went wrong; a refused id, a plan gate, a limit or a corrupt value add their fields. */
+        /**
+         * @description An error: `error` says what went wrong; a refused id, a plan gate, a
+         *     limit, a corrupt value or a failed plan add their fields.
+         */
         ErrorBody: {
             error: string;
+        } | {
             /** Format: uuid */
-            task_id?: string;
-            upgrade?: boolean;
-            key_provider?: string;
-            code?: string;
-            field?: string;
-            limit_type?: string;
-            limit?: number;
-            window_seconds?: number;
-            tier?: components["schemas"]["Tier"];
+            task_id: string;
+        } | {
+            upgrade: boolean;
+        } | {
+            key_provider: string;
+        } | components["schemas"]["LimitDetail"] | {
+            code: string;
+            /** Format: uuid */
+            task_id: string;
+            field: string;
+        } | {
+            /** Format: int64 */
+            plan_calls_remaining: number | null;
+        } | unknown;
+        /** @description Which limit refused a request, and its numbers. */
+        LimitDetail: {
+            /** @description `write`, `read`, `monthly`, `plan`, `tags` or `teams`. */
+            limit_type?: string | null;
+            /** Format: int64 */
+            limit: number;
+            /** Format: uint32 */
+            window_seconds?: number | null;
+            tier: components["schemas"]["Tier"];
             /** Format: date-time */
-            resets?: string;
-            plan_calls_remaining?: number | null;
+            resets?: string | null;
         };
         /** @description `POST /tasks` answer. */
         CreateAnswer: {
@@ -1648,6 +1795,11 @@ export type components = {
             blocked_by?: string[];
             /** Format: uuid */
             parent_task_id?: string | null;
+            /**
+             * Format: date-time
+             * @description While it is waiting: when it may be claimed.
+             */
+            run_at?: string | null;
         };
         /** @description A task as clients see it, content opened. */
         TaskView: {
@@ -1688,6 +1840,40 @@ export type components = {
             lease_expires_at?: string;
             /** Format: uint32 */
             lease_seconds?: number;
+            /**
+             * Format: date-time
+             * @description When it may be claimed: a pending task before then is waiting.
+             */
+            run_at: string | null;
+            /**
+             * @description What a failure does while retries are left, if it was created with
+             *     a policy.
+             */
+            retry: components["schemas"]["RetryPolicyView"] | null;
+            /**
+             * Format: uint8
+             * @description Failures retried so far.
+             */
+            retries: number;
+            /**
+             * Format: uuid
+             * @description The schedule whose tick created it.
+             */
+            schedule_id: string | null;
+            /**
+             * Format: date-time
+             * @description That tick's time.
+             */
+            scheduled_for: string | null;
+        };
+        /** @description A task's retry policy. */
+        RetryPolicyView: {
+            /** Format: uint8 */
+            max_retries: number;
+            /** Format: uint32 */
+            backoff_seconds: number;
+            /** Format: uint32 */
+            max_backoff_seconds: number;
         };
         /** @description `POST /tasks/update` answer; `partial` (HTTP 207) when any item failed. */
         UpdateAnswer: {
@@ -1764,6 +1950,31 @@ export type components = {
             lease_expires_at?: string;
             /** Format: uint32 */
             lease_seconds?: number;
+            /**
+             * Format: date-time
+             * @description When it may be claimed: a pending task before then is waiting.
+             */
+            run_at: string | null;
+            /**
+             * @description What a failure does while retries are left, if it was created with
+             *     a policy.
+             */
+            retry: components["schemas"]["RetryPolicyView"] | null;
+            /**
+             * Format: uint8
+             * @description Failures retried so far.
+             */
+            retries: number;
+            /**
+             * Format: uuid
+             * @description The schedule whose tick created it.
+             */
+            schedule_id: string | null;
+            /**
+             * Format: date-time
+             * @description That tick's time.
+             */
+            scheduled_for: string | null;
             dependencies: components["schemas"]["Dependency"][];
             history?: components["schemas"]["TaskEvent"][] | null;
         };
@@ -1827,6 +2038,31 @@ export type components = {
             lease_expires_at?: string;
             /** Format: uint32 */
             lease_seconds?: number;
+            /**
+             * Format: date-time
+             * @description When it may be claimed: a pending task before then is waiting.
+             */
+            run_at: string | null;
+            /**
+             * @description What a failure does while retries are left, if it was created with
+             *     a policy.
+             */
+            retry: components["schemas"]["RetryPolicyView"] | null;
+            /**
+             * Format: uint8
+             * @description Failures retried so far.
+             */
+            retries: number;
+            /**
+             * Format: uuid
+             * @description The schedule whose tick created it.
+             */
+            schedule_id: string | null;
+            /**
+             * Format: date-time
+             * @description That tick's time.
+             */
+            scheduled_for: string | null;
             /**
              * Format: uuid
              * @description Fences this claim: send it with updates, which fail with `lease lost`
@@ -2377,6 +2613,36 @@ export type components = {
         WebhookTestQueued: {
             event_id: string;
         };
+        /** @description `GET /schedules`. */
+        ScheduleList: {
+            schedules: components["schemas"]["ScheduleView"][];
+        };
+        /** @description A schedule as clients see it. */
+        ScheduleView: {
+            /** Format: uuid */
+            schedule_id: string;
+            name: string;
+            cron: string;
+            timezone: string;
+            /** @description The create item each tick creates its task from. */
+            task: unknown;
+            active: boolean;
+            /**
+             * Format: date-time
+             * @description The next tick, while it is active.
+             */
+            next_run_at: string | null;
+            /**
+             * Format: date-time
+             * @description The latest tick fired.
+             */
+            last_run_at: string | null;
+            /** @description Why the latest tick made no task, if it did not. */
+            last_error: string | null;
+            created_by: string;
+            /** Format: date-time */
+            created_at: string;
+        };
         KeyCreated: {
             /** Format: uuid */
             key_id: string;
@@ -2430,6 +2696,8 @@ export type components = {
             plans_per_month: number | null;
             /** Format: int64 */
             webhooks: number | null;
+            /** Format: int64 */
+            schedules: number | null;
         };
         OwnerKey: {
             email: string;
@@ -2773,6 +3041,7 @@ export type components = {
 };
 export type CreateTasks = components['schemas']['CreateTasks'];
 export type NewTask = components['schemas']['NewTask'];
+export type RetryRequest = components['schemas']['RetryRequest'];
 export type UpdateTasks = components['schemas']['UpdateTasks'];
 export type TaskUpdate = components['schemas']['TaskUpdate'];
 export type TaskStatus = components['schemas']['TaskStatus'];
@@ -2797,6 +3066,8 @@ export type TeamPatch = components['schemas']['TeamPatch'];
 export type AddTeamMember = components['schemas']['AddTeamMember'];
 export type CreateWebhook = components['schemas']['CreateWebhook'];
 export type WebhookEvent = components['schemas']['WebhookEvent'];
+export type CreateSchedule = components['schemas']['CreateSchedule'];
+export type PatchSchedule = components['schemas']['PatchSchedule'];
 export type CreateKey = components['schemas']['CreateKey'];
 export type CreateOrg = components['schemas']['CreateOrg'];
 export type Tier = components['schemas']['Tier'];
@@ -2813,6 +3084,7 @@ export type RotateMasterKey = components['schemas']['RotateMasterKey'];
 export type LoginForm = components['schemas']['LoginForm'];
 export type Health = components['schemas']['Health'];
 export type ErrorBody = components['schemas']['ErrorBody'];
+export type LimitDetail = components['schemas']['LimitDetail'];
 export type CreateAnswer = components['schemas']['CreateAnswer'];
 export type CreatedItem = components['schemas']['CreatedItem'];
 export type SimilarTask = components['schemas']['SimilarTask'];
@@ -2821,6 +3093,7 @@ export type ListAnswer = components['schemas']['ListAnswer'];
 export type ListedTask = components['schemas']['ListedTask'];
 export type TaskSummary = components['schemas']['TaskSummary'];
 export type TaskView = components['schemas']['TaskView'];
+export type RetryPolicyView = components['schemas']['RetryPolicyView'];
 export type UpdateAnswer = components['schemas']['UpdateAnswer'];
 export type UpdateResult = components['schemas']['UpdateResult'];
 export type ItemError = components['schemas']['ItemError'];
@@ -2885,6 +3158,8 @@ export type WebhookSecret = components['schemas']['WebhookSecret'];
 export type DeliveryList = components['schemas']['DeliveryList'];
 export type DeliveryView = components['schemas']['DeliveryView'];
 export type WebhookTestQueued = components['schemas']['WebhookTestQueued'];
+export type ScheduleList = components['schemas']['ScheduleList'];
+export type ScheduleView = components['schemas']['ScheduleView'];
 export type KeyCreated = components['schemas']['KeyCreated'];
 export type KeyList = components['schemas']['KeyList'];
 export type KeyView = components['schemas']['KeyView'];
@@ -3031,10 +3306,18 @@ export interface operations {
                 /** @description Keep priority <= this. */
                 priority_max?: number;
                 limit?: number;
-                /** @description `next_cursor` of the previous page. */
+                /**
+                 * @description `next_cursor` of the previous page: never empty (a first page is
+                 *     asked for without `cursor`).
+                 */
                 cursor?: string;
                 /** @description Whole tasks instead of lean items. */
                 full?: boolean;
+                /**
+                 * @description Only waiting tasks (pending with a `run_at` still ahead), or only
+                 *     the others.
+                 */
+                waiting?: boolean;
             };
             header?: never;
             path?: never;
@@ -5935,6 +6218,411 @@ export interface operations {
             };
             /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A rate, monthly or tier limit refused the request (per-minute limits send `Retry-After`), or, on operator routes, too many wrong operator tokens came from the caller's address (with `Retry-After`) */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Overloaded, restarting, a dependency or the store unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_schedules: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every schedule */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleList"];
+                };
+            };
+            /** @description Missing, unknown or revoked key (or operator token) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not allowed: the caller's role, a suspended org, a blocked member, or a feature outside the plan (`upgrade: true`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A rate, monthly or tier limit refused the request (per-minute limits send `Retry-After`), or, on operator routes, too many wrong operator tokens came from the caller's address (with `Retry-After`) */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Overloaded, restarting, a dependency or the store unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_schedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateSchedule"];
+            };
+        };
+        responses: {
+            /** @description The schedule and its next run */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleView"];
+                };
+            };
+            /** @description Malformed JSON, a body or query of the wrong shape, or a bad path parameter; `error` names the field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, unknown or revoked key (or operator token) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not allowed: the caller's role, a suspended org, a blocked member, or a feature outside the plan (`upgrade: true`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request body is over 2 MiB; the connection is closed */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A rate, monthly or tier limit refused the request (per-minute limits send `Retry-After`), or, on operator routes, too many wrong operator tokens came from the caller's address (with `Retry-After`) */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Overloaded, restarting, a dependency or the store unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_schedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A path parameter */
+                schedule_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleView"];
+                };
+            };
+            /** @description Malformed JSON, a body or query of the wrong shape, or a bad path parameter; `error` names the field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, unknown or revoked key (or operator token) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not allowed: the caller's role, a suspended org, a blocked member, or a feature outside the plan (`upgrade: true`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such resource (or, for operator routes, no operator token configured) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A rate, monthly or tier limit refused the request (per-minute limits send `Retry-After`), or, on operator routes, too many wrong operator tokens came from the caller's address (with `Retry-After`) */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Overloaded, restarting, a dependency or the store unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_schedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A path parameter */
+                schedule_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule is gone */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Malformed JSON, a body or query of the wrong shape, or a bad path parameter; `error` names the field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, unknown or revoked key (or operator token) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not allowed: the caller's role, a suspended org, a blocked member, or a feature outside the plan (`upgrade: true`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such resource (or, for operator routes, no operator token configured) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A rate, monthly or tier limit refused the request (per-minute limits send `Retry-After`), or, on operator routes, too many wrong operator tokens came from the caller's address (with `Retry-After`) */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Overloaded, restarting, a dependency or the store unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    update_schedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A path parameter */
+                schedule_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PatchSchedule"];
+            };
+        };
+        responses: {
+            /** @description The schedule as it now is */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleView"];
+                };
+            };
+            /** @description Malformed JSON, a body or query of the wrong shape, or a bad path parameter; `error` names the field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, unknown or revoked key (or operator token) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not allowed: the caller's role, a suspended org, a blocked member, or a feature outside the plan (`upgrade: true`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such resource (or, for operator routes, no operator token configured) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request body is over 2 MiB; the connection is closed */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };

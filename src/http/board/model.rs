@@ -234,6 +234,7 @@ mod tests {
             tags: Vec::new(),
             blocked_by: Vec::new(),
             parent_task_id: None,
+            run_at: None,
         })
     }
 

@@ -50,6 +50,11 @@ OPERATIONS: Dict[str, Operation] = {
     "rotate_webhook_secret": Operation("rotate_webhook_secret", "POST", "/webhooks/{webhook_id}/rotate-secret", auth="key", answer="json"),
     "list_webhook_deliveries": Operation("list_webhook_deliveries", "GET", "/webhooks/{webhook_id}/deliveries", auth="key", answer="json"),
     "test_webhook": Operation("test_webhook", "POST", "/webhooks/{webhook_id}/test", auth="key", answer="json"),
+    "list_schedules": Operation("list_schedules", "GET", "/schedules", auth="key", answer="json"),
+    "create_schedule": Operation("create_schedule", "POST", "/schedules", auth="key", answer="json"),
+    "get_schedule": Operation("get_schedule", "GET", "/schedules/{schedule_id}", auth="key", answer="json"),
+    "update_schedule": Operation("update_schedule", "PATCH", "/schedules/{schedule_id}", auth="key", answer="json"),
+    "delete_schedule": Operation("delete_schedule", "DELETE", "/schedules/{schedule_id}", auth="key", answer="empty"),
     "create_key": Operation("create_key", "POST", "/keys", auth="key", answer="json"),
     "list_keys": Operation("list_keys", "GET", "/keys", auth="key", answer="json"),
     "revoke_key": Operation("revoke_key", "DELETE", "/keys/{key_id}", auth="key", answer="empty"),
@@ -88,9 +93,9 @@ class SyncOperations(SyncTransport):
         """POST /tasks: Create 1 to 25 tasks in one all-or-nothing call."""
         return cast("models.CreateAnswer", self._invoke(OPERATIONS["create_tasks"], path=(), body=body))
 
-    def list_tasks(self, *, status: Optional[str] = None, parent_task_id: Optional[str] = None, assignee: Optional[str] = None, tags: Optional[str] = None, priority_max: Optional[int] = None, limit: Optional[int] = None, cursor: Optional[str] = None, full: Optional[bool] = None) -> models.ListAnswer:
+    def list_tasks(self, *, status: Optional[str] = None, parent_task_id: Optional[str] = None, assignee: Optional[str] = None, tags: Optional[str] = None, priority_max: Optional[int] = None, limit: Optional[int] = None, cursor: Optional[str] = None, full: Optional[bool] = None, waiting: Optional[bool] = None) -> models.ListAnswer:
         """GET /tasks: List the org's tasks, open work first, a page at a time."""
-        return cast("models.ListAnswer", self._invoke(OPERATIONS["list_tasks"], path=(), query={"status": status, "parent_task_id": parent_task_id, "assignee": assignee, "tags": tags, "priority_max": priority_max, "limit": limit, "cursor": cursor, "full": full}))
+        return cast("models.ListAnswer", self._invoke(OPERATIONS["list_tasks"], path=(), query={"status": status, "parent_task_id": parent_task_id, "assignee": assignee, "tags": tags, "priority_max": priority_max, "limit": limit, "cursor": cursor, "full": full, "waiting": waiting}))
 
     def update_tasks(self, body: models.UpdateTasks) -> models.UpdateAnswer:
         """POST /tasks/update: Change 1 to 25 tasks, each item attempted in order."""
@@ -224,6 +229,26 @@ class SyncOperations(SyncTransport):
         """POST /webhooks/{webhook_id}/test: Send a webhook.test event to an endpoint."""
         return cast("models.WebhookTestQueued", self._invoke(OPERATIONS["test_webhook"], path=(webhook_id, )))
 
+    def list_schedules(self) -> models.ScheduleList:
+        """GET /schedules: The org's schedules (paid plans)."""
+        return cast("models.ScheduleList", self._invoke(OPERATIONS["list_schedules"], path=()))
+
+    def create_schedule(self, body: models.CreateSchedule) -> models.ScheduleView:
+        """POST /schedules: Create a recurring task on a cron schedule."""
+        return cast("models.ScheduleView", self._invoke(OPERATIONS["create_schedule"], path=(), body=body))
+
+    def get_schedule(self, schedule_id: str) -> models.ScheduleView:
+        """GET /schedules/{schedule_id}: One schedule."""
+        return cast("models.ScheduleView", self._invoke(OPERATIONS["get_schedule"], path=(schedule_id, )))
+
+    def update_schedule(self, schedule_id: str, body: models.PatchSchedule) -> models.ScheduleView:
+        """PATCH /schedules/{schedule_id}: Change a schedule's pattern, zone, task or whether it is active."""
+        return cast("models.ScheduleView", self._invoke(OPERATIONS["update_schedule"], path=(schedule_id, ), body=body))
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        """DELETE /schedules/{schedule_id}: Remove a schedule (the tasks it made stay)."""
+        self._invoke(OPERATIONS["delete_schedule"], path=(schedule_id, ))
+
     def create_key(self, body: models.CreateKey) -> models.KeyCreated:
         """POST /keys: Create a key for the caller's member; the secret is shown once."""
         return cast("models.KeyCreated", self._invoke(OPERATIONS["create_key"], path=(), body=body))
@@ -308,9 +333,9 @@ class AsyncOperations(AsyncTransport):
         """POST /tasks: Create 1 to 25 tasks in one all-or-nothing call."""
         return cast("models.CreateAnswer", await self._invoke(OPERATIONS["create_tasks"], path=(), body=body))
 
-    async def list_tasks(self, *, status: Optional[str] = None, parent_task_id: Optional[str] = None, assignee: Optional[str] = None, tags: Optional[str] = None, priority_max: Optional[int] = None, limit: Optional[int] = None, cursor: Optional[str] = None, full: Optional[bool] = None) -> models.ListAnswer:
+    async def list_tasks(self, *, status: Optional[str] = None, parent_task_id: Optional[str] = None, assignee: Optional[str] = None, tags: Optional[str] = None, priority_max: Optional[int] = None, limit: Optional[int] = None, cursor: Optional[str] = None, full: Optional[bool] = None, waiting: Optional[bool] = None) -> models.ListAnswer:
         """GET /tasks: List the org's tasks, open work first, a page at a time."""
-        return cast("models.ListAnswer", await self._invoke(OPERATIONS["list_tasks"], path=(), query={"status": status, "parent_task_id": parent_task_id, "assignee": assignee, "tags": tags, "priority_max": priority_max, "limit": limit, "cursor": cursor, "full": full}))
+        return cast("models.ListAnswer", await self._invoke(OPERATIONS["list_tasks"], path=(), query={"status": status, "parent_task_id": parent_task_id, "assignee": assignee, "tags": tags, "priority_max": priority_max, "limit": limit, "cursor": cursor, "full": full, "waiting": waiting}))
 
     async def update_tasks(self, body: models.UpdateTasks) -> models.UpdateAnswer:
         """POST /tasks/update: Change 1 to 25 tasks, each item attempted in order."""
@@ -443,6 +468,26 @@ class AsyncOperations(AsyncTransport):
     async def test_webhook(self, webhook_id: str) -> models.WebhookTestQueued:
         """POST /webhooks/{webhook_id}/test: Send a webhook.test event to an endpoint."""
         return cast("models.WebhookTestQueued", await self._invoke(OPERATIONS["test_webhook"], path=(webhook_id, )))
+
+    async def list_schedules(self) -> models.ScheduleList:
+        """GET /schedules: The org's schedules (paid plans)."""
+        return cast("models.ScheduleList", await self._invoke(OPERATIONS["list_schedules"], path=()))
+
+    async def create_schedule(self, body: models.CreateSchedule) -> models.ScheduleView:
+        """POST /schedules: Create a recurring task on a cron schedule."""
+        return cast("models.ScheduleView", await self._invoke(OPERATIONS["create_schedule"], path=(), body=body))
+
+    async def get_schedule(self, schedule_id: str) -> models.ScheduleView:
+        """GET /schedules/{schedule_id}: One schedule."""
+        return cast("models.ScheduleView", await self._invoke(OPERATIONS["get_schedule"], path=(schedule_id, )))
+
+    async def update_schedule(self, schedule_id: str, body: models.PatchSchedule) -> models.ScheduleView:
+        """PATCH /schedules/{schedule_id}: Change a schedule's pattern, zone, task or whether it is active."""
+        return cast("models.ScheduleView", await self._invoke(OPERATIONS["update_schedule"], path=(schedule_id, ), body=body))
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        """DELETE /schedules/{schedule_id}: Remove a schedule (the tasks it made stay)."""
+        await self._invoke(OPERATIONS["delete_schedule"], path=(schedule_id, ))
 
     async def create_key(self, body: models.CreateKey) -> models.KeyCreated:
         """POST /keys: Create a key for the caller's member; the secret is shown once."""

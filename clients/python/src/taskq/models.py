@@ -7,18 +7,10 @@ from typing import Any, Dict, List, Literal, Optional, Union
 from taskq._typing import NotRequired, TypeAlias, TypedDict
 
 
-class NewTask(TypedDict):
-    task_id: NotRequired[Optional[str]]
-    ref: NotRequired[Optional[str]]
-    title: Union[str, Dict[str, Any]]
-    description: NotRequired[Union[str, Dict[str, Any]]]
-    parent_task_id: NotRequired[Optional[str]]
-    assignee: NotRequired[Optional[str]]
-    priority: NotRequired[int]
-    tags: NotRequired[Optional[List[str]]]
-    metadata: NotRequired[Optional[Dict[str, Any]]]
-    blocked_by: NotRequired[List[str]]
-    max_attempts: NotRequired[int]
+class RetryRequest(TypedDict):
+    max_retries: int
+    backoff_seconds: NotRequired[int]
+    max_backoff_seconds: NotRequired[Optional[int]]
 
 
 TaskStatus: TypeAlias = Literal['pending', 'paused', 'in_progress', 'feedback', 'blocked', 'canceled', 'completed', 'failed']
@@ -127,7 +119,7 @@ class PatchOrg(TypedDict):
     tier: NotRequired[Tier]
     seats: NotRequired[int]
     suspended: NotRequired[bool]
-    limits: NotRequired[Dict[Literal['writes_per_minute', 'reads_per_minute', 'requests_per_month', 'tasks_per_month', 'tags', 'teams', 'plans_per_month', 'webhooks'], Optional[int]]]
+    limits: NotRequired[Dict[Literal['writes_per_minute', 'reads_per_minute', 'requests_per_month', 'tasks_per_month', 'tags', 'teams', 'plans_per_month', 'webhooks', 'schedules'], Optional[int]]]
 
 
 class AddMember(TypedDict):
@@ -167,19 +159,43 @@ class Health(TypedDict):
     status: str
 
 
-class ErrorBody(TypedDict):
+class ErrorBody1(TypedDict):
     error: str
-    task_id: NotRequired[str]
-    upgrade: NotRequired[bool]
-    key_provider: NotRequired[str]
-    code: NotRequired[str]
-    field: NotRequired[str]
-    limit_type: NotRequired[str]
-    limit: NotRequired[int]
-    window_seconds: NotRequired[int]
-    tier: NotRequired[Tier]
-    resets: NotRequired[str]
-    plan_calls_remaining: NotRequired[Optional[int]]
+    task_id: str
+
+
+class ErrorBody2(TypedDict):
+    error: str
+    upgrade: bool
+
+
+class ErrorBody3(TypedDict):
+    error: str
+    key_provider: str
+
+
+class ErrorBody4(TypedDict):
+    error: str
+    code: str
+    task_id: str
+    field: str
+
+
+class ErrorBody5(TypedDict):
+    error: str
+    plan_calls_remaining: Optional[int]
+
+
+class ErrorBody6(TypedDict):
+    error: str
+
+
+class LimitDetail(TypedDict):
+    limit_type: NotRequired[Optional[str]]
+    limit: int
+    window_seconds: NotRequired[Optional[int]]
+    tier: Tier
+    resets: NotRequired[Optional[str]]
 
 
 Text: TypeAlias = Union[str, Dict[str, Any]]
@@ -195,26 +211,13 @@ class TaskSummary(TypedDict):
     tags: NotRequired[List[str]]
     blocked_by: NotRequired[List[str]]
     parent_task_id: NotRequired[Optional[str]]
+    run_at: NotRequired[Optional[str]]
 
 
-class TaskView(TypedDict):
-    task_id: str
-    title: Text
-    description: Optional[Text]
-    status: TaskStatus
-    priority: int
-    assignee: Optional[str]
-    tags: List[str]
-    metadata: Dict[str, Any]
-    output: Optional[Dict[str, Any]]
-    blocked_by: List[str]
-    parent_task_id: Optional[str]
-    created_at: str
-    updated_at: str
-    attempts: int
-    max_attempts: int
-    lease_expires_at: NotRequired[str]
-    lease_seconds: NotRequired[int]
+class RetryPolicyView(TypedDict):
+    max_retries: int
+    backoff_seconds: int
+    max_backoff_seconds: int
 
 
 class UpdateResult1(TypedDict):
@@ -485,6 +488,20 @@ class WebhookTestQueued(TypedDict):
     event_id: str
 
 
+class ScheduleView(TypedDict):
+    schedule_id: str
+    name: str
+    cron: str
+    timezone: str
+    task: Any
+    active: bool
+    next_run_at: Optional[str]
+    last_run_at: Optional[str]
+    last_error: Optional[str]
+    created_by: str
+    created_at: str
+
+
 class KeyCreated(TypedDict):
     key_id: str
     name: str
@@ -507,6 +524,7 @@ class Limits(TypedDict):
     teams: Optional[int]
     plans_per_month: Optional[int]
     webhooks: Optional[int]
+    schedules: Optional[int]
 
 
 class OwnerKey(TypedDict):
@@ -624,8 +642,21 @@ class WebhookPing(TypedDict):
     webhook_id: str
 
 
-class CreateTasks(TypedDict):
-    tasks: List[NewTask]
+class NewTask(TypedDict):
+    task_id: NotRequired[Optional[str]]
+    ref: NotRequired[Optional[str]]
+    title: Union[str, Dict[str, Any]]
+    description: NotRequired[Union[str, Dict[str, Any]]]
+    parent_task_id: NotRequired[Optional[str]]
+    assignee: NotRequired[Optional[str]]
+    priority: NotRequired[int]
+    tags: NotRequired[Optional[List[str]]]
+    metadata: NotRequired[Optional[Dict[str, Any]]]
+    blocked_by: NotRequired[List[str]]
+    max_attempts: NotRequired[int]
+    run_at: NotRequired[Optional[str]]
+    delay_seconds: NotRequired[Optional[int]]
+    retry: NotRequired[Optional[RetryRequest]]
 
 
 class TaskUpdate(TypedDict):
@@ -642,6 +673,8 @@ class TaskUpdate(TypedDict):
     metadata: NotRequired[Dict[str, Any]]
     agent_id: NotRequired[Optional[str]]
     lease_id: NotRequired[Optional[str]]
+    run_at: NotRequired[Optional[str]]
+    delay_seconds: NotRequired[Optional[int]]
 
 
 class SendFeedback(TypedDict):
@@ -669,6 +702,21 @@ class CreateWebhook(TypedDict):
     description: NotRequired[Optional[str]]
 
 
+class CreateSchedule(TypedDict):
+    name: str
+    cron: str
+    timezone: NotRequired[str]
+    task: NewTask
+    active: NotRequired[bool]
+
+
+class PatchSchedule(TypedDict):
+    cron: NotRequired[Optional[str]]
+    timezone: NotRequired[Optional[str]]
+    task: NotRequired[NewTask]
+    active: NotRequired[Optional[bool]]
+
+
 class CreateOrg(TypedDict):
     name: str
     tier: NotRequired[Tier]
@@ -681,13 +729,50 @@ class Recompute(TypedDict):
     reports: NotRequired[Optional[List[ReportKind]]]
 
 
+class ErrorBody7(LimitDetail):
+    error: str
+
+
+ErrorBody: TypeAlias = Union[
+    ErrorBody1,
+    ErrorBody2,
+    ErrorBody3,
+    ErrorBody7,
+    ErrorBody4,
+    ErrorBody5,
+    ErrorBody6,
+]
+
+
 class SimilarTask(TypedDict):
     task_id: str
     title: Text
     score: float
 
 
-ListedTask: TypeAlias = Union[TaskSummary, TaskView]
+class TaskView(TypedDict):
+    task_id: str
+    title: Text
+    description: Optional[Text]
+    status: TaskStatus
+    priority: int
+    assignee: Optional[str]
+    tags: List[str]
+    metadata: Dict[str, Any]
+    output: Optional[Dict[str, Any]]
+    blocked_by: List[str]
+    parent_task_id: Optional[str]
+    created_at: str
+    updated_at: str
+    attempts: int
+    max_attempts: int
+    lease_expires_at: NotRequired[str]
+    lease_seconds: NotRequired[int]
+    run_at: Optional[str]
+    retry: Optional[RetryPolicyView]
+    retries: int
+    schedule_id: Optional[str]
+    scheduled_for: Optional[str]
 
 
 class UpdateResult2(TypedDict):
@@ -716,6 +801,11 @@ class TaskDetail(TypedDict):
     max_attempts: int
     lease_expires_at: NotRequired[str]
     lease_seconds: NotRequired[int]
+    run_at: Optional[str]
+    retry: Optional[RetryPolicyView]
+    retries: int
+    schedule_id: Optional[str]
+    scheduled_for: Optional[str]
     dependencies: List[Dependency]
     history: NotRequired[Optional[List[TaskEvent]]]
 
@@ -797,6 +887,10 @@ class DeliveryList(TypedDict):
     deliveries: List[DeliveryView]
 
 
+class ScheduleList(TypedDict):
+    schedules: List[ScheduleView]
+
+
 class KeyList(TypedDict):
     keys: List[KeyView]
 
@@ -863,6 +957,10 @@ class OrgStats(TypedDict):
 EventData: TypeAlias = Union[TransitionData, WebhookPing]
 
 
+class CreateTasks(TypedDict):
+    tasks: List[NewTask]
+
+
 class UpdateTasks(TypedDict):
     updates: List[TaskUpdate]
 
@@ -876,9 +974,7 @@ class CreatedItem(TypedDict):
     suggested_tags: NotRequired[Optional[List[str]]]
 
 
-class ListAnswer(TypedDict):
-    tasks: List[ListedTask]
-    next_cursor: Optional[str]
+ListedTask: TypeAlias = Union[TaskSummary, TaskView]
 
 
 class UpdateAnswer(TypedDict):
@@ -911,6 +1007,11 @@ class ClaimedTask(TypedDict):
     max_attempts: int
     lease_expires_at: NotRequired[str]
     lease_seconds: NotRequired[int]
+    run_at: Optional[str]
+    retry: Optional[RetryPolicyView]
+    retries: int
+    schedule_id: Optional[str]
+    scheduled_for: Optional[str]
     lease_id: str
     context: NotRequired[Optional[ClaimContext]]
 
@@ -970,6 +1071,11 @@ class EventBody(TypedDict):
 class CreateAnswer(TypedDict):
     created: int
     results: List[CreatedItem]
+
+
+class ListAnswer(TypedDict):
+    tasks: List[ListedTask]
+    next_cursor: Optional[str]
 
 
 ClaimAnswer: TypeAlias = Union[Optional[ClaimedTask], ClaimedTasks]
