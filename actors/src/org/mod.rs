@@ -33,6 +33,7 @@ mod schedules;
 mod settings;
 mod tasks;
 mod time;
+mod turn;
 mod waiters;
 mod webhooks;
 mod work;
@@ -47,6 +48,7 @@ pub use access::{format_api_key, parse_api_key};
 pub use content::ContentBudget;
 pub use messages::*;
 pub use schedules::open_template;
+pub use turn::Admission;
 
 use crate::clock::Clock;
 use crate::directory::{OrgDirectory, OrgEntry};
@@ -54,15 +56,14 @@ use crate::domain::account::{KeyRecord, MemberRecord};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::open::OpenTasks;
 use crate::domain::schedule::ScheduleRecord;
-use crate::domain::usage::{RequestKind, Usage};
+use crate::domain::usage::Usage;
 use crate::domain::webhooks::Endpoint;
 use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
 use crate::health::StoreHealth;
 use crate::stats::OrgSnapshots;
 use crate::store::{Fence, Store};
-use crate::writer::{WriteSlot, Writers};
-use work::Work;
+use crate::writer::Writers;
 
 /// What every org actor shares with the rest of the engine.
 #[derive(Clone)]
@@ -139,50 +140,6 @@ pub struct OrgState {
     needs_reload: bool,
     /// This actor, for the tickets of its claims.
     myself: ActorRef<OrgMsg>,
-}
-
-/// How a member's request counts against the org's limits.
-#[derive(Debug, Clone, Copy)]
-pub struct Admission {
-    pub kind: RequestKind,
-    /// Against the monthly request allowance (a batch create counts its items).
-    pub requests: i64,
-    /// Tasks it will create, against the monthly task quota.
-    pub tasks: i64,
-}
-
-impl Admission {
-    pub fn read() -> Self {
-        Self {
-            kind: RequestKind::Read,
-            requests: 1,
-            tasks: 0,
-        }
-    }
-
-    pub fn write() -> Self {
-        Self {
-            kind: RequestKind::Write,
-            requests: 1,
-            tasks: 0,
-        }
-    }
-
-    pub fn of(kind: RequestKind) -> Self {
-        match kind {
-            RequestKind::Read => Self::read(),
-            RequestKind::Write => Self::write(),
-        }
-    }
-
-    /// A create of `tasks` tasks.
-    pub fn create(tasks: usize) -> Self {
-        Self {
-            kind: RequestKind::Write,
-            requests: tasks as i64,
-            tasks: tasks as i64,
-        }
-    }
 }
 
 /// Serves one replying message: takes a writer slot, admits the request
@@ -564,43 +521,9 @@ impl OrgActor {
         self.deps.clock.now_ms()
     }
 
-    /// Takes a writer slot, then admits a member's request, before anything
-    /// changes: an overloaded writer or a spent limit leaves no trace.
-    fn begin(
-        &self,
-        state: &mut OrgState,
-        admission: Option<Admission>,
-    ) -> Result<(WriteSlot<'_>, Work), EngineError> {
-        let slot = self.deps.writers.reserve(state.org)?;
-        let mut work = Work::default();
-        if let Some(a) = admission {
-            work.save_usage = state.admit(a, self.now(), &self.deps.clock)?;
-        }
-        Ok((slot, work))
-    }
-
-    /// Submits what a message wrote (only its usage when it failed) and
-    /// answers with the result and the commit.
-    fn finish<T>(
-        &self,
-        state: &mut OrgState,
-        slot: WriteSlot<'_>,
-        mut work: Work,
-        result: Result<T, EngineError>,
-        reply: Reply<T>,
-    ) {
-        if result.is_err() {
-            work.discard_changes();
-        }
-        let commit = (!work.is_empty()).then(|| slot.submit(work.into_batch(state)));
-        let _ = reply.send(Outcome { result, commit });
-    }
-
-    /// Publishes the open tasks by status and the leases (skipped when
-    /// they did not change): true while the actor is stopped, since every
-    /// change of the org passes through it.
     /// Publishes the org's open tasks, leases and waiting claims for the
-    /// operator; skipped when none changed.
+    /// operator (skipped when none changed): true while the actor is
+    /// stopped, since every change of the org passes through it.
     fn publish(&self, state: &OrgState) {
         self.deps.snapshots.publish(
             state.org,
@@ -608,19 +531,5 @@ impl OrgActor {
             state.waiters.len(),
             state.needs_timer(),
         );
-    }
-
-    /// Arms the single lease timer for the earliest expiry, unless one that
-    /// fires no later is already armed.
-    fn arm_lease_timer(&self, myself: &ActorRef<OrgMsg>, state: &mut OrgState) {
-        let Some(next) = state.open.next_lease_deadline() else {
-            return;
-        };
-        if state.lease_timer_at.is_some_and(|at| at <= next) {
-            return;
-        }
-        let wait_ms = (next - self.now()).max(0) as u64 + 1;
-        myself.send_after(Duration::from_millis(wait_ms), || OrgMsg::LeaseTick);
-        state.lease_timer_at = Some(next);
     }
 }

@@ -166,7 +166,8 @@ impl OrgActor {
             created_at: self.now(),
         };
         record.rearm(record.created_at);
-        work.accounts.push(WriteOp::UpsertSchedule(Box::new(record.clone())));
+        work.accounts
+            .push(WriteOp::UpsertSchedule(Box::new(record.clone())));
         state.schedules.insert(id, record.clone());
         Ok(record)
     }
@@ -206,7 +207,8 @@ impl OrgActor {
             // paused: it goes on from now.
             record.rearm(self.now());
         }
-        work.accounts.push(WriteOp::UpsertSchedule(Box::new(record.clone())));
+        work.accounts
+            .push(WriteOp::UpsertSchedule(Box::new(record.clone())));
         state.schedules.insert(id, record.clone());
         Ok(record)
     }
@@ -239,7 +241,8 @@ impl OrgActor {
                 continue;
             };
             record.fired(tick, now, error);
-            work.accounts.push(WriteOp::UpsertSchedule(Box::new(record.clone())));
+            work.accounts
+                .push(WriteOp::UpsertSchedule(Box::new(record.clone())));
             // The batch commits in order with everything else of the org;
             // nobody waits for it.
             drop(slot.submit(work.into_batch(state)));

@@ -51,4 +51,18 @@ impl OrgActor {
         myself.send_after(Duration::from_millis(wait_ms), || OrgMsg::TimeTick);
         state.time_timer_at = Some(next);
     }
+
+    /// Arms the single lease timer for the earliest expiry, unless one that
+    /// fires no later is already armed.
+    pub(super) fn arm_lease_timer(&self, myself: &ActorRef<OrgMsg>, state: &mut OrgState) {
+        let Some(next) = state.open.next_lease_deadline() else {
+            return;
+        };
+        if state.lease_timer_at.is_some_and(|at| at <= next) {
+            return;
+        }
+        let wait_ms = (next - self.now()).max(0) as u64 + 1;
+        myself.send_after(Duration::from_millis(wait_ms), || OrgMsg::LeaseTick);
+        state.lease_timer_at = Some(next);
+    }
 }
