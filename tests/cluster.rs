@@ -666,6 +666,78 @@ async fn the_owner_killed_under_load_loses_nothing_and_another_node_serves_withi
     );
 }
 
+/// The tasks of the org that schedule `id` created for the tick at `tick`.
+async fn tasks_of_tick(node: &TestServer, key: &str, id: &str, tick: &str) -> usize {
+    node.list_all(key, "full=true")
+        .await
+        .iter()
+        .filter(|t| t["schedule_id"] == id && t["scheduled_for"] == tick)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_whose_owner_is_killed_as_it_fires_makes_exactly_one_task() {
+    let Some(mut cluster) = Cluster::start(3).await else {
+        return;
+    };
+    let org = cluster.node(0).create_org("pro").await;
+    let key = org.owner_key.clone();
+    let owner = cluster.owner_of(&org).await;
+    let (status, schedule) = cluster
+        .node(owner)
+        .post(
+            &key,
+            "/schedules",
+            json!({"name": "every minute", "cron": "* * * * *", "task": {"title": "tick"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{schedule}");
+    let id = str_field(&schedule, "schedule_id");
+    let tick = str_field(&schedule, "next_run_at");
+    let now = advance_clock(cluster.node(owner), 0).await;
+    let seconds = (ts(&schedule, "next_run_at") - now).num_seconds() + 1;
+
+    // Every node's clock past the tick; the owner's last, killed as it
+    // fires, whether or not its commit got through.
+    for i in (0..3).filter(|&i| i != owner) {
+        advance_clock(cluster.node(i), seconds).await;
+    }
+    advance_clock(cluster.node(owner), seconds).await;
+    cluster.nodes[owner].kill9().await;
+
+    // Another node takes the org over and fires what was not fired.
+    let survivor = cluster.node(owner + 1);
+    let path = format!("/schedules/{id}");
+    eventually(
+        Duration::from_secs(20),
+        "the tick fired on the new owner",
+        || async {
+            let (status, got) = survivor.get(&key, &path).await;
+            (status == StatusCode::OK && got["last_run_at"] == tick.as_str()).then_some(())
+        },
+    )
+    .await;
+    eventually(Duration::from_secs(5), "the tick's task", || async {
+        (tasks_of_tick(survivor, &key, &id, &tick).await > 0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        tasks_of_tick(survivor, &key, &id, &tick).await,
+        1,
+        "one task for the tick"
+    );
+    // And it stays one when the killed node is back.
+    cluster.nodes[owner].start_again().await;
+    cluster.wait_for_nodes(3).await;
+    for i in 0..3 {
+        assert_eq!(
+            tasks_of_tick(cluster.node(i), &key, &id, &tick).await,
+            1,
+            "node {i} sees one task for the tick"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_owner_writes_nothing_after_another_node_took_over() {
     let Some(cluster) = Cluster::start(3).await else {

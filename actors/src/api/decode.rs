@@ -280,12 +280,49 @@ fn refusal(error: &jsonschema::ValidationError<'_>) -> ValidationError {
                 .map_or_else(|| name.to_string(), str::to_owned);
             ValidationError::field(child(&path, &name), "is not an accepted name")
         }
+        ValidationErrorKind::Not { schema } => {
+            not_allowed(&path, schema, error.instance().as_ref())
+                .unwrap_or_else(|| at("is not an accepted form".to_owned()))
+        }
         ValidationErrorKind::UniqueItems => at("must not repeat an item".to_owned()),
         // `additionalProperties: false` without `properties` refuses each
         // field on its own.
         ValidationErrorKind::FalseSchema => at("unknown field".to_owned()),
         _ => at(error.to_string()),
     }
+}
+
+/// A `not` of `required` sets (fields that must not be given, alone or
+/// together) names the field given: `task.ref: is not allowed here`, or
+/// `delay_seconds: cannot be given with run_at`.
+fn not_allowed(path: &str, schema: &Value, instance: &Value) -> Option<ValidationError> {
+    let sets = match schema.get("anyOf") {
+        Some(Value::Array(alternatives)) => alternatives.iter().collect(),
+        _ => vec![schema],
+    };
+    let object = instance.as_object()?;
+    sets.into_iter().find_map(|set| {
+        let names: Vec<&str> = set
+            .get("required")?
+            .as_array()?
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        if !names.iter().all(|n| object.contains_key(*n)) {
+            return None;
+        }
+        match names.as_slice() {
+            [one] => Some(ValidationError::field(
+                child(path, one),
+                "is not allowed here",
+            )),
+            [first @ .., last] => Some(ValidationError::field(
+                child(path, last),
+                format!("cannot be given with {}", first.join(", ")),
+            )),
+            [] => None,
+        }
+    })
 }
 
 fn type_names(kind: &TypeKind) -> String {
