@@ -574,3 +574,148 @@ async fn sessions_work_on_every_node() {
 fn rand_byte() -> u8 {
     uuid::Uuid::new_v4().as_bytes()[0]
 }
+
+backend_tests!(
+    schedules_are_managed_on_the_board_and_their_tasks_show,
+    |srv| async move {
+        let org = srv.create_org("pro").await;
+        let key = &org.owner_key;
+        let cookie = sign_in(&srv, key).await;
+        let page = get(&srv, "/board/schedules", Some(&cookie)).await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert_strict_csp(&page, "the schedules page");
+        assert!(
+            page.body.contains("id=\"schedules-empty\""),
+            "{}",
+            page.body
+        );
+        let token = csrf_of(&page.body);
+
+        let form = [
+            ("csrf", token.as_str()),
+            ("name", "standup prep"),
+            ("cron", "* * * * *"),
+            ("timezone", "Europe/Berlin"),
+            ("title", "Prepare the <standup>"),
+            ("priority", "2"),
+            ("tags", ""),
+        ];
+        let created = post_form(&srv, "/board/schedules", Some(&cookie), &form).await;
+        assert_eq!(created.status, StatusCode::SEE_OTHER, "{}", created.body);
+        let (_, list) = srv.get(key, "/schedules").await;
+        let schedule = list["schedules"][0].clone();
+        assert_eq!(schedule["name"], "standup prep", "{list}");
+        assert_eq!(
+            schedule["task"],
+            json!({"title": "Prepare the <standup>", "priority": 2})
+        );
+        let id = str_field(&schedule, "schedule_id");
+        let next = str_field(&schedule, "next_run_at");
+        let page = get(&srv, "/board/schedules", Some(&cookie)).await;
+        assert!(
+            page.body.contains(&format!("data-schedule=\"{id}\"")),
+            "{}",
+            page.body
+        );
+        assert!(
+            page.body.contains(&next),
+            "the next run is shown: {}",
+            page.body
+        );
+        assert!(
+            page.body.contains("Prepare the &#60;standup&#62;"),
+            "escaped: {}",
+            page.body
+        );
+
+        // A bad pattern is the operation's refusal, on a page.
+        let mut bad = form.to_vec();
+        bad[1] = ("name", "bad");
+        bad[2] = ("cron", "every day");
+        let refused = post_form(&srv, "/board/schedules", Some(&cookie), &bad).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
+        assert!(refused.body.contains("cron"), "{}", refused.body);
+
+        // Its tick's task is on the board, with the schedule on its page.
+        let now = advance_clock(&srv, 0).await;
+        advance_clock(&srv, (ts(&schedule, "next_run_at") - now).num_seconds() + 1).await;
+        let task = eventually(
+            std::time::Duration::from_secs(5),
+            "the tick's task",
+            || async {
+                let tasks = srv.list_all(key, "full=true").await;
+                tasks.into_iter().find(|t| t["schedule_id"] == id.as_str())
+            },
+        )
+        .await;
+        let task_id = str_field(&task, "task_id");
+        let board = get(&srv, "/board/tasks", Some(&cookie)).await;
+        assert!(
+            board.body.contains(&format!("data-task=\"{task_id}\"")),
+            "{}",
+            board.body
+        );
+        let page = get(&srv, &format!("/board/tasks/{task_id}"), Some(&cookie)).await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert!(
+            page.body.contains(&format!("/board/schedules#s-{id}")),
+            "{}",
+            page.body
+        );
+        assert!(page.body.contains(&next), "the tick's time: {}", page.body);
+        let page = get(&srv, "/board/schedules", Some(&cookie)).await;
+        assert!(page.body.contains(&next), "the last run: {}", page.body);
+
+        // Paused, then deleted, from their forms.
+        let path = format!("/board/schedules/{id}/update");
+        let paused = post_form(
+            &srv,
+            &path,
+            Some(&cookie),
+            &[("csrf", &token), ("active", "false")],
+        )
+        .await;
+        assert_eq!(paused.status, StatusCode::SEE_OTHER, "{}", paused.body);
+        let (_, got) = srv.get(key, &format!("/schedules/{id}")).await;
+        assert_eq!(got["active"], false);
+        assert!(get(&srv, "/board/schedules", Some(&cookie))
+            .await
+            .body
+            .contains("paused"));
+        let refused = post_form(&srv, &path, None, &[("active", "true")]).await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN);
+        let path = format!("/board/schedules/{id}/delete");
+        let deleted = post_form(&srv, &path, Some(&cookie), &[("csrf", &token)]).await;
+        assert_eq!(deleted.status, StatusCode::SEE_OTHER, "{}", deleted.body);
+        let (status, _) = srv.get(key, &format!("/schedules/{id}")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+
+        // A waiting task is marked in the pending column; a retry policy is
+        // on its page.
+        let waiting = srv
+            .create_task(
+                key,
+                json!({"title": "later", "delay_seconds": 600, "retry": {"max_retries": 2}}),
+            )
+            .await;
+        let board = get(&srv, "/board/tasks", Some(&cookie)).await;
+        assert!(board.body.contains("waits until"), "{}", board.body);
+        let page = get(&srv, &format!("/board/tasks/{waiting}"), Some(&cookie)).await;
+        assert!(
+            page.body.contains("0 so far; up to 2 retries"),
+            "{}",
+            page.body
+        );
+
+        // A free plan's members see why there are no schedules.
+        let free = srv.create_org("free").await;
+        let cookie = sign_in(&srv, &free.owner_key).await;
+        let page = get(&srv, "/board/schedules", Some(&cookie)).await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert!(
+            page.body.contains("id=\"schedules-unavailable\""),
+            "{}",
+            page.body
+        );
+    }
+);

@@ -219,7 +219,10 @@ backend_tests!(
         )
         .await;
 
-        assert_eq!(srv.list_ids(key, "waiting=true").await, std::slice::from_ref(&waiting));
+        assert_eq!(
+            srv.list_ids(key, "waiting=true").await,
+            std::slice::from_ref(&waiting)
+        );
         let mut others = srv.list_ids(key, "waiting=false").await;
         others.sort();
         let mut expected = vec![due.clone(), done.clone()];

@@ -156,7 +156,7 @@ impl Decode for PatchSchedule {
 }
 
 /// A schedule as clients see it.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ScheduleView {
     pub schedule_id: uuid::Uuid,
     pub name: String,
@@ -176,7 +176,7 @@ pub struct ScheduleView {
 }
 
 /// `GET /schedules`.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ScheduleList {
     pub schedules: Vec<ScheduleView>,
 }

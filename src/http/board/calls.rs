@@ -14,8 +14,8 @@ use std::sync::LazyLock;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use taskq_actors::api::{
-    CreateAnswer, GetAnswer, InsightsAnswer, KeyList, ListAnswer, MemberView, SearchAnswer,
-    StandupAnswer, TagView, TagsCreated, TeamView, UpdateAnswer,
+    CreateAnswer, GetAnswer, InsightsAnswer, KeyList, ListAnswer, MemberView, ScheduleList,
+    ScheduleView, SearchAnswer, StandupAnswer, TagView, TagsCreated, TeamView, UpdateAnswer,
 };
 use taskq_actors::{Caller, EngineError};
 
@@ -64,6 +64,10 @@ pub const LIST_TAGS: Call<Vec<TagView>> = Call::new("list_tags");
 pub const CREATE_TAGS: Call<TagsCreated> = Call::new("create_tags");
 pub const LIST_MEMBERS: Call<Vec<MemberView>> = Call::new("list_members");
 pub const LIST_TEAMS: Call<Vec<TeamView>> = Call::new("list_teams");
+pub const LIST_SCHEDULES: Call<ScheduleList> = Call::new("list_schedules");
+pub const CREATE_SCHEDULE: Call<ScheduleView> = Call::new("create_schedule");
+pub const UPDATE_SCHEDULE: Call<ScheduleView> = Call::new("update_schedule");
+pub const DELETE_SCHEDULE: Call<()> = Call::new("delete_schedule");
 
 /// Where an operation's request goes.
 pub enum Input {
@@ -73,6 +77,8 @@ pub enum Input {
     Body(Value),
     /// The query string's pairs.
     Query(Vec<(String, String)>),
+    /// The path's parameters and the JSON body.
+    At(Vec<String>, Value),
 }
 
 /// Calls the operation for `caller`: its answer, or its refusal or
@@ -87,16 +93,17 @@ pub async fn call<A: DeserializeOwned>(
     let call = CALLS
         .get(id)
         .unwrap_or_else(|| panic!("the board calls {id}, which the table lacks"));
-    let (input, query) = match input {
-        Input::None => (Value::Object(Default::default()), None),
-        Input::Body(body) => (body, None),
-        Input::Query(pairs) => (Value::Null, Some(pairs)),
+    let (path, input, query) = match input {
+        Input::None => (Vec::new(), Value::Object(Default::default()), None),
+        Input::Body(body) => (Vec::new(), body, None),
+        Input::Query(pairs) => (Vec::new(), Value::Null, Some(pairs)),
+        Input::At(path, body) => (path, body, None),
     };
     let reply = call(
         state.clone(),
         caller.clone(),
         Arguments {
-            path: Vec::new(),
+            path,
             path_error: None,
             input,
             query,
@@ -162,5 +169,8 @@ mod tests {
         reads_its_answer(CREATE_TAGS);
         reads_its_answer(LIST_MEMBERS);
         reads_its_answer(LIST_TEAMS);
+        reads_its_answer(LIST_SCHEDULES);
+        reads_its_answer(CREATE_SCHEDULE);
+        reads_its_answer(UPDATE_SCHEDULE);
     }
 }

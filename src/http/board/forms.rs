@@ -55,7 +55,7 @@ pub fn ids(text: &str) -> Vec<String> {
 }
 
 /// A number if it is one, else the text as typed.
-fn number(text: String) -> Value {
+pub fn number(text: String) -> Value {
     text.parse::<i64>()
         .map(Value::from)
         .unwrap_or(Value::String(text))

@@ -22,6 +22,7 @@ mod live;
 mod model;
 mod pages;
 mod reports;
+mod schedules;
 mod session;
 mod svg;
 mod tasks;
@@ -294,6 +295,47 @@ pub fn operations() -> Vec<Operation> {
                 .empty(303, "Added: the page follows"),
         )
         .handler(reports::create_tag),
+        page_answers(
+            Operation::get("/board/schedules")
+                .doc(
+                    "board_schedules",
+                    "board",
+                    "The org's schedules: next and last run, last error, and their forms (admins and owners, paid plans)",
+                )
+                .html(200, "The page")
+                .empty(303, "No session: the sign-in form follows"),
+        )
+        .handler(schedules::page),
+        page_answers(
+            Operation::post("/board/schedules")
+                .doc(
+                    "board_create_schedule",
+                    "board",
+                    "Create a schedule from the board's form (with `csrf`)",
+                )
+                .empty(303, "Created: the schedules follow"),
+        )
+        .handler(schedules::create),
+        page_answers(
+            Operation::post("/board/schedules/{schedule_id}/update")
+                .doc(
+                    "board_update_schedule",
+                    "board",
+                    "Pause (`active=false`) or resume (`active=true`) a schedule (with `csrf`)",
+                )
+                .empty(303, "Applied: the schedules follow"),
+        )
+        .handler(schedules::update),
+        page_answers(
+            Operation::post("/board/schedules/{schedule_id}/delete")
+                .doc(
+                    "board_delete_schedule",
+                    "board",
+                    "Delete a schedule (with `csrf`); its tasks stay",
+                )
+                .empty(303, "Deleted: the schedules follow"),
+        )
+        .handler(schedules::delete),
     ];
     pages
         .into_iter()

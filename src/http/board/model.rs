@@ -54,6 +54,8 @@ pub struct Card {
     pub blocked_by: Vec<String>,
     /// When its lease runs out, for a whole task that is leased.
     pub lease_expires_at: Option<String>,
+    /// When a waiting task may be claimed.
+    pub run_at: Option<String>,
 }
 
 impl From<&TaskSummary> for Card {
@@ -67,6 +69,7 @@ impl From<&TaskSummary> for Card {
             tags: t.tags.clone(),
             blocked_by: ids(&t.blocked_by),
             lease_expires_at: None,
+            run_at: t.run_at.map(|at| at.to_string()),
         }
     }
 }
@@ -82,6 +85,9 @@ impl From<&TaskView> for Card {
             tags: t.tags.clone(),
             blocked_by: ids(&t.blocked_by),
             lease_expires_at: t.lease.map(|l| l.lease_expires_at.to_string()),
+            // A whole task carries its run_at when past too; the board's
+            // columns are lean items, which carry it only while it waits.
+            run_at: None,
         }
     }
 }
@@ -159,6 +165,13 @@ pub struct Task {
     pub attempts: u8,
     pub max_attempts: u8,
     pub lease_expires_at: Option<String>,
+    /// When it may be claimed, if it was given a time.
+    pub run_at: Option<String>,
+    /// Its retry policy, as the page says it, and the retries so far.
+    pub retry: Option<String>,
+    pub retries: u8,
+    /// The schedule whose tick created it, and that tick's time.
+    pub schedule: Option<(String, String)>,
     /// The blockers and their statuses.
     pub dependencies: Vec<(String, TaskStatus)>,
     /// Oldest first; a task asked for alone always has it.
@@ -184,6 +197,18 @@ impl From<&TaskDetail> for Task {
             attempts: t.attempts,
             max_attempts: t.max_attempts,
             lease_expires_at: t.lease.map(|l| l.lease_expires_at.to_string()),
+            run_at: t.run_at.map(|at| at.to_string()),
+            retry: t.retry.map(|r| {
+                format!(
+                    "up to {} retries, {} s doubling to at most {} s",
+                    r.max_retries, r.backoff_seconds, r.max_backoff_seconds
+                )
+            }),
+            retries: t.retries,
+            schedule: t
+                .schedule_id
+                .zip(t.scheduled_for)
+                .map(|(id, at)| (id.to_string(), at.to_string())),
             dependencies: detail
                 .dependencies
                 .iter()
