@@ -1,6 +1,7 @@
 //! Keeps ARCHITECTURE.md true: reads files only, starts no server.
 //!
 //! - every path the code map names exists, and every module is on the map;
+//! - every invariant names a test that exists;
 //! - the boundaries the map states hold over the code's `crate::` and
 //!   crate paths;
 //! - the map is at most 300 lines, and no production file is over 600;
@@ -147,6 +148,79 @@ fn the_map_is_a_ten_minute_read() {
         "map length: ARCHITECTURE.md has {lines} lines, over {MAP_LINES}: say it shorter, or \
          move the why to docs/decisions/ and the figures to docs/perf.md"
     );
+}
+
+/// The `file::test` names of the map's Invariants section, as (line,
+/// file, test).
+fn invariant_tests() -> Vec<(usize, String, String)> {
+    let text = read("ARCHITECTURE.md");
+    let mut inside = false;
+    let mut out = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        if line.starts_with("## ") {
+            inside = line.trim() == "## Invariants";
+            continue;
+        }
+        if !inside {
+            continue;
+        }
+        for (i, token) in line.split('`').enumerate() {
+            let Some((file, test)) = token.split_once("::") else {
+                continue;
+            };
+            let is_name = |s: &str| {
+                !s.is_empty()
+                    && s.chars().all(|c| {
+                        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '/'
+                    })
+            };
+            if i % 2 == 1 && is_name(file) && is_name(test) && !test.contains('/') {
+                out.push((index + 1, file.to_string(), test.to_string()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_invariant_names_a_test_that_is_there() {
+    let named = invariant_tests();
+    assert!(
+        named.len() >= 10,
+        "tidy: ARCHITECTURE.md's `## Invariants` names {} tests as `file::test`; each \
+         invariant names the test that checks it",
+        named.len()
+    );
+    let sources: Vec<String> = ["src", "actors", "tests"]
+        .into_iter()
+        .flat_map(rust_files_under)
+        .collect();
+    let mut missing = Vec::new();
+    for (line, file, test) in named {
+        let suffix = format!("/{file}.rs");
+        let candidates: Vec<&String> = sources
+            .iter()
+            .filter(|s| s.ends_with(&suffix) || s.ends_with(&format!("/{file}/mod.rs")))
+            .collect();
+        let found = candidates.iter().any(|path| {
+            let text = read(path);
+            lines_naming(&text, &test).iter().any(|&n| {
+                let l = text.lines().nth(n - 1).unwrap_or("");
+                l.contains(&format!("fn {test}("))
+                    || l.trim().starts_with(&test)
+                    || l.contains(&format!("backend_tests!({test}"))
+            })
+        });
+        if !found {
+            missing.push(format!(
+                "invariants (ARCHITECTURE.md:{line}): `{file}::{test}` is not a test of any \
+                 `{file}.rs` ({} files of that name): name the test that checks the invariant \
+                 as it is spelled now, or write it",
+                candidates.len()
+            ));
+        }
+    }
+    assert!(missing.is_empty(), "\n{}\n", missing.join("\n"));
 }
 
 /// The modules declared in a crate root (`mod x;` or `pub mod x;`).
