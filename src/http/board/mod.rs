@@ -13,6 +13,14 @@
 //! (`session`), a CSRF token on every write (`csrf`), templates that escape
 //! every field and isolate its direction (`pages`, `templates/`), and a
 //! Content-Security-Policy that lets nothing run but the page's own script.
+//!
+//! Where things are: `access` sign-in and sign-out, `session` the cookie,
+//! `csrf` the forms' tokens, `calls` every read and write through the
+//! table, `forms` forms as the API's requests, `model` answers as what the
+//! pages show, `tasks` and `reports` the views, `svg` the graph's and
+//! charts' geometry, `live` the polled change mark, `pages` and
+//! `templates/` the askama pages, `assets/` the inline stylesheet and
+//! script.
 
 mod access;
 mod calls;
