@@ -178,7 +178,7 @@ backend_tests!(
         assert_eq!(ins["churning"]["count"], 1);
         assert_eq!(
             ins["throughput"],
-            json!({ "completed": 4, "failed": 2, "per_day": 0.13 })
+            json!({ "completed": 4, "failed": 2, "retried": 0, "per_day": 0.13 })
         );
         assert_eq!(
             ins["cycle_times"],
@@ -846,5 +846,49 @@ backend_tests!(
             }
         })
         .await;
+    }
+);
+
+backend_tests!(
+    insights_count_the_tasks_a_failure_retried,
+    |srv| async move {
+        let org = srv.create_org("pro").await;
+        let owner = &org.owner_key;
+        let retried = srv
+            .create_task(
+                owner,
+                json!({"title": "flaky", "retry": {"max_retries": 3}}),
+            )
+            .await;
+        srv.new_task(owner, "steady").await;
+        for _ in 0..2 {
+            let claimed = srv.claim(owner, json!({})).await.expect("a task");
+            if claimed["task_id"] != retried.as_str() {
+                finish(
+                    &srv,
+                    owner,
+                    claimed["task_id"].as_str().unwrap(),
+                    "completed",
+                    json!({}),
+                )
+                .await;
+                continue;
+            }
+            srv.update_ok(
+                owner,
+                json!({"task_id": retried, "status": "failed", "note": "upstream down",
+                   "lease_id": claimed["lease_id"]}),
+            )
+            .await;
+        }
+        assert_eq!(srv.get_task(owner, &retried).await["retries"], 1);
+        recompute(&srv, &org, &["insights"]).await;
+        let ins = get_ok(&srv, owner, "/insights").await;
+        assert_eq!(ins["throughput"]["retried"], 1, "{ins}");
+        assert_eq!(
+            ins["throughput"]["failed"], 0,
+            "a retried failure is not a failure: {ins}"
+        );
+        assert_eq!(ins["throughput"]["completed"], 1, "{ins}");
     }
 );

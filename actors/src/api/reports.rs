@@ -33,6 +33,10 @@ pub const SIGNAL_TOP: usize = 20;
 pub struct Throughput {
     pub completed: u64,
     pub failed: u64,
+    /// Tasks changed in the window that a failure sent back to wait under
+    /// their retry policy at least once (finished or not).
+    #[serde(default)]
+    pub retried: u64,
     /// Completed tasks per day of the window.
     pub per_day: f64,
 }

@@ -16,6 +16,8 @@ pub struct TaskHistory {
     /// Milliseconds since the epoch.
     pub created_at: i64,
     pub updated_at: i64,
+    /// Failures retried under its retry policy.
+    pub retries: u8,
     /// State changes, oldest first (the creation's, with `from: None`, first).
     pub events: Vec<StateChange>,
 }

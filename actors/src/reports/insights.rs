@@ -11,6 +11,8 @@
 //!   least an hour; a day while nothing completed in the window).
 //! - A task returns to pending when a lease expires or a claim is given
 //!   back; an open task that did so twice or more is churning.
+//! - A task was retried when a failure sent it back to wait under its
+//!   retry policy; `throughput.retried` counts those changed in the window.
 //! - Work is credited to the agent that last moved the task to
 //!   `in_progress`, not to whoever closed it: a task failed by `system`
 //!   after its last lease expired belongs to that lease's holder.
@@ -187,9 +189,14 @@ pub fn throughput(tasks: &[TaskHistory], now: i64) -> Throughput {
             .count() as u64
     };
     let completed = count(TaskStatus::Completed);
+    let start = now - i64::from(WINDOW_DAYS) * DAY_MS;
     Throughput {
         completed,
         failed: count(TaskStatus::Failed),
+        retried: tasks
+            .iter()
+            .filter(|t| t.retries > 0 && t.updated_at >= start)
+            .count() as u64,
         per_day: round_to(completed as f64 / f64::from(WINDOW_DAYS), 2),
     }
 }

@@ -244,6 +244,7 @@ mod tests {
             assignee: None,
             created_at,
             updated_at: last.at,
+            retries: 0,
             events,
         }
     }

@@ -68,6 +68,7 @@ struct HistoryRow {
     assignee: Option<String>,
     created_at: i64,
     updated_at: i64,
+    retries: i64,
 }
 
 #[derive(sqlx::FromRow)]
@@ -220,7 +221,7 @@ impl Store {
         let rows: Vec<HistoryRow> = self
             .fetch_all(
                 &format!(
-                    "SELECT task_id, status, tags, assignee, created_at, updated_at FROM tasks \
+                    "SELECT task_id, status, tags, assignee, created_at, updated_at, retries FROM tasks \
                      WHERE org_id = $1 AND (status_rank <= {open} OR updated_at >= $2) \
                      ORDER BY created_at, task_id"
                 ),
@@ -259,6 +260,7 @@ impl Store {
                     assignee: r.assignee,
                     created_at: r.created_at,
                     updated_at: r.updated_at,
+                    retries: u8::try_from(r.retries).unwrap_or(u8::MAX),
                     events: by_task.remove(&r.task_id).unwrap_or_default(),
                 })
             })

@@ -2323,6 +2323,13 @@ export type components = {
             /** Format: uint64 */
             failed: number;
             /**
+             * Format: uint64
+             * @description Tasks changed in the window that a failure sent back to wait under
+             *     their retry policy at least once (finished or not).
+             * @default 0
+             */
+            retried: number;
+            /**
              * Format: double
              * @description Completed tasks per day of the window.
              */

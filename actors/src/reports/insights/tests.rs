@@ -22,6 +22,7 @@ fn task(n: u128, created_at: i64) -> TaskHistory {
         assignee: None,
         created_at,
         updated_at: created_at,
+        retries: 0,
         events: vec![StateChange {
             from: None,
             to: Pending,
@@ -34,6 +35,7 @@ fn task(n: u128, created_at: i64) -> TaskHistory {
 trait Moves {
     fn to(self, to: TaskStatus, agent: &str, at: i64) -> Self;
     fn tagged(self, tags: &[&str]) -> Self;
+    fn retried(self, retries: u8) -> Self;
 }
 
 impl Moves for TaskHistory {
@@ -51,6 +53,11 @@ impl Moves for TaskHistory {
 
     fn tagged(mut self, tags: &[&str]) -> Self {
         self.tags = tags.iter().map(|t| (*t).to_owned()).collect();
+        self
+    }
+
+    fn retried(mut self, retries: u8) -> Self {
+        self.retries = retries;
         self
     }
 }
@@ -212,14 +219,19 @@ fn throughput_and_failure_rates_count_what_finished_in_the_window() {
         finished(6, Completed, day(3), day(2)).tagged(&["flaky"]),
         finished(7, Failed, day(3), day(2)).tagged(&["db"]),
         finished(8, Completed, day(3), day(2)).tagged(&["db"]),
-        finished(9, Failed, day(3), day(2)).tagged(&["auth"]),
+        finished(9, Failed, day(3), day(2))
+            .tagged(&["auth"])
+            .retried(3),
         finished(10, Completed, day(3), day(2)).tagged(&["auth", "docs"]),
         finished(11, Failed, day(3), day(2)).tagged(&["ui"]),
         finished(12, Completed, day(3), day(2)).tagged(&["ui"]),
         finished(13, Completed, day(3), day(2)).tagged(&["ui"]),
         // Canceled, finished before the window, still open: left out.
         finished(14, Canceled, day(3), day(2)).tagged(&["deploy"]),
-        finished(15, Failed, day(40), day(31)).tagged(&["deploy"]),
+        // Retried, but before the window.
+        finished(15, Failed, day(40), day(31))
+            .tagged(&["deploy"])
+            .retried(1),
         task(16, day(3)).tagged(&["deploy"]),
     ];
     assert_eq!(
@@ -227,6 +239,7 @@ fn throughput_and_failure_rates_count_what_finished_in_the_window() {
         Throughput {
             completed: 7,
             failed: 6,
+            retried: 1,
             per_day: 0.23,
         }
     );
@@ -275,6 +288,7 @@ fn the_window_holds_both_its_edges() {
         Throughput {
             completed: 2,
             failed: 1,
+            retried: 0,
             per_day: 0.07,
         }
     );

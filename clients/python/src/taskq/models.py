@@ -326,6 +326,7 @@ class Signal(TypedDict):
 class Throughput(TypedDict):
     completed: int
     failed: int
+    retried: int
     per_day: float
 
 
