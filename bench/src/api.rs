@@ -186,6 +186,20 @@ impl AgentApi {
         Ok(latency)
     }
 
+    /// Creates `count` small tasks that wait a year before they may be
+    /// claimed.
+    pub(super) async fn create_waiting(&self, seq: u64, count: u64) -> Result<Duration, String> {
+        let tasks: Vec<serde_json::Value> = (seq..seq + count)
+            .map(|n| serde_json::json!({"title": format!("waiting task {n}"), "delay_seconds": YEAR_SECONDS}))
+            .collect();
+        let body = serde_json::to_vec(&serde_json::json!({ "tasks": tasks }))
+            .map_err(|e| e.to_string())?;
+        let (_, latency) = self
+            .post(&self.routes.tasks, body, StatusCode::CREATED)
+            .await?;
+        Ok(latency)
+    }
+
     /// Creates `count` tasks with the largest allowed content, and gives
     /// each the largest allowed output.
     pub(super) async fn create_big(&self, seq: u64, count: u64) -> Result<Duration, String> {
@@ -345,6 +359,9 @@ pub(super) fn lossy(body: &[u8]) -> String {
 struct CreateBody {
     tasks: Vec<NewTask>,
 }
+
+/// How long a waiting task of `--waiting` waits: longer than any run.
+const YEAR_SECONDS: u32 = 31_536_000;
 
 #[derive(Serialize)]
 struct NewTask {

@@ -93,6 +93,11 @@ pub struct BenchArgs {
     /// moves. Reports their cost on an idle server and during the cycles.
     #[arg(long, default_value_t = 0)]
     pub boards: usize,
+    /// Cycle: tasks per org that wait a year (a `run_at` ahead), created
+    /// before the run so that claims run beside them; the server's CPU over
+    /// five idle seconds with them present is reported.
+    #[arg(long, default_value_t = 0)]
+    pub waiting: u64,
 
     /// Tasks with the largest allowed content created in every org
     /// (`big-pages` scenario).

@@ -86,6 +86,7 @@ mod scenarios;
 mod search;
 mod server;
 mod stats;
+mod waiting;
 mod webhooks;
 
 use std::time::{Duration, Instant};
@@ -222,6 +223,7 @@ fn blank_report(args: &BenchArgs) -> Report {
         reports: None,
         webhooks: None,
         boards: None,
+        waiting: None,
     }
 }
 
@@ -271,6 +273,12 @@ async fn execute(
     let deadline = Duration::from_secs(args.duration);
     match args.scenario {
         Scenario::Cycle | Scenario::Reports => {
+            if args.scenario == Scenario::Cycle && args.waiting > 0 {
+                let (summary, created) =
+                    waiting::fill(base, &agents, args.waiting, process).await?;
+                report.waiting = Some(summary);
+                report.add_phase(created, &[Op::Create]);
+            }
             let created =
                 create_fixed_phase(base, &agents, args.tasks_per_org, Content::Small).await?;
             report.add_phase(created, &[Op::Create]);

@@ -42,6 +42,7 @@ pub(super) struct Report {
     pub(super) reports: Option<super::reports::ReportsSummary>,
     pub(super) webhooks: Option<super::webhooks::WebhookSummary>,
     pub(super) boards: Option<super::boards::BoardsSummary>,
+    pub(super) waiting: Option<super::waiting::WaitingSummary>,
 }
 
 #[derive(Serialize)]
@@ -315,6 +316,9 @@ pub(super) fn render_table(report: &Report) -> String {
     }
     if let Some(boards) = &report.boards {
         let _ = write!(out, "\n{}", boards.render());
+    }
+    if let Some(waiting) = &report.waiting {
+        let _ = write!(out, "\n{}", waiting.render());
     }
     if let Some(longpoll) = &report.longpoll {
         let _ = write!(out, "\n{}", longpoll.render());

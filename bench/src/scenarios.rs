@@ -24,6 +24,8 @@ pub(super) enum Content {
     Small,
     /// The largest allowed content and output, `BIG_BATCH` tasks a request.
     Largest,
+    /// A short title and a `run_at` a year ahead, 25 tasks a request.
+    Waiting,
 }
 
 /// Creates `tasks_per_org` tasks in every org, in batches shared out among
@@ -38,7 +40,7 @@ pub(super) async fn create_fixed_phase(
     let orgs = agents.iter().map(|a| a.org).max().map_or(0, |m| m + 1);
     let next_batch: Vec<Arc<AtomicU64>> = (0..orgs).map(|_| Arc::default()).collect();
     let per_request = match content {
-        Content::Small => BATCH,
+        Content::Small | Content::Waiting => BATCH,
         Content::Largest => BIG_BATCH,
     };
     let batches = tasks_per_org.div_ceil(per_request);
@@ -59,6 +61,7 @@ pub(super) async fn create_fixed_phase(
                 let created = match content {
                     Content::Small => api.create(seq, count).await,
                     Content::Largest => api.create_big(seq, count).await,
+                    Content::Waiting => api.create_waiting(seq, count).await,
                 };
                 outcome.record(Op::Create, &progress, created, count).await;
             }
