@@ -36,6 +36,18 @@ fn claimed_id(claimed: &Option<Value>) -> Option<String> {
     claimed.as_ref().map(|t| str_field(t, "task_id"))
 }
 
+/// Nothing is claimable until ten minutes pass; then `id` is.
+async fn waits_ten_minutes(srv: &TestServer, key: &str, id: &str, why: &str) {
+    assert_eq!(srv.claim(key, json!({})).await, None, "{why}");
+    advance_clock(srv, 601).await;
+    let claimed = srv.claim(key, json!({})).await;
+    assert_eq!(
+        claimed_id(&claimed).as_deref(),
+        Some(id),
+        "due after ten minutes"
+    );
+}
+
 // ---------------------------------------------------------------- delays
 
 backend_tests!(
@@ -190,14 +202,7 @@ backend_tests!(
         let plain = srv.new_task(key, "plain").await;
         srv.update_ok(key, json!({"task_id": plain, "delay_seconds": 600}))
             .await;
-        assert_eq!(
-            srv.claim(key, json!({})).await,
-            None,
-            "postponed by ten minutes"
-        );
-        advance_clock(&srv, 601).await;
-        let claimed = srv.claim(key, json!({})).await;
-        assert_eq!(claimed_id(&claimed), Some(plain));
+        waits_ten_minutes(&srv, key, &plain, "postponed by ten minutes").await;
     }
 );
 
@@ -271,14 +276,7 @@ backend_tests!(
         let task = srv.get_task(key, &then).await;
         assert_eq!(task["status"], "pending", "{task}");
         assert!(task["run_at"].is_string(), "{task}");
-        assert_eq!(
-            srv.claim(key, json!({})).await,
-            None,
-            "unblocked but still waiting"
-        );
-        advance_clock(&srv, 601).await;
-        let claimed = srv.claim(key, json!({})).await;
-        assert_eq!(claimed_id(&claimed), Some(then));
+        waits_ten_minutes(&srv, key, &then, "unblocked but still waiting").await;
     }
 );
 
