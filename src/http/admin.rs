@@ -63,6 +63,17 @@ pub async fn advance_clock(
     })))
 }
 
+/// Test hook: runs the retention sweep now and answers once it is done,
+/// with the number of tasks it asked to remove.
+#[cfg(feature = "test-hooks")]
+pub async fn sweep_retention(
+    State(state): State<AppState>,
+    _: Operator,
+) -> Answer<serde_json::Value> {
+    let swept = state.engine.sweep_retention().await?;
+    Ok(Json(serde_json::json!({ "swept": swept })))
+}
+
 /// Test hook: how a simulated store outage should be.
 #[cfg(feature = "test-hooks")]
 #[derive(serde::Deserialize, schemars::JsonSchema)]

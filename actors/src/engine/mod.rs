@@ -25,6 +25,7 @@ mod meaning;
 mod org_admin;
 mod peers;
 mod reports;
+mod retention;
 mod schedules;
 mod stats;
 mod tasks;

@@ -29,6 +29,7 @@ mod claims;
 mod content;
 mod limits;
 mod messages;
+mod retention;
 mod schedules;
 mod settings;
 mod tasks;
@@ -471,6 +472,11 @@ impl Actor for OrgActor {
                     Ok(self.change_settings(state, &mut work, &change))
                 })
             }
+            OrgMsg::Prune {
+                task_ids,
+                cutoff,
+                reply,
+            } => self.prune(state, task_ids, cutoff, reply).await,
             OrgMsg::LeaseTick => {
                 state.lease_timer_at = None;
                 self.expire_leases(state).await?;

@@ -177,6 +177,7 @@ mod events;
 mod keys;
 mod org_records;
 mod reports;
+mod retention;
 mod rows;
 mod schedules;
 mod sessions;

@@ -1623,6 +1623,13 @@ export type components = {
             limits?: {
                 [key: string]: number | null;
             };
+            /**
+             * @description Finished tasks (completed, failed, canceled) are removed this many
+             *     days after their last change, with their history; `null` keeps
+             *     them forever.
+             * @default null
+             */
+            retention_days?: number | null;
         };
         /** @description `POST /admin/orgs/{org_id}/members`: an active member and a first key. */
         AddMember: {
@@ -2674,6 +2681,11 @@ export type components = {
             suspended: boolean;
             /** @description The tier's numbers with the operator's overrides; `null` is unlimited. */
             limits: components["schemas"]["Limits"];
+            /**
+             * Format: int64
+             * @description Days finished tasks are kept; `null`: forever.
+             */
+            retention_days: number | null;
             /** Format: date-time */
             created_at: string;
             owner: components["schemas"]["OwnerKey"];
@@ -2718,6 +2730,11 @@ export type components = {
             suspended: boolean;
             /** @description The tier's numbers with the operator's overrides; `null` is unlimited. */
             limits: components["schemas"]["Limits"];
+            /**
+             * Format: int64
+             * @description Days finished tasks are kept; `null`: forever.
+             */
+            retention_days: number | null;
             /** Format: date-time */
             created_at: string;
         };

@@ -24,6 +24,7 @@ use crate::domain::{ContentField, KeyId, OrgId, StoredEvent, StoredTask, TaskHea
 
 mod accounts;
 mod postgres;
+mod prune;
 mod sqlite;
 
 pub use postgres::EventLinks;
@@ -104,6 +105,13 @@ pub enum WriteOp {
     /// cursor moves, rows delivered go, rows to retry get their next
     /// attempt, and the attempts are logged.
     SettleDeliveries(Vec<Settled>),
+    /// The retention sweep: these tasks go with their history, vector,
+    /// outbox and delivery rows, each only if it is still finished and
+    /// last changed before `cutoff`.
+    PruneTasks {
+        task_ids: Vec<TaskId>,
+        cutoff: i64,
+    },
 }
 
 /// The writes of one org message: committed together or not at all.

@@ -120,6 +120,7 @@ class PatchOrg(TypedDict):
     seats: NotRequired[int]
     suspended: NotRequired[bool]
     limits: NotRequired[Dict[Literal['writes_per_minute', 'reads_per_minute', 'requests_per_month', 'tasks_per_month', 'tags', 'teams', 'plans_per_month', 'webhooks', 'schedules'], Optional[int]]]
+    retention_days: NotRequired[Optional[int]]
 
 
 class AddMember(TypedDict):
@@ -542,6 +543,7 @@ class OrgView(TypedDict):
     seats: int
     suspended: bool
     limits: Limits
+    retention_days: Optional[int]
     created_at: str
 
 
@@ -903,6 +905,7 @@ class CreatedOrg(TypedDict):
     seats: int
     suspended: bool
     limits: Limits
+    retention_days: Optional[int]
     created_at: str
     owner: OwnerKey
 

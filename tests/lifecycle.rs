@@ -1,0 +1,263 @@
+//! Data lifecycle (CONTRACT.md §11): an org's retention of finished tasks,
+//! set by the operator and carried out by the background sweep, which the
+//! test hook `POST /admin/test/retention` runs at once.
+
+#[macro_use]
+mod common;
+use common::*;
+use reqwest::Method;
+
+const DAY: i64 = 86_400;
+
+async fn patch_org(srv: &TestServer, org: &Org, body: Value) -> (StatusCode, Value) {
+    srv.admin(
+        Method::PATCH,
+        &format!("/admin/orgs/{}", org.org_id),
+        Some(body),
+    )
+    .await
+}
+
+async fn get_org(srv: &TestServer, org: &Org) -> Value {
+    let (status, body) = srv
+        .admin(Method::GET, &format!("/admin/orgs/{}", org.org_id), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body
+}
+
+/// Runs the retention sweep and waits for it to finish.
+async fn sweep(srv: &TestServer) -> i64 {
+    let (status, body) = srv.admin(Method::POST, "/admin/test/retention", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["swept"].as_i64().expect("swept count")
+}
+
+/// Rows of `table` whose `column` is `value`, read from the database.
+async fn rows(srv: &TestServer, table: &str, column: &str, value: &str) -> i64 {
+    let sql = format!("SELECT COUNT(*) FROM {table} WHERE {column} = $1");
+    match srv.open_db().await {
+        Db::Sqlite(mut c) => sqlx::query_scalar(&sql).bind(value).fetch_one(&mut c).await,
+        Db::Postgres(mut c) => sqlx::query_scalar(&sql).bind(value).fetch_one(&mut c).await,
+    }
+    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Stores a vector for the task, as the meaning worker would.
+async fn insert_vector(srv: &TestServer, org: &Org, task_id: &str) {
+    let sql = "INSERT INTO task_vectors (org_id, task_id, model, vector) VALUES ($1, $2, 'm', $3)";
+    let vector = vec![0u8; 8];
+    let q = sqlx::query(sql)
+        .bind(&org.org_id)
+        .bind(task_id)
+        .bind(vector);
+    match srv.open_db().await {
+        Db::Sqlite(mut c) => q.execute(&mut c).await.map(|_| ()),
+        Db::Postgres(mut c) => sqlx::query(sql)
+            .bind(&org.org_id)
+            .bind(task_id)
+            .bind(vec![0u8; 8])
+            .execute(&mut c)
+            .await
+            .map(|_| ()),
+    }
+    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+async fn finish(srv: &TestServer, org: &Org, id: &str, status: &str) {
+    srv.update_ok(
+        &org.owner_key,
+        json!({ "task_id": id, "status": status, "note": format!("{status} by test") }),
+    )
+    .await;
+}
+
+/// Creates a task assigned to the owner (finishing one needs an assignee).
+async fn assigned(srv: &TestServer, org: &Org, mut item: Value) -> String {
+    item["assignee"] = json!(org.owner_email);
+    srv.create_task(&org.owner_key, item).await
+}
+
+async fn done(srv: &TestServer, org: &Org, item: Value) -> String {
+    let id = assigned(srv, org, item).await;
+    finish(srv, org, &id, "completed").await;
+    id
+}
+
+backend_tests!(retention_is_set_shown_and_cleared, |srv| async move {
+    let org = srv.create_org("pro").await;
+    assert_eq!(get_org(&srv, &org).await["retention_days"], Value::Null);
+
+    for days in [1, 30, 3650] {
+        let (status, body) = patch_org(&srv, &org, json!({ "retention_days": days })).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["retention_days"], days);
+        assert_eq!(get_org(&srv, &org).await["retention_days"], days);
+    }
+    // Another change leaves it as it was.
+    let (status, body) = patch_org(&srv, &org, json!({ "seats": 7 })).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["retention_days"], 3650);
+
+    for bad in [
+        json!(0),
+        json!(-1),
+        json!(3651),
+        json!(1.5),
+        json!("30"),
+        json!(true),
+    ] {
+        let (status, body) = patch_org(&srv, &org, json!({ "retention_days": bad })).await;
+        assert_bad_request(status, &body, "retention_days");
+    }
+    assert_eq!(get_org(&srv, &org).await["retention_days"], 3650);
+
+    let (status, body) = patch_org(&srv, &org, json!({ "retention_days": null })).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["retention_days"], Value::Null);
+    assert_eq!(get_org(&srv, &org).await["retention_days"], Value::Null);
+});
+
+backend_tests!(
+    the_sweep_removes_exactly_the_eligible_tasks,
+    |srv| async move {
+        let org = srv.create_org("pro").await;
+        let other = srv.create_org("pro").await;
+        let key = &org.owner_key;
+        let (status, body) = patch_org(&srv, &org, json!({ "retention_days": 1 })).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+
+        // Finished two days before the sweep: these go.
+        let old_done = done(&srv, &org, json!({ "title": "old done" })).await;
+        let old_canceled = assigned(&srv, &org, json!({ "title": "old canceled" })).await;
+        finish(&srv, &org, &old_canceled, "canceled").await;
+        let old_failed = assigned(&srv, &org, json!({ "title": "old failed" })).await;
+        finish(&srv, &org, &old_failed, "failed").await;
+        let old_parent_of_old = done(&srv, &org, json!({ "title": "old parent" })).await;
+        let old_child_of_old = done(
+            &srv,
+            &org,
+            json!({ "title": "old child", "parent_task_id": old_parent_of_old }),
+        )
+        .await;
+        // Old, but named by a task that stays: these stay.
+        let parent = done(&srv, &org, json!({ "title": "parent of open" })).await;
+        let open_child = srv
+            .create_task(
+                key,
+                json!({ "title": "open child", "parent_task_id": parent }),
+            )
+            .await;
+        let blocker = done(&srv, &org, json!({ "title": "blocker" })).await;
+        let dependent = srv
+            .create_task(
+                key,
+                json!({ "title": "dependent", "blocked_by": [blocker] }),
+            )
+            .await;
+        let grandparent = done(&srv, &org, json!({ "title": "grandparent" })).await;
+        let middle = done(
+            &srv,
+            &org,
+            json!({ "title": "middle", "parent_task_id": grandparent }),
+        )
+        .await;
+        let recent_child = assigned(
+            &srv,
+            &org,
+            json!({ "title": "recent", "parent_task_id": middle }),
+        )
+        .await;
+        let open_old = srv.new_task(key, "never finished").await;
+        // Another org keeps everything.
+        let elsewhere = done(&srv, &other, json!({ "title": "elsewhere" })).await;
+        // A vector of a task that goes.
+        insert_vector(&srv, &org, &old_done).await;
+        assert!(rows(&srv, "task_events", "task_id", &old_done).await > 0);
+
+        advance_clock(&srv, 2 * DAY).await;
+        // Finished after the clock moved: recent, so it stays, and keeps its
+        // parent chain.
+        finish(&srv, &org, &recent_child, "completed").await;
+        let recent_done = done(&srv, &org, json!({ "title": "recent done" })).await;
+
+        assert!(sweep(&srv).await >= 5);
+
+        let gone = [
+            &old_done,
+            &old_canceled,
+            &old_failed,
+            &old_parent_of_old,
+            &old_child_of_old,
+        ];
+        let kept = [
+            &parent,
+            &open_child,
+            &blocker,
+            &dependent,
+            &grandparent,
+            &middle,
+            &recent_child,
+            &open_old,
+            &recent_done,
+        ];
+        let all: Vec<&String> = gone.iter().chain(kept.iter()).copied().collect();
+        let (status, body) = srv
+            .post(key, "/tasks/get", json!({ "task_ids": all }))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(sorted_strings(&body["not_found"]), {
+            let mut g: Vec<String> = gone.iter().map(|s| s.to_string()).collect();
+            g.sort();
+            g
+        });
+        assert_eq!(body["count"], kept.len(), "{body}");
+        let listed = srv.list_ids(key, "").await;
+        for id in gone {
+            assert!(!listed.contains(id), "{id} still listed");
+            assert_eq!(rows(&srv, "tasks", "task_id", id).await, 0);
+            assert_eq!(
+                rows(&srv, "task_events", "task_id", id).await,
+                0,
+                "history of {id}"
+            );
+            assert_eq!(
+                rows(&srv, "task_vectors", "task_id", id).await,
+                0,
+                "vector of {id}"
+            );
+        }
+        for id in kept {
+            assert!(listed.contains(id), "{id} not listed");
+            assert!(
+                rows(&srv, "task_events", "task_id", id).await > 0,
+                "history of {id}"
+            );
+        }
+        assert!(srv.task_exists(&other.owner_key, &elsewhere).await);
+
+        // A second sweep finds nothing more; the org keeps working.
+        assert_eq!(sweep(&srv).await, 0);
+        let claimed = srv
+            .claim(key, json!({}))
+            .await
+            .expect("a pending task to claim");
+        assert!(kept.contains(&&str_field(&claimed, "task_id")), "{claimed}");
+    }
+);
+
+backend_tests!(
+    an_org_without_retention_keeps_everything,
+    |srv| async move {
+        let org = srv.create_org("pro").await;
+        let id = done(&srv, &org, json!({ "title": "kept forever" })).await;
+        advance_clock(&srv, 4000 * DAY).await;
+        assert_eq!(sweep(&srv).await, 0);
+        assert!(srv.task_exists(&org.owner_key, &id).await);
+        // Retention set later applies to what is already there.
+        let (status, body) = patch_org(&srv, &org, json!({ "retention_days": 3650 })).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(sweep(&srv).await, 1);
+        assert!(!srv.task_exists(&org.owner_key, &id).await);
+    }
+);
