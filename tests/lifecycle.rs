@@ -1,6 +1,8 @@
 //! Data lifecycle (CONTRACT.md §11): an org's retention of finished tasks,
 //! set by the operator and carried out by the background sweep, which the
-//! test hook `POST /admin/test/retention` runs at once.
+//! test hook `POST /admin/test/retention` runs at once; and an org's
+//! deletion, its keys and data key gone at once and its rows removed in
+//! the background (`POST /admin/test/purge` runs the removal at once).
 
 #[macro_use]
 mod common;
@@ -259,5 +261,147 @@ backend_tests!(
         assert_eq!(status, StatusCode::OK, "{body}");
         assert_eq!(sweep(&srv).await, 1);
         assert!(!srv.task_exists(&org.owner_key, &id).await);
+    }
+);
+
+/// Runs the removal of deleted orgs' rows and waits for it to finish.
+async fn purge(srv: &TestServer) {
+    let (status, body) = srv.admin(Method::POST, "/admin/test/purge", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+/// Every table of the schema with an `org_id` column, and how many of its
+/// rows are the org's.
+async fn rows_of_org(srv: &TestServer, org_id: &str) -> Vec<(String, i64)> {
+    let tables: Vec<String> = match srv.open_db().await {
+        Db::Sqlite(mut c) => sqlx::query_scalar(
+            "SELECT m.name FROM sqlite_master m, pragma_table_info(m.name) p \
+             WHERE m.type = 'table' AND p.name = 'org_id' ORDER BY m.name",
+        )
+        .fetch_all(&mut c)
+        .await
+        .expect("tables"),
+        Db::Postgres(mut c) => sqlx::query_scalar(
+            "SELECT table_name::text FROM information_schema.columns \
+             WHERE column_name = 'org_id' AND table_schema = current_schema() ORDER BY 1",
+        )
+        .fetch_all(&mut c)
+        .await
+        .expect("tables"),
+    };
+    assert!(tables.len() >= 15, "tables with an org column: {tables:?}");
+    let mut counts = Vec::new();
+    for table in tables {
+        let n = rows(srv, &table, "org_id", org_id).await;
+        counts.push((table, n));
+    }
+    counts
+}
+
+backend_tests!(
+    a_deleted_org_is_shredded_then_removed,
+    |backend: Backend| async move {
+        let srv = TestServer::builder(backend)
+            .env("TASKQ_WEBHOOKS_ALLOW_PRIVATE", "1")
+            .start()
+            .await;
+        let org = srv.create_org("pro").await;
+        let other = srv.create_org("pro").await;
+        let key = &org.owner_key;
+        let member_key = srv.add_member(&org, "agent@example.com", "user").await;
+        srv.create_tags(key, json!([{ "name": "ops" }])).await;
+        let (status, body) = srv
+            .post(key, "/teams", json!({ "name": "crew", "tags": ["ops"] }))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let done_id = done(&srv, &org, json!({ "title": "done", "tags": ["ops"] })).await;
+        let open_id = srv.new_task(key, "open").await;
+        srv.claim(&member_key, json!({}))
+            .await
+            .expect("a task to claim");
+        let (status, body) = srv
+            .post(
+                key,
+                "/schedules",
+                json!({ "name": "nightly", "cron": "0 3 * * *", "timezone": "UTC",
+                    "task": { "title": "nightly" } }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let (status, body) = srv
+            .post(
+                key,
+                "/webhooks",
+                json!({ "url": "http://127.0.0.1:9/hook", "events": ["*"] }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let kept = srv.new_task(&other.owner_key, "elsewhere").await;
+        let before = rows_of_org(&srv, &org.org_id).await;
+        for table in [
+            "tasks",
+            "task_events",
+            "members",
+            "api_keys",
+            "schedules",
+            "webhooks",
+        ] {
+            assert!(
+                before.iter().any(|(t, n)| t == table && *n > 0),
+                "{table} holds none of the org before: {before:?}"
+            );
+        }
+
+        let path = format!("/admin/orgs/{}", org.org_id);
+        let (status, body) = srv.admin(Method::DELETE, &path, None).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        assert_eq!(body, json!({ "org_id": org.org_id, "deleting": true }));
+
+        // At once: every key refused, the data key gone.
+        for k in [key, &member_key] {
+            let (status, body) = srv.get(k, "/tasks").await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+            let (status, body) = srv
+                .post(k, "/tasks/get", json!({ "task_ids": [done_id, open_id] }))
+                .await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+        }
+        assert_eq!(rows(&srv, "api_keys", "org_id", &org.org_id).await, 0);
+        let wraps = srv
+            .execute(
+                "UPDATE orgs SET name = name WHERE org_id = ? AND wrapped_dek IS NOT NULL",
+                &[&org.org_id],
+            )
+            .await;
+        assert_eq!(wraps, 0, "the data key's wrap is still stored");
+
+        purge(&srv).await;
+        for (method, p) in [
+            (Method::GET, path.clone()),
+            (Method::PATCH, path.clone()),
+            (Method::DELETE, path.clone()),
+        ] {
+            let body = (method == Method::PATCH).then(|| json!({ "seats": 3 }));
+            let (status, answer) = srv.admin(method.clone(), &p, body).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{method} {p}: {answer}");
+        }
+        let (status, body) = srv
+            .admin(
+                Method::POST,
+                &format!("{path}/members"),
+                Some(json!({ "email": "late@example.com", "role": "user" })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        let left: Vec<_> = rows_of_org(&srv, &org.org_id)
+            .await
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        assert!(left.is_empty(), "rows of the deleted org remain: {left:?}");
+
+        // The other org is untouched.
+        assert!(srv.task_exists(&other.owner_key, &kept).await);
+        assert!(rows(&srv, "orgs", "org_id", &other.org_id).await == 1);
     }
 );

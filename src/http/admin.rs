@@ -74,6 +74,17 @@ pub async fn sweep_retention(
     Ok(Json(serde_json::json!({ "swept": swept })))
 }
 
+/// Test hook: removes the rows of every deleted org now and answers once
+/// they are gone, with the number of orgs.
+#[cfg(feature = "test-hooks")]
+pub async fn purge_deleted(
+    State(state): State<AppState>,
+    _: Operator,
+) -> Answer<serde_json::Value> {
+    let orgs = state.engine.purge_deleted_orgs().await?;
+    Ok(Json(serde_json::json!({ "purged": orgs })))
+}
+
 /// Test hook: how a simulated store outage should be.
 #[cfg(feature = "test-hooks")]
 #[derive(serde::Deserialize, schemars::JsonSchema)]

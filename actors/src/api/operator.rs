@@ -180,6 +180,15 @@ impl From<&OrgRecord> for OrgView {
     }
 }
 
+/// `DELETE /admin/orgs/{org_id}` answer: the org is being deleted.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct OrgDeleting {
+    pub org_id: OrgId,
+    /// Always `true`: its keys are refused and its data key is destroyed;
+    /// its rows are being removed.
+    pub deleting: bool,
+}
+
 /// `POST /admin/orgs` answer: the org and its owner's first key.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct CreatedOrg {

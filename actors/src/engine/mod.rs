@@ -17,6 +17,7 @@ mod admin;
 mod auth;
 mod board;
 mod cluster;
+mod deletion;
 mod deliveries;
 mod feedback;
 mod keys;

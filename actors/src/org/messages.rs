@@ -206,6 +206,12 @@ pub enum OrgMsg {
         reply: Reply<usize>,
     },
 
+    /// The operator deleted the org: its data key and what acts for it go
+    /// in one commit, and the actor takes no message after it.
+    Delete {
+        reply: Reply<()>,
+    },
+
     // Internal, reply-less.
     LeaseTick,
     /// The earliest waiting task or schedule tick may be due; also sent to

@@ -173,6 +173,7 @@ mod board_sessions;
 mod cluster;
 mod commit;
 mod connect;
+mod deletion;
 mod events;
 mod keys;
 mod org_records;

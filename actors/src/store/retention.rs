@@ -41,7 +41,7 @@ impl Store {
         let rows: Vec<RetainedRow> = self
             .fetch_all(
                 "SELECT org_id, retention_days FROM orgs WHERE retention_days IS NOT NULL \
-                 ORDER BY org_id",
+                 AND deleted_at IS NULL ORDER BY org_id",
                 vec![],
             )
             .await?;

@@ -58,6 +58,9 @@ def test_every_operation_round_trips(url: str) -> None:
     # The server goes on serving with the new key.
     assert owner.get_quota()["tier"] == "pro"
 
+    doomed = admin.create_org({"name": f"doomed-{n}", "owner_email": f"doomed-{n}@example.com"})
+    assert admin.delete_org(doomed["org_id"]) == {"org_id": doomed["org_id"], "deleting": True}
+
     missing = set(OPERATIONS) - CALLED
     assert not missing, f"operations never called: {sorted(missing)}"
 

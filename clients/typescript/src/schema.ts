@@ -742,7 +742,8 @@ export type paths = {
         get: operations["get_org"];
         put?: never;
         post?: never;
-        delete?: never;
+        /** Delete an org: its keys are refused and its data key destroyed at once, its rows removed in the background */
+        delete: operations["delete_org"];
         options?: never;
         head?: never;
         /** Change an org's tier, seats, suspension or limits */
@@ -2738,6 +2739,16 @@ export type components = {
             /** Format: date-time */
             created_at: string;
         };
+        /** @description `DELETE /admin/orgs/{org_id}` answer: the org is being deleted. */
+        OrgDeleting: {
+            /** Format: uuid */
+            org_id: string;
+            /**
+             * @description Always `true`: its keys are refused and its data key is destroyed;
+             *     its rows are being removed.
+             */
+            deleting: boolean;
+        };
         /**
          * @description `POST /admin/orgs/{org_id}/members` answer. `seated` tells, on plans
          *     billed per seat, whether the key works yet.
@@ -3184,6 +3195,7 @@ export type CreatedOrg = components['schemas']['CreatedOrg'];
 export type Limits = components['schemas']['Limits'];
 export type OwnerKey = components['schemas']['OwnerKey'];
 export type OrgView = components['schemas']['OrgView'];
+export type OrgDeleting = components['schemas']['OrgDeleting'];
 export type AddedMember = components['schemas']['AddedMember'];
 export type IssuedKey = components['schemas']['IssuedKey'];
 export type Unblocked = components['schemas']['Unblocked'];
@@ -7042,6 +7054,87 @@ export interface operations {
             };
             /** @description No such resource (or, for operator routes, no operator token configured) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A rate, monthly or tier limit refused the request (per-minute limits send `Retry-After`), or, on operator routes, too many wrong operator tokens came from the caller's address (with `Retry-After`) */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Overloaded, restarting, a dependency or the store unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_org: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The org's id (a UUID) */
+                org_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The org is being deleted */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OrgDeleting"];
+                };
+            };
+            /** @description Malformed JSON, a body or query of the wrong shape, or a bad path parameter; `error` names the field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, unknown or revoked key (or operator token) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such resource (or, for operator routes, no operator token configured) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

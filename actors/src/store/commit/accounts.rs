@@ -321,6 +321,26 @@ macro_rules! account_statements {
                         }
                     }
                     WriteOp::PruneTasks { .. } => {}
+                    WriteOp::ShredOrg { at } => {
+                        sqlx::query($crate::store::commit::purge::MARK_DELETED)
+                            .bind(&org)
+                            .bind(*at)
+                            .execute($exec)
+                            .await?;
+                        for sql in $crate::store::commit::purge::shred() {
+                            sqlx::query(&sql).bind(&org).execute($exec).await?;
+                        }
+                    }
+                    WriteOp::PurgeOrg | WriteOp::DropOrg => {
+                        let statements = if matches!(op, WriteOp::PurgeOrg) {
+                            $crate::store::commit::purge::step()
+                        } else {
+                            $crate::store::commit::purge::drop_row()
+                        };
+                        for sql in statements {
+                            sqlx::query(&sql).bind(&org).execute($exec).await?;
+                        }
+                    }
                     WriteOp::InsertTasks(_)
                     | WriteOp::SaveUsage(_)
                     | WriteOp::UpdateHeader { .. }

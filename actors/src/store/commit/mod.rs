@@ -25,6 +25,7 @@ use crate::domain::{ContentField, KeyId, OrgId, StoredEvent, StoredTask, TaskHea
 mod accounts;
 mod postgres;
 mod prune;
+pub(crate) mod purge;
 mod sqlite;
 
 pub use postgres::EventLinks;
@@ -112,6 +113,15 @@ pub enum WriteOp {
         task_ids: Vec<TaskId>,
         cutoff: i64,
     },
+    /// The operator deleted the org: it is marked deleted at `at`, its data
+    /// key destroyed, its keys, schedules, webhooks and sessions removed.
+    ShredOrg {
+        at: i64,
+    },
+    /// One step of the removal of a deleted org's rows (see `purge`).
+    PurgeOrg,
+    /// The deleted org's own row, last.
+    DropOrg,
 }
 
 /// The writes of one org message: committed together or not at all.

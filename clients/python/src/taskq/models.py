@@ -547,6 +547,11 @@ class OrgView(TypedDict):
     created_at: str
 
 
+class OrgDeleting(TypedDict):
+    org_id: str
+    deleting: bool
+
+
 class AddedMember(TypedDict):
     email: str
     role: Role
