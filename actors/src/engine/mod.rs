@@ -19,6 +19,7 @@ mod board;
 mod cluster;
 mod deletion;
 mod deliveries;
+mod export;
 mod feedback;
 mod keys;
 mod lifecycle;

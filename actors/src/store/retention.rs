@@ -108,3 +108,27 @@ impl Store {
             .collect()
     }
 }
+
+impl Store {
+    /// Up to `limit` of the org's task ids in id order after `after`: the
+    /// export's pages.
+    pub async fn task_ids_after(
+        &self,
+        org: OrgId,
+        after: Option<TaskId>,
+        limit: usize,
+    ) -> Result<Vec<TaskId>> {
+        let rows: Vec<TaskIdRow> = self
+            .fetch_all(
+                "SELECT task_id FROM tasks WHERE org_id = $1 AND task_id > $2 \
+                 ORDER BY task_id LIMIT $3",
+                vec![
+                    Arg::Text(org.to_string()),
+                    Arg::Text(after.map(|a| a.to_string()).unwrap_or_default()),
+                    Arg::Int(i64::try_from(limit).unwrap_or(i64::MAX)),
+                ],
+            )
+            .await?;
+        rows.iter().map(|r| task_id(&r.task_id)).collect()
+    }
+}

@@ -56,6 +56,7 @@ export const OPERATIONS = {
   get_org: { id: "get_org", method: "GET", path: "/admin/orgs/{org_id}", auth: "operator", answer: "json" },
   patch_org: { id: "patch_org", method: "PATCH", path: "/admin/orgs/{org_id}", auth: "operator", answer: "json" },
   delete_org: { id: "delete_org", method: "DELETE", path: "/admin/orgs/{org_id}", auth: "operator", answer: "json" },
+  export_org: { id: "export_org", method: "GET", path: "/admin/orgs/{org_id}/export", auth: "operator", answer: "text" },
   add_member: { id: "add_member", method: "POST", path: "/admin/orgs/{org_id}/members", auth: "operator", answer: "json" },
   reset_key: { id: "reset_key", method: "POST", path: "/admin/orgs/{org_id}/members/{email}/keys", auth: "operator", answer: "json" },
   unblock_member: { id: "unblock_member", method: "POST", path: "/admin/members/unblock", auth: "operator", answer: "json" },
@@ -425,6 +426,13 @@ export abstract class Operations {
   delete_org(org_id: string, options?: CallOptions): Promise<Answer<"delete_org">> {
     return this.invoke(OPERATIONS.delete_org, [org_id], undefined, undefined, options) as Promise<
       Answer<"delete_org">
+    >;
+  }
+
+  /** GET /admin/orgs/{org_id}/export: Everything an org holds, one JSON object a line: org, tags, teams, members, schedules, webhooks, tasks with their history. */
+  export_org(org_id: string, options?: CallOptions): Promise<Answer<"export_org">> {
+    return this.invoke(OPERATIONS.export_org, [org_id], undefined, undefined, options) as Promise<
+      Answer<"export_org">
     >;
   }
 

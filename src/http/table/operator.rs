@@ -38,6 +38,11 @@ pub(super) fn operations() -> Vec<Operation> {
             .answer::<OrgDeleting>(202, "The org is being deleted")
             .errors(&[409])
             .operator(|s: S, org: String, _: NoArguments| async move { s.engine.delete_org(parse_org_id(&org)?).await }),
+        Operation::get("/admin/orgs/{org_id}/export")
+            .doc("export_org", "operator", "Everything an org holds, one JSON object a line: org, tags, teams, members, schedules, webhooks, tasks with their history")
+            .access(Operator)
+            .ndjson(200, "The org's records, streamed")
+            .handler(admin::export_org),
         Operation::post("/admin/orgs/{org_id}/members")
             .doc("add_member", "operator", "Add an active member and issue its first key")
             .access(Operator)
