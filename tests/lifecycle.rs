@@ -7,6 +7,8 @@
 #[macro_use]
 mod common;
 use common::*;
+use std::time::Duration;
+
 use reqwest::Method;
 
 const DAY: i64 = 86_400;
@@ -605,3 +607,97 @@ backend_tests!(
         );
     }
 );
+
+/// SQLite only: PostgreSQL's backup is `pg_dump`'s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_taken_under_writes_holds_every_earlier_write() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let mut srv = TestServer::start(Backend::Sqlite).await;
+    let org = srv.create_org("pro").await;
+    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (acked, stop) = (acked.clone(), stop.clone());
+        let (url, key) = (format!("{}/tasks", srv.base_url), org.owner_key.clone());
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let resp = http
+                    .post(&url)
+                    .header("x-api-key", &key)
+                    .json(&json!({ "tasks": [{ "title": format!("write {i}") }] }))
+                    .send()
+                    .await
+                    .expect("create");
+                assert_eq!(resp.status(), StatusCode::CREATED);
+                let body: Value = resp.json().await.expect("json");
+                acked
+                    .lock()
+                    .unwrap()
+                    .push(str_field(&body["results"][0], "task_id"));
+            }
+        })
+    };
+    eventually(Duration::from_secs(30), "writes acknowledged", || {
+        let n = acked.lock().unwrap().len();
+        async move { (n >= 50).then_some(()) }
+    })
+    .await;
+    let before: Vec<String> = acked.lock().unwrap().clone();
+    let copy = srv.dir().join("copy.db");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_taskq"))
+        .args(["backup", "--to"])
+        .arg(&copy)
+        .env(
+            "TASKQ_DATABASE_URL",
+            format!("sqlite://{}", srv.sqlite_path().display()),
+        )
+        .output()
+        .await
+        .expect("taskq backup");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The server kept serving: writes went on during the copy.
+    let during = acked.lock().unwrap().len();
+    eventually(Duration::from_secs(30), "writes after the backup", || {
+        let n = acked.lock().unwrap().len();
+        async move { (n > during).then_some(()) }
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    writer.await.expect("writer");
+    // A second backup into the same file is refused.
+    let again = tokio::process::Command::new(env!("CARGO_BIN_EXE_taskq"))
+        .args(["backup", "--to"])
+        .arg(&copy)
+        .env(
+            "TASKQ_DATABASE_URL",
+            format!("sqlite://{}", srv.sqlite_path().display()),
+        )
+        .output()
+        .await
+        .expect("taskq backup");
+    assert!(!again.status.success());
+
+    // A server on the copy (same master key) holds every earlier write.
+    srv.stop().await;
+    let db = srv.sqlite_path();
+    for suffix in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    std::fs::rename(&copy, &db).expect("the copy in place");
+    srv.start_again().await;
+    for chunk in before.chunks(25) {
+        let (status, body) = srv
+            .post(&org.owner_key, "/tasks/get", json!({ "task_ids": chunk }))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["not_found"], json!([]), "{body}");
+    }
+}

@@ -43,4 +43,5 @@ pub use engine::{
 };
 pub use error::{EngineError, ErrorBody, ErrorCode, LimitExceeded, LimitKind, ValidationError};
 pub use stats::WriterTotals;
+pub use store::backup_sqlite;
 pub use supervisor::ActorStats;

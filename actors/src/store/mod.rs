@@ -169,6 +169,7 @@ macro_rules! bind_args {
 
 mod abuse;
 mod accounts;
+mod backup;
 mod board_sessions;
 mod cluster;
 mod commit;
@@ -190,6 +191,7 @@ mod vectors;
 mod webhooks;
 mod writer_thread;
 
+pub use backup::backup_sqlite;
 pub use cluster::{nodes_seen, NodeRow, OwnerRow};
 pub use commit::{EventLinks, Fence, WriteBatch, WriteOp, WriterConn};
 pub use connect::hold_sqlite_file;
