@@ -701,3 +701,36 @@ async fn a_backup_taken_under_writes_holds_every_earlier_write() {
         assert_eq!(body["not_found"], json!([]), "{body}");
     }
 }
+
+backend_tests!(
+    a_removal_cut_short_by_a_restart_resumes,
+    |mut srv| async move {
+        let org = srv.create_org("pro").await;
+        let leased = assigned(&srv, &org, json!({ "title": "leased" })).await;
+        srv.claim(&org.owner_key, json!({}))
+            .await
+            .expect("the task to claim");
+        srv.stop().await;
+        // As if the server stopped right after the shredding commit, its org
+        // holding a lease.
+        srv.execute(
+            "UPDATE orgs SET deleted_at = 1, wrapped_dek = NULL WHERE org_id = ?",
+            &[&org.org_id],
+        )
+        .await;
+        srv.execute("DELETE FROM api_keys WHERE org_id = ?", &[&org.org_id])
+            .await;
+        srv.start_again().await;
+        let path = format!("/admin/orgs/{}", org.org_id);
+        let (status, body) = srv.admin(Method::DELETE, &path, None).await;
+        assert_eq!(
+            status,
+            StatusCode::ACCEPTED,
+            "a second delete while it runs: {body}"
+        );
+        purge(&srv).await;
+        assert_eq!(rows(&srv, "tasks", "task_id", &leased).await, 0);
+        let (status, body) = srv.admin(Method::GET, &path, None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    }
+);
