@@ -1,7 +1,7 @@
 use std::io::IsTerminal as _;
 
 use clap::Parser as _;
-use taskq::cli::{keys, mcp, models, serve, Cli, Command};
+use taskq::cli::{backup, keys, mcp, models, serve, Cli, Command};
 use tracing_subscriber::EnvFilter;
 
 // Many small, short-lived allocations per request (JSON, rows, messages):
@@ -51,6 +51,10 @@ async fn run() -> anyhow::Result<()> {
         Command::Models(args) => {
             init_tracing();
             models::run(args).await
+        }
+        Command::Backup(args) => {
+            init_tracing();
+            backup::run(args).await
         }
     }
 }

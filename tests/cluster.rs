@@ -1314,3 +1314,56 @@ async fn wrong_operator_tokens_count_where_they_arrive() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["org_id"], org.org_id.as_str());
 }
+
+/// An org deleted through a node that does not own it: the owner carries
+/// the deletion out, and every node refuses its keys from the answer on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_org_deleted_through_another_node_is_refused_by_every_node() {
+    let Some(cluster) = Cluster::start(2).await else {
+        return;
+    };
+    let org = cluster.node(0).create_org("pro").await;
+    let task = cluster.node(0).new_task(&org.owner_key, "doomed").await;
+    let owner = cluster.owner_of(&org).await;
+    let other = cluster.node(1 - owner);
+    let path = format!("/admin/orgs/{}", org.org_id);
+    // A 503 (the org moving between the nodes) is retried, as clients do.
+    let body = eventually(Duration::from_secs(20), "the deletion's answer", || async {
+        let (status, body) = other.admin(Method::DELETE, &path, None).await;
+        match status {
+            StatusCode::SERVICE_UNAVAILABLE => None,
+            status => {
+                assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+                Some(body)
+            }
+        }
+    })
+    .await;
+    assert_eq!(body, json!({ "org_id": org.org_id, "deleting": true }));
+    for node in &cluster.nodes {
+        let (status, body) = node
+            .post(&org.owner_key, "/tasks/get", json!({ "task_ids": [task] }))
+            .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    }
+    let (status, body) = other.admin(Method::POST, "/admin/test/purge", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    for node in &cluster.nodes {
+        let (status, body) = node.admin(Method::GET, &path, None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    }
+    let left = other
+        .execute(
+            "UPDATE orgs SET name = name WHERE org_id = ?",
+            &[&org.org_id],
+        )
+        .await;
+    assert_eq!(left, 0, "the org's row remains");
+    let owned = other
+        .execute(
+            "UPDATE org_owners SET node_id = node_id WHERE org_id = ?",
+            &[&org.org_id],
+        )
+        .await;
+    assert_eq!(owned, 0, "the org's ownership row remains");
+}

@@ -135,6 +135,11 @@ impl OrgDirectory {
         Ok(entry)
     }
 
+    /// Drops a deleted org's entry (and with it its data key).
+    pub fn forget(&self, org: OrgId) {
+        self.entries.remove(&org);
+    }
+
     /// The cached entry, if loaded.
     pub fn cached(&self, org: OrgId) -> Option<Arc<OrgEntry>> {
         self.entries.get(&org).map(|e| e.clone())

@@ -61,4 +61,5 @@ pub use engine::{
 };
 pub use error::{EngineError, ErrorBody, ErrorCode, LimitExceeded, LimitKind, ValidationError};
 pub use stats::WriterTotals;
+pub use store::backup_sqlite;
 pub use supervisor::ActorStats;

@@ -94,7 +94,7 @@ def parse_operation(path: str, method: str, raw: Dict[str, Any]) -> Optional[Ope
             schema = content["application/json"]["schema"]
             if schema not in answers:
                 answers.append(schema)
-        elif "text/plain" in content:
+        elif "text/plain" in content or "application/x-ndjson" in content:
             kinds.add("text")
         elif "text/html" in content:
             return None

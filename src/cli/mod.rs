@@ -1,8 +1,10 @@
 //! Subcommands: `serve` runs the service, `mcp` bridges an MCP client on
-//! stdin/stdout to a running one, `keys` rotates the master key, `models`
-//! installs the builtin embedding model (and serves it as an endpoint).
+//! stdin/stdout to a running one, `keys` rotates the master key, `backup`
+//! copies a live SQLite store, `models` installs the builtin embedding
+//! model (and serves it as an endpoint).
 //! The load tool is a binary of its own, `taskq-bench`.
 
+pub mod backup;
 pub mod keys;
 pub mod mcp;
 pub mod models;
@@ -29,4 +31,6 @@ pub enum Command {
     Keys(keys::KeysArgs),
     /// Install the embedding model that search runs on, or serve it.
     Models(models::ModelsArgs),
+    /// Copy a running SQLite server's database into a file, consistently.
+    Backup(backup::BackupArgs),
 }

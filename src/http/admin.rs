@@ -1,18 +1,17 @@
 //! The operator's master-key rotation (it moves key files, beside the
 //! engine call), and the test hooks.
 
-#[cfg(feature = "test-hooks")]
 use axum::extract::State;
 use axum::http::StatusCode;
 #[cfg(feature = "test-hooks")]
 use axum::Json;
 use taskq_actors::api::{MasterKeyRotated, RotateMasterKey};
-#[cfg(feature = "test-hooks")]
 use taskq_actors::parse_org_id;
 
 use super::error::ApiError;
 #[cfg(feature = "test-hooks")]
-use super::extract::{AdminBody, Operator, PathParams};
+use super::extract::AdminBody;
+use super::extract::{Operator, PathParams};
 use super::AppState;
 
 #[cfg(feature = "test-hooks")]
@@ -63,6 +62,28 @@ pub async fn advance_clock(
     })))
 }
 
+/// Test hook: runs the retention sweep now and answers once it is done,
+/// with the number of tasks it asked to remove.
+#[cfg(feature = "test-hooks")]
+pub async fn sweep_retention(
+    State(state): State<AppState>,
+    _: Operator,
+) -> Answer<serde_json::Value> {
+    let swept = state.engine.sweep_retention().await?;
+    Ok(Json(serde_json::json!({ "swept": swept })))
+}
+
+/// Test hook: removes the rows of every deleted org now and answers once
+/// they are gone, with the number of orgs.
+#[cfg(feature = "test-hooks")]
+pub async fn purge_deleted(
+    State(state): State<AppState>,
+    _: Operator,
+) -> Answer<serde_json::Value> {
+    let orgs = state.engine.purge_deleted_orgs().await?;
+    Ok(Json(serde_json::json!({ "purged": orgs })))
+}
+
 /// Test hook: how a simulated store outage should be.
 #[cfg(feature = "test-hooks")]
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -86,6 +107,33 @@ pub async fn store_outage(
     Ok(Json(
         serde_json::json!({ "unavailable": outage.unavailable }),
     ))
+}
+
+/// `GET /admin/orgs/{org_id}/export`: the engine's lines as the body,
+/// sent as they are made. An error after the first line cuts the stream
+/// short (the status has left), so a reader sees an incomplete last line.
+pub async fn export_org(
+    State(state): State<AppState>,
+    _: Operator,
+    PathParams(org_id): PathParams<String>,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    let mut lines = state.engine.export_org(parse_org_id(&org_id)?).await?;
+    let stream = futures::stream::poll_fn(move |cx| {
+        lines.poll_recv(cx).map(|line| {
+            line.map(|line| {
+                line.map(axum::body::Bytes::from).map_err(|e| {
+                    tracing::warn!(error = %e, "an export stopped early");
+                    std::io::Error::other(e.to_string())
+                })
+            })
+        })
+    });
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(stream),
+    )
+        .into_response())
 }
 
 /// Makes a new master key current and re-wraps every data key with it.

@@ -117,6 +117,8 @@ pub fn router(state: AppState) -> Router {
         let crash = cluster::forwarded(&state, OrgOf::Path, post(admin::crash));
         api.route("/admin/orgs/{org_id}/crash", crash)
             .route("/admin/test/clock", post(admin::advance_clock))
+            .route("/admin/test/retention", post(admin::sweep_retention))
+            .route("/admin/test/purge", post(admin::purge_deleted))
             .route("/admin/test/store", post(admin::store_outage))
     };
 

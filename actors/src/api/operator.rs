@@ -31,6 +31,19 @@ fn limit_overrides_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema
     })
 }
 
+/// The most days an org keeps its finished tasks, when it does not keep
+/// them forever (about ten years).
+pub const MAX_RETENTION_DAYS: i64 = 3650;
+
+/// Days to keep finished tasks, or `null` to keep them forever.
+fn retention_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": ["integer", "null"],
+        "minimum": 1,
+        "maximum": MAX_RETENTION_DAYS,
+    })
+}
+
 /// The identity provider's view: team names to member emails.
 fn idp_teams_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
@@ -100,6 +113,12 @@ pub struct PatchOrg {
     #[serde(default)]
     #[schemars(schema_with = "limit_overrides_schema")]
     pub limits: Option<LimitOverrides>,
+    /// Finished tasks (completed, failed, canceled) are removed this many
+    /// days after their last change, with their history; `null` keeps
+    /// them forever.
+    #[serde(default, deserialize_with = "super::double_option")]
+    #[schemars(schema_with = "retention_schema")]
+    pub retention_days: Option<Option<i64>>,
 }
 
 impl From<PatchOrg> for SettingsChange {
@@ -110,11 +129,24 @@ impl From<PatchOrg> for SettingsChange {
             suspended: p.suspended,
             limits: p.limits.unwrap_or_default(),
             idp_enrolled: None,
+            retention_days: p.retention_days,
         }
     }
 }
 
-impl Decode for PatchOrg {}
+impl Decode for PatchOrg {
+    fn validate(&mut self) -> Result<()> {
+        match self.retention_days {
+            Some(Some(days)) if !(1..=MAX_RETENTION_DAYS).contains(&days) => {
+                Err(super::ValidationError::field(
+                    "retention_days",
+                    format!("must be from 1 to {MAX_RETENTION_DAYS}, or null"),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
 
 /// An org as the operator sees it, with its effective limits.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -127,6 +159,8 @@ pub struct OrgView {
     pub suspended: bool,
     /// The tier's numbers with the operator's overrides; `null` is unlimited.
     pub limits: Limits,
+    /// Days finished tasks are kept; `null`: forever.
+    pub retention_days: Option<i64>,
     pub created_at: Timestamp,
 }
 
@@ -140,9 +174,19 @@ impl From<&OrgRecord> for OrgView {
             seats: o.seats,
             suspended: o.suspended,
             limits: o.effective_limits(),
+            retention_days: o.retention_days,
             created_at: Timestamp(o.created_at),
         }
     }
+}
+
+/// `DELETE /admin/orgs/{org_id}` answer: the org is being deleted.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct OrgDeleting {
+    pub org_id: OrgId,
+    /// Always `true`: its keys are refused and its data key is destroyed;
+    /// its rows are being removed.
+    pub deleting: bool,
 }
 
 /// `POST /admin/orgs` answer: the org and its owner's first key.

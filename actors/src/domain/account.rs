@@ -264,6 +264,8 @@ pub struct OrgRecord {
     /// A managed org's data key.
     pub wrapped_dek: Option<WrappedDek>,
     pub idp_enrolled: bool,
+    /// Days a finished task is kept after its last change; `None`: forever.
+    pub retention_days: Option<i64>,
     pub created_at: i64,
 }
 
@@ -298,11 +300,13 @@ impl OrgRecord {
             self.suspended,
             self.limit_overrides.clone(),
             self.idp_enrolled,
+            self.retention_days,
         );
         self.tier = change.tier.unwrap_or(self.tier);
         self.seats = change.seats.unwrap_or(self.seats);
         self.suspended = change.suspended.unwrap_or(self.suspended);
         self.idp_enrolled = change.idp_enrolled.unwrap_or(self.idp_enrolled);
+        self.retention_days = change.retention_days.unwrap_or(self.retention_days);
         self.limit_overrides.extend(change.limits.clone());
         before
             != (
@@ -311,6 +315,7 @@ impl OrgRecord {
                 self.suspended,
                 self.limit_overrides.clone(),
                 self.idp_enrolled,
+                self.retention_days,
             )
     }
 
@@ -337,6 +342,8 @@ pub struct SettingsChange {
     /// others stay.
     pub limits: LimitOverrides,
     pub idp_enrolled: Option<bool>,
+    /// `Some(None)` keeps finished tasks forever.
+    pub retention_days: Option<Option<i64>>,
 }
 
 impl SettingsChange {
@@ -407,6 +414,7 @@ mod tests {
             limit_overrides: LimitOverrides::new(),
             wrapped_dek: None,
             idp_enrolled: false,
+            retention_days: None,
             created_at: 0,
         }
     }
@@ -438,6 +446,21 @@ mod tests {
         assert!(!org.apply(&SettingsChange::suspend()));
         assert!(!org.apply(&limits));
         assert!(!org.apply(&SettingsChange::default()));
+    }
+
+    #[test]
+    fn retention_is_set_kept_and_cleared() {
+        let mut org = dev_org();
+        let keep = |days| SettingsChange {
+            retention_days: Some(days),
+            ..SettingsChange::default()
+        };
+        assert!(org.apply(&keep(Some(30))));
+        assert!(org.apply(&SettingsChange::suspend()));
+        assert_eq!(org.retention_days, Some(30));
+        assert!(!org.apply(&keep(Some(30))));
+        assert!(org.apply(&keep(None)));
+        assert_eq!(org.retention_days, None);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod lease;
 pub mod open;
 pub mod order;
 pub mod period;
+pub mod retention;
 pub mod retry;
 pub mod schedule;
 mod status;

@@ -41,6 +41,7 @@ impl Engine {
             wrapped_dek: (request.encryption == Encryption::Managed)
                 .then(|| self.keyring().current().new_wrapped_dek(org_id)),
             idp_enrolled: false,
+            retention_days: None,
             created_at: now,
         };
         let owner = MemberRecord {

@@ -326,6 +326,8 @@ impl Engine {
         let _ = engine.inner.feedback.set(feedback);
         engine.wake_orgs_needing_timers().await?;
         background_tasks.push(tokio::spawn(engine.clone().watch_store()));
+        background_tasks.push(tokio::spawn(engine.clone().sweep_periodically()));
+        background_tasks.push(tokio::spawn(engine.clone().purge_periodically()));
         if let Some(sender) = config.webhook_sender {
             background_tasks.push(engine.start_deliveries(
                 sender,

@@ -12,7 +12,7 @@ use crate::domain::schedule::ScheduleRecord;
 use crate::error::EngineError;
 use crate::org::{open_template, OrgMsg, Reply, ScheduleMsg};
 
-fn view(cipher: &OrgCipher, s: &ScheduleRecord) -> Result<ScheduleView, EngineError> {
+pub(super) fn view(cipher: &OrgCipher, s: &ScheduleRecord) -> Result<ScheduleView, EngineError> {
     Ok(ScheduleView {
         schedule_id: s.schedule_id,
         name: s.name.clone(),

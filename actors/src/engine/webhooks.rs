@@ -24,7 +24,7 @@ const LISTED_DELIVERIES: i64 = 100;
 /// How long the check of a new URL waits for its host's addresses.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn view(e: &Endpoint) -> WebhookView {
+pub(super) fn view(e: &Endpoint) -> WebhookView {
     WebhookView {
         webhook_id: e.webhook_id.clone(),
         url: e.url.clone(),

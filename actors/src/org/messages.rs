@@ -197,6 +197,21 @@ pub enum OrgMsg {
         reply: Reply<Arc<OrgEntry>>,
     },
 
+    /// The retention sweep's page: removes those of these finished tasks
+    /// still last changed before `cutoff`; answers how many it asked the
+    /// store to remove.
+    Prune {
+        task_ids: Vec<TaskId>,
+        cutoff: i64,
+        reply: Reply<usize>,
+    },
+
+    /// The operator deleted the org: its data key and what acts for it go
+    /// in one commit, and the actor takes no message after it.
+    Delete {
+        reply: Reply<()>,
+    },
+
     // Internal, reply-less.
     LeaseTick,
     /// The earliest waiting task or schedule tick may be due; also sent to

@@ -27,8 +27,10 @@ mod access;
 mod admin;
 mod claims;
 mod content;
+mod deletion;
 mod limits;
 mod messages;
+mod retention;
 mod schedules;
 mod settings;
 mod tasks;
@@ -136,6 +138,9 @@ pub struct OrgState {
     time_timer_at: Option<i64>,
     last_active: Instant,
     retiring: bool,
+    /// The org is deleted: every later message is dropped unanswered, so
+    /// its sender finds no org.
+    deleted: bool,
     /// Memory may be ahead of the store after a failed message: restart.
     needs_reload: bool,
     /// This actor, for the tickets of its claims.
@@ -197,6 +202,7 @@ impl Actor for OrgActor {
             waiters: waiters::Waiters::default(),
             last_active: Instant::now(),
             retiring: false,
+            deleted: false,
             needs_reload: false,
             myself,
         })
@@ -267,7 +273,7 @@ impl Actor for OrgActor {
     ) -> Result<(), ActorProcessingErr> {
         self.release_waiters(state);
         self.publish(state);
-        if state.needs_timer() {
+        if state.needs_timer() && !state.deleted {
             // A claim reached us while we drained: someone must expire it.
             (self.events)(OrgEvent::StoppedNeedingTimer { org: state.org });
         }
@@ -280,6 +286,9 @@ impl Actor for OrgActor {
         msg: OrgMsg,
         state: &mut OrgState,
     ) -> Result<(), ActorProcessingErr> {
+        if state.deleted {
+            return Ok(());
+        }
         if !matches!(
             msg,
             OrgMsg::IdleTick
@@ -471,6 +480,12 @@ impl Actor for OrgActor {
                     Ok(self.change_settings(state, &mut work, &change))
                 })
             }
+            OrgMsg::Prune {
+                task_ids,
+                cutoff,
+                reply,
+            } => self.prune(state, task_ids, cutoff, reply).await,
+            OrgMsg::Delete { reply } => self.delete(&myself, state, reply).await,
             OrgMsg::LeaseTick => {
                 state.lease_timer_at = None;
                 self.expire_leases(state).await?;

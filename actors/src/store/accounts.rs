@@ -30,7 +30,8 @@ impl Store {
         let row: Option<OrgRow> = self
             .fetch_optional(
                 "SELECT org_id, name, tier, encryption, seats, suspended, limits, wrapped_dek, \
-                 master_key_id, created_at, idp_enrolled FROM orgs WHERE org_id = $1",
+                 master_key_id, created_at, idp_enrolled, retention_days FROM orgs WHERE org_id = $1 \
+                 AND deleted_at IS NULL",
                 vec![Arg::Text(org.to_string())],
             )
             .await?;

@@ -169,14 +169,17 @@ macro_rules! bind_args {
 
 mod abuse;
 mod accounts;
+mod backup;
 mod board_sessions;
 mod cluster;
 mod commit;
 mod connect;
+mod deletion;
 mod events;
 mod keys;
 mod org_records;
 mod reports;
+mod retention;
 mod rows;
 mod schedules;
 mod sessions;
@@ -188,6 +191,7 @@ mod vectors;
 mod webhooks;
 mod writer_thread;
 
+pub use backup::backup_sqlite;
 pub use cluster::{nodes_seen, NodeRow, OwnerRow};
 pub use commit::{EventLinks, Fence, WriteBatch, WriteOp, WriterConn};
 pub use connect::hold_sqlite_file;

@@ -206,7 +206,10 @@ impl Store {
     /// Every org.
     pub async fn org_ids(&self) -> Result<Vec<OrgId>> {
         let rows: Vec<OrgRow> = self
-            .fetch_all("SELECT org_id FROM orgs ORDER BY org_id", vec![])
+            .fetch_all(
+                "SELECT org_id FROM orgs WHERE deleted_at IS NULL ORDER BY org_id",
+                vec![],
+            )
             .await?;
         rows.iter()
             .map(|r| r.org_id.parse().map_err(|_| corrupt("org id", &r.org_id)))

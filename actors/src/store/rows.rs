@@ -97,6 +97,7 @@ pub struct OrgRow {
     pub master_key_id: Option<String>,
     pub created_at: i64,
     pub idp_enrolled: i64,
+    pub retention_days: Option<i64>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -356,6 +357,7 @@ impl From<&OrgRecord> for OrgRow {
             master_key_id: o.wrapped_dek.as_ref().and_then(|w| w.master_key_id.clone()),
             created_at: o.created_at,
             idp_enrolled: i64::from(o.idp_enrolled),
+            retention_days: o.retention_days,
         }
     }
 }
@@ -377,6 +379,7 @@ impl TryFrom<OrgRow> for OrgRecord {
                 bytes,
             }),
             idp_enrolled: r.idp_enrolled != 0,
+            retention_days: r.retention_days,
             created_at: r.created_at,
         })
     }

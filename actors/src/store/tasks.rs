@@ -248,10 +248,11 @@ impl Store {
     pub async fn orgs_needing_timers(&self) -> Result<Vec<OrgId>> {
         let rows: Vec<OrgIdRow> = self
             .fetch_all(
-                "SELECT org_id FROM tasks \
+                "SELECT org_id FROM (SELECT org_id FROM tasks \
                  WHERE finished_rank IS NULL AND lease_expires_at IS NOT NULL \
                  UNION SELECT org_id FROM tasks WHERE status = 'pending' AND run_at IS NOT NULL \
-                 UNION SELECT org_id FROM schedules WHERE active <> 0",
+                 UNION SELECT org_id FROM schedules WHERE active <> 0) due \
+                 WHERE due.org_id NOT IN (SELECT org_id FROM orgs WHERE deleted_at IS NOT NULL)",
                 Vec::new(),
             )
             .await?;

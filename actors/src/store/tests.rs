@@ -113,6 +113,7 @@ async fn round_trip(store: &Store) {
             bytes: vec![1, 2, 3],
         }),
         idp_enrolled: true,
+        retention_days: Some(90),
         created_at: 1,
     };
     let owner = owner_record(org_id, vec!["ops".into()]);
@@ -265,6 +266,7 @@ async fn failed_commit(store: &Store) {
         limit_overrides: LimitOverrides::new(),
         wrapped_dek: None,
         idp_enrolled: false,
+        retention_days: None,
         created_at: 1,
     };
     let key = first_key(&owner);

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import uuid
 from typing import Any, Set, Tuple
@@ -57,6 +58,11 @@ def test_every_operation_round_trips(url: str) -> None:
     assert rotated["rewrapped"] >= 1
     # The server goes on serving with the new key.
     assert owner.get_quota()["tier"] == "pro"
+
+    exported = [json.loads(line) for line in admin.export_org(org["org_id"]).splitlines()]
+    assert exported[0]["kind"] == "org" and exported[0]["org_id"] == org["org_id"]
+    doomed = admin.create_org({"name": f"doomed-{n}", "owner_email": f"doomed-{n}@example.com"})
+    assert admin.delete_org(doomed["org_id"]) == {"org_id": doomed["org_id"], "deleting": True}
 
     missing = set(OPERATIONS) - CALLED
     assert not missing, f"operations never called: {sorted(missing)}"

@@ -55,6 +55,8 @@ export const OPERATIONS = {
   create_org: { id: "create_org", method: "POST", path: "/admin/orgs", auth: "operator", answer: "json" },
   get_org: { id: "get_org", method: "GET", path: "/admin/orgs/{org_id}", auth: "operator", answer: "json" },
   patch_org: { id: "patch_org", method: "PATCH", path: "/admin/orgs/{org_id}", auth: "operator", answer: "json" },
+  delete_org: { id: "delete_org", method: "DELETE", path: "/admin/orgs/{org_id}", auth: "operator", answer: "json" },
+  export_org: { id: "export_org", method: "GET", path: "/admin/orgs/{org_id}/export", auth: "operator", answer: "text" },
   add_member: { id: "add_member", method: "POST", path: "/admin/orgs/{org_id}/members", auth: "operator", answer: "json" },
   reset_key: { id: "reset_key", method: "POST", path: "/admin/orgs/{org_id}/members/{email}/keys", auth: "operator", answer: "json" },
   unblock_member: { id: "unblock_member", method: "POST", path: "/admin/members/unblock", auth: "operator", answer: "json" },
@@ -417,6 +419,20 @@ export abstract class Operations {
   patch_org(org_id: string, body: Body<"patch_org">, options?: CallOptions): Promise<Answer<"patch_org">> {
     return this.invoke(OPERATIONS.patch_org, [org_id], undefined, body, options) as Promise<
       Answer<"patch_org">
+    >;
+  }
+
+  /** DELETE /admin/orgs/{org_id}: Delete an org: its keys are refused and its data key destroyed at once, its rows removed in the background. */
+  delete_org(org_id: string, options?: CallOptions): Promise<Answer<"delete_org">> {
+    return this.invoke(OPERATIONS.delete_org, [org_id], undefined, undefined, options) as Promise<
+      Answer<"delete_org">
+    >;
+  }
+
+  /** GET /admin/orgs/{org_id}/export: Everything an org holds, one JSON object a line: org, tags, teams, members, schedules, webhooks, tasks with their history. */
+  export_org(org_id: string, options?: CallOptions): Promise<Answer<"export_org">> {
+    return this.invoke(OPERATIONS.export_org, [org_id], undefined, undefined, options) as Promise<
+      Answer<"export_org">
     >;
   }
 

@@ -742,11 +742,29 @@ export type paths = {
         get: operations["get_org"];
         put?: never;
         post?: never;
-        delete?: never;
+        /** Delete an org: its keys are refused and its data key destroyed at once, its rows removed in the background */
+        delete: operations["delete_org"];
         options?: never;
         head?: never;
         /** Change an org's tier, seats, suspension or limits */
         patch: operations["patch_org"];
+        trace?: never;
+    };
+    "/admin/orgs/{org_id}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Everything an org holds, one JSON object a line: org, tags, teams, members, schedules, webhooks, tasks with their history */
+        get: operations["export_org"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/admin/orgs/{org_id}/members": {
@@ -1675,6 +1693,13 @@ export type components = {
             limits?: {
                 [key: string]: number | null;
             };
+            /**
+             * @description Finished tasks (completed, failed, canceled) are removed this many
+             *     days after their last change, with their history; `null` keeps
+             *     them forever.
+             * @default null
+             */
+            retention_days?: number | null;
         };
         /** @description `POST /admin/orgs/{org_id}/members`: an active member and a first key. */
         AddMember: {
@@ -2733,6 +2758,11 @@ export type components = {
             suspended: boolean;
             /** @description The tier's numbers with the operator's overrides; `null` is unlimited. */
             limits: components["schemas"]["Limits"];
+            /**
+             * Format: int64
+             * @description Days finished tasks are kept; `null`: forever.
+             */
+            retention_days: number | null;
             /** Format: date-time */
             created_at: string;
             owner: components["schemas"]["OwnerKey"];
@@ -2777,8 +2807,23 @@ export type components = {
             suspended: boolean;
             /** @description The tier's numbers with the operator's overrides; `null` is unlimited. */
             limits: components["schemas"]["Limits"];
+            /**
+             * Format: int64
+             * @description Days finished tasks are kept; `null`: forever.
+             */
+            retention_days: number | null;
             /** Format: date-time */
             created_at: string;
+        };
+        /** @description `DELETE /admin/orgs/{org_id}` answer: the org is being deleted. */
+        OrgDeleting: {
+            /** Format: uuid */
+            org_id: string;
+            /**
+             * @description Always `true`: its keys are refused and its data key is destroyed;
+             *     its rows are being removed.
+             */
+            deleting: boolean;
         };
         /**
          * @description `POST /admin/orgs/{org_id}/members` answer. `seated` tells, on plans
@@ -3226,6 +3271,7 @@ export type CreatedOrg = components['schemas']['CreatedOrg'];
 export type Limits = components['schemas']['Limits'];
 export type OwnerKey = components['schemas']['OwnerKey'];
 export type OrgView = components['schemas']['OrgView'];
+export type OrgDeleting = components['schemas']['OrgDeleting'];
 export type AddedMember = components['schemas']['AddedMember'];
 export type IssuedKey = components['schemas']['IssuedKey'];
 export type Unblocked = components['schemas']['Unblocked'];
@@ -7115,6 +7161,87 @@ export interface operations {
             };
         };
     };
+    delete_org: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The org's id (a UUID) */
+                org_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The org is being deleted */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OrgDeleting"];
+                };
+            };
+            /** @description Malformed JSON, a body or query of the wrong shape, or a bad path parameter; `error` names the field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, unknown or revoked key (or operator token) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such resource (or, for operator routes, no operator token configured) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A rate, monthly or tier limit refused the request (per-minute limits send `Retry-After`), or, on operator routes, too many wrong operator tokens came from the caller's address (with `Retry-After`) */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Overloaded, restarting, a dependency or the store unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     patch_org: {
         parameters: {
             query?: never;
@@ -7178,6 +7305,78 @@ export interface operations {
             };
             /** @description The request body is over 2 MiB; the connection is closed */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A rate, monthly or tier limit refused the request (per-minute limits send `Retry-After`), or, on operator routes, too many wrong operator tokens came from the caller's address (with `Retry-After`) */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Overloaded, restarting, a dependency or the store unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    export_org: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The org's id (a UUID) */
+                org_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The org's records, streamed */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": string;
+                };
+            };
+            /** @description Malformed JSON, a body or query of the wrong shape, or a bad path parameter; `error` names the field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, unknown or revoked key (or operator token) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such resource (or, for operator routes, no operator token configured) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -24,7 +24,9 @@ type Content<R> = R extends { content: { "application/json": infer A } }
   ? A
   : R extends { content: { "text/plain": infer T } }
     ? T
-    : void;
+    : R extends { content: { "application/x-ndjson": infer T } }
+      ? T
+      : void;
 
 /** What an operation answers on success (207's partial answers included). */
 export type Answer<K extends OperationId> = {

@@ -155,6 +155,12 @@ test("every operation round-trips", async () => {
   assert.ok(rotated.rewrapped >= 1);
   assert.equal((await owner.get_quota()).tier, "pro");
 
+  const exported = (await admin.export_org(org.org_id)).trim().split("\n").map((l) => JSON.parse(l));
+  assert.equal(exported[0].kind, "org");
+  assert.equal(exported[0].org_id, org.org_id);
+  const doomed = await admin.create_org({ name: `doomed-${n}`, owner_email: `doomed-${n}@example.com` });
+  assert.deepEqual(await admin.delete_org(doomed.org_id), { org_id: doomed.org_id, deleting: true });
+
   const missing = Object.keys(OPERATIONS).filter((id) => !called.has(id));
   assert.deepEqual(missing, [], `operations never called: ${missing.join(", ")}`);
 });

@@ -68,6 +68,8 @@ pub(super) enum Answer {
     Json(SchemaFn),
     Text,
     Html,
+    /// Newline-delimited JSON (`application/x-ndjson`), streamed.
+    Ndjson,
     Empty,
 }
 
@@ -257,6 +259,11 @@ impl Operation {
     /// A plain-text answer.
     pub fn text(self, status: u16, description: &'static str) -> Self {
         self.answered(status, description, Answer::Text)
+    }
+
+    /// A stream of JSON objects, one a line.
+    pub fn ndjson(self, status: u16, description: &'static str) -> Self {
+        self.answered(status, description, Answer::Ndjson)
     }
 
     /// An HTML page.

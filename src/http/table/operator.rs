@@ -32,6 +32,17 @@ pub(super) fn operations() -> Vec<Operation> {
             .answer::<OrgView>(200, "The org")
             .errors(&[409])
             .operator(|s: S, org: String, r: PatchOrg| async move { s.engine.patch_org(parse_org_id(&org)?, r).await }),
+        Operation::delete("/admin/orgs/{org_id}")
+            .doc("delete_org", "operator", "Delete an org: its keys are refused and its data key destroyed at once, its rows removed in the background")
+            .access(Operator)
+            .answer::<OrgDeleting>(202, "The org is being deleted")
+            .errors(&[409])
+            .operator(|s: S, org: String, _: NoArguments| async move { s.engine.delete_org(parse_org_id(&org)?).await }),
+        Operation::get("/admin/orgs/{org_id}/export")
+            .doc("export_org", "operator", "Everything an org holds, one JSON object a line: org, tags, teams, members, schedules, webhooks, tasks with their history")
+            .access(Operator)
+            .ndjson(200, "The org's records, streamed")
+            .handler(admin::export_org),
         Operation::post("/admin/orgs/{org_id}/members")
             .doc("add_member", "operator", "Add an active member and issue its first key")
             .access(Operator)

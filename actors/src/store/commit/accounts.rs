@@ -17,8 +17,8 @@ macro_rules! account_statements {
                         let o = OrgRow::from(record);
                         sqlx::query(
                             "INSERT INTO orgs (org_id, name, tier, encryption, seats, suspended, \
-                             limits, wrapped_dek, master_key_id, created_at, idp_enrolled) \
-                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                             limits, wrapped_dek, master_key_id, created_at, idp_enrolled, retention_days) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
                         )
                         .bind(o.org_id)
                         .bind(o.name)
@@ -31,6 +31,7 @@ macro_rules! account_statements {
                         .bind(o.master_key_id)
                         .bind(o.created_at)
                         .bind(o.idp_enrolled)
+                        .bind(o.retention_days)
                         .execute($exec)
                         .await?;
                     }
@@ -38,7 +39,7 @@ macro_rules! account_statements {
                         let o = OrgRow::from(record);
                         sqlx::query(
                             "UPDATE orgs SET tier = $2, seats = $3, suspended = $4, limits = $5, \
-                             idp_enrolled = $6 WHERE org_id = $1",
+                             idp_enrolled = $6, retention_days = $7 WHERE org_id = $1",
                         )
                         .bind(o.org_id)
                         .bind(o.tier)
@@ -46,6 +47,7 @@ macro_rules! account_statements {
                         .bind(o.suspended)
                         .bind(o.limits)
                         .bind(o.idp_enrolled)
+                        .bind(o.retention_days)
                         .execute($exec)
                         .await?;
                     }
@@ -308,6 +310,36 @@ macro_rules! account_statements {
                             .bind(id.to_string())
                             .execute($exec)
                             .await?;
+                    }
+                    WriteOp::PruneTasks { task_ids, cutoff } if !task_ids.is_empty() => {
+                        for sql in $crate::store::commit::prune::statements(task_ids.len()) {
+                            let mut q = sqlx::query(&sql).bind(&org).bind(*cutoff);
+                            for id in task_ids {
+                                q = q.bind(id.to_string());
+                            }
+                            q.execute($exec).await?;
+                        }
+                    }
+                    WriteOp::PruneTasks { .. } => {}
+                    WriteOp::ShredOrg { at } => {
+                        sqlx::query($crate::store::commit::purge::MARK_DELETED)
+                            .bind(&org)
+                            .bind(*at)
+                            .execute($exec)
+                            .await?;
+                        for sql in $crate::store::commit::purge::shred() {
+                            sqlx::query(&sql).bind(&org).execute($exec).await?;
+                        }
+                    }
+                    WriteOp::PurgeOrg | WriteOp::DropOrg => {
+                        let statements = if matches!(op, WriteOp::PurgeOrg) {
+                            $crate::store::commit::purge::step()
+                        } else {
+                            $crate::store::commit::purge::drop_row()
+                        };
+                        for sql in statements {
+                            sqlx::query(&sql).bind(&org).execute($exec).await?;
+                        }
                     }
                     WriteOp::InsertTasks(_)
                     | WriteOp::SaveUsage(_)

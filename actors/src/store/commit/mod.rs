@@ -24,6 +24,8 @@ use crate::domain::{ContentField, KeyId, OrgId, StoredEvent, StoredTask, TaskHea
 
 mod accounts;
 mod postgres;
+mod prune;
+pub(crate) mod purge;
 mod sqlite;
 
 pub use postgres::EventLinks;
@@ -104,6 +106,22 @@ pub enum WriteOp {
     /// cursor moves, rows delivered go, rows to retry get their next
     /// attempt, and the attempts are logged.
     SettleDeliveries(Vec<Settled>),
+    /// The retention sweep: these tasks go with their history, vector,
+    /// outbox and delivery rows, each only if it is still finished and
+    /// last changed before `cutoff`.
+    PruneTasks {
+        task_ids: Vec<TaskId>,
+        cutoff: i64,
+    },
+    /// The operator deleted the org: it is marked deleted at `at`, its data
+    /// key destroyed, its keys, schedules, webhooks and sessions removed.
+    ShredOrg {
+        at: i64,
+    },
+    /// One step of the removal of a deleted org's rows (see `purge`).
+    PurgeOrg,
+    /// The deleted org's own row, last.
+    DropOrg,
 }
 
 /// The writes of one org message: committed together or not at all.

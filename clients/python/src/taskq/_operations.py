@@ -61,6 +61,8 @@ OPERATIONS: Dict[str, Operation] = {
     "create_org": Operation("create_org", "POST", "/admin/orgs", auth="operator", answer="json"),
     "get_org": Operation("get_org", "GET", "/admin/orgs/{org_id}", auth="operator", answer="json"),
     "patch_org": Operation("patch_org", "PATCH", "/admin/orgs/{org_id}", auth="operator", answer="json"),
+    "delete_org": Operation("delete_org", "DELETE", "/admin/orgs/{org_id}", auth="operator", answer="json"),
+    "export_org": Operation("export_org", "GET", "/admin/orgs/{org_id}/export", auth="operator", answer="text"),
     "add_member": Operation("add_member", "POST", "/admin/orgs/{org_id}/members", auth="operator", answer="json"),
     "reset_key": Operation("reset_key", "POST", "/admin/orgs/{org_id}/members/{email}/keys", auth="operator", answer="json"),
     "unblock_member": Operation("unblock_member", "POST", "/admin/members/unblock", auth="operator", answer="json"),
@@ -272,6 +274,14 @@ class SyncOperations(SyncTransport):
     def patch_org(self, org_id: str, body: models.PatchOrg) -> models.OrgView:
         """PATCH /admin/orgs/{org_id}: Change an org's tier, seats, suspension or limits."""
         return cast("models.OrgView", self._invoke(OPERATIONS["patch_org"], path=(org_id, ), body=body))
+
+    def delete_org(self, org_id: str) -> models.OrgDeleting:
+        """DELETE /admin/orgs/{org_id}: Delete an org: its keys are refused and its data key destroyed at once, its rows removed in the background."""
+        return cast("models.OrgDeleting", self._invoke(OPERATIONS["delete_org"], path=(org_id, )))
+
+    def export_org(self, org_id: str) -> str:
+        """GET /admin/orgs/{org_id}/export: Everything an org holds, one JSON object a line: org, tags, teams, members, schedules, webhooks, tasks with their history."""
+        return cast("str", self._invoke(OPERATIONS["export_org"], path=(org_id, )))
 
     def add_member(self, org_id: str, body: models.AddMember) -> models.AddedMember:
         """POST /admin/orgs/{org_id}/members: Add an active member and issue its first key."""
@@ -512,6 +522,14 @@ class AsyncOperations(AsyncTransport):
     async def patch_org(self, org_id: str, body: models.PatchOrg) -> models.OrgView:
         """PATCH /admin/orgs/{org_id}: Change an org's tier, seats, suspension or limits."""
         return cast("models.OrgView", await self._invoke(OPERATIONS["patch_org"], path=(org_id, ), body=body))
+
+    async def delete_org(self, org_id: str) -> models.OrgDeleting:
+        """DELETE /admin/orgs/{org_id}: Delete an org: its keys are refused and its data key destroyed at once, its rows removed in the background."""
+        return cast("models.OrgDeleting", await self._invoke(OPERATIONS["delete_org"], path=(org_id, )))
+
+    async def export_org(self, org_id: str) -> str:
+        """GET /admin/orgs/{org_id}/export: Everything an org holds, one JSON object a line: org, tags, teams, members, schedules, webhooks, tasks with their history."""
+        return cast("str", await self._invoke(OPERATIONS["export_org"], path=(org_id, )))
 
     async def add_member(self, org_id: str, body: models.AddMember) -> models.AddedMember:
         """POST /admin/orgs/{org_id}/members: Add an active member and issue its first key."""

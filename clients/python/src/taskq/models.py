@@ -120,6 +120,7 @@ class PatchOrg(TypedDict):
     seats: NotRequired[int]
     suspended: NotRequired[bool]
     limits: NotRequired[Dict[Literal['writes_per_minute', 'reads_per_minute', 'requests_per_month', 'tasks_per_month', 'tags', 'teams', 'plans_per_month', 'webhooks', 'schedules'], Optional[int]]]
+    retention_days: NotRequired[Optional[int]]
 
 
 class AddMember(TypedDict):
@@ -543,7 +544,13 @@ class OrgView(TypedDict):
     seats: int
     suspended: bool
     limits: Limits
+    retention_days: Optional[int]
     created_at: str
+
+
+class OrgDeleting(TypedDict):
+    org_id: str
+    deleting: bool
 
 
 class AddedMember(TypedDict):
@@ -904,6 +911,7 @@ class CreatedOrg(TypedDict):
     seats: int
     suspended: bool
     limits: Limits
+    retention_days: Optional[int]
     created_at: str
     owner: OwnerKey
 

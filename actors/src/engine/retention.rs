@@ -1,0 +1,89 @@
+//! The retention sweep: in the background, off the claim path, each org
+//! that keeps finished tasks for a time loses those older than that, a
+//! page at a time, through its own actor and the group-commit writer like
+//! any other write of the org. Between pages the sweep yields, so claims
+//! and writes of the same org pass in between. In a cluster a node sweeps
+//! only the orgs it owns.
+
+use std::time::Duration;
+
+use super::Engine;
+use crate::domain::retention::{cutoff, pinned};
+use crate::domain::{OrgId, TaskId};
+use crate::error::EngineError;
+use crate::org::OrgMsg;
+
+/// How often the sweep runs: well within the hour the contract allows.
+const SWEEP_EVERY: Duration = Duration::from_secs(600);
+/// Tasks removed in one write: small, so a commit that carries them stays
+/// short beside the claims in it.
+const PAGE: usize = 100;
+/// The pause between pages of a background sweep.
+const BETWEEN_PAGES: Duration = Duration::from_millis(20);
+
+impl Engine {
+    /// Runs the sweep every `SWEEP_EVERY` until the engine stops.
+    pub(super) async fn sweep_periodically(self) {
+        loop {
+            tokio::time::sleep(SWEEP_EVERY).await;
+            if let Err(e) = self.sweep(BETWEEN_PAGES).await {
+                tracing::warn!(error = %e, "retention sweep stopped early; it runs again later");
+            }
+        }
+    }
+
+    /// One sweep of every org, at once: answers how many tasks it removed
+    /// (the test hook's way to await it).
+    pub async fn sweep_retention(&self) -> Result<usize, EngineError> {
+        self.sweep(Duration::ZERO).await
+    }
+
+    async fn sweep(&self, pause: Duration) -> Result<usize, EngineError> {
+        let orgs = self.stored(self.inner.store.retained_orgs().await)?;
+        let mut removed = 0;
+        for (org, days) in orgs {
+            if let Some(cluster) = &self.inner.cluster {
+                if !cluster.serves(org) {
+                    continue;
+                }
+            }
+            removed += self.sweep_org(org, days, pause).await?;
+        }
+        Ok(removed)
+    }
+
+    async fn sweep_org(
+        &self,
+        org: OrgId,
+        days: i64,
+        pause: Duration,
+    ) -> Result<usize, EngineError> {
+        let cutoff = cutoff(self.now(), days);
+        let store = &self.inner.store;
+        let kept = pinned(&self.stored(store.referrers(org, cutoff).await)?);
+        let mut after: Option<TaskId> = None;
+        let mut removed = 0;
+        loop {
+            let page = self.stored(store.eligible_tasks(org, cutoff, after, PAGE).await)?;
+            let Some(last) = page.last().copied() else {
+                return Ok(removed);
+            };
+            after = Some(last);
+            let task_ids: Vec<TaskId> = page.into_iter().filter(|t| !kept.contains(t)).collect();
+            if !task_ids.is_empty() {
+                removed += self
+                    .request(org, |reply| OrgMsg::Prune {
+                        task_ids: task_ids.clone(),
+                        cutoff,
+                        reply,
+                    })
+                    .await?;
+            }
+            if pause.is_zero() {
+                tokio::task::yield_now().await;
+            } else {
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+}
