@@ -31,6 +31,7 @@ mod stats;
 mod store;
 mod supervisor;
 mod views;
+mod watch;
 pub mod webhook_sender;
 mod writer;
 
@@ -44,3 +45,4 @@ pub use engine::{
 pub use error::{EngineError, ErrorBody, ErrorCode, LimitExceeded, LimitKind, ValidationError};
 pub use stats::WriterTotals;
 pub use supervisor::ActorStats;
+pub use watch::{EventStream, StreamEvent, StreamItem};

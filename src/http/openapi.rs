@@ -403,6 +403,10 @@ pub(super) fn operation(
             Answer::Html => {
                 response["content"] = json!({ "text/html": { "schema": { "type": "string" } } });
             }
+            Answer::EventStream => {
+                response["content"] =
+                    json!({ "text/event-stream": { "schema": { "type": "string" } } });
+            }
             Answer::Empty => {}
         }
         document_retry_after(*status, &mut response);

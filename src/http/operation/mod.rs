@@ -16,6 +16,8 @@
 
 mod http;
 mod serve;
+
+pub(super) use http::query_params;
 #[cfg(test)]
 mod tests;
 
@@ -68,6 +70,8 @@ pub(super) enum Answer {
     Json(SchemaFn),
     Text,
     Html,
+    /// A stream of Server-Sent Events.
+    EventStream,
     Empty,
 }
 
@@ -145,6 +149,9 @@ pub struct Operation {
     source: Source,
     /// The fields of its HTML form, when it reads one.
     form: Option<SchemaFn>,
+    /// The query parameters of an operation served by a handler of its
+    /// own, when it reads some.
+    handler_query: Option<SchemaFn>,
     /// By status, lowest first.
     pub(super) answers: Vec<(u16, &'static str, Answer)>,
     /// Lowest first, each once.
@@ -166,6 +173,7 @@ impl Operation {
             access: Access::Public,
             source: Source::None,
             form: None,
+            handler_query: None,
             answers: Vec::new(),
             errors: Vec::new(),
             serve: None,
@@ -244,6 +252,13 @@ impl Operation {
         self
     }
 
+    /// The query parameters, the fields of `T`, that a handler of its own
+    /// reads.
+    pub fn query_of<T: JsonSchema>(mut self) -> Self {
+        self.handler_query = Some(object_schema::<T>);
+        self
+    }
+
     /// A JSON answer of type `T` with `status`.
     pub fn answer<T: JsonSchema>(self, status: u16, description: &'static str) -> Self {
         self.answered(status, description, Answer::Json(subschema::<T>))
@@ -252,6 +267,11 @@ impl Operation {
     /// An answer without a body.
     pub fn empty(self, status: u16, description: &'static str) -> Self {
         self.answered(status, description, Answer::Empty)
+    }
+
+    /// A stream of Server-Sent Events.
+    pub fn event_stream(self, status: u16, description: &'static str) -> Self {
+        self.answered(status, description, Answer::EventStream)
     }
 
     /// A plain-text answer.
@@ -308,7 +328,9 @@ impl Operation {
         }
         let request = match &self.serve {
             Some(Serve::Member(_, request) | Serve::Operator(_, request)) => request,
-            Some(Serve::Handler(_)) | None => return Input::None,
+            Some(Serve::Handler(_)) | None => {
+                return self.handler_query.map_or(Input::None, Input::Query)
+            }
         };
         match self.source {
             Source::None => Input::None,
