@@ -414,3 +414,105 @@ backend_tests!(
         marker(&srv, &key, &mut whole).await;
     }
 );
+
+/// Events a raw connection received: their ids, in order.
+fn ids_in(raw: &str) -> Vec<i64> {
+    raw.lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|id| id.trim().parse().expect("an event id"))
+        .collect()
+}
+
+backend_tests!(
+    a_subscriber_that_reads_nothing_is_cut_off_and_resumes_losing_nothing,
+    |srv| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let org = srv.create_org("dev").await;
+        let key = org.owner_key.clone();
+        // A client that reads nothing, with a small receive window, so that
+        // the server runs ahead of it by the buffer's 10,000 events soon.
+        let addr: std::net::SocketAddr = srv
+            .base_url
+            .trim_start_matches("http://")
+            .parse()
+            .expect("the server's address");
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut slow = socket.connect(addr).await.unwrap();
+        slow.write_all(
+            format!(
+                "GET /events HTTP/1.1\r\nHost: {addr}\r\nX-Api-Key: {key}\r\n\
+             Accept: text/event-stream\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut head = [0u8; 12];
+        slow.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+        let mut watching = srv.open_events(&key, "", None).await;
+        marker(&srv, &key, &mut watching).await;
+
+        // 30,000 events while it reads nothing: the writer is never held
+        // up by it.
+        const CALLS: usize = 1_200;
+        let total = 1 + CALLS * 25;
+        drop(watching);
+        let writers: Vec<_> = (0..4)
+            .map(|_| {
+                let (base, key) = (srv.base_url.clone(), key.clone());
+                tokio::spawn(async move {
+                    let http = reqwest::Client::new();
+                    let items: Vec<Value> = (0..25)
+                        .map(|i| json!({ "title": format!("t{i}") }))
+                        .collect();
+                    let mut created = 0;
+                    while created < CALLS / 4 {
+                        let response = http
+                            .post(format!("{base}/tasks"))
+                            .header("x-api-key", &key)
+                            .json(&json!({ "tasks": items }))
+                            .send()
+                            .await
+                            .unwrap();
+                        let status = response.status();
+                        let body = response.text().await.unwrap();
+                        if status == StatusCode::SERVICE_UNAVAILABLE {
+                            // Overloaded (two backends' runs share two cores):
+                            // nothing was written, and a client retries.
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                        assert_eq!(status, StatusCode::CREATED, "{body}");
+                        created += 1;
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.await.unwrap();
+        }
+
+        // The server gave up on it: what it holds ends before the last event.
+        let mut raw = Vec::new();
+        tokio::time::timeout(Duration::from_secs(60), slow.read_to_end(&mut raw))
+            .await
+            .expect("the server ended the slow stream")
+            .unwrap();
+        let received = ids_in(&String::from_utf8_lossy(&raw));
+        assert!(
+            received.len() < total,
+            "cut off before the end: {} of {total}",
+            received.len()
+        );
+        let last = *received.last().expect("some events reached it");
+
+        // Resuming from its last id gives exactly the rest.
+        let mut resumed = srv.open_events(&key, "", Some(last)).await;
+        let rest = resumed.events(total - received.len()).await;
+        assert!(rest[0].id() > last);
+        assert_rising(&rest);
+        marker(&srv, &key, &mut resumed).await;
+    }
+);
