@@ -1367,3 +1367,47 @@ async fn an_org_deleted_through_another_node_is_refused_by_every_node() {
         .await;
     assert_eq!(owned, 0, "the org's ownership row remains");
 }
+
+/// CONTRACT §10: a stream opened on a node that does not own the org
+/// receives its events; when the owner dies the stream ends, and
+/// reconnecting with the last id seen loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stream_on_another_node_follows_the_org_and_resumes_after_its_owner_dies() {
+    let Some(mut cluster) = Cluster::start(2).await else {
+        return;
+    };
+    let org = cluster.node(0).create_org("dev").await;
+    let key = org.owner_key.clone();
+    let owner = cluster.owner_of(&org).await;
+    let other = (owner + 1) % 2;
+    let mut events = cluster.node(other).open_events(&key, "", None).await;
+    let a = cluster.node(owner).new_task(&key, "a").await;
+    let b = cluster.node(other).new_task(&key, "b").await;
+    let seen = events.events(2).await;
+    assert_eq!(
+        seen.iter()
+            .map(|e| e.task_id().to_owned())
+            .collect::<Vec<_>>(),
+        [a, b]
+    );
+    let last = seen[1].id();
+
+    cluster.nodes[owner].kill9().await;
+    assert!(
+        events.next_event(Duration::from_secs(30)).await.is_none(),
+        "the stream ends with its org's owner"
+    );
+    let survivor = cluster.node(other);
+    let c = eventually(Duration::from_secs(15), "the org served again", || async {
+        let (status, body) = survivor
+            .try_post(&key, "/tasks", json!({ "tasks": [{ "title": "c" }] }))
+            .await
+            .ok()?;
+        (status == StatusCode::CREATED).then(|| str_field(&body["results"][0], "task_id"))
+    })
+    .await;
+    let mut resumed = survivor.open_events(&key, "", Some(last)).await;
+    let next = resumed.events(1).await;
+    assert_eq!(next[0].task_id(), c);
+    assert!(next[0].id() > last, "{next:?}");
+}

@@ -63,6 +63,8 @@ pub enum LimitKind {
     Webhooks,
     /// The number of schedules.
     Schedules,
+    /// The event streams one key holds open.
+    Streams,
 }
 
 /// A refusal by one of the org's limits.
@@ -89,6 +91,7 @@ impl LimitExceeded {
             LimitKind::Teams => "teams limit reached",
             LimitKind::Webhooks => "webhooks limit reached",
             LimitKind::Schedules => "schedules limit reached",
+            LimitKind::Streams => "too many open event streams for this key",
         }
     }
 
@@ -103,6 +106,7 @@ impl LimitExceeded {
             LimitKind::Teams => Some("teams"),
             LimitKind::Webhooks => Some("webhooks"),
             LimitKind::Schedules => Some("schedules"),
+            LimitKind::Streams => Some("streams"),
         };
         let per_minute = matches!(self.kind, LimitKind::Writes | LimitKind::Reads);
         LimitDetail {

@@ -49,6 +49,7 @@ mod stats;
 mod store;
 mod supervisor;
 mod views;
+mod watch;
 pub mod webhook_sender;
 mod writer;
 
@@ -63,3 +64,4 @@ pub use error::{EngineError, ErrorBody, ErrorCode, LimitExceeded, LimitKind, Val
 pub use stats::WriterTotals;
 pub use store::backup_sqlite;
 pub use supervisor::ActorStats;
+pub use watch::{EventStream, StreamEvent, StreamItem};

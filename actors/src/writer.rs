@@ -20,6 +20,11 @@
 //! When the store itself is unavailable, retrying batch by batch is no use:
 //! every org of the commit is marked at once and the store marked down.
 //!
+//! After a commit, and before its callers are answered, its events go to
+//! the org's live event streams (`EventHub`) with the ids the commit gave
+//! them, in commit order; an org whose commit failed has its streams cut
+//! off, since the commit may have landed all the same.
+//!
 //! Each transaction is recorded once in the lanes' shared `WriterStats`
 //! (batches, rows, time), for the operator.
 //!
@@ -40,6 +45,7 @@ use crate::error::EngineError;
 use crate::health::StoreHealth;
 use crate::stats::WriterStats;
 use crate::store::{Store, StoreError, WriteBatch, WriterConn};
+use crate::watch::EventHub;
 
 /// Resolves once the batch is durable (or failed).
 pub type Commit = oneshot::Receiver<Result<(), StoreError>>;
@@ -97,6 +103,7 @@ impl Writers {
         health: Arc<StoreHealth>,
         queue_bound: usize,
         on_failure: FailureHook,
+        hub: Arc<EventHub>,
     ) -> Self {
         let mut lanes = Vec::new();
         let mut handles = Vec::new();
@@ -126,6 +133,7 @@ impl Writers {
                 reloading,
                 on_failure.clone(),
                 stats.clone(),
+                hub.clone(),
             )));
         }
         Self {
@@ -249,7 +257,7 @@ async fn apply(
     health: &StoreHealth,
     stats: &WriterStats,
     batches: &[&WriteBatch],
-) -> Result<(), StoreError> {
+) -> Result<i64, StoreError> {
     if health.outage_simulated() {
         return Err(StoreError::Unavailable("simulated outage".into()));
     }
@@ -276,6 +284,7 @@ async fn run(
     reloading: Arc<Mutex<HashSet<OrgId>>>,
     on_failure: FailureHook,
     stats: Arc<WriterStats>,
+    hub: Arc<EventHub>,
 ) {
     let Queue {
         mut rx,
@@ -306,7 +315,8 @@ async fn run(
         if !accepted.is_empty() {
             let batches: Vec<&WriteBatch> = accepted.iter().map(|(b, _)| b).collect();
             match apply(&source, &mut conn, &health, &stats, &batches).await {
-                Ok(()) => {
+                Ok(first_event) => {
+                    hub.publish(&batches, first_event);
                     for (_, reply) in accepted {
                         let _ = reply.send(Ok(()));
                     }
@@ -319,6 +329,7 @@ async fn run(
                         if failed.insert(batch.org)
                             && reloading.lock().expect("not poisoned").insert(batch.org)
                         {
+                            hub.cut_off(batch.org);
                             on_failure(batch.org);
                         }
                         let _ = reply.send(Err(StoreError::Unavailable(message.clone())));
@@ -332,13 +343,17 @@ async fn run(
                             continue;
                         }
                         let result = apply(&source, &mut conn, &health, &stats, &[&batch]).await;
-                        if let Err(e) = &result {
-                            health.observe(e);
-                            tracing::error!(org_id = %batch.org, error = %e, "commit failed; org will reload from the store");
-                            reloading.lock().expect("not poisoned").insert(batch.org);
-                            on_failure(batch.org);
+                        match &result {
+                            Ok(first_event) => hub.publish(&[&batch], *first_event),
+                            Err(e) => {
+                                health.observe(e);
+                                tracing::error!(org_id = %batch.org, error = %e, "commit failed; org will reload from the store");
+                                reloading.lock().expect("not poisoned").insert(batch.org);
+                                hub.cut_off(batch.org);
+                                on_failure(batch.org);
+                            }
                         }
-                        let _ = reply.send(result);
+                        let _ = reply.send(result.map(drop));
                     }
                 }
             }

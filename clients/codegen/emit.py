@@ -98,6 +98,9 @@ def parse_operation(path: str, method: str, raw: Dict[str, Any]) -> Optional[Ope
             kinds.add("text")
         elif "text/html" in content:
             return None
+        elif "text/event-stream" in content:
+            # A stream that never ends is read with an SSE client (README).
+            return None
         else:
             kinds.add("empty")
     if len(kinds) != 1:

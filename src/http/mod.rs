@@ -15,6 +15,7 @@ mod openapi;
 mod operation;
 mod table;
 mod ui;
+mod watch;
 
 use std::sync::Arc;
 

@@ -407,6 +407,10 @@ pub(super) fn operation(
                 response["content"] =
                     json!({ "application/x-ndjson": { "schema": { "type": "string" } } });
             }
+            Answer::EventStream => {
+                response["content"] =
+                    json!({ "text/event-stream": { "schema": { "type": "string" } } });
+            }
             Answer::Empty => {}
         }
         document_retry_after(*status, &mut response);

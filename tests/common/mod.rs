@@ -22,6 +22,7 @@ mod fixtures;
 pub mod limits;
 mod proxy;
 mod server;
+pub mod sse;
 
 // Each test binary uses a subset of these.
 pub use environment::env_or_skip;

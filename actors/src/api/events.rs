@@ -93,6 +93,26 @@ pub struct WebhookPing {
     pub webhook_id: String,
 }
 
+/// `GET /events`: which events, and from where. `Last-Event-ID`, when
+/// sent, wins over `since`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WatchEvents {
+    /// Event types to keep, comma-separated (§7's names; default all).
+    #[serde(default)]
+    pub types: Option<String>,
+    /// Task ids to keep, comma-separated, up to 100 (default all).
+    #[serde(default)]
+    pub task_id: Option<String>,
+    /// Replay every event after this id that history still holds, then go
+    /// on live.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub since: Option<i64>,
+}
+
+impl super::Decode for WatchEvents {}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

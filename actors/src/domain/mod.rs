@@ -19,6 +19,7 @@ pub mod schedule;
 mod status;
 mod task;
 pub mod usage;
+pub mod watch;
 pub mod webhooks;
 
 pub use ids::{KeyId, OrgId, TaskId, ID_TEXT_LEN, UUID_PATTERN};

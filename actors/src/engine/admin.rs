@@ -232,6 +232,7 @@ impl Engine {
     /// rather than when its timers, armed for the old time, fire.
     #[cfg(feature = "test-hooks")]
     pub fn clock_moved(&self) {
+        self.inner.hub.clock_moved();
         for route in self.inner.routes.iter() {
             let _ = route.actor.cast(OrgMsg::LeaseTick);
             let _ = route.actor.cast(OrgMsg::TimeTick);

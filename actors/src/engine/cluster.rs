@@ -53,9 +53,11 @@ impl Engine {
 
     /// Drops what this node knows of an org it no longer owns (or just
     /// took): its keys' authentications, its meaning index and its cached
-    /// runbooks.
+    /// runbooks; its event streams end (their clients reconnect to its
+    /// owner).
     pub(super) fn forget_org(&self, org: OrgId) {
         self.forget_org_keys(org);
+        self.inner.hub.cut_off(org);
         if let Some(meaning) = &self.inner.meaning {
             meaning.unload(org);
         }

@@ -28,6 +28,7 @@ use crate::reports::compute::Reporter;
 use crate::stats::{OrgSnapshots, Refusals};
 use crate::store::Store;
 use crate::supervisor::{ActorStats, Routes, Supervisor, SupervisorMsg};
+use crate::watch::EventHub;
 use crate::webhook_sender::WebhookSender;
 use crate::writer::Writers;
 
@@ -193,6 +194,7 @@ impl Engine {
         };
         let health = Arc::new(StoreHealth::default());
         let mut background_tasks = Vec::new();
+        let hub = Arc::new(EventHub::default());
         let writers = Writers::start(
             store.clone(),
             config.store.sqlite_writer_nice,
@@ -200,6 +202,7 @@ impl Engine {
             health.clone(),
             config.writer_queue,
             on_failure,
+            hub.clone(),
         );
         let directory = Arc::new(OrgDirectory::new(store.clone(), keyring));
         let routes: Routes = Arc::new(DashMap::new());
@@ -274,6 +277,7 @@ impl Engine {
                 reports_keeper,
                 store,
                 writers,
+                hub,
                 background_tasks: std::sync::Mutex::new(Vec::new()),
                 directory,
                 supervisor,
@@ -343,9 +347,11 @@ impl Engine {
     /// Drains every org actor, lets the writers commit what is queued, and
     /// closes the store. Call after the front ends stopped taking requests.
     /// The server is about to stop: claims stop waiting, and those waiting
-    /// answer `null` now, so a long poll does not hold up the shutdown.
+    /// answer `null` now, and event streams end, so that neither a long
+    /// poll nor a stream holds up the shutdown.
     pub fn stop_waiting(&self) {
         self.inner.draining.store(true, Ordering::Relaxed);
+        self.inner.hub.close();
         for route in self.inner.routes.iter() {
             let _ = route.actor.cast(OrgMsg::ReleaseWaiters);
         }

@@ -31,6 +31,7 @@ mod retention;
 mod schedules;
 mod stats;
 mod tasks;
+mod watch;
 mod webhooks;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -82,6 +83,8 @@ struct Inner {
     /// Whether the store answers; requests are refused while it does not.
     health: Arc<StoreHealth>,
     writers: Writers,
+    /// The orgs' live event streams, which the writers feed.
+    hub: Arc<crate::watch::EventHub>,
     /// The embedding worker and the store watcher, aborted at shutdown.
     background_tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     directory: Arc<OrgDirectory>,

@@ -10,7 +10,10 @@
 //! event, it sees every earlier one of that org: reading "after the last
 //! id seen" never skips one that commits later. The webhook delivery
 //! worker reads the log this way (`task_events_org`, migration
-//! `0023_webhook_cursors`).
+//! `0023_webhook_cursors`), and so does the event stream's replay
+//! (`watch::stream`), whose live events carry the ids their commit gave
+//! them (`WriterConn::apply` answers the first), so that one id means one
+//! event whether it was read here or heard live.
 
 use sqlx::FromRow;
 

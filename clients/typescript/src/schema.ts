@@ -263,6 +263,23 @@ export type paths = {
         patch?: never;
         trace?: never;
     };
+    "/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The org's task transitions as Server-Sent Events, resumable by id */
+        get: operations["watch_events"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/quota": {
         parameters: {
             query?: never;
@@ -4445,6 +4462,85 @@ export interface operations {
             };
             /** @description The request body is over 2 MiB; the connection is closed */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A rate, monthly or tier limit refused the request (per-minute limits send `Retry-After`), or, on operator routes, too many wrong operator tokens came from the caller's address (with `Retry-After`) */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Overloaded, restarting, a dependency or the store unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    watch_events: {
+        parameters: {
+            query?: {
+                /** @description Event types to keep, comma-separated (§7's names; default all). */
+                types?: string;
+                /** @description Task ids to keep, comma-separated, up to 100 (default all). */
+                task_id?: string;
+                /**
+                 * @description Replay every event after this id that history still holds, then go
+                 *     on live.
+                 */
+                since?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One event per state event in commit order (`id:` the event id, `event:` its type, `data:` the webhook body); a comment every 15 s while nothing happens. Send `Last-Event-ID` to resume after that id */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description Malformed JSON, a body or query of the wrong shape, or a bad path parameter; `error` names the field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, unknown or revoked key (or operator token) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not allowed: the caller's role, a suspended org, a blocked member, or a feature outside the plan (`upgrade: true`) */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -78,6 +78,24 @@ fn respond(reply: Reply) -> Response {
     }
 }
 
+/// A query string's parameters, a repeated one's values joined by commas
+/// (`?status=a&status=b` is `status=a,b`).
+pub(in crate::http) fn query_params(
+    query: Option<&str>,
+) -> Result<Vec<(String, String)>, ApiError> {
+    let mut params: Vec<(String, String)> = Vec::new();
+    for (key, value) in query_pairs(query.unwrap_or(""))? {
+        match params.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, joined)) => {
+                joined.push(',');
+                joined.push_str(&value);
+            }
+            None => params.push((key, value)),
+        }
+    }
+    Ok(params)
+}
+
 /// An HTTP request's arguments: path parameters in order, then the body
 /// or the query as the operation reads it. An absent body is `{}` where
 /// the body is optional, else `null` (which no request type accepts).
@@ -96,19 +114,7 @@ async fn arguments(
         };
     let (input, query) = match source {
         Source::None => (Value::Object(Default::default()), None),
-        Source::Query => {
-            let mut params: Vec<(String, String)> = Vec::new();
-            for (key, value) in query_pairs(parts.uri.query().unwrap_or(""))? {
-                match params.iter_mut().find(|(k, _)| *k == key) {
-                    Some((_, joined)) => {
-                        joined.push(',');
-                        joined.push_str(&value);
-                    }
-                    None => params.push((key, value)),
-                }
-            }
-            (Value::Null, Some(params))
-        }
+        Source::Query => (Value::Null, Some(query_params(parts.uri.query())?)),
         Source::Body => {
             let request = Request::from_parts(parts, body);
             let bytes = Bytes::from_request(request, state)

@@ -16,6 +16,8 @@
 
 mod http;
 mod serve;
+
+pub(super) use http::query_params;
 #[cfg(test)]
 mod tests;
 
@@ -70,6 +72,8 @@ pub(super) enum Answer {
     Html,
     /// Newline-delimited JSON (`application/x-ndjson`), streamed.
     Ndjson,
+    /// A stream of Server-Sent Events.
+    EventStream,
     Empty,
 }
 
@@ -147,6 +151,9 @@ pub struct Operation {
     source: Source,
     /// The fields of its HTML form, when it reads one.
     form: Option<SchemaFn>,
+    /// The query parameters of an operation served by a handler of its
+    /// own, when it reads some.
+    handler_query: Option<SchemaFn>,
     /// By status, lowest first.
     pub(super) answers: Vec<(u16, &'static str, Answer)>,
     /// Lowest first, each once.
@@ -168,6 +175,7 @@ impl Operation {
             access: Access::Public,
             source: Source::None,
             form: None,
+            handler_query: None,
             answers: Vec::new(),
             errors: Vec::new(),
             serve: None,
@@ -246,6 +254,13 @@ impl Operation {
         self
     }
 
+    /// The query parameters, the fields of `T`, that a handler of its own
+    /// reads.
+    pub fn query_of<T: JsonSchema>(mut self) -> Self {
+        self.handler_query = Some(object_schema::<T>);
+        self
+    }
+
     /// A JSON answer of type `T` with `status`.
     pub fn answer<T: JsonSchema>(self, status: u16, description: &'static str) -> Self {
         self.answered(status, description, Answer::Json(subschema::<T>))
@@ -254,6 +269,11 @@ impl Operation {
     /// An answer without a body.
     pub fn empty(self, status: u16, description: &'static str) -> Self {
         self.answered(status, description, Answer::Empty)
+    }
+
+    /// A stream of Server-Sent Events.
+    pub fn event_stream(self, status: u16, description: &'static str) -> Self {
+        self.answered(status, description, Answer::EventStream)
     }
 
     /// A plain-text answer.
@@ -315,7 +335,9 @@ impl Operation {
         }
         let request = match &self.serve {
             Some(Serve::Member(_, request) | Serve::Operator(_, request)) => request,
-            Some(Serve::Handler(_)) | None => return Input::None,
+            Some(Serve::Handler(_)) | None => {
+                return self.handler_query.map_or(Input::None, Input::Query)
+            }
         };
         match self.source {
             Source::None => Input::None,

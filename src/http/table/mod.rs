@@ -7,6 +7,7 @@ mod operator;
 mod org;
 mod schedules;
 mod tasks;
+mod watch;
 mod webhooks;
 
 use super::operation::{Access, Operation};
@@ -30,6 +31,7 @@ pub fn operations() -> Vec<Operation> {
             .handler(metrics::render),
     ];
     table.extend(tasks::operations());
+    table.extend(watch::operations());
     table.extend(org::admin());
     table.extend(webhooks::operations());
     table.extend(schedules::operations());

@@ -390,7 +390,7 @@ impl Store {
 
     /// Commits batches on a connection of the pool: see [`WriterConn::apply`].
     pub async fn apply(&self, batches: &[&WriteBatch]) -> Result<()> {
-        self.one_off_conn().await?.apply(batches).await
+        self.one_off_conn().await?.apply(batches).await.map(drop)
     }
 }
 
@@ -425,7 +425,10 @@ impl WriterConn {
     /// Commits every batch in one transaction. The batches' changes are
     /// coalesced first (see `CommitPlan`), so a group commit of many
     /// requests costs a handful of statements, not a few per request.
-    pub async fn apply(&mut self, batches: &[&WriteBatch]) -> Result<()> {
+    /// Answers the id of the commit's first event: its events are numbered
+    /// on from there, batch after batch, in the order of their writes (the
+    /// event stream's live events carry these ids).
+    pub async fn apply(&mut self, batches: &[&WriteBatch]) -> Result<i64> {
         let plan = CommitPlan::new(batches);
         match self {
             WriterConn::Sqlite {
@@ -435,6 +438,8 @@ impl WriterConn {
             } => {
                 let settle = settled_at.elapsed() >= sqlite::SETTLE_EVERY;
                 let result = sqlite::commit(conn, &plan, settle, last_event_id).await;
+                let events = plan.events.len() as i64;
+                let result = result.map(|()| last_event_id.map_or(1, |last| last - events + 1));
                 if settle && result.is_ok() {
                     *settled_at = Instant::now();
                 }
@@ -459,7 +464,7 @@ impl WriterConn {
                     // lost with the connection): the tasks' rows say.
                     Err(_) => links.forget(&plan),
                 }
-                result
+                result.map(|()| first_id)
             }
         }
     }

@@ -1,0 +1,160 @@
+//! A Server-Sent Events reader for `GET /events`: opens a stream with a
+//! key, a query and perhaps a `Last-Event-ID`, and reads it event by event
+//! (comments included), as a browser's `EventSource` would parse it.
+
+use std::time::Duration;
+
+use super::{StatusCode, TestServer, Value};
+
+/// One dispatched block of the stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SseItem {
+    Event(SseEvent),
+    /// A comment line (`: ...`): the keep-alive.
+    Comment(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseEvent {
+    pub id: Option<String>,
+    /// `None`: an unnamed event (`message` to a browser).
+    pub event: Option<String>,
+    pub data: Value,
+}
+
+impl SseEvent {
+    pub fn id(&self) -> i64 {
+        self.id
+            .as_deref()
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| panic!("an event id: {self:?}"))
+    }
+
+    pub fn task_id(&self) -> &str {
+        self.data["data"]["task_id"].as_str().expect("a task id")
+    }
+}
+
+pub struct SseStream {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl TestServer {
+    /// Opens `GET /events?{query}`; panics unless it answers 200 with an
+    /// event stream.
+    pub async fn open_events(&self, key: &str, query: &str, last_id: Option<i64>) -> SseStream {
+        let response = self.try_open_events(key, query, last_id).await;
+        assert_eq!(response.status(), StatusCode::OK, "GET /events?{query}");
+        let kind = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        assert!(kind.starts_with("text/event-stream"), "{kind}");
+        SseStream {
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    /// `GET /events?{query}` as it answers.
+    pub async fn try_open_events(
+        &self,
+        key: &str,
+        query: &str,
+        last_id: Option<i64>,
+    ) -> reqwest::Response {
+        let mut request = reqwest::Client::new()
+            .get(format!("{}/events?{query}", self.base_url))
+            .header("x-api-key", key)
+            .header("accept", "text/event-stream");
+        if let Some(id) = last_id {
+            request = request.header("last-event-id", id.to_string());
+        }
+        request.send().await.expect("GET /events")
+    }
+}
+
+impl SseStream {
+    /// The next event or comment; `None` once the server ended the stream.
+    /// Panics when nothing comes within `within`.
+    pub async fn next(&mut self, within: Duration) -> Option<SseItem> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                if let Some(item) = parse(&block) {
+                    return Some(item);
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(within, self.response.chunk())
+                .await
+                .unwrap_or_else(|_| panic!("nothing on the stream within {within:?}"));
+            match chunk {
+                Ok(Some(bytes)) => self.buffer.push_str(&String::from_utf8_lossy(&bytes)),
+                Ok(None) | Err(_) => return None,
+            }
+        }
+    }
+
+    /// The next event, passing over comments.
+    pub async fn next_event(&mut self, within: Duration) -> Option<SseEvent> {
+        loop {
+            match self.next(within).await? {
+                SseItem::Event(e) => return Some(e),
+                SseItem::Comment(_) => {}
+            }
+        }
+    }
+
+    /// The next `n` events; panics if the stream ends first.
+    pub async fn events(&mut self, n: usize) -> Vec<SseEvent> {
+        let mut got = Vec::with_capacity(n);
+        while got.len() < n {
+            match self.next_event(Duration::from_secs(20)).await {
+                Some(e) => got.push(e),
+                None => panic!("the stream ended after {got:#?}"),
+            }
+        }
+        got
+    }
+
+    /// Asserts that nothing but comments arrives within `quiet`.
+    pub async fn assert_quiet(&mut self, quiet: Duration) {
+        let deadline = tokio::time::Instant::now() + quiet;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            match tokio::time::timeout(left, self.next(quiet)).await {
+                Err(_) => return,
+                Ok(Some(SseItem::Comment(_))) => {}
+                Ok(other) => panic!("expected nothing, got {other:?}"),
+            }
+        }
+    }
+}
+
+fn parse(block: &str) -> Option<SseItem> {
+    let (mut id, mut event, mut data, mut comment) = (None, None, Vec::new(), None);
+    for line in block.lines() {
+        if let Some(text) = line.strip_prefix(':') {
+            comment = Some(text.trim().to_owned());
+        } else if let Some(v) = line.strip_prefix("id:") {
+            id = Some(v.trim_start().to_owned());
+        } else if let Some(v) = line.strip_prefix("event:") {
+            event = Some(v.trim_start().to_owned());
+        } else if let Some(v) = line.strip_prefix("data:") {
+            data.push(v.strip_prefix(' ').unwrap_or(v).to_owned());
+        }
+    }
+    if !data.is_empty() {
+        let text = data.join("\n");
+        let data = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        return Some(SseItem::Event(SseEvent { id, event, data }));
+    }
+    comment.map(SseItem::Comment)
+}
