@@ -25,6 +25,12 @@ brought within them before it is sent:
    to earlier items.
 3. A standup period of the cadence asked for, and one the calendar has
    (`2023-02-29`): two query parameters that must agree, and a calendar.
+4. Rules across the fields of one object, and grammars and registries: a
+   retry policy's `max_backoff_seconds` at least its `backoff_seconds`; a
+   schedule's `cron` a pattern that can match (`0 0 31 2 *` never does)
+   and its `timezone` a name of the IANA database. A generated pattern
+   becomes `0 2 * * *` and a zone `Europe/Berlin`; a schedule's task is
+   brought within the state as a create item is.
 
 Requests generated as invalid are sent as they are, so the server's
 refusals are still fuzzed.
@@ -43,6 +49,8 @@ MEMBER = "member@example.com"
 # Where generated webhook endpoints point: a loopback port nothing answers
 # on (the run allows private addresses), not a host the fuzzer made up.
 WEBHOOK_URL = "http://127.0.0.1:9/hook"
+CRON = "0 2 * * *"
+ZONE = "Europe/Berlin"
 
 
 def positive(case, location):
@@ -98,6 +106,37 @@ def known_tags(value):
     return [TAG] if isinstance(value, list) and value else value
 
 
+def within_retry(item):
+    """A retry policy whose cap is at least its first wait."""
+    retry = item.get("retry")
+    if not isinstance(retry, dict):
+        return
+    first, cap = retry.get("backoff_seconds", 30), retry.get("max_backoff_seconds")
+    numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in (first, cap))
+    if numbers and cap < first:
+        retry["max_backoff_seconds"] = first
+
+
+def within_item(task):
+    """A create item (or a schedule's task) brought within the org's state."""
+    if "tags" in task:
+        task["tags"] = known_tags(task["tags"])
+    if task.get("assignee") is not None:
+        task["assignee"] = MEMBER
+    task.pop("parent_task_id", None)
+    within_retry(task)
+
+
+def within_schedule(body):
+    if "cron" in body:
+        body["cron"] = CRON
+    if "timezone" in body:
+        body["timezone"] = ZONE
+    if isinstance(body.get("task"), dict):
+        within_item(body["task"])
+        plain_content({"tasks": [body["task"]]})
+
+
 def within_state(case):
     path, body = case.operation.path, case.body
     if isinstance(body, dict) and positive(case, "body"):
@@ -105,11 +144,7 @@ def within_state(case):
             refs, ids = [], set()
             for task in body.get("tasks") or []:
                 if isinstance(task, dict):
-                    if "tags" in task:
-                        task["tags"] = known_tags(task["tags"])
-                    if task.get("assignee") is not None:
-                        task["assignee"] = MEMBER
-                    task.pop("parent_task_id", None)
+                    within_item(task)
                     task["blocked_by"] = [
                         b for b in task.get("blocked_by") or [] if b[4:] in refs
                     ]
@@ -137,6 +172,8 @@ def within_state(case):
             body["seated"] = True
         if path in ("/tasks", "/tasks/update"):
             plain_content(body)
+        if path in ("/schedules", "/schedules/{schedule_id}"):
+            within_schedule(body)
         if path == "/webhooks" and "url" in body:
             body["url"] = WEBHOOK_URL
         if path in ("/teams", "/teams/{name}") and "tags" in body:

@@ -51,6 +51,7 @@ def test_every_operation_round_trips(url: str) -> None:
     reports(admin, owner, org["org_id"])
     tags_members_teams(admin, owner, org["org_id"], member_email)
     webhooks(owner)
+    schedules(owner)
     keys(owner)
     org_keys(admin, url, owner)
 
@@ -160,6 +161,20 @@ def webhooks(owner: taskq.Client) -> None:
     assert isinstance(owner.list_webhook_deliveries(hook)["deliveries"], list)
     owner.delete_webhook(hook)
     assert owner.list_webhooks()["webhooks"] == []
+
+
+def schedules(owner: taskq.Client) -> None:
+    made = owner.create_schedule({"name": "nightly", "cron": "0 2 * * *", "timezone": "Europe/Berlin", "task": {"title": "Audit"}})
+    assert made["active"] is True and made["next_run_at"] and made["last_run_at"] is None
+    sid = made["schedule_id"]
+    assert [s["schedule_id"] for s in owner.list_schedules()["schedules"]] == [sid]
+    assert owner.get_schedule(sid)["cron"] == "0 2 * * *"
+    paused = owner.update_schedule(sid, {"active": False})
+    assert paused["active"] is False and paused["next_run_at"] is None
+    owner.delete_schedule(sid)
+    with pytest.raises(taskq.ApiError) as gone:
+        owner.get_schedule(sid)
+    assert gone.value.status == 404 and gone.value.error == "schedule not found"
 
 
 def keys(owner: taskq.Client) -> None:

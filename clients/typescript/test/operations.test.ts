@@ -130,6 +130,20 @@ test("every operation round-trips", async () => {
   await owner.delete_webhook(hook.webhook_id);
   assert.deepEqual((await owner.list_webhooks()).webhooks, []);
 
+  // ---- schedules
+  const schedule = await owner.create_schedule({ name: "nightly", cron: "0 2 * * *", timezone: "Europe/Berlin", task: { title: "Audit" } });
+  assert.equal(schedule.active, true);
+  assert.ok(schedule.next_run_at);
+  assert.deepEqual((await owner.list_schedules()).schedules.map((s) => s.schedule_id), [schedule.schedule_id]);
+  assert.equal((await owner.get_schedule(schedule.schedule_id)).cron, "0 2 * * *");
+  const paused = await owner.update_schedule(schedule.schedule_id, { active: false });
+  assert.equal(paused.active, false);
+  assert.equal(paused.next_run_at, null);
+  await owner.delete_schedule(schedule.schedule_id);
+  const gone = await refused(owner.get_schedule(schedule.schedule_id));
+  assert.equal(gone.status, 404);
+  assert.equal(gone.body.error, "schedule not found");
+
   // ---- keys
   const spare = await owner.create_key({ name: "spare" });
   assert.ok((await owner.list_keys()).keys.some((k) => k.key_id === spare.key_id && k.active));
