@@ -66,8 +66,8 @@ fn the_router_registers_nothing_outside_the_table() {
         [
             "/admin/orgs/{org_id}/crash",
             "/admin/test/clock",
-            "/admin/test/purge",
             "/admin/test/retention",
+            "/admin/test/purge",
             "/admin/test/store",
             "/internal/peer",
             "/mcp"
