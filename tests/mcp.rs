@@ -154,6 +154,11 @@ backend_tests!(
             "rotate_webhook_secret",
             "list_webhook_deliveries",
             "test_webhook",
+            "list_schedules",
+            "create_schedule",
+            "get_schedule",
+            "update_schedule",
+            "delete_schedule",
         ];
         expected.sort();
         assert_eq!(names, expected, "features not built yet are not listed");
@@ -452,7 +457,11 @@ backend_tests!(every_tool_answers_as_its_route, |srv| async move {
         let (_, path, query, body) = route_of(&srv, &name).await;
         // A refused request: an unknown field beside the path parameters.
         let mut refused = json!({ "zzz_unknown": 1 });
-        for (param, value) in [("name", "core"), ("email", "member@example.com")] {
+        for (param, value) in [
+            ("name", "core"),
+            ("email", "member@example.com"),
+            ("schedule_id", "01a233c9-cb7f-73d6-a5f5-1374e1a05688"),
+        ] {
             if path.contains(&format!("{{{param}}}")) {
                 refused[param] = json!(value);
             }

@@ -1290,7 +1290,7 @@ backend_tests!(
                 "/admin/orgs/%ff/idp".to_string(),
                 Some(json!({ "enrolled": false })),
             ),
-            (Method::DELETE, org.clone(), None),
+            (Method::PUT, org.clone(), None),
         ] {
             let mut case = Case::new(format!("{method} {path}"), op, method, path);
             if let Some(body) = body {

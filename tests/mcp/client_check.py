@@ -31,7 +31,8 @@ EXPECTED = {
     "get_insights", "list_runbooks", "get_standup", "plan_tasks",
     "get_org_dek", "put_org_dek", "list_webhooks", "create_webhook",
     "delete_webhook", "rotate_webhook_secret", "list_webhook_deliveries",
-    "test_webhook",
+    "test_webhook", "list_schedules", "create_schedule", "get_schedule",
+    "update_schedule", "delete_schedule",
 }
 
 

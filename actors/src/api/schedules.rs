@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::decode::Result;
+use super::integers::Integers;
 use super::{CreateTasks, Decode, NewTask, Timestamp, ValidationError, NAME_PATTERN};
 use crate::domain::schedule::{CronSpec, Zone};
 
@@ -96,7 +97,8 @@ fn field_error(field: &str, message: &str) -> ValidationError {
 /// The create item a template holds, checked as `POST /tasks` checks its
 /// items (its fields named `task.<field>`), without the fields of one call.
 pub fn read_template(template: &Value) -> Result<NewTask> {
-    let mut task: NewTask = serde_path_to_error::deserialize(template).map_err(|e| {
+    // A template is a create item, read with JSON Schema's integers as one.
+    let mut task: NewTask = serde_path_to_error::deserialize(Integers(template)).map_err(|e| {
         let path = e.path().to_string();
         ValidationError::field(format!("task.{path}"), e.into_inner().to_string())
     })?;
@@ -186,6 +188,16 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_template_takes_json_schema_integers_as_a_create_item_does() {
+        let task = read_template(&json!({"title": "t", "priority": 2.0,
+            "retry": {"max_retries": 2, "backoff_seconds": 544.0}}))
+        .unwrap();
+        assert_eq!(task.priority, 2);
+        assert_eq!(task.retry.map(|r| r.backoff_seconds), Some(544));
+        assert!(read_template(&json!({"title": "t", "priority": 2.5})).is_err());
+    }
 
     #[test]
     fn a_schedule_reads_its_pattern_zone_and_template() {
