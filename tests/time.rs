@@ -823,6 +823,29 @@ async fn run_through(srv: &TestServer, from: DateTime<Utc>, to: DateTime<Utc>) {
     }
 }
 
+/// A New York schedule created at `evening` (UTC), then five hours of its
+/// night stepped through: the schedule and the tasks it made.
+async fn one_night(
+    srv: &TestServer,
+    key: &str,
+    name: &str,
+    cron: &str,
+    evening: &str,
+) -> (Value, Vec<Value>) {
+    let evening = at(evening);
+    clock_to(srv, evening).await;
+    let schedule = create_schedule(
+        srv,
+        key,
+        json!({"name": name, "cron": cron, "timezone": "America/New_York",
+               "task": {"title": name}}),
+    )
+    .await;
+    run_through(srv, evening, evening + TimeDelta::hours(5)).await;
+    let tasks = await_tasks(srv, key, &schedule, 1).await;
+    (schedule, tasks)
+}
+
 backend_tests!(
     a_new_york_schedule_runs_once_a_local_day_across_both_dst_changes,
     |srv| async move {
@@ -831,41 +854,22 @@ backend_tests!(
 
         // 14 March 2027: 02:00 EST springs to 03:00 EDT; 02:30 does not exist
         // and runs when the gap ends.
-        let evening = at("2027-03-14T04:00:00Z");
-        clock_to(&srv, evening).await;
-        let spring = create_schedule(
-            &srv,
-            key,
-            json!({"name": "spring", "cron": "30 2 * * *", "timezone": "America/New_York",
-               "task": {"title": "spring"}}),
-        )
-        .await;
-        run_through(&srv, evening, at("2027-03-14T09:00:00Z")).await;
-        let tasks = await_tasks(&srv, key, &spring, 1).await;
+        let spring = one_night(&srv, key, "spring", "30 2 * * *", "2027-03-14T04:00:00Z").await;
         assert_eq!(
-            ticks(&tasks),
+            ticks(&spring.1),
             [at("2027-03-14T07:00:00Z")],
             "03:00 EDT, once"
         );
 
         // 7 November 2027: 02:00 EDT falls back to 01:00 EST; 01:30 exists
         // twice and runs at the first.
-        let evening = at("2027-11-07T03:00:00Z");
-        clock_to(&srv, evening).await;
-        let fall = create_schedule(
-            &srv,
-            key,
-            json!({"name": "fall", "cron": "30 1 * * *", "timezone": "America/New_York",
-               "task": {"title": "fall"}}),
-        )
-        .await;
-        run_through(&srv, evening, at("2027-11-07T09:00:00Z")).await;
-        let tasks = await_tasks(&srv, key, &fall, 1).await;
+        let fall = one_night(&srv, key, "fall", "30 1 * * *", "2027-11-07T03:00:00Z").await;
         assert_eq!(
-            ticks(&tasks),
+            ticks(&fall.1),
             [at("2027-11-07T05:30:00Z")],
             "01:30 EDT, once"
         );
+        let fall = fall.0;
         let (_, got) = srv
             .get(
                 key,
