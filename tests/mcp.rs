@@ -159,6 +159,7 @@ backend_tests!(
             "get_schedule",
             "update_schedule",
             "delete_schedule",
+            "wait_for_tasks",
         ];
         expected.sort();
         assert_eq!(names, expected, "features not built yet are not listed");
@@ -439,6 +440,10 @@ backend_tests!(every_tool_answers_as_its_route, |srv| async move {
     // valid request that changes nothing.
     let reads: &[(&str, Value)] = &[
         ("get_tasks", json!({ "task_ids": [task] })),
+        (
+            "wait_for_tasks",
+            json!({ "task_ids": [task], "wait_seconds": 0 }),
+        ),
         ("list_tasks", json!({ "status": "pending", "limit": 5 })),
         ("list_tags", json!({})),
         ("list_members", json!({})),

@@ -42,7 +42,7 @@ backend_tests!(
         for (line, name) in lines.iter().zip(["http-auto", "http-legacy", "stdio"]) {
             let words: Vec<&str> = line.split_whitespace().collect();
             assert_eq!(words[..2], [name, "ok"], "{stdout}");
-            assert_eq!(words[3], "40", "tools listed: {stdout}");
+            assert_eq!(words[3], "41", "tools listed: {stdout}");
         }
         // The newest version is negotiated where both sides know it.
         assert!(lines[0].contains("2026-07-28"), "{stdout}");

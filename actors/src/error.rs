@@ -65,6 +65,8 @@ pub enum LimitKind {
     Schedules,
     /// The event streams one key holds open.
     Streams,
+    /// The waits for tasks one key holds at once.
+    Waits,
 }
 
 /// A refusal by one of the org's limits.
@@ -92,6 +94,7 @@ impl LimitExceeded {
             LimitKind::Webhooks => "webhooks limit reached",
             LimitKind::Schedules => "schedules limit reached",
             LimitKind::Streams => "too many open event streams for this key",
+            LimitKind::Waits => "too many waits for tasks held by this key",
         }
     }
 
@@ -107,6 +110,7 @@ impl LimitExceeded {
             LimitKind::Webhooks => Some("webhooks"),
             LimitKind::Schedules => Some("schedules"),
             LimitKind::Streams => Some("streams"),
+            LimitKind::Waits => Some("waits"),
         };
         let per_minute = matches!(self.kind, LimitKind::Writes | LimitKind::Reads);
         LimitDetail {

@@ -34,6 +34,8 @@ pub struct OrgSnapshot {
     pub earliest_expiries: Vec<i64>,
     /// Claims waiting for a task (long polls).
     pub waiting_claims: usize,
+    /// Waits for tasks to finish (`POST /tasks/wait`).
+    pub task_waits: usize,
     /// Whether something of the org must happen at a time (a lease to
     /// expire, a waiting task to release, a schedule to tick).
     pub needs_timer: bool,
@@ -65,16 +67,24 @@ impl OrgSnapshots {
     /// Records `open` as the org's state, unless nothing changed since the
     /// last time. Reuses the snapshot's buffer: no allocation once it is big
     /// enough.
-    pub fn publish(&self, org: OrgId, open: &OpenTasks, waiting_claims: usize, needs_timer: bool) {
+    pub fn publish(
+        &self,
+        org: OrgId,
+        open: &OpenTasks,
+        (waiting_claims, task_waits): (usize, usize),
+        needs_timer: bool,
+    ) {
         if self.by_org.get(&org).is_some_and(|s| {
             s.version == open.version()
                 && s.waiting_claims == waiting_claims
+                && s.task_waits == task_waits
                 && s.needs_timer == needs_timer
         }) {
             return;
         }
         let mut snapshot = self.by_org.entry(org).or_default();
         snapshot.waiting_claims = waiting_claims;
+        snapshot.task_waits = task_waits;
         snapshot.needs_timer = needs_timer;
         snapshot.version = open.version();
         snapshot.counts = open.counts();
@@ -94,6 +104,11 @@ impl OrgSnapshots {
     /// Claims waiting for a task, over all orgs.
     pub fn waiting_claims(&self) -> usize {
         self.by_org.iter().map(|e| e.value().waiting_claims).sum()
+    }
+
+    /// Waits for tasks to finish, over all orgs.
+    pub fn task_waits(&self) -> usize {
+        self.by_org.iter().map(|e| e.value().task_waits).sum()
     }
 
     /// The org's open-task version as its actor last published it (the
@@ -257,7 +272,7 @@ mod tests {
         let mut open = OpenTasks::default();
         open.put(leased(0, 30));
         open.put(leased(0, 300));
-        snapshots.publish(org, &open, 0, false);
+        snapshots.publish(org, &open, (0, 0), false);
         let (_, s) = snapshots.all().pop().unwrap();
         assert_eq!((s.counts.in_progress, s.leases), (2, 2));
         assert_eq!(s.leases_expiring_by(60_000), (1, true));
@@ -265,7 +280,7 @@ mod tests {
         for _ in 0..EXPIRY_SAMPLE {
             open.put(leased(0, 10));
         }
-        snapshots.publish(org, &open, 0, false);
+        snapshots.publish(org, &open, (0, 0), false);
         let (_, s) = snapshots.all().pop().unwrap();
         assert_eq!(s.leases_expiring_by(60_000), (EXPIRY_SAMPLE, false));
         assert_eq!(snapshots.queue_depths(), [(org, 0)]);

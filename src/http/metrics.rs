@@ -288,6 +288,7 @@ pub async fn render(State(state): State<AppState>, _: Operator) -> Result<Respon
         "taskq_claim_waiters",
         engine.claim_waiters(),
     );
+    scalar(&mut out, "gauge", "taskq_task_waits", engine.task_waits());
     if let Some(m) = engine.meaning_stats() {
         scalar(&mut out, "gauge", "taskq_embedding_backlog", m.backlog);
         scalar(

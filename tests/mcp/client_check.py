@@ -32,7 +32,7 @@ EXPECTED = {
     "get_org_dek", "put_org_dek", "list_webhooks", "create_webhook",
     "delete_webhook", "rotate_webhook_secret", "list_webhook_deliveries",
     "test_webhook", "list_schedules", "create_schedule", "get_schedule",
-    "update_schedule", "delete_schedule",
+    "update_schedule", "delete_schedule", "wait_for_tasks",
 }
 
 
@@ -68,6 +68,9 @@ async def exercise(client, label):
     task = fetched["tasks"][0]
     if task["status"] != "completed" or task["output"] != {"transport": label}:
         raise AssertionError(f"{label}: fetched {task}")
+    waited = body(await client.call_tool("wait_for_tasks", {"task_ids": [task_id]}))
+    if not waited["done"] or waited["tasks"][0]["status"] != "completed":
+        raise AssertionError(f"{label}: a finished task's wait answered {waited}")
 
     empty = await client.call_tool("claim_task", {"tags": [label]})
     if empty.is_error or empty.content[0].text != "null":

@@ -1,10 +1,12 @@
 """Schemathesis hooks for taskq's fuzz run (tests/openapi.rs).
 
 Long polls. A claim may long-poll for up to 30 seconds (`wait_seconds`),
-and an empty queue makes it wait that long on purpose. The run's request
-timeout is what catches a hang, so a generated claim waits at most one
-second: a long poll is not mistaken for a hang, and the run stays short.
-The waiting itself is covered by tests/long_poll.rs.
+and an empty queue makes it wait that long on purpose; a wait for tasks
+(`POST /tasks/wait`) waits 30 seconds unless told otherwise. The run's
+request timeout is what catches a hang, so a generated claim or wait
+waits at most one second: a long poll is not mistaken for a hang, and the
+run stays short. The waiting itself is covered by tests/long_poll.rs and
+tests/wait.rs.
 
 The exceptions. Every rule of a request's shape is in the document, so a
 request the document allows is accepted; three kinds of rule cannot be
@@ -203,8 +205,10 @@ def within_state(case):
 @schemathesis.hook
 def before_call(context, case, kwargs):
     within_state(case)
-    if case.operation.path != "/tasks/claim" or not isinstance(case.body, dict):
+    if case.operation.path not in ("/tasks/claim", "/tasks/wait") or not isinstance(case.body, dict):
         return
+    if case.operation.path == "/tasks/wait" and "wait_seconds" not in case.body:
+        case.body["wait_seconds"] = LONGEST_WAIT
     wait = case.body.get("wait_seconds")
     if isinstance(wait, (int, float)) and not isinstance(wait, bool) and LONGEST_WAIT < wait <= 30:
         case.body["wait_seconds"] = LONGEST_WAIT

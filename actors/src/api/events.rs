@@ -1,15 +1,19 @@
 //! What is said of a change to the world outside: the body of every
 //! webhook delivery (CONTRACT §7) and the `data` of every event of the
-//! event stream (§10). Ids and statuses only, never a task's content, so
+//! event stream (§10), with what a watcher asks: the stream's query and a
+//! wait for tasks. Ids and statuses only, never a task's content, so
 //! client-encrypted orgs get them too. A receiver can generate its type
 //! from this schema (the OpenAPI document's `webhooks`).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::decode::{dedup, Result};
 use super::Timestamp;
+use super::MAX_WAIT_SECONDS;
+pub use crate::domain::watch::WaitUntil;
 use crate::domain::webhooks::EventType;
-use crate::domain::TaskStatus;
+use crate::domain::{TaskId, TaskStatus};
 
 /// What an event says happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -112,6 +116,52 @@ pub struct WatchEvents {
 }
 
 impl super::Decode for WatchEvents {}
+
+/// `POST /tasks/wait`: until all (or any) of 1 to 25 tasks are finished.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitTasks {
+    #[schemars(length(min = 1, max = 25))]
+    pub task_ids: Vec<TaskId>,
+    /// `all` (default): answer when every task found is finished; `any`:
+    /// when one is.
+    #[serde(default)]
+    pub until: WaitUntil,
+    /// How long to wait before answering `done: false` (default 30).
+    #[serde(default = "default_wait_seconds")]
+    #[schemars(range(min = 0, max = 30))]
+    pub wait_seconds: u32,
+}
+
+fn default_wait_seconds() -> u32 {
+    MAX_WAIT_SECONDS
+}
+
+impl super::Decode for WaitTasks {
+    fn validate(&mut self) -> Result<()> {
+        dedup(&mut self.task_ids);
+        Ok(())
+    }
+}
+
+/// `POST /tasks/wait` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WaitAnswer {
+    /// Whether all (or any) of the tasks found are finished.
+    pub done: bool,
+    /// The tasks found, in the order asked.
+    pub tasks: Vec<WaitedTask>,
+    /// The ids of no task of the org.
+    pub not_found: Vec<TaskId>,
+}
+
+/// Where a waited-for task stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WaitedTask {
+    pub task_id: TaskId,
+    pub status: TaskStatus,
+    pub updated_at: Timestamp,
+}
 
 #[cfg(test)]
 mod tests {

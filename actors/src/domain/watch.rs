@@ -1,6 +1,7 @@
-//! The event stream's pure rules (CONTRACT §10): what a state event is
-//! called on the stream, which events a stream's filters keep, and how a
-//! client says where it left off. No I/O: the stream applies them.
+//! Watching's pure rules (CONTRACT §10): what a state event is called on
+//! the stream, which events a stream's filters keep, how a client says
+//! where it left off, and when a wait for tasks is over. No I/O: the
+//! stream and the org actor apply them.
 
 use std::collections::HashSet;
 
@@ -123,6 +124,45 @@ pub fn resume_after(
     }
 }
 
+/// What `POST /tasks/wait` waits for.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum WaitUntil {
+    /// Every task found is finished.
+    #[default]
+    All,
+    /// At least one task found is finished.
+    Any,
+}
+
+impl WaitUntil {
+    /// Whether a wait on `found` tasks, `finished` of them finished, is
+    /// over. Ids not found do not count: a wait for all of none is over
+    /// at once, a wait for any of none can never be.
+    pub fn holds(self, found: usize, finished: usize) -> bool {
+        match self {
+            WaitUntil::All => finished >= found,
+            WaitUntil::Any => finished > 0,
+        }
+    }
+
+    /// Whether nothing can still change the answer: the wait is over, or
+    /// there is nothing to wait for.
+    pub fn settled(self, found: usize, finished: usize) -> bool {
+        found == 0 || self.holds(found, finished)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,5 +231,19 @@ mod tests {
         assert!(resume_after(Some("-1"), None).is_err());
         assert!(resume_after(None, Some("abc")).is_err());
         assert!(resume_after(Some("1.5"), None).is_err());
+    }
+
+    #[test]
+    fn a_wait_is_over_when_all_or_any_of_the_tasks_found_are_finished() {
+        assert!(!WaitUntil::All.holds(3, 2));
+        assert!(WaitUntil::All.holds(3, 3));
+        assert!(!WaitUntil::Any.holds(3, 0));
+        assert!(WaitUntil::Any.holds(3, 1));
+        // Nothing found: all of none holds, any of none never will.
+        assert!(WaitUntil::All.holds(0, 0));
+        assert!(!WaitUntil::Any.holds(0, 0));
+        assert!(WaitUntil::Any.settled(0, 0));
+        assert!(!WaitUntil::Any.settled(2, 0));
+        assert_eq!(WaitUntil::default(), WaitUntil::All);
     }
 }

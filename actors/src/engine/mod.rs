@@ -184,6 +184,11 @@ impl Engine {
         self.inner.snapshots.waiting_claims()
     }
 
+    /// Waits for tasks to finish (`POST /tasks/wait`), over all orgs.
+    pub fn task_waits(&self) -> usize {
+        self.inner.snapshots.task_waits()
+    }
+
     /// Whether the store is marked unavailable.
     pub fn store_down(&self) -> bool {
         self.inner.health.is_down()

@@ -505,17 +505,18 @@ impl Engine {
     }
 }
 
-/// A waiting claim in flight: if its caller goes away (the request's
-/// future is dropped), the actor is told at once, so its waiter leaves the
-/// queue and the waiting gauge now, not at the actor's next look.
-struct Waiting<'a> {
-    engine: &'a Engine,
-    org: OrgId,
-    armed: bool,
+/// A waiting claim (or wait for tasks) in flight: if its caller goes away
+/// (the request's future is dropped), the actor is told at once, so its
+/// waiter leaves the queue and the waiting gauge now, not at the actor's
+/// next look.
+pub(super) struct Waiting<'a> {
+    pub engine: &'a Engine,
+    pub org: OrgId,
+    pub armed: bool,
 }
 
 impl Waiting<'_> {
-    fn answered(mut self) {
+    pub fn answered(mut self) {
         self.armed = false;
     }
 }
@@ -524,7 +525,7 @@ impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         if self.armed {
             if let Some(route) = self.engine.inner.routes.get(&self.org) {
-                let _ = route.actor.cast(OrgMsg::ClaimantGone);
+                let _ = route.actor.cast(OrgMsg::WaiterGone);
             }
         }
     }

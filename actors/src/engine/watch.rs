@@ -1,14 +1,20 @@
-//! Watching: opening an org's event stream (CONTRACT §10). The stream
-//! itself is `crate::watch`; here what opening one checks and counts.
+//! Watching (CONTRACT §10): opening an org's event stream, and waiting
+//! for tasks. The stream itself is `crate::watch`; here what opening one
+//! checks and counts. A wait is held by the org's actor (`org::waiters`);
+//! here its answer is read from the store once the actor lets it go.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
+use super::tasks::Waiting;
 use super::Engine;
-use crate::api::WatchEvents;
+use crate::api::{Timestamp, WaitAnswer, WaitTasks, WaitedTask, WatchEvents};
 use crate::domain::account::Caller;
 use crate::domain::usage::RequestKind;
 use crate::domain::watch::{resume_after, StreamFilter};
 use crate::error::{EngineError, LimitExceeded, LimitKind};
+use crate::org::OrgMsg;
 use crate::watch::{EventStream, Opening, STREAMS_PER_KEY};
 
 impl Engine {
@@ -63,5 +69,55 @@ impl Engine {
             filter,
             after,
         ))
+    }
+
+    /// `POST /tasks/wait`: holds until all (or any) of the tasks found are
+    /// finished or the wait runs out, then answers where each stands as
+    /// committed. The actor releases a wait right after it submitted the
+    /// change that settled it; the barrier waits for that commit.
+    pub async fn wait_tasks(
+        &self,
+        caller: &Caller,
+        request: WaitTasks,
+    ) -> Result<WaitAnswer, EngineError> {
+        let org = caller.org_id;
+        let wait = Duration::from_secs(u64::from(request.wait_seconds));
+        let waiting = Waiting {
+            engine: self,
+            org,
+            armed: request.wait_seconds > 0,
+        };
+        let asked = self
+            .ask_within(org, wait, |reply| OrgMsg::WaitTasks {
+                caller: caller.clone(),
+                request: request.clone(),
+                reply,
+            })
+            .await;
+        waiting.answered();
+        let (outcome, _in_flight) = asked?;
+        self.committed(outcome.commit).await?;
+        outcome.result?;
+        self.stored(self.inner.writers.barrier(org).await)?;
+        let headers = self.stored(self.inner.store.task_headers(org, &request.task_ids).await)?;
+        let mut by_id: HashMap<_, _> = headers.into_iter().map(|h| (h.task_id, h)).collect();
+        let mut tasks = Vec::with_capacity(by_id.len());
+        let mut not_found = Vec::new();
+        for id in &request.task_ids {
+            match by_id.remove(id) {
+                Some(h) => tasks.push(WaitedTask {
+                    task_id: h.task_id,
+                    status: h.status,
+                    updated_at: Timestamp(h.updated_at),
+                }),
+                None => not_found.push(*id),
+            }
+        }
+        let finished = tasks.iter().filter(|t| t.status.is_terminal()).count();
+        Ok(WaitAnswer {
+            done: request.until.holds(tasks.len(), finished),
+            tasks,
+            not_found,
+        })
     }
 }

@@ -12,7 +12,7 @@ use ractor::{ActorRef, RpcReplyPort};
 use crate::api::{
     ClaimRequest, CreateSchedule, CreateTasks, CreateWebhook, CreatedItem, ListTasks, MemberPatch,
     MemberView, NewTag, NewTeam, PatchSchedule, QuotaView, TagPatch, TeamPatch, UpdateResult,
-    UpdateTasks,
+    UpdateTasks, WaitTasks,
 };
 use crate::directory::OrgEntry;
 use crate::domain::account::{Caller, KeyRecord, MemberRecord, Role, SettingsChange};
@@ -65,6 +65,15 @@ pub enum OrgMsg {
         after: Option<ListKey>,
         limit: usize,
         reply: Reply<Vec<ListKey>>,
+    },
+    /// Admits a wait for tasks and holds it until all (or any) of those
+    /// found are finished, or its time runs out. The answer says only
+    /// that: the engine reads the tasks once what finished them is
+    /// committed.
+    WaitTasks {
+        caller: Caller,
+        request: WaitTasks,
+        reply: Reply<()>,
     },
     /// Admits a request served from the store (get, keys).
     Admit {
@@ -217,13 +226,14 @@ pub enum OrgMsg {
     /// The earliest waiting task or schedule tick may be due; also sent to
     /// every running actor when a test moves the clock.
     TimeTick,
-    /// A waiting claim's time may have run out.
+    /// A waiting claim's or wait's time may have run out.
     WaitElapsed,
-    /// The server is stopping: every waiting claim answers `null` now.
+    /// The server is stopping: every waiting claim answers `null` now, and
+    /// every wait for tasks as it stands.
     ReleaseWaiters,
-    /// A waiting claim's caller went away: its waiter leaves now rather
+    /// A waiting claim's or wait's caller went away: it leaves now rather
     /// than the next time the actor looks.
-    ClaimantGone,
+    WaiterGone,
     /// A claim's answer never reached its claimant: the lease is undone,
     /// the task back to `pending`, unless the lease already changed.
     ClaimUndelivered {

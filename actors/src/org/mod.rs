@@ -132,6 +132,8 @@ pub struct OrgState {
     buckets: limits::Buckets,
     /// Claims waiting for a task (long polls), in arrival order.
     waiters: waiters::Waiters,
+    /// Waits for tasks to finish.
+    task_waits: waiters::TaskWaits,
     /// When the armed lease timer fires, if one is armed.
     lease_timer_at: Option<i64>,
     /// When the armed time timer (waiting tasks, schedules) fires.
@@ -200,6 +202,7 @@ impl Actor for OrgActor {
             usage: Usage::default(),
             buckets: limits::Buckets::default(),
             waiters: waiters::Waiters::default(),
+            task_waits: waiters::TaskWaits::default(),
             last_active: Instant::now(),
             retiring: false,
             deleted: false,
@@ -325,6 +328,14 @@ impl Actor for OrgActor {
                 request,
                 reply,
             } => self.claim_or_wait(&myself, state, caller, request, reply),
+            OrgMsg::WaitTasks {
+                caller,
+                request,
+                reply,
+            } => {
+                self.wait_for_tasks(&myself, state, &caller, request, reply)
+                    .await
+            }
             OrgMsg::ListOpen {
                 query,
                 after,
@@ -493,13 +504,14 @@ impl Actor for OrgActor {
             OrgMsg::TimeTick => self.time_passed(state).await?,
             OrgMsg::WaitElapsed => self.answer_elapsed_waiters(state),
             OrgMsg::ReleaseWaiters => self.release_waiters(state),
-            OrgMsg::ClaimantGone => state.waiters.drop_gone(),
+            OrgMsg::WaiterGone => self.drop_gone_waiters(state),
             OrgMsg::ClaimUndelivered { task, lease } => self.release(state, task, lease).await,
             OrgMsg::ContentRead(read) => state.content.refilled(read),
             OrgMsg::IdleTick => {
                 if !state.retiring
                     && !state.needs_timer()
                     && state.waiters.is_empty()
+                    && state.task_waits.is_empty()
                     && state.last_active.elapsed() >= self.deps.idle_after
                 {
                     state.retiring = true;
@@ -524,6 +536,7 @@ impl Actor for OrgActor {
         // Tasks whose `run_at` passed while the message was served.
         state.open.release_due(self.now());
         self.serve_waiters(state).await;
+        self.release_settled_waits(state);
         self.arm_lease_timer(&myself, state);
         self.arm_time_timer(&myself, state);
         self.publish(state);
@@ -543,7 +556,7 @@ impl OrgActor {
         self.deps.snapshots.publish(
             state.org,
             &state.open,
-            state.waiters.len(),
+            (state.waiters.len(), state.task_waits.len()),
             state.needs_timer(),
         );
     }

@@ -33,7 +33,7 @@ impl OrgState {
 impl OrgActor {
     /// Reads the headers of tasks not in memory, after this org's queued
     /// writes have committed.
-    async fn load(
+    pub(super) async fn load(
         &self,
         state: &OrgState,
         work: &mut Work,

@@ -52,6 +52,7 @@ impl Work {
         if !self.changed.contains(&h.task_id) {
             self.changed.push(h.task_id);
         }
+        state.task_waits.note(h.task_id, h.status.is_terminal());
         if h.status.is_terminal() {
             state.open.remove(h.task_id);
             self.loaded.insert(h.task_id, h);

@@ -21,6 +21,7 @@ export const OPERATIONS = {
   get_standup: { id: "get_standup", method: "GET", path: "/standup", auth: "key", answer: "json" },
   get_org_dek: { id: "get_org_dek", method: "GET", path: "/org/dek", auth: "key", answer: "json" },
   put_org_dek: { id: "put_org_dek", method: "PUT", path: "/org/dek", auth: "key", answer: "json" },
+  wait_for_tasks: { id: "wait_for_tasks", method: "POST", path: "/tasks/wait", auth: "key", answer: "json" },
   get_quota: { id: "get_quota", method: "GET", path: "/quota", auth: "key", answer: "json" },
   send_feedback: { id: "send_feedback", method: "POST", path: "/feedback", auth: "key", answer: "json" },
   list_tags: { id: "list_tags", method: "GET", path: "/tags", auth: "key", answer: "json" },
@@ -181,6 +182,13 @@ export abstract class Operations {
   put_org_dek(body: Body<"put_org_dek">, options?: CallOptions): Promise<Answer<"put_org_dek">> {
     return this.invoke(OPERATIONS.put_org_dek, [], undefined, body, options) as Promise<
       Answer<"put_org_dek">
+    >;
+  }
+
+  /** POST /tasks/wait: Wait until all (or any) of 1 to 25 tasks are finished, up to 30 s. */
+  wait_for_tasks(body: Body<"wait_for_tasks">, options?: CallOptions): Promise<Answer<"wait_for_tasks">> {
+    return this.invoke(OPERATIONS.wait_for_tasks, [], undefined, body, options) as Promise<
+      Answer<"wait_for_tasks">
     >;
   }
 

@@ -280,6 +280,26 @@ export type paths = {
         patch?: never;
         trace?: never;
     };
+    "/tasks/wait": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Wait until all (or any) of 1 to 25 tasks are finished, up to 30 s
+         * @description Wait until all (until: "all", the default) or any (until: "any") of 1 to 25 tasks are finished (completed, failed or canceled), for up to wait_seconds (0 to 30, default 30). Returns {done, tasks: [{task_id, status, updated_at}], not_found}; done is false when the time ran out first. Ids of no task of the org are in not_found and do not count. Call it again to keep waiting.
+         */
+        post: operations["wait_for_tasks"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/quota": {
         parameters: {
             query?: never;
@@ -1520,6 +1540,24 @@ export type components = {
             /** @description The KMS key that unwraps it; stored verbatim, never parsed. */
             kms_key_id: string;
         };
+        /** @description `POST /tasks/wait`: until all (or any) of 1 to 25 tasks are finished. */
+        WaitTasks: {
+            task_ids: string[];
+            /**
+             * @description `all` (default): answer when every task found is finished; `any`:
+             *     when one is.
+             * @default all
+             */
+            until?: components["schemas"]["WaitUntil"];
+            /**
+             * Format: uint32
+             * @description How long to wait before answering `done: false` (default 30).
+             * @default 30
+             */
+            wait_seconds?: number;
+        };
+        /** @description What `POST /tasks/wait` waits for. */
+        WaitUntil: "all" | "any";
         /**
          * @description `POST /feedback`: product feedback, filed as a task in the operator's
          *     feedback org. The first line becomes its title.
@@ -2533,6 +2571,23 @@ export type components = {
             /** Format: uuid */
             org_id: string;
         };
+        /** @description `POST /tasks/wait` answer. */
+        WaitAnswer: {
+            /** @description Whether all (or any) of the tasks found are finished. */
+            done: boolean;
+            /** @description The tasks found, in the order asked. */
+            tasks: components["schemas"]["WaitedTask"][];
+            /** @description The ids of no task of the org. */
+            not_found: string[];
+        };
+        /** @description Where a waited-for task stands. */
+        WaitedTask: {
+            /** Format: uuid */
+            task_id: string;
+            status: components["schemas"]["TaskStatus"];
+            /** Format: date-time */
+            updated_at: string;
+        };
         /** @description `GET /quota`: the monthly task quota. */
         QuotaView: {
             tier: components["schemas"]["Tier"];
@@ -3172,6 +3227,8 @@ export type SearchTasks = components['schemas']['SearchTasks'];
 export type PlanRequest = components['schemas']['PlanRequest'];
 export type Cadence = components['schemas']['Cadence'];
 export type PutOrgDek = components['schemas']['PutOrgDek'];
+export type WaitTasks = components['schemas']['WaitTasks'];
+export type WaitUntil = components['schemas']['WaitUntil'];
 export type SendFeedback = components['schemas']['SendFeedback'];
 export type FeedbackKind = components['schemas']['FeedbackKind'];
 export type CreateTags = components['schemas']['CreateTags'];
@@ -3260,6 +3317,8 @@ export type Delta = components['schemas']['Delta'];
 export type StandupEntry = components['schemas']['StandupEntry'];
 export type OrgDekView = components['schemas']['OrgDekView'];
 export type OrgDekCreated = components['schemas']['OrgDekCreated'];
+export type WaitAnswer = components['schemas']['WaitAnswer'];
+export type WaitedTask = components['schemas']['WaitedTask'];
 export type QuotaView = components['schemas']['QuotaView'];
 export type FeedbackFiled = components['schemas']['FeedbackFiled'];
 export type TagView = components['schemas']['TagView'];
@@ -4553,6 +4612,97 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before retrying */
                     "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Overloaded, restarting, a dependency or the store unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    wait_for_tasks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WaitTasks"];
+            };
+        };
+        responses: {
+            /** @description Where each task found stands, and whether all (or any) of them are finished */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WaitAnswer"];
+                };
+            };
+            /** @description Malformed JSON, a body or query of the wrong shape, or a bad path parameter; `error` names the field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Missing, unknown or revoked key (or operator token) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Not allowed: the caller's role, a suspended org, a blocked member, or a feature outside the plan (`upgrade: true`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request body is over 2 MiB; the connection is closed */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A rate, monthly or tier limit refused the request (per-minute limits send `Retry-After`), or, on operator routes, too many wrong operator tokens came from the caller's address (with `Retry-After`) */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A stored value failed its integrity check (`code: ciphertext_binding_failure`) */
+            500: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {

@@ -27,6 +27,7 @@ OPERATIONS: Dict[str, Operation] = {
     "get_standup": Operation("get_standup", "GET", "/standup", auth="key", answer="json"),
     "get_org_dek": Operation("get_org_dek", "GET", "/org/dek", auth="key", answer="json"),
     "put_org_dek": Operation("put_org_dek", "PUT", "/org/dek", auth="key", answer="json"),
+    "wait_for_tasks": Operation("wait_for_tasks", "POST", "/tasks/wait", auth="key", answer="json"),
     "get_quota": Operation("get_quota", "GET", "/quota", auth="key", answer="json"),
     "send_feedback": Operation("send_feedback", "POST", "/feedback", auth="key", answer="json"),
     "list_tags": Operation("list_tags", "GET", "/tags", auth="key", answer="json"),
@@ -138,6 +139,10 @@ class SyncOperations(SyncTransport):
     def put_org_dek(self, body: models.PutOrgDek) -> models.OrgDekCreated:
         """PUT /org/dek: Enroll a BYOK org's wrapped data key, once."""
         return cast("models.OrgDekCreated", self._invoke(OPERATIONS["put_org_dek"], path=(), body=body))
+
+    def wait_for_tasks(self, body: models.WaitTasks) -> models.WaitAnswer:
+        """POST /tasks/wait: Wait until all (or any) of 1 to 25 tasks are finished, up to 30 s."""
+        return cast("models.WaitAnswer", self._invoke(OPERATIONS["wait_for_tasks"], path=(), body=body))
 
     def get_quota(self) -> models.QuotaView:
         """GET /quota: This month's task quota."""
@@ -386,6 +391,10 @@ class AsyncOperations(AsyncTransport):
     async def put_org_dek(self, body: models.PutOrgDek) -> models.OrgDekCreated:
         """PUT /org/dek: Enroll a BYOK org's wrapped data key, once."""
         return cast("models.OrgDekCreated", await self._invoke(OPERATIONS["put_org_dek"], path=(), body=body))
+
+    async def wait_for_tasks(self, body: models.WaitTasks) -> models.WaitAnswer:
+        """POST /tasks/wait: Wait until all (or any) of 1 to 25 tasks are finished, up to 30 s."""
+        return cast("models.WaitAnswer", await self._invoke(OPERATIONS["wait_for_tasks"], path=(), body=body))
 
     async def get_quota(self) -> models.QuotaView:
         """GET /quota: This month's task quota."""

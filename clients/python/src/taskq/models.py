@@ -51,6 +51,9 @@ class PutOrgDek(TypedDict):
     kms_key_id: str
 
 
+WaitUntil: TypeAlias = Literal['all', 'any']
+
+
 Message: TypeAlias = str
 
 
@@ -388,6 +391,12 @@ class OrgDekCreated(TypedDict):
     org_id: str
 
 
+class WaitedTask(TypedDict):
+    task_id: str
+    status: TaskStatus
+    updated_at: str
+
+
 class QuotaView(TypedDict):
     tier: Tier
     limit: Optional[int]
@@ -685,6 +694,12 @@ class TaskUpdate(TypedDict):
     delay_seconds: NotRequired[Optional[int]]
 
 
+class WaitTasks(TypedDict):
+    task_ids: List[TaskId]
+    until: NotRequired[WaitUntil]
+    wait_seconds: NotRequired[int]
+
+
 class SendFeedback(TypedDict):
     message: Message
     type: NotRequired[FeedbackKind]
@@ -878,6 +893,12 @@ class StandupEntry(TypedDict):
     computed_at: str
     headline: Headline
     body: str
+
+
+class WaitAnswer(TypedDict):
+    done: bool
+    tasks: List[WaitedTask]
+    not_found: List[str]
 
 
 class TeamMemberView(TypedDict):
