@@ -93,6 +93,22 @@ pub struct BenchArgs {
     /// moves. Reports their cost on an idle server and during the cycles.
     #[arg(long, default_value_t = 0)]
     pub boards: usize,
+    /// In the `cycle` scenario, keep this many subscribers on the orgs'
+    /// event streams (`GET /events`; stream i follows org i % orgs, ten
+    /// streams a key, the keys issued by the orgs' owners), opened after the
+    /// create phase and read while the cycles run. Reports the events
+    /// received, disconnects and the time from a commit to its event's
+    /// arrival.
+    #[arg(long, default_value_t = 0)]
+    pub streams: usize,
+
+    /// In the `cycle` scenario, this many more subscribers that open the
+    /// stream and read nothing before the cycles end, so that the server
+    /// cuts off a stream more than 10,000 events behind; reports how many
+    /// were cut off.
+    #[arg(long, default_value_t = 0)]
+    pub slow_streams: usize,
+
     /// Cycle: tasks per org that wait a year (a `run_at` ahead), created
     /// before the run so that claims run beside them; the server's CPU over
     /// five idle seconds with them present is reported.
@@ -232,6 +248,10 @@ pub fn validate(args: &BenchArgs) -> anyhow::Result<()> {
     ensure!(
         args.boards == 0 || args.scenario == Scenario::Cycle,
         "--boards is for the cycle scenario"
+    );
+    ensure!(
+        (args.streams == 0 && args.slow_streams == 0) || args.scenario == Scenario::Cycle,
+        "--streams and --slow-streams are for the cycle scenario"
     );
     if matches!(args.scenario, Scenario::Cycle | Scenario::Reports) {
         ensure!(

@@ -71,8 +71,9 @@
 //! operator API and the orgs and keys of a run, `api` the HTTP client and
 //! the agents' requests, `conn` an agent's connection, `scenarios` the
 //! measured phases, `longpoll`, `reports` and `search` the scenarios of
-//! their names, `boards` the open boards of `--boards`, `stats` their
-//! figures and progress line, and `report` the results and their table.
+//! their names, `boards` the open boards of `--boards`, `streams` the
+//! event streams of `--streams`, `stats` their figures and progress line,
+//! and `report` the results and their table.
 
 mod api;
 mod args;
@@ -86,6 +87,7 @@ mod scenarios;
 mod search;
 mod server;
 mod stats;
+mod streams;
 mod waiting;
 mod webhooks;
 
@@ -224,6 +226,7 @@ fn blank_report(args: &BenchArgs) -> Report {
         webhooks: None,
         boards: None,
         waiting: None,
+        streams: None,
     }
 }
 
@@ -298,8 +301,15 @@ async fn execute(
                         Some(boards::Boards::open(base, &keys, n, process).await?)
                     }
                 };
+                let streams = match (args.streams, args.slow_streams) {
+                    (0, 0) => None,
+                    (n, k) => Some(streams::Streams::open(base, &owner_keys, n, k).await?),
+                };
                 let before = admin.commit_counters().await;
                 let cycled = cycle_phase(base, &agents, deadline, args.claim_batch).await?;
+                if let Some(streams) = streams {
+                    report.streams = Some(streams.close().await);
+                }
                 if let Some(boards) = boards {
                     report.boards = Some(boards.close().await);
                 }

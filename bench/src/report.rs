@@ -43,6 +43,7 @@ pub(super) struct Report {
     pub(super) webhooks: Option<super::webhooks::WebhookSummary>,
     pub(super) boards: Option<super::boards::BoardsSummary>,
     pub(super) waiting: Option<super::waiting::WaitingSummary>,
+    pub(super) streams: Option<super::streams::StreamsSummary>,
 }
 
 #[derive(Serialize)]
@@ -316,6 +317,9 @@ pub(super) fn render_table(report: &Report) -> String {
     }
     if let Some(boards) = &report.boards {
         let _ = write!(out, "\n{}", boards.render());
+    }
+    if let Some(streams) = &report.streams {
+        let _ = write!(out, "\n{}", streams.render());
     }
     if let Some(waiting) = &report.waiting {
         let _ = write!(out, "\n{}", waiting.render());

@@ -236,3 +236,152 @@ impl Phase {
         })
     }
 }
+
+/// Sub-buckets per power of two above [`EXACT`]: a value is kept to
+/// within 1/64 (1.6%).
+const SUB_BUCKETS: u64 = 64;
+/// Values below this are counted exactly.
+const EXACT: u64 = 2 * SUB_BUCKETS;
+
+/// Counts of microsecond values in buckets of bounded relative width, for
+/// figures too many to keep one by one (every event at every stream). A
+/// fixed size, whatever the count; merged like [`OpStats`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Histogram {
+    counts: Vec<u64>,
+    total: u64,
+    max: u64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            counts: vec![0; Self::bucket(u64::from(u32::MAX)) + 1],
+            total: 0,
+            max: 0,
+        }
+    }
+}
+
+impl Histogram {
+    /// The bucket of `us` (at most `u32::MAX`).
+    fn bucket(us: u64) -> usize {
+        if us < EXACT {
+            return us as usize;
+        }
+        let top = u64::from(63 - us.leading_zeros());
+        let shift = top - SUB_BUCKETS.trailing_zeros() as u64;
+        (EXACT + (top - 7) * SUB_BUCKETS + ((us >> shift) - SUB_BUCKETS)) as usize
+    }
+
+    /// The middle of bucket `index`'s values.
+    fn value(index: usize) -> u64 {
+        let index = index as u64;
+        if index < EXACT {
+            return index;
+        }
+        let top = (index - EXACT) / SUB_BUCKETS + 7;
+        let shift = top - SUB_BUCKETS.trailing_zeros() as u64;
+        let low = (SUB_BUCKETS + (index - EXACT) % SUB_BUCKETS) << shift;
+        low + (1 << shift) / 2
+    }
+
+    pub(super) fn record(&mut self, us: u64) {
+        let us = us.min(u64::from(u32::MAX));
+        self.counts[Self::bucket(us)] += 1;
+        self.total += 1;
+        self.max = self.max.max(us);
+    }
+
+    pub(super) fn merge(&mut self, other: &Histogram) {
+        for (mine, theirs) in self.counts.iter_mut().zip(&other.counts) {
+            *mine += theirs;
+        }
+        self.total += other.total;
+        self.max = self.max.max(other.max);
+    }
+
+    pub(super) fn count(&self) -> u64 {
+        self.total
+    }
+
+    /// Nearest-rank percentile in milliseconds, to within a bucket.
+    pub(super) fn percentile_ms(&self, p: f64) -> Option<f64> {
+        if self.total == 0 {
+            return None;
+        }
+        let rank = ((p / 100.0 * self.total as f64).ceil() as u64).clamp(1, self.total);
+        let mut seen = 0;
+        let index = self.counts.iter().position(|&n| {
+            seen += n;
+            seen >= rank
+        })?;
+        Some(Self::value(index).min(self.max) as f64 / 1000.0)
+    }
+
+    pub(super) fn max_ms(&self) -> Option<f64> {
+        (self.total > 0).then(|| self.max as f64 / 1000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_values_are_counted_exactly() {
+        let mut h = Histogram::default();
+        for us in [5, 7, 100] {
+            h.record(us);
+        }
+        assert_eq!(h.percentile_ms(50.0), Some(0.007));
+        assert_eq!(h.percentile_ms(100.0), Some(0.1));
+        assert_eq!(h.max_ms(), Some(0.1));
+    }
+
+    #[test]
+    fn a_large_value_is_kept_to_within_two_percent() {
+        for us in [128, 1_000, 12_345, 987_654, 40_000_000, u64::from(u32::MAX)] {
+            let mut h = Histogram::default();
+            h.record(us);
+            h.record(1);
+            let got = h.percentile_ms(99.0).unwrap() * 1000.0;
+            assert!(
+                (got - us as f64).abs() <= us as f64 / 64.0,
+                "{us} us read as {got}"
+            );
+        }
+    }
+
+    #[test]
+    fn buckets_rise_with_their_values() {
+        let mut last = 0;
+        for us in (0..2_000_000).step_by(97) {
+            let bucket = Histogram::bucket(us);
+            assert!(bucket >= last, "{us}");
+            last = bucket;
+        }
+        assert_eq!(
+            Histogram::bucket(u64::from(u32::MAX)),
+            Histogram::default().counts.len() - 1
+        );
+    }
+
+    #[test]
+    fn merged_histograms_rank_over_both() {
+        let (mut a, mut b) = (Histogram::default(), Histogram::default());
+        (0..99).for_each(|_| a.record(10));
+        b.record(50_000);
+        a.merge(&b);
+        assert_eq!(a.count(), 100);
+        assert_eq!(a.percentile_ms(99.0), Some(0.01));
+        assert!(a.percentile_ms(100.0).unwrap() > 49.0);
+        assert_eq!(a.max_ms(), Some(50.0));
+    }
+
+    #[test]
+    fn an_empty_histogram_has_no_figures() {
+        let h = Histogram::default();
+        assert_eq!((h.percentile_ms(50.0), h.max_ms()), (None, None));
+    }
+}
