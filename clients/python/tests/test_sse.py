@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List
+from typing import Any, List
 
 import pytest
 
@@ -96,10 +96,10 @@ def test_a_loop_of_waits_asks_for_what_is_left_rounded_up() -> None:
 
 
 def test_a_loop_of_waits_stops_when_done_out_of_time_or_with_nothing_to_wait_for() -> None:
-    task = {"task_id": "t", "status": "pending", "updated_at": "2026-01-01T00:00:00Z"}
-    running = {"done": False, "tasks": [task], "not_found": []}
-    assert not waiting_is_over(running, None, 0.0)  # type: ignore[arg-type]
-    assert not waiting_is_over(running, 10.0, 9.0)  # type: ignore[arg-type]
-    assert waiting_is_over(running, 10.0, 10.0)  # type: ignore[arg-type]
-    assert waiting_is_over({"done": True, "tasks": [task], "not_found": []}, None, 0.0)  # type: ignore[arg-type]
+    task: Any = {"task_id": "t", "status": "pending", "updated_at": "2026-01-01T00:00:00Z"}
+    running: Any = {"done": False, "tasks": [task], "not_found": []}
+    assert not waiting_is_over(running, None, 0.0)
+    assert not waiting_is_over(running, 10.0, 9.0)
+    assert waiting_is_over(running, 10.0, 10.0)
+    assert waiting_is_over({"done": True, "tasks": [task], "not_found": []}, None, 0.0)
     assert waiting_is_over({"done": False, "tasks": [], "not_found": ["x"]}, None, 0.0)

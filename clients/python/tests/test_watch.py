@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, cast
 
 import pytest
 
@@ -73,12 +73,12 @@ def create(client: taskq.Client, title: str) -> str:
 
 
 def update(client: taskq.Client, item: Dict[str, Any]) -> None:
-    answer = client.update_tasks({"updates": [item]})  # type: ignore[typeddict-item]
+    answer = client.update_tasks({"updates": [cast(Any, item)]})
     assert answer["updated"] == 1, answer
 
 
 def summary(events: List[taskq.StreamEvent]) -> List[Tuple[int, str, str]]:
-    return [(e.id, e.type, e.data["data"]["task_id"]) for e in events]  # type: ignore[typeddict-item]
+    return [(e.id, e.type, e.data["data"]["task_id"]) for e in events]
 
 
 def until(what: str, check: Callable[[], bool], timeout: float = 15.0) -> None:
@@ -155,7 +155,7 @@ def test_events_come_in_order_replayed_then_live(client: taskq.Client) -> None:
     a = create(client, "a")
     reader = Reader(client.events(since=0), 4)
     first = reader.wait_for(1)
-    assert (first[0].type, first[0].data["data"]["task_id"]) == ("task.created", a)  # type: ignore[typeddict-item]
+    assert (first[0].type, first[0].data["data"]["task_id"]) == ("task.created", a)
     # The stream is open: what follows comes live.
     claimed = client.claim_task({"lease_seconds": 60})
     assert claimed is not None and "lease_id" in claimed
@@ -172,7 +172,7 @@ def test_events_come_in_order_replayed_then_live(client: taskq.Client) -> None:
     assert ids == sorted(set(ids))
     assert all(e.data["type"] == e.type for e in events)
     completed = events[2].data["data"]
-    assert (completed["from_status"], completed["to_status"]) == ("in_progress", "completed")  # type: ignore[typeddict-item]
+    assert (completed["from_status"], completed["to_status"]) == ("in_progress", "completed")
     # Filters keep only what they name.
     assert summary(collect(client.events(since=0, types=["task.completed"]), 1)) == [summary(events)[2]]
     assert summary(collect(client.events(since=0, task_ids=[b]), 1)) == [summary(events)[3]]
@@ -240,7 +240,7 @@ def test_a_stream_refused_for_good_raises(url: str, client: taskq.Client) -> Non
         assert refused.value.status == 429 and refused.value.body["limit_type"] == "streams"
     finally:
         for stream in streams:
-            stream.close()  # type: ignore[attr-defined]
+            stream.close()
 
 
 # ---------------------------------------------------------------- async

@@ -7,7 +7,7 @@
 //   await new Worker({ client, handler: async (task) => ({ summary: task.title }), concurrency: 8 }).run();
 
 export { Client, type WaitOptions, type WaitUntilDoneOptions } from "./client.js";
-export type { EventsOptions, StreamEvent } from "./watch.js";
+export type { EventsOptions, StreamBody, StreamEvent } from "./watch.js";
 export { ApiError, InDoubt, UsageError, type CallOptions, type ClientOptions } from "./transport.js";
 export { Done, Fail, RELEASE_NOTE } from "./outcome.js";
 export {

@@ -28,7 +28,13 @@ import {
   type OperationSpec,
 } from "./transport.js";
 
-type EventBody = components["schemas"]["EventBody"];
+/** The webhook body of a task's transition (`EventBody`, whose `data` on
+ * the stream is always a `TransitionData`). */
+export interface StreamBody {
+  type: components["schemas"]["EventKind"];
+  timestamp: string;
+  data: components["schemas"]["TransitionData"];
+}
 type WaitAnswer = components["schemas"]["WaitAnswer"];
 
 /** One event of the org's stream. */
@@ -38,7 +44,7 @@ export interface StreamEvent {
   /** `task.created`, `task.completed`, … or `task.status_changed` for a change without a more specific type. */
   type: string;
   /** The webhook body: `{type, timestamp, data: {org_id, task_id, from_status, to_status, agent_id}}`. */
-  data: EventBody;
+  data: StreamBody;
 }
 
 export interface EventsOptions {
@@ -64,7 +70,7 @@ export function toEvent(message: SseMessage): StreamEvent {
   if (message.id === undefined || !/^[0-9]+$/.test(message.id)) {
     throw new TypeError(`an event without an event id (${String(message.id)}): not a taskq stream`);
   }
-  return { id: Number(message.id), type: message.event ?? UNNAMED, data: JSON.parse(message.data) as EventBody };
+  return { id: Number(message.id), type: message.event ?? UNNAMED, data: JSON.parse(message.data) as StreamBody };
 }
 
 /** How long the next wait of a loop with this deadline asks for: whole

@@ -79,7 +79,7 @@ async function claimOne(client: Client): Promise<string> {
   return claimed.lease_id;
 }
 
-const taskOf = (e: StreamEvent): string => (e.data.data as { task_id: string }).task_id;
+const taskOf = (e: StreamEvent): string => e.data.data.task_id;
 const summary = (events: StreamEvent[]): [number, string, string][] => events.map((e) => [e.id, e.type, taskOf(e)]);
 const kinds = (events: StreamEvent[]): [string, string][] => events.map((e) => [e.type, taskOf(e)]);
 
@@ -156,10 +156,8 @@ test("events come in order, replayed then live, and filters keep what they name"
   const ids = events.map((e) => e.id);
   assert.deepEqual(ids, [...new Set(ids)].sort((x, y) => x - y));
   assert.ok(events.every((e) => e.data.type === e.type));
-  assert.deepEqual(
-    [events[2]?.data.data].map((d) => [(d as { from_status: string }).from_status, (d as { to_status: string }).to_status]),
-    [["in_progress", "completed"]],
-  );
+  const completed = events[2]?.data.data;
+  assert.deepEqual([completed?.from_status, completed?.to_status], ["in_progress", "completed"]);
   assert.deepEqual(summary(await collect(org.client.events({ since: 0, types: ["task.completed"] }), 1)), summary(events).slice(2, 3));
   assert.deepEqual(summary(await collect(org.client.events({ since: 0, taskIds: [b] }), 1)), summary(events).slice(3));
   const paused = await create(org.client, "paused");

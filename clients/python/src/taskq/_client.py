@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterator, List, Optional, Sequence, Union, cast
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Dict, Generator, List, Optional, Sequence, Union, cast
 
 import httpx
 
@@ -165,7 +165,7 @@ class Client(SyncOperations):
         since: Optional[int] = None,
         types: Union[str, Sequence[str], None] = None,
         task_ids: Union[str, Sequence[str], None] = None,
-    ) -> Iterator[StreamEvent]:
+    ) -> Generator[StreamEvent, None, None]:
         """GET /events: the org's task transitions, in order, for as long as
         it is iterated, reconnecting by itself without a gap or a repeat.
         `since`: start after that event id (None: with the next event);
@@ -262,7 +262,7 @@ class AsyncClient(AsyncOperations):
         since: Optional[int] = None,
         types: Union[str, Sequence[str], None] = None,
         task_ids: Union[str, Sequence[str], None] = None,
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """GET /events as an async generator (see `Client.events`); close it
         (`contextlib.aclosing`) to close its stream at once."""
         return aread_events(self._http, self._settings, since, types, task_ids)

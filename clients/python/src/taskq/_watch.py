@@ -20,11 +20,12 @@ import json
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterator, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Dict, Generator, List, Optional, Sequence, Union
 
 import httpx
 
 from ._sse import Message, SseParser
+from ._typing import TypedDict
 from ._transport import (
     PAUSE,
     Attempts,
@@ -49,6 +50,15 @@ MAX_WAIT_SECONDS = 30
 UNNAMED = "task.status_changed"
 
 
+class StreamBody(TypedDict):
+    """The webhook body of a task's transition (`models.EventBody`, whose
+    `data` on the stream is always a `TransitionData`)."""
+
+    type: models.EventKind
+    timestamp: str
+    data: models.TransitionData
+
+
 @dataclass(frozen=True)
 class StreamEvent:
     """One event of the org's stream: `id` (rising within the org), `type`
@@ -58,7 +68,7 @@ class StreamEvent:
 
     id: int
     type: str
-    data: models.EventBody
+    data: StreamBody
 
 
 def to_event(message: Message) -> StreamEvent:
@@ -178,7 +188,7 @@ def read_events(
     since: Optional[int],
     types: Union[str, Sequence[str], None],
     task_ids: Union[str, Sequence[str], None],
-) -> Iterator[StreamEvent]:
+) -> Generator[StreamEvent, None, None]:
     cursor = Cursor(settings, since, types, task_ids)
     attempts = Attempts(settings)
     while True:
@@ -208,7 +218,7 @@ async def aread_events(
     since: Optional[int],
     types: Union[str, Sequence[str], None],
     task_ids: Union[str, Sequence[str], None],
-) -> AsyncIterator[StreamEvent]:
+) -> AsyncGenerator[StreamEvent, None]:
     cursor = Cursor(settings, since, types, task_ids)
     attempts = Attempts(settings)
     while True:
