@@ -5,6 +5,7 @@ after the server applied the call."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from typing import Optional, Tuple
@@ -68,6 +69,91 @@ class DroppingProxy:
                     self.dropped += 1
                     return
                 client.sendall(answer)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+class StreamCuttingProxy:
+    """A TCP proxy that ends every event stream it passes after `keep`
+    events: `clean` ends the chunked answer as a server that stopped would,
+    otherwise the connection breaks a few bytes into the next event, as a
+    network that failed mid-event. Other answers pass untouched."""
+
+    #: What the next event's first bytes look like on the wire: its chunk size line and `id: …`.
+    PARTIAL = 12
+
+    def __init__(self, target_url: str, keep: int, clean: bool) -> None:
+        target = urlparse(target_url)
+        self.target = (target.hostname or "127.0.0.1", target.port or 80)
+        self.keep = keep
+        self.clean = clean
+        self.cuts = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        upstream = socket.create_connection(self.target)
+        threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
+        seen = b""
+        sent = 0
+        with client, upstream:
+            while True:
+                try:
+                    chunk = upstream.recv(65536)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                seen += chunk
+                limit = self._limit(seen)
+                end = len(seen) if limit is None else min(len(seen), limit)
+                try:
+                    client.sendall(seen[sent:end])
+                except OSError:
+                    return
+                sent = end
+                if limit is not None and sent == limit:
+                    self.cuts += 1
+                    with contextlib.suppress(OSError):
+                        if self.clean:
+                            client.sendall(b"0\r\n\r\n")
+                        client.shutdown(socket.SHUT_RDWR)
+                    return
+
+    def _limit(self, seen: bytes) -> Optional[int]:
+        """Where the answer is cut, once the `keep`-th event has come."""
+        head_end = seen.find(b"\r\n\r\n")
+        if head_end < 0 or b"text/event-stream" not in seen[:head_end].lower():
+            return None
+        at = head_end
+        for _ in range(self.keep):
+            at = seen.find(b"\n\n", at + 1)
+            if at < 0:
+                return None
+        # Past the event's blank line and its chunk's CRLF.
+        end = at + 2 + 2
+        return end if self.clean else end + self.PARTIAL
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while True:
+                chunk = source.recv(65536)
+                if not chunk:
+                    return
+                sink.sendall(chunk)
+        except OSError:
+            return
 
     def close(self) -> None:
         self.listener.close()

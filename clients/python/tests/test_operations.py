@@ -101,6 +101,11 @@ def tasks_round_trip(owner: taskq.Client) -> None:
     assert got["count"] == 1 and got["tasks"][0]["output"] == {"n": 1}
     assert [e["to_status"] for e in got["tasks"][0]["history"]] == ["pending", "in_progress", "completed"]
     assert owner.get_tasks({"task_ids": [second]})["tasks"][0]["status"] == "pending"
+    missing = str(uuid.uuid4())
+    waited = owner.wait_for_tasks({"task_ids": [first, second, missing], "until": "any", "wait_seconds": 0})
+    assert waited["done"] is True and waited["not_found"] == [missing]
+    assert [(t["task_id"], t["status"]) for t in waited["tasks"]] == [(first, "completed"), (second, "pending")]
+    assert owner.wait_for_tasks({"task_ids": [second], "wait_seconds": 0})["done"] is False
     search = owner.search_tasks({"query": "write"})
     assert search == {"available": False, "reason": "not_configured"}
     plan = owner.plan_tasks({"goal": "ship it"})

@@ -7,6 +7,7 @@ import httpx
 import pytest
 
 import taskq
+from taskq._operations import OPERATIONS
 from taskq._outcome import MAX_NOTE_CHARS, completion, failure, release, renewal
 from taskq._transport import Operation, Settings, build_url, query_string, request_timeout, retry_delay
 
@@ -49,8 +50,13 @@ def test_query_strings_drop_unset_values_and_spell_booleans_as_the_server_reads_
 
 def test_long_polls_get_their_wait_on_top_of_the_timeout() -> None:
     settings = Settings("http://h", timeout=10)
-    assert request_timeout(settings, {"wait_seconds": 20}, None) == 30
-    assert request_timeout(settings, None, None) == 10
+    claim = OPERATIONS["claim_task"]
+    assert request_timeout(settings, claim, {"wait_seconds": 20}, None) == 30
+    assert request_timeout(settings, claim, None, None) == 10
+    # A wait for tasks that leaves out wait_seconds is held 30 s.
+    wait = OPERATIONS["wait_for_tasks"]
+    assert request_timeout(settings, wait, {"task_ids": []}, None) == 40
+    assert request_timeout(settings, wait, {"task_ids": [], "wait_seconds": 5}, None) == 15
 
 
 def test_outcomes() -> None:

@@ -6,10 +6,11 @@
 //   twice: the repeat answers 409 `task_id already exists`, and when every
 //   id of the call exists with its title the call is answered as the first
 //   attempt would have been.
-// - `wait(...)` (`POST /tasks/wait`) and `events({since})` (`GET /events`,
-//   resuming with `Last-Event-ID` on reconnect) belong here once the
-//   server serves them (CONTRACT §10); the generated `wait_for_tasks` will
-//   carry the call itself.
+// - `wait(...)` is `POST /tasks/wait` with its arguments spelled out, and
+//   `waitUntilDone(...)` a loop of them up to an overall `timeoutMs`.
+// - `events(...)` reads `GET /events`, which the document cannot type (a
+//   stream of Server-Sent Events), and resumes it with `Last-Event-ID`
+//   whenever it ends (watch.ts).
 
 import { Operations, OPERATIONS } from "./operations.js";
 import type { components } from "./schema.js";
@@ -32,10 +33,26 @@ import {
   type ClientOptions,
   type OperationSpec,
 } from "./transport.js";
+import { nextWaitSeconds, readEvents, waitingIsOver, type EventsOptions, type StreamEvent } from "./watch.js";
 
 type CreateTasks = components["schemas"]["CreateTasks"];
 type CreateAnswer = components["schemas"]["CreateAnswer"];
 type GetAnswer = components["schemas"]["GetAnswer"];
+type WaitAnswer = components["schemas"]["WaitAnswer"];
+type WaitUntil = components["schemas"]["WaitUntil"];
+
+export interface WaitOptions extends CallOptions {
+  /** `all` (the default) or `any` of the tasks. */
+  until?: WaitUntil;
+  /** How long the server holds the call (0 to 30, default 30). */
+  waitSeconds?: number;
+}
+
+export interface WaitUntilDoneOptions extends CallOptions {
+  until?: WaitUntil;
+  /** Give up after this long (default: never), answering `done: false`. */
+  timeoutMs?: number;
+}
 
 const DEFAULT_TIMEOUT_MS = 60_000;
 const DEFAULT_RETRY_FOR_MS = 300_000;
@@ -99,6 +116,42 @@ export class Client extends Operations {
     return answer.results;
   }
 
+  /** POST /tasks/wait: answers as soon as all (or any) of 1 to 25 tasks
+   * are finished, or after `waitSeconds` (0 to 30) with `done: false`. */
+  wait(taskIds: readonly string[], options: WaitOptions = {}): Promise<WaitAnswer> {
+    const { until = "all", waitSeconds = 30, ...call } = options;
+    return this.wait_for_tasks({ task_ids: [...taskIds], until, wait_seconds: waitSeconds }, call);
+  }
+
+  /** Waits again and again until all (or any) of the tasks are finished or
+   * `timeoutMs` has passed; answers the last answer, whose `done` says
+   * which. */
+  async waitUntilDone(taskIds: readonly string[], options: WaitUntilDoneOptions = {}): Promise<WaitAnswer> {
+    const { until = "all", timeoutMs, ...call } = options;
+    const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
+    for (;;) {
+      const answer = await this.wait(taskIds, { ...call, until, waitSeconds: nextWaitSeconds(deadline, Date.now()) });
+      if (waitingIsOver(answer, deadline, Date.now())) return answer;
+    }
+  }
+
+  /** GET /events: the org's task transitions, in order, for as long as it
+   * is iterated (or until `signal` aborts), reconnecting by itself without
+   * a gap or a repeat. `since`: start after that event id (default: with
+   * the next event); `types` and `taskIds` keep only those. */
+  events(options: EventsOptions = {}): AsyncGenerator<StreamEvent, void, undefined> {
+    return readEvents(
+      {
+        baseUrl: this.options.baseUrl,
+        apiKey: this.options.apiKey,
+        timeoutMs: this.options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+        retryForMs: this.options.retryForMs ?? DEFAULT_RETRY_FOR_MS,
+        fetch: this.fetcher,
+      },
+      options,
+    );
+  }
+
   protected async invoke(
     operation: OperationSpec,
     path: readonly string[],
@@ -109,7 +162,7 @@ export class Client extends Operations {
   ): Promise<unknown> {
     const url = buildUrl(this.options.baseUrl, operation, path) + queryString(query);
     const headers = this.headers(operation, body !== undefined);
-    const timeoutMs = (this.options.timeoutMs ?? DEFAULT_TIMEOUT_MS) + waitSeconds(body, query) * 1000;
+    const timeoutMs = (this.options.timeoutMs ?? DEFAULT_TIMEOUT_MS) + waitSeconds(operation, body, query) * 1000;
     const deadline = Date.now() + (this.options.retryForMs ?? DEFAULT_RETRY_FOR_MS);
     const allows = (wait: number): boolean => Date.now() + wait < deadline;
     let inDoubt = false;

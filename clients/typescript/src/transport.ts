@@ -77,7 +77,9 @@ export class InDoubt extends Error {
 
 export const MAX_RETRY_WAIT_MS = 30_000;
 export const PAUSE_MS = 500;
-const READ_ONLY_POSTS = new Set(["get_tasks", "search_tasks"]);
+const READ_ONLY_POSTS = new Set(["get_tasks", "search_tasks", "wait_for_tasks"]);
+/** Long polls whose `wait_seconds` defaults to 30 when left out. */
+const WAITS_BY_DEFAULT = new Set(["wait_for_tasks"]);
 
 export function repeatable(operation: OperationSpec): boolean {
   return operation.method === "GET" || READ_ONLY_POSTS.has(operation.id);
@@ -168,13 +170,13 @@ export function withTimeout(ms: number, signal?: AbortSignal): { signal: AbortSi
 }
 
 /** A long poll (`wait_seconds`) is held by the server that long on top. */
-export function waitSeconds(body: unknown, query: Record<string, unknown> | undefined): number {
-  let wait = 0;
+export function waitSeconds(operation: OperationSpec, body: unknown, query: Record<string, unknown> | undefined): number {
+  let wait: number | undefined;
   for (const source of [body, query]) {
     const value = (source as { wait_seconds?: unknown } | undefined)?.wait_seconds;
-    if (typeof value === "number") wait = Math.max(wait, value);
+    if (typeof value === "number") wait = Math.max(wait ?? 0, value);
   }
-  return wait;
+  return wait ?? (WAITS_BY_DEFAULT.has(operation.id) ? 30 : 0);
 }
 
 export async function errorBody(response: Response): Promise<{ error: string; [key: string]: unknown }> {

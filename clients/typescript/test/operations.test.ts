@@ -82,6 +82,12 @@ test("every operation round-trips", async () => {
   const got = await owner.get_tasks({ task_ids: [first] });
   assert.deepEqual(got.tasks[0]?.output, { n: 1 });
   assert.deepEqual(got.tasks[0]?.history?.map((e) => e.to_status), ["pending", "in_progress", "completed"]);
+  const unknown = randomUUID();
+  const waited = await owner.wait_for_tasks({ task_ids: [first, second, unknown], until: "any", wait_seconds: 0 });
+  assert.equal(waited.done, true);
+  assert.deepEqual(waited.not_found, [unknown]);
+  assert.deepEqual(waited.tasks.map((t) => [t.task_id, t.status]), [[first, "completed"], [second, "pending"]]);
+  assert.equal((await owner.wait_for_tasks({ task_ids: [second], wait_seconds: 0 })).done, false);
   assert.deepEqual(await owner.search_tasks({ query: "write" }), { available: false, reason: "not_configured" });
   const plan = await owner.plan_tasks({ goal: "ship it" });
   assert.ok("available" in plan && plan.available === false);

@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Done, Fail } from "../src/index.js";
 import { completion, failure, MAX_NOTE_CHARS, release, renewal } from "../src/outcome.js";
-import { buildUrl, queryString, retryDelayMs, type OperationSpec } from "../src/transport.js";
+import { OPERATIONS } from "../src/operations.js";
+import { buildUrl, queryString, retryDelayMs, waitSeconds, type OperationSpec } from "../src/transport.js";
 
 test("retry delays", () => {
   const cases: [number, Record<string, string>, number | undefined][] = [
@@ -30,6 +31,14 @@ test("urls escape path parameters and queries drop unset values", () => {
   assert.throws(() => buildUrl("http://h:1", op, ["one"]), TypeError);
   assert.equal(queryString({ full: true, limit: 5, cursor: undefined, tags: ["a", "b"] }), "?full=true&limit=5&tags=a%2Cb");
   assert.equal(queryString(undefined), "");
+});
+
+test("long polls get their wait on top of the timeout", () => {
+  assert.equal(waitSeconds(OPERATIONS.claim_task, { wait_seconds: 20 }, undefined), 20);
+  assert.equal(waitSeconds(OPERATIONS.claim_task, undefined, undefined), 0);
+  // A wait for tasks that leaves out wait_seconds is held 30 s.
+  assert.equal(waitSeconds(OPERATIONS.wait_for_tasks, { task_ids: [] }, undefined), 30);
+  assert.equal(waitSeconds(OPERATIONS.wait_for_tasks, { task_ids: [], wait_seconds: 5 }, undefined), 5);
 });
 
 test("outcomes", () => {

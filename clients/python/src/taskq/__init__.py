@@ -16,6 +16,7 @@ from ._client import AsyncClient, Client
 from ._errors import ApiError, InDoubt
 from ._outcome import Done, Fail
 from ._transport import Settings
+from ._watch import StreamEvent
 from ._worker import Job, LeaseLost, Worker, WorkerEvent, current_job
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "Job",
     "LeaseLost",
     "Settings",
+    "StreamEvent",
     "Worker",
     "WorkerEvent",
     "current_job",

@@ -6,16 +6,18 @@ transport, plus what the document cannot say.
   repeat answers 409 `task_id already exists`, and when every id of the
   call exists with its title the call is answered as the first attempt
   would have been.
-- `wait(...)` (`POST /tasks/wait`) and `events(since=...)` (`GET /events`,
-  resuming with `Last-Event-ID` on reconnect) belong here once the server
-  serves them (CONTRACT §10); the generated `wait_for_tasks` will carry the
-  call itself.
+- `wait(...)` is `POST /tasks/wait` with its arguments spelled out, and
+  `wait_until_done(...)` a loop of them up to an overall `timeout`.
+- `events(...)` reads `GET /events`, which the document cannot type (a
+  stream of Server-Sent Events), and resumes it with `Last-Event-ID`
+  whenever it ends (`_watch.py`).
 """
 
 from __future__ import annotations
 
+import time
 import uuid
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, cast
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Dict, Generator, List, Optional, Sequence, Union, cast
 
 import httpx
 
@@ -28,6 +30,15 @@ from ._transport import (
     Operation,
     Settings,
     decode,
+)
+from ._watch import (
+    StreamEvent,
+    aread_events,
+    deadline_after,
+    next_wait_seconds,
+    read_events,
+    wait_body,
+    waiting_is_over,
 )
 
 if TYPE_CHECKING:
@@ -130,6 +141,37 @@ class Client(SyncOperations):
         answer = self._invoke(OPERATIONS[CREATE], body=minted, retry_in_doubt=True)
         return answer  # type: ignore[no-any-return]
 
+    def wait(
+        self, task_ids: Sequence[str], until: models.WaitUntil = "all", wait_seconds: int = 30
+    ) -> models.WaitAnswer:
+        """POST /tasks/wait: answers as soon as all (or any) of 1 to 25 tasks
+        are finished, or after `wait_seconds` (0 to 30) with `done` False."""
+        return self.wait_for_tasks(wait_body(task_ids, until, wait_seconds))
+
+    def wait_until_done(
+        self, task_ids: Sequence[str], until: models.WaitUntil = "all", timeout: Optional[float] = None
+    ) -> models.WaitAnswer:
+        """Waits again and again until all (or any) of the tasks are finished
+        or `timeout` seconds (None: no limit) have passed; answers the last
+        answer, whose `done` says which."""
+        deadline = deadline_after(timeout)
+        while True:
+            answer = self.wait(task_ids, until, next_wait_seconds(deadline, time.monotonic()))
+            if waiting_is_over(answer, deadline, time.monotonic()):
+                return answer
+
+    def events(
+        self,
+        since: Optional[int] = None,
+        types: Union[str, Sequence[str], None] = None,
+        task_ids: Union[str, Sequence[str], None] = None,
+    ) -> Generator[StreamEvent, None, None]:
+        """GET /events: the org's task transitions, in order, for as long as
+        it is iterated, reconnecting by itself without a gap or a repeat.
+        `since`: start after that event id (None: with the next event);
+        `types` and `task_ids` keep only those."""
+        return read_events(self._http, self._settings, since, types, task_ids)
+
     def _answer(self, operation: Operation, response: httpx.Response, body: Any, attempts: Attempts) -> Any:
         if is_repeat_of_created(operation, response, attempts):
             found = self.get_tasks(get_body(body))
@@ -195,6 +237,35 @@ class AsyncClient(AsyncOperations):
         minted = with_minted_ids(body)
         answer = await self._invoke(OPERATIONS[CREATE], body=minted, retry_in_doubt=True)
         return answer  # type: ignore[no-any-return]
+
+    async def wait(
+        self, task_ids: Sequence[str], until: models.WaitUntil = "all", wait_seconds: int = 30
+    ) -> models.WaitAnswer:
+        """POST /tasks/wait: answers as soon as all (or any) of 1 to 25 tasks
+        are finished, or after `wait_seconds` (0 to 30) with `done` False."""
+        return await self.wait_for_tasks(wait_body(task_ids, until, wait_seconds))
+
+    async def wait_until_done(
+        self, task_ids: Sequence[str], until: models.WaitUntil = "all", timeout: Optional[float] = None
+    ) -> models.WaitAnswer:
+        """Waits again and again until all (or any) of the tasks are finished
+        or `timeout` seconds (None: no limit) have passed; answers the last
+        answer, whose `done` says which."""
+        deadline = deadline_after(timeout)
+        while True:
+            answer = await self.wait(task_ids, until, next_wait_seconds(deadline, time.monotonic()))
+            if waiting_is_over(answer, deadline, time.monotonic()):
+                return answer
+
+    def events(
+        self,
+        since: Optional[int] = None,
+        types: Union[str, Sequence[str], None] = None,
+        task_ids: Union[str, Sequence[str], None] = None,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """GET /events as an async generator (see `Client.events`); close it
+        (`contextlib.aclosing`) to close its stream at once."""
+        return aread_events(self._http, self._settings, since, types, task_ids)
 
     async def _answer(self, operation: Operation, response: httpx.Response, body: Any, attempts: Attempts) -> Any:
         if is_repeat_of_created(operation, response, attempts):

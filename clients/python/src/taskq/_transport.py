@@ -33,7 +33,9 @@ PAUSE = 0.5
 DEFAULT_TIMEOUT = 60.0
 
 #: Operations that change nothing, so a call whose answer was lost can be sent again.
-READ_ONLY_POSTS = frozenset({"get_tasks", "search_tasks"})
+READ_ONLY_POSTS = frozenset({"get_tasks", "search_tasks", "wait_for_tasks"})
+#: Long polls whose `wait_seconds` defaults to 30 when left out.
+WAITS_BY_DEFAULT = frozenset({"wait_for_tasks"})
 
 
 @dataclass(frozen=True)
@@ -101,12 +103,16 @@ def headers_for(settings: Settings, operation: Operation) -> Dict[str, str]:
     return headers
 
 
-def request_timeout(settings: Settings, body: Any, query: Optional[Mapping[str, Any]]) -> float:
+def request_timeout(
+    settings: Settings, operation: Operation, body: Any, query: Optional[Mapping[str, Any]]
+) -> float:
     """A long poll (`wait_seconds`) is held by the server that long on top."""
-    wait = 0
+    wait: Optional[int] = None
     for source in (body, query):
         if isinstance(source, Mapping) and isinstance(source.get("wait_seconds"), int):
-            wait = max(wait, source["wait_seconds"])
+            wait = max(wait or 0, source["wait_seconds"])
+    if wait is None:
+        wait = 30 if operation.id in WAITS_BY_DEFAULT else 0
     return settings.timeout + wait
 
 
@@ -206,7 +212,7 @@ class SyncTransport:
         url = build_url(self._settings, operation, path)
         headers = headers_for(self._settings, operation)
         params = query_string(query)
-        timeout = request_timeout(self._settings, body, query)
+        timeout = request_timeout(self._settings, operation, body, query)
         attempts = Attempts(self._settings)
         while True:
             try:
@@ -257,7 +263,7 @@ class AsyncTransport:
         url = build_url(self._settings, operation, path)
         headers = headers_for(self._settings, operation)
         params = query_string(query)
-        timeout = request_timeout(self._settings, body, query)
+        timeout = request_timeout(self._settings, operation, body, query)
         attempts = Attempts(self._settings)
         while True:
             try:
