@@ -266,6 +266,68 @@ backend_tests!(
     }
 );
 
+backend_tests!(
+    a_task_created_during_a_sweep_keeps_the_blocker_it_names,
+    |srv| async move {
+        let org = srv.create_org("pro").await;
+        let key = &org.owner_key;
+        patch_org(&srv, &org, json!({ "retention_days": 1 })).await;
+        // Enough old finished tasks for the sweep to take many pages.
+        let mut old = Vec::new();
+        for _ in 0..48 {
+            let items: Vec<Value> = (0..25)
+                .map(|i| json!({ "title": format!("old {i}"), "assignee": org.owner_email }))
+                .collect();
+            let created = srv.create_tasks(key, json!(items)).await;
+            let updates: Vec<Value> = created
+                .iter()
+                .map(|c| json!({ "task_id": c["task_id"], "status": "completed", "note": "done" }))
+                .collect();
+            let (status, body) = srv.update(key, json!(updates)).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            old.extend(created.iter().map(|c| str_field(c, "task_id")));
+        }
+        old.sort();
+        advance_clock(&srv, 2 * DAY).await;
+
+        // While the sweep removes them in id order, new tasks name the
+        // latest of them as blockers.
+        let sweeping = sweep(&srv);
+        let naming = async {
+            let mut kept = Vec::new();
+            for blocker in old.iter().rev().take(60) {
+                let (status, body) = srv
+                    .post(
+                        key,
+                        "/tasks",
+                        json!({ "tasks": [{ "title": "after", "blocked_by": [blocker] }] }),
+                    )
+                    .await;
+                if status == StatusCode::CREATED {
+                    kept.push((str_field(&body["results"][0], "task_id"), blocker.clone()));
+                } else {
+                    // Removed before this create came: refused, not dangling.
+                    assert!(body.to_string().contains("blocked_by"), "{status} {body}");
+                }
+            }
+            kept
+        };
+        let (_, kept) = tokio::join!(sweeping, naming);
+        sweep(&srv).await;
+        assert!(
+            !kept.is_empty(),
+            "some creates came before their blocker went"
+        );
+        for (task, blocker) in &kept {
+            assert!(srv.task_exists(key, task).await);
+            assert!(
+                srv.task_exists(key, blocker).await,
+                "{task} names {blocker}, which a sweep removed"
+            );
+        }
+    }
+);
+
 /// Runs the removal of deleted orgs' rows and waits for it to finish.
 async fn purge(srv: &TestServer) {
     let (status, body) = srv.admin(Method::POST, "/admin/test/purge", None).await;

@@ -45,9 +45,86 @@ pub fn pinned(referrers: &[Referrer]) -> HashSet<TaskId> {
     pinned
 }
 
+/// What a sweep in progress pins beyond what it read: the tasks named by
+/// tasks written since it read the org's referrers, with what those name
+/// in turn, so a page read before a task named its blocker or parent does
+/// not remove it.
+#[derive(Debug, Default)]
+pub struct SweepPins {
+    /// Each referrer the sweep read, and what it names.
+    names: HashMap<TaskId, Vec<TaskId>>,
+    pinned: HashSet<TaskId>,
+}
+
+impl SweepPins {
+    /// Learns the referrers the sweep read, and pins what the tasks pinned
+    /// so far name through them.
+    pub fn learn(&mut self, referrers: &[Referrer]) {
+        self.names = referrers
+            .iter()
+            .map(|r| (r.task_id, r.names.clone()))
+            .collect();
+        for id in std::mem::take(&mut self.pinned) {
+            self.pin(id);
+        }
+    }
+
+    /// Pins `id` and, through the referrers read, what it names.
+    pub fn pin(&mut self, id: TaskId) {
+        let mut stack = vec![id];
+        while let Some(id) = stack.pop() {
+            if self.pinned.insert(id) {
+                if let Some(names) = self.names.get(&id) {
+                    stack.extend(names.iter().copied());
+                }
+            }
+        }
+    }
+
+    pub fn is_pinned(&self, id: TaskId) -> bool {
+        self.pinned.contains(&id)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_named_during_a_sweep_is_pinned_with_what_it_names() {
+        let (x, y, z, other) = (
+            TaskId::new_v7(),
+            TaskId::new_v7(),
+            TaskId::new_v7(),
+            TaskId::new_v7(),
+        );
+        // x names y, y names z: all three eligible when read.
+        let read = [
+            Referrer {
+                task_id: x,
+                eligible: true,
+                names: vec![y],
+            },
+            Referrer {
+                task_id: y,
+                eligible: true,
+                names: vec![z],
+            },
+        ];
+        let mut pins = SweepPins::default();
+        pins.learn(&read);
+        assert!(!pins.is_pinned(x));
+        pins.pin(x);
+        assert!(pins.is_pinned(x) && pins.is_pinned(y) && pins.is_pinned(z));
+        assert!(!pins.is_pinned(other));
+
+        // Named before the sweep's read arrived: pinned through it then.
+        let mut early = SweepPins::default();
+        early.pin(y);
+        assert!(!early.is_pinned(z));
+        early.learn(&read);
+        assert!(early.is_pinned(y) && early.is_pinned(z) && !early.is_pinned(x));
+    }
 
     fn id() -> TaskId {
         TaskId::new_v7()

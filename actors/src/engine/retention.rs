@@ -59,8 +59,30 @@ impl Engine {
         pause: Duration,
     ) -> Result<usize, EngineError> {
         let cutoff = cutoff(self.now(), days);
+        self.request(org, |reply| OrgMsg::SweepBegins { reply })
+            .await?;
+        let swept = self.sweep_pages(org, cutoff, pause).await;
+        self.request(org, |reply| OrgMsg::SweepEnds { reply })
+            .await?;
+        swept
+    }
+
+    /// The sweep's pages, once the org's actor pins what tasks written from
+    /// now on name.
+    async fn sweep_pages(
+        &self,
+        org: OrgId,
+        cutoff: i64,
+        pause: Duration,
+    ) -> Result<usize, EngineError> {
         let store = &self.inner.store;
-        let kept = pinned(&self.stored(store.referrers(org, cutoff).await)?);
+        let referrers = self.stored(store.referrers(org, cutoff).await)?;
+        let kept = pinned(&referrers);
+        self.request(org, |reply| OrgMsg::SweepRead {
+            referrers: referrers.clone(),
+            reply,
+        })
+        .await?;
         let mut after: Option<TaskId> = None;
         let mut removed = 0;
         loop {

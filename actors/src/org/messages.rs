@@ -18,6 +18,7 @@ use crate::directory::OrgEntry;
 use crate::domain::account::{Caller, KeyRecord, MemberRecord, Role, SettingsChange};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::order::ListKey;
+use crate::domain::retention::Referrer;
 use crate::domain::schedule::ScheduleRecord;
 use crate::domain::usage::RequestKind;
 use crate::domain::webhooks::Endpoint;
@@ -206,9 +207,24 @@ pub enum OrgMsg {
         reply: Reply<Arc<OrgEntry>>,
     },
 
+    /// The retention sweep begins with the org: until it ends, what tasks
+    /// written from now on name is pinned (`SweepPins`). Answered once
+    /// what was written before is committed, so the sweep's reads see it.
+    SweepBegins {
+        reply: Reply<()>,
+    },
+    /// The tasks naming others the sweep read after it began.
+    SweepRead {
+        referrers: Vec<Referrer>,
+        reply: Reply<()>,
+    },
+    /// The retention sweep is done with the org.
+    SweepEnds {
+        reply: Reply<()>,
+    },
     /// The retention sweep's page: removes those of these finished tasks
-    /// still last changed before `cutoff`; answers how many it asked the
-    /// store to remove.
+    /// still last changed before `cutoff` and not pinned since the sweep
+    /// began; answers how many it asked the store to remove.
     Prune {
         task_ids: Vec<TaskId>,
         cutoff: i64,

@@ -134,6 +134,8 @@ pub struct OrgState {
     waiters: waiters::Waiters,
     /// Waits for tasks to finish.
     task_waits: waiters::TaskWaits,
+    /// While a retention sweep runs: what tasks written since it began name.
+    sweep_pins: Option<crate::domain::retention::SweepPins>,
     /// When the armed lease timer fires, if one is armed.
     lease_timer_at: Option<i64>,
     /// When the armed time timer (waiting tasks, schedules) fires.
@@ -203,6 +205,7 @@ impl Actor for OrgActor {
             buckets: limits::Buckets::default(),
             waiters: waiters::Waiters::default(),
             task_waits: waiters::TaskWaits::default(),
+            sweep_pins: None,
             last_active: Instant::now(),
             retiring: false,
             deleted: false,
@@ -299,6 +302,7 @@ impl Actor for OrgActor {
                 | OrgMsg::TimeTick
                 | OrgMsg::WaitElapsed
                 | OrgMsg::ReleaseWaiters
+                | OrgMsg::SweepEnds { .. }
         ) {
             state.last_active = Instant::now();
         }
@@ -490,6 +494,23 @@ impl Actor for OrgActor {
                 serve!(self, state, reply, None, |work| {
                     Ok(self.change_settings(state, &mut work, &change))
                 })
+            }
+            OrgMsg::SweepBegins { reply } => self.sweep_begins(state, reply).await,
+            OrgMsg::SweepRead { referrers, reply } => {
+                if let Some(pins) = &mut state.sweep_pins {
+                    pins.learn(&referrers);
+                }
+                let _ = reply.send(Outcome {
+                    result: Ok(()),
+                    commit: None,
+                });
+            }
+            OrgMsg::SweepEnds { reply } => {
+                state.sweep_pins = None;
+                let _ = reply.send(Outcome {
+                    result: Ok(()),
+                    commit: None,
+                });
             }
             OrgMsg::Prune {
                 task_ids,

@@ -2,8 +2,14 @@
 //! commit before its next turn: a turn that reads a task from the store
 //! (to reopen it, or to name it as a parent or blocker) then never finds
 //! one whose removal is still on its way to the store.
+//!
+//! The sweep reads which tasks name others once, before its pages; a task
+//! written after that read may name an eligible one. While the sweep runs,
+//! every task written passes its parent and blockers to `SweepPins`
+//! (`Work::into_batch`), and a page never removes a pinned task.
 
 use super::{OrgActor, OrgState, Outcome, Reply};
+use crate::domain::retention::SweepPins;
 use crate::domain::TaskId;
 use crate::store::{StoreError, WriteOp};
 
@@ -15,10 +21,20 @@ impl OrgActor {
         cutoff: i64,
         reply: Reply<usize>,
     ) {
-        // An open task is never removed, whatever the sweep read.
+        let Some(pins) = &state.sweep_pins else {
+            // This actor started after the sweep began: it does not know
+            // what was named since. The next sweep removes them.
+            let _ = reply.send(Outcome {
+                result: Ok(0),
+                commit: None,
+            });
+            return;
+        };
+        // An open task is never removed, whatever the sweep read, nor one a
+        // task written since it read names.
         let task_ids: Vec<TaskId> = task_ids
             .into_iter()
-            .filter(|id| !state.open.contains(*id))
+            .filter(|id| !state.open.contains(*id) && !pins.is_pinned(*id))
             .collect();
         let count = task_ids.len();
         let result = match self.begin(state, None) {
@@ -34,6 +50,17 @@ impl OrgActor {
         };
         let _ = reply.send(Outcome {
             result,
+            commit: None,
+        });
+    }
+}
+
+impl OrgActor {
+    pub(super) async fn sweep_begins(&self, state: &mut OrgState, reply: Reply<()>) {
+        state.sweep_pins = Some(SweepPins::default());
+        let result = self.deps.writers.barrier(state.org).await;
+        let _ = reply.send(Outcome {
+            result: result.map_err(Into::into),
             commit: None,
         });
     }

@@ -158,6 +158,17 @@ impl Work {
         for task in &self.inserted {
             state.content.keep(task);
         }
+        if let Some(pins) = &mut state.sweep_pins {
+            let written = self.inserted.iter().map(|t| &t.header);
+            let changed = self.changed.iter().filter_map(|id| self.loaded.get(id));
+            let open = self.changed.iter().filter_map(|id| state.open.get(*id));
+            for h in written.chain(changed).chain(open) {
+                h.parent
+                    .into_iter()
+                    .chain(h.blocked_by.iter().copied())
+                    .for_each(|id| pins.pin(id));
+            }
+        }
         for op in &self.content {
             if let WriteOp::SetContent { task_id, .. } = op {
                 state.content.forget(*task_id);
