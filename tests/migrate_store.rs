@@ -4,9 +4,11 @@
 //! ids. A non-empty destination, a running server and a bad URL are
 //! refused.
 
+#[macro_use]
 mod common;
 
 use common::*;
+use sqlx::Connection as _;
 
 fn master_key() -> String {
     use base64::Engine as _;
@@ -159,7 +161,7 @@ async fn max_event_id(srv: &TestServer) -> i64 {
     max.expect("events")
 }
 
-/// Every store table's rows, by table.
+/// Every table's rows, by table.
 async fn row_counts(srv: &TestServer) -> Vec<(String, i64)> {
     let mut out = Vec::new();
     match srv.open_db().await {
@@ -177,6 +179,9 @@ async fn row_counts(srv: &TestServer) -> Vec<(String, i64)> {
                     .unwrap();
                 out.push((t, n));
             }
+            // Closed, not dropped: the close checkpoints the WAL into the
+            // file before the caller looks at it.
+            c.close().await.expect("close");
         }
         Db::Postgres(mut c) => {
             let tables: Vec<String> = sqlx::query_scalar(
@@ -273,41 +278,54 @@ async fn a_store_moves_to_postgresql_and_back_unchanged() {
     check_copy(&third, &mut fx, &moved, pg_max).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_destination_that_holds_rows_is_left_unchanged() {
-    let key = master_key();
-    let mut source = builder(Backend::Sqlite, &key).start().await;
-    source
-        .new_task(&source.create_org("pro").await.owner_key, "a")
-        .await;
-    let mut destination = builder(Backend::Sqlite, &key).start().await;
-    destination.create_org("pro").await;
+backend_tests!(
+    a_store_in_use_or_holding_rows_is_refused_and_left_unchanged,
+    |backend: Backend| async move {
+        let key = master_key();
+        let scratch = tempfile::tempdir().expect("tempdir");
+        let elsewhere = format!("sqlite://{}", scratch.path().join("new.db").display());
+        let mut source = builder(Backend::Sqlite, &key).start().await;
+        let org = source.create_org("pro").await;
+        source.new_task(&org.owner_key, "a").await;
+        let (ok, _, stderr) = migrate(&source.database_url, &elsewhere).await;
+        assert!(!ok);
+        assert!(
+            stderr.contains("a taskq server is running on the source"),
+            "{stderr}"
+        );
+        source.stop().await;
 
-    let (ok, _, stderr) = migrate(&source.database_url, &destination.database_url).await;
-    assert!(!ok);
-    assert!(
-        stderr.contains("a taskq server is running on the source"),
-        "{stderr}"
-    );
-    source.stop().await;
-    let (ok, _, stderr) = migrate(&source.database_url, &destination.database_url).await;
-    assert!(!ok);
-    assert!(
-        stderr.contains("a taskq server is running on the destination"),
-        "{stderr}"
-    );
-    destination.stop().await;
-    let file = std::fs::read(destination.sqlite_path()).expect("the destination's file");
-    let (ok, _, stderr) = migrate(&source.database_url, &destination.database_url).await;
-    assert!(!ok);
-    assert!(stderr.contains("the destination is not empty"), "{stderr}");
-    assert!(stderr.contains("orgs"), "{stderr}");
-    assert_eq!(
-        std::fs::read(destination.sqlite_path()).expect("the destination's file"),
-        file,
-        "the destination's file changed"
-    );
-}
+        let mut destination = builder(backend, &key).start().await;
+        destination.create_org("pro").await;
+        let (ok, _, stderr) = match backend {
+            // A PostgreSQL store's node is live while it heartbeats.
+            Backend::Postgres => migrate(&destination.database_url, &elsewhere).await,
+            Backend::Sqlite => migrate(&source.database_url, &destination.database_url).await,
+        };
+        assert!(!ok);
+        assert!(
+            stderr.contains("a taskq server is running on the"),
+            "{stderr}"
+        );
+        destination.stop().await;
+
+        let counts = row_counts(&destination).await;
+        let file = (backend == Backend::Sqlite)
+            .then(|| std::fs::read(destination.sqlite_path()).expect("the destination's file"));
+        let (ok, _, stderr) = migrate(&source.database_url, &destination.database_url).await;
+        assert!(!ok);
+        assert!(stderr.contains("the destination is not empty"), "{stderr}");
+        assert!(stderr.contains("orgs"), "{stderr}");
+        assert_eq!(row_counts(&destination).await, counts);
+        if let Some(file) = file {
+            assert_eq!(
+                std::fs::read(destination.sqlite_path()).expect("the destination's file"),
+                file,
+                "the destination's file changed"
+            );
+        }
+    }
+);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_urls_are_clear_errors() {

@@ -379,6 +379,53 @@ fn refused(why: impl Into<String>) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::tests::{ScratchDatabase, TempDb};
+
+    /// Both dialects' migrations make tables a copy can pair, column by
+    /// column: a table or column one dialect's migration adds alone fails
+    /// here before it fails a copy.
+    #[tokio::test]
+    async fn both_backends_migrations_make_the_same_tables() {
+        let Some(scratch) = ScratchDatabase::create().await else {
+            return;
+        };
+        let file = TempDb::new();
+        file.store().await.close().await;
+        let sqlite_url = format!("sqlite://{}", file.0.display());
+        Store::connect(&scratch.url, &StoreOptions::default())
+            .await
+            .unwrap()
+            .close()
+            .await;
+        let mut sqlite = Db::open(&sqlite_url, false, true).await.unwrap();
+        let mut postgres = Db::open(&scratch.url, true, true).await.unwrap();
+        let order = tables_to_copy(
+            &sqlite.tables().await.unwrap(),
+            &postgres.tables().await.unwrap(),
+            &postgres.references().await.unwrap(),
+        )
+        .unwrap();
+        assert!(order.len() > 15, "{order:?}");
+        for table in &order {
+            let (s, p) = (
+                sqlite.columns(table).await.unwrap(),
+                postgres.columns(table).await.unwrap(),
+            );
+            matched_columns(table, &s, &p).unwrap();
+            matched_columns(table, &p, &s).unwrap();
+        }
+        let (all, owned) = postgres.sequences().await.unwrap();
+        let numbered = sequence_columns(&all, &owned).unwrap();
+        assert!(
+            numbered
+                .iter()
+                .any(|(_, t, c)| t == "task_events" && c == "event_id"),
+            "{numbered:?}"
+        );
+        sqlite.close().await.unwrap();
+        postgres.close().await.unwrap();
+        scratch.drop().await;
+    }
 
     #[test]
     fn urls_name_a_backend_or_are_refused() {
