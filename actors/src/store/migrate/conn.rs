@@ -265,7 +265,8 @@ impl Db {
     /// The last id each table's counter handed out: SQLite's
     /// `sqlite_sequence`, or each PostgreSQL sequence that has given one,
     /// keyed by the table its column (`columns`: sequence, table, column)
-    /// is in.
+    /// is in. A sequence that hands out blocks counts its last block as
+    /// given whole.
     pub(super) async fn counters(
         &mut self,
         columns: &[(String, String, String)],
@@ -289,10 +290,15 @@ impl Db {
             Db::Postgres(c) => {
                 let mut out = BTreeMap::new();
                 for (seq, table, _) in columns {
-                    let sql = format!("SELECT last_value, is_called FROM {}", quoted(seq));
-                    let (last, called): (i64, bool) =
-                        sqlx::query_as(&sql).fetch_one(&mut *c).await?;
-                    if called {
+                    let last: Option<i64> = sqlx::query_scalar(
+                        "SELECT last_value + increment_by - 1 FROM pg_sequences \
+                         WHERE schemaname = current_schema() AND sequencename = $1",
+                    )
+                    .bind(seq)
+                    .fetch_optional(&mut *c)
+                    .await?
+                    .flatten();
+                    if let Some(last) = last {
                         out.insert(table.clone(), last);
                     }
                 }

@@ -321,8 +321,10 @@ pub(super) fn rows_per_insert(columns: usize) -> usize {
     (MAX_BINDS / columns.max(1)).clamp(1, PAGE_ROWS)
 }
 
-/// An INSERT of `rows` rows of `columns` into `table`; on PostgreSQL it
-/// writes identity columns too (`OVERRIDING SYSTEM VALUE`).
+/// An INSERT of `rows` rows of `columns` into `table`. On PostgreSQL it
+/// writes identity columns too (`OVERRIDING SYSTEM VALUE`); on SQLite its
+/// binds are `?`, since SQLite finds a numbered bind's name by a walk of
+/// the statement's list of names, which thousands of binds make slow.
 pub(super) fn insert_statement(
     table: &str,
     columns: &[String],
@@ -337,7 +339,11 @@ pub(super) fn insert_statement(
                 .iter()
                 .map(|_| {
                     n += 1;
-                    format!("${n}")
+                    if postgres {
+                        format!("${n}")
+                    } else {
+                        "?".to_string()
+                    }
                 })
                 .collect();
             format!("({})", binds.join(", "))

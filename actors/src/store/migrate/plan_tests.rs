@@ -198,11 +198,15 @@ fn pages_follow_the_primary_key() {
 }
 
 #[test]
-fn inserts_number_their_binds_and_stay_within_the_limits() {
+fn inserts_bind_every_value_and_stay_within_the_limits() {
     let cols = names(&["a", "b"]);
     assert_eq!(
         insert_statement("t", &cols, 2, false),
-        "INSERT INTO \"t\" (\"a\", \"b\") VALUES ($1, $2), ($3, $4)"
+        "INSERT INTO \"t\" (\"a\", \"b\") VALUES (?, ?), (?, ?)"
+    );
+    assert_eq!(
+        insert_statement("t", &cols, 2, true),
+        "INSERT INTO \"t\" (\"a\", \"b\") OVERRIDING SYSTEM VALUE VALUES ($1, $2), ($3, $4)"
     );
     assert_eq!(
         insert_statement("t", &cols, 1, true),
