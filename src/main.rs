@@ -1,7 +1,7 @@
 use std::io::IsTerminal as _;
 
 use clap::Parser as _;
-use taskq::cli::{backup, keys, mcp, models, serve, Cli, Command};
+use taskq::cli::{backup, keys, mcp, migrate_store, models, serve, Cli, Command};
 use tracing_subscriber::EnvFilter;
 
 // Many small, short-lived allocations per request (JSON, rows, messages):
@@ -55,6 +55,10 @@ async fn run() -> anyhow::Result<()> {
         Command::Backup(args) => {
             init_tracing();
             backup::run(args).await
+        }
+        Command::MigrateStore(args) => {
+            init_tracing();
+            migrate_store::run(args).await
         }
     }
 }

@@ -1,12 +1,14 @@
 //! Subcommands: `serve` runs the service, `mcp` bridges an MCP client on
 //! stdin/stdout to a running one, `keys` rotates the master key, `backup`
-//! copies a live SQLite store, `models` installs the builtin embedding
-//! model (and serves it as an endpoint).
+//! copies a live SQLite store, `migrate-store` copies a stopped store to
+//! the other backend, `models` installs the builtin embedding model (and
+//! serves it as an endpoint).
 //! The load tool is a binary of its own, `taskq-bench`.
 
 pub mod backup;
 pub mod keys;
 pub mod mcp;
+pub mod migrate_store;
 pub mod models;
 pub mod serve;
 
@@ -33,4 +35,6 @@ pub enum Command {
     Models(models::ModelsArgs),
     /// Copy a running SQLite server's database into a file, consistently.
     Backup(backup::BackupArgs),
+    /// Copy a stopped store into an empty one, SQLite to PostgreSQL or back.
+    MigrateStore(migrate_store::MigrateStoreArgs),
 }

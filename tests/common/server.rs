@@ -51,6 +51,8 @@ pub struct Builder {
     /// Another server's database and operator token: a second node of its
     /// cluster (the database is that server's to drop).
     joins: Option<(String, String)>,
+    /// A store the test made and owns (`on_database`).
+    database: Option<String>,
 }
 
 impl Builder {
@@ -86,12 +88,20 @@ impl Builder {
         self
     }
 
+    /// Runs the server on the store at `url` (of the builder's backend),
+    /// which the test made and removes; `sqlite_path` does not name it.
+    pub fn on_database(mut self, url: &str) -> Self {
+        self.database = Some(url.to_string());
+        self
+    }
+
     pub async fn start(self) -> TestServer {
         let dir = tempfile::Builder::new()
             .prefix("taskq-test-")
             .tempdir()
             .expect("create tempdir");
         let (database_url, pg_cleanup) = match (&self.joins, self.backend) {
+            _ if self.database.is_some() => (self.database.clone().unwrap_or_default(), None),
             (Some((url, _)), _) => {
                 let url = match &self.postgres_through {
                     Some(addr) => url_with_host(url, addr),
@@ -104,21 +114,12 @@ impl Builder {
                 None,
             ),
             (None, Backend::Postgres) => {
-                let admin_url = std::env::var(POSTGRES_ENV).expect("TASKQ_TEST_POSTGRES_URL");
-                let db_name = format!("taskq_t_{}", uuid::Uuid::new_v4().simple());
-                let mut conn = sqlx::PgConnection::connect(&admin_url)
-                    .await
-                    .unwrap_or_else(|e| panic!("connect to {admin_url}: {e}"));
-                sqlx::query(&format!("CREATE DATABASE {db_name}"))
-                    .execute(&mut conn)
-                    .await
-                    .expect("create test database");
-                let _ = conn.close().await;
-                let mut url = url_with_database(&admin_url, &db_name);
-                if let Some(addr) = &self.postgres_through {
-                    url = url_with_host(&url, addr);
-                }
-                (url, Some(PgCleanup { admin_url, db_name }))
+                let database = PostgresDatabase::create().await;
+                let url = match &self.postgres_through {
+                    Some(addr) => url_with_host(&database.url, addr),
+                    None => database.url.clone(),
+                };
+                (url, Some(database))
             }
         };
         let mut env = self.env;
@@ -162,9 +163,56 @@ impl Builder {
     }
 }
 
-struct PgCleanup {
+/// A fresh database on the PostgreSQL server `TASKQ_TEST_POSTGRES_URL`
+/// names, dropped when this is dropped.
+pub struct PostgresDatabase {
     admin_url: String,
     db_name: String,
+    pub url: String,
+}
+
+impl PostgresDatabase {
+    pub async fn create() -> PostgresDatabase {
+        let admin_url = std::env::var(POSTGRES_ENV).expect("TASKQ_TEST_POSTGRES_URL");
+        let db_name = format!("taskq_t_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = sqlx::PgConnection::connect(&admin_url)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {admin_url}: {e}"));
+        sqlx::query(&format!("CREATE DATABASE {db_name}"))
+            .execute(&mut conn)
+            .await
+            .expect("create test database");
+        let _ = conn.close().await;
+        let url = url_with_database(&admin_url, &db_name);
+        PostgresDatabase {
+            admin_url,
+            db_name,
+            url,
+        }
+    }
+}
+
+impl Drop for PostgresDatabase {
+    fn drop(&mut self) {
+        let (admin_url, db_name) = (self.admin_url.clone(), self.db_name.clone());
+        // Best effort; runs on its own thread because Drop is synchronous.
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&admin_url).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
 }
 
 /// Replaces the database name in a PostgreSQL URL, keeping its query string.
@@ -225,7 +273,7 @@ pub struct TestServer {
     env: Vec<(String, String)>,
     process: Option<ServerProcess>,
     pub(super) http: reqwest::Client,
-    pg_cleanup: Option<PgCleanup>,
+    pg_cleanup: Option<PostgresDatabase>,
 }
 
 impl TestServer {
@@ -237,6 +285,7 @@ impl TestServer {
             trusted: None,
             postgres_through: None,
             joins: None,
+            database: None,
         }
     }
 
@@ -475,28 +524,7 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         // Dropping the process kills it, before its database goes.
         drop(self.process.take());
-        if let Some(pg) = self.pg_cleanup.take() {
-            // Best effort; runs on its own thread because Drop is synchronous.
-            let _ = std::thread::spawn(move || {
-                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                else {
-                    return;
-                };
-                rt.block_on(async {
-                    if let Ok(mut conn) = sqlx::PgConnection::connect(&pg.admin_url).await {
-                        let _ = sqlx::query(&format!(
-                            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                            pg.db_name
-                        ))
-                        .execute(&mut conn)
-                        .await;
-                    }
-                });
-            })
-            .join();
-        }
+        drop(self.pg_cleanup.take());
     }
 }
 

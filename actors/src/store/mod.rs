@@ -41,6 +41,10 @@ pub enum StoreError {
     /// Another server holds the SQLite database file.
     #[error("{0}")]
     Held(String),
+    /// A command refused a store as it stands (its schema, its rows, a
+    /// server on it), saying why.
+    #[error("{0}")]
+    Refused(String),
     /// A commit's fence failed: another node owns one of its orgs now.
     #[error("an org of this commit is owned by another node")]
     Fenced,
@@ -71,6 +75,7 @@ impl StoreError {
             | StoreError::OrgReloading
             | StoreError::Fenced
             | StoreError::Held(_)
+            | StoreError::Refused(_)
             | StoreError::WriterGone => false,
         }
     }
@@ -177,6 +182,7 @@ mod connect;
 mod deletion;
 mod events;
 mod keys;
+mod migrate;
 mod org_records;
 mod reports;
 mod retention;
@@ -197,6 +203,7 @@ pub use commit::{EventLinks, Fence, WriteBatch, WriteOp, WriterConn};
 pub use connect::hold_sqlite_file;
 pub use events::LoggedEvent;
 pub use keys::ClientDek;
+pub use migrate::{migrate_store, Continued, Migrated, TableCount};
 pub use reports::ReportKey;
 pub use webhooks::{AfterAttempt, DeliveryRecord, DueRow, NewRow, Settled, Target, Turn, LOG_KEPT};
 
