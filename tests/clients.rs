@@ -1,7 +1,9 @@
 //! The client libraries (`clients/python`, `clients/typescript`) against
 //! the real server: each library's own test suite (pytest, `node --test`:
 //! every operation's round trip, a lost lease cancelling its handler, a
-//! create sent again after a dropped connection), and worker processes of
+//! create sent again after a dropped connection, a wait released by a
+//! completion, the event stream resumed across cut connections without a
+//! gap or a repeat), and worker processes of
 //! both run here while the test kills, stops and limits them (CONTRACT
 //! §12): every task completed exactly once by 16 workers, a worker killed
 //! with `kill -9` losing its task to another within the lease, SIGTERM
