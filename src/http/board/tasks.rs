@@ -35,6 +35,20 @@ fn enc(s: &str) -> String {
     utf8_percent_encode(s, UNRESERVED).to_string()
 }
 
+/// The board's filters as the query of its cards (`name=value&` each).
+fn filter_query(filters: &Filters) -> String {
+    [
+        ("status", &filters.status),
+        ("tags", &filters.tags),
+        ("assignee", &filters.assignee),
+        ("priority_max", &filters.priority_max),
+    ]
+    .into_iter()
+    .filter(|(_, value)| !value.is_empty())
+    .map(|(name, value)| format!("{name}={}&", enc(value)))
+    .collect()
+}
+
 /// `GET /board/tasks`: the org's tasks in columns by status, open work
 /// first; filtered, searched by meaning, a page at a time.
 pub async fn board(
@@ -61,7 +75,6 @@ pub async fn board(
     let cursor = get("cursor");
     // The list's own parameters, and the board's link to the same filters.
     let mut list = vec![("limit".to_owned(), PAGE.to_string())];
-    let mut link = String::new();
     for (name, value) in [
         ("status", &filters.status),
         ("tags", &filters.tags),
@@ -70,9 +83,9 @@ pub async fn board(
     ] {
         if !value.is_empty() {
             list.push((name.to_owned(), value.clone()));
-            link.push_str(&format!("{name}={}&", enc(value)));
         }
     }
+    let mut link = filter_query(&filters);
     if !filters.q.is_empty() {
         link.push_str(&format!("q={}&", enc(&filters.q)));
     }
@@ -80,6 +93,7 @@ pub async fn board(
         list.push(("cursor".to_owned(), cursor.clone()));
     }
     let caller = &session.caller;
+    let since = state.engine.org_last_event_id(caller.org_id).await?;
     let listed = call(&state, caller, LIST_TASKS, Input::Query(list)).await?;
     let cards: Vec<Card> = listed.tasks.iter().map(Card::from).collect();
     let search = if filters.q.is_empty() {
@@ -104,7 +118,10 @@ pub async fn board(
         .as_deref()
         .map(|c| format!("/board/tasks?{link}cursor={}", enc(c)));
     let first_page = (!cursor.is_empty()).then(|| format!("/board/tasks?{link}"));
-    let chrome = chrome(&state, &session, "tasks");
+    // The whole filtered list on one page: a change redraws its card.
+    let cards_live = search.is_none() && first_page.is_none() && next_page.is_none();
+    let filters_query = filter_query(&filters);
+    let chrome = chrome(&session, "tasks", Some(since));
     let nonce = chrome.nonce.clone();
     Ok(pages::page(
         StatusCode::OK,
@@ -118,6 +135,8 @@ pub async fn board(
             search,
             shown: cards.len(),
             columns: model::columns(cards),
+            cards_live,
+            filters_query,
             first_page,
             next_page,
         },
@@ -163,6 +182,10 @@ pub async fn task(
     Path(task_id): Path<String>,
 ) -> Result<Response, BoardError> {
     let session = signed_in(&state, &headers).await?;
+    let since = state
+        .engine
+        .org_last_event_id(session.caller.org_id)
+        .await?;
     let found = get_tasks(&state, &session, std::slice::from_ref(&task_id)).await?;
     let Some(detail) = found.first() else {
         return Err(BoardError::NotFound);
@@ -197,7 +220,7 @@ pub async fn task(
         blockers,
         dependents,
     );
-    let chrome = chrome(&state, &session, "tasks");
+    let chrome = chrome(&session, "tasks", Some(since));
     let nonce = chrome.nonce.clone();
     Ok(pages::page(
         StatusCode::OK,
