@@ -3,12 +3,16 @@
 //! Plain HTTP: sign-in and sign-out and the cookie's attributes, a wrong
 //! key, the CSP of every page, writes refused (403, nothing changed)
 //! without the session or its CSRF token, another org's task as not found,
-//! a `user` key without the admin form (and refused anyway), escaping, and
-//! a key that stops working ending its sessions. In headless Chromium
-//! (`browser`; skipped with a note unless `TASKQ_TEST_CHROMEDRIVER` names a
-//! chromedriver): a graph of three tasks made through the board, one
-//! completed through the API and its dependent shown pending without a
-//! reload, hostile content in every field shown as text and run nowhere,
+//! a `user` key without the admin form (and refused anyway), escaping, a
+//! key that stops working ending its sessions, and the stream and cards
+//! that keep pages current (`/board/events` from the page's `data-since`,
+//! `/board/cards` as the filters keep them; 401 without a session). In
+//! headless Chromium (`board::chromium`; skipped with a note unless
+//! `TASKQ_TEST_CHROMEDRIVER` names a chromedriver): a graph of three tasks
+//! made through the board, one completed through the API and its dependent
+//! shown pending without a reload, an open board moving a card on the
+//! stream with no request while idle, hostile content in every field shown
+//! as text and run nowhere,
 //! axe-core on every view (`TASKQ_TEST_AXE_JS`, skipped with a note when
 //! unset), and a screenshot of each view.
 
