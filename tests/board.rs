@@ -612,6 +612,67 @@ backend_tests!(
     }
 );
 
+backend_tests!(
+    a_first_page_that_ends_early_keeps_the_cards_before_its_end,
+    |srv| async move {
+        let org = srv.create_org("pro").await;
+        for batch in 0..9 {
+            let items: Vec<Value> = (0..25)
+                .map(|i| json!({ "title": format!("task {}", batch * 25 + i) }))
+                .collect();
+            srv.create_tasks(&org.owner_key, Value::Array(items)).await;
+        }
+        let ids = srv.list_ids(&org.owner_key, "").await;
+        assert_eq!(ids.len(), 225);
+        let cookie = sign_in(&srv, &org.owner_key).await;
+        let board = get(&srv, "/board/tasks", Some(&cookie)).await;
+        assert!(board.body.contains(r#"id="next-page""#));
+        assert!(
+            board.body.contains(r#"data-live="cards""#),
+            "{}",
+            board.body
+        );
+        assert!(board.body.contains(r#"data-min="100""#), "{}", board.body);
+        let start = board.body.find(r#"data-filters=""#).unwrap() + r#"data-filters=""#.len();
+        let filters = &board.body[start..start + board.body[start..].find('"').unwrap()];
+        let filters = filters.replace("&#38;", "&").replace("&amp;", "&");
+        assert!(filters.starts_with("until="), "{filters}");
+        let (first, last) = (&ids[0], &ids[199]);
+        let beyond = ids[224].clone();
+        let cards = get(
+            &srv,
+            &format!("/board/cards?{filters}task_id={first},{last},{beyond}"),
+            Some(&cookie),
+        )
+        .await;
+        assert_eq!(cards.status, StatusCode::OK, "{}", cards.body);
+        assert!(cards.body.contains(first.as_str()), "{}", cards.body);
+        assert!(cards.body.contains(last.as_str()), "{}", cards.body);
+        assert!(
+            !cards.body.contains(&beyond),
+            "past the page's end: {}",
+            cards.body
+        );
+        // Claimed, the first task sorts after every pending one: off this page.
+        let claimed = srv.claim(&org.owner_key, json!({})).await.expect("a claim");
+        assert_eq!(claimed["task_id"], first.as_str());
+        let cards = get(
+            &srv,
+            &format!("/board/cards?{filters}task_id={first}"),
+            Some(&cookie),
+        )
+        .await;
+        assert!(!cards.body.contains(first.as_str()), "{}", cards.body);
+        let garbled = get(
+            &srv,
+            &format!("/board/cards?until=1.2&task_id={first}"),
+            Some(&cookie),
+        )
+        .await;
+        assert_eq!(garbled.status, StatusCode::BAD_REQUEST);
+    }
+);
+
 /// Two nodes on one PostgreSQL: a session opened on one works on the
 /// other (a board request goes to the owner of its org), writes through
 /// either apply once, and a sign-out through one ends the session on both.

@@ -7,7 +7,10 @@
 //! the page asks for what to show: `GET /board/cards` answers the cards of
 //! the tasks that changed, rendered and escaped here as the board renders
 //! them, and only those the page's filters keep; a page redraws those
-//! cards and its column counts, nothing else.
+//! cards and its column counts, nothing else. A first page that holds
+//! only the first tasks of its list says where it ends (`until`, the list
+//! key of its last task): a changed task is on it when it sorts there,
+//! which is the window its next page goes on from.
 //!
 //! A page is made after reading the org's newest event id
 //! (`Engine::org_last_event_id`), which it opens its stream from: a change
@@ -16,7 +19,8 @@
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use taskq_actors::api::{decode_query, GetAnswer, ListTasks};
+use taskq_actors::api::{decode_query, GetAnswer, ListTasks, TaskView};
+use taskq_actors::domain::order::ListKey;
 
 use super::super::operation::query_params;
 use super::super::watch::stream_for;
@@ -32,6 +36,9 @@ const FILTERS: [&str; 4] = ["status", "tags", "assignee", "priority_max"];
 
 /// The parameter naming the tasks whose cards are asked for.
 const TASK_IDS: &str = "task_id";
+
+/// The parameter saying where a first page of its list ends.
+pub const UNTIL: &str = "until";
 
 /// Tasks per card request: what one `POST /tasks/get` takes.
 pub const MAX_CARDS: usize = 25;
@@ -75,6 +82,10 @@ pub async fn cards(
     if ids.is_empty() || ids.len() > MAX_CARDS {
         return Err(BoardError::BadForm);
     }
+    let until = match params.iter().find(|(k, _)| k == UNTIL) {
+        Some((_, text)) => Some(parse_until(text).ok_or(BoardError::BadForm)?),
+        None => None,
+    };
     let filters = params
         .into_iter()
         .filter(|(k, v)| FILTERS.contains(&k.as_str()) && !v.trim().is_empty())
@@ -83,20 +94,46 @@ pub async fn cards(
     let request = serde_json::json!({ "task_ids": ids });
     let found: GetAnswer = call(&state, &session.caller, GET_TASKS, Input::Body(request)).await?;
     let now = state.engine.now_ms();
-    let cards = shown(&filters, &found, now);
+    let cards = shown(&filters, until.as_ref(), &found, now);
     let nonce = pages::nonce();
     Ok(pages::page(StatusCode::OK, &nonce, &Cards { cards }))
 }
 
-/// The cards of the tasks found that the board's filters keep at `now`.
-fn shown(filters: &ListTasks, found: &GetAnswer, now: i64) -> Vec<Card> {
+/// The cards of the tasks found that the board's filters keep at `now`,
+/// and that sort no later than `until` when the page ends there.
+fn shown(filters: &ListTasks, until: Option<&ListKey>, found: &GetAnswer, now: i64) -> Vec<Card> {
     found
         .tasks
         .iter()
         .map(|detail| &detail.task)
         .filter(|task| filters.matches_view(task, now))
+        .filter(|task| until.is_none_or(|until| list_key(task) <= *until))
         .map(|task| Card::at(task, now))
         .collect()
+}
+
+/// Where a task stands in list order.
+pub fn list_key(t: &TaskView) -> ListKey {
+    ListKey::new(t.status, t.priority, t.created_at.0, t.task_id)
+}
+
+/// A list key as a page carries it: `rank.priority.created_at.task_id`.
+pub fn until_text(key: &ListKey) -> String {
+    format!(
+        "{}.{}.{}.{}",
+        key.rank, key.priority, key.created_at, key.task_id
+    )
+}
+
+fn parse_until(text: &str) -> Option<ListKey> {
+    let mut parts = text.split('.');
+    let key = ListKey {
+        rank: parts.next()?.parse().ok()?,
+        priority: parts.next()?.parse().ok()?,
+        created_at: parts.next()?.parse().ok()?,
+        task_id: parts.next()?.parse().ok()?,
+    };
+    parts.next().is_none().then_some(key)
 }
 
 #[cfg(test)]
@@ -144,7 +181,7 @@ mod tests {
     fn a_changed_task_keeps_its_card_only_where_the_filters_list_it() {
         let now = 1_800_000_000_000;
         let found = found(now);
-        assert_eq!(ids(&shown(&filters(&[]), &found, now)), ['a', 'b']);
+        assert_eq!(ids(&shown(&filters(&[]), None, &found, now)), ['a', 'b']);
         for (query, kept) in [
             (vec![("status", "pending")], vec!['a']),
             (vec![("status", "completed,failed")], vec!['b']),
@@ -155,7 +192,7 @@ mod tests {
             (vec![("status", "pending"), ("tags", "ui")], vec![]),
         ] {
             assert_eq!(
-                ids(&shown(&filters(&query), &found, now)),
+                ids(&shown(&filters(&query), None, &found, now)),
                 kept,
                 "{query:?}"
             );
@@ -165,10 +202,35 @@ mod tests {
     #[test]
     fn a_card_shows_its_run_at_only_while_it_is_ahead() {
         let now = 1_800_000_000_000;
-        let cards = shown(&filters(&[]), &found(now), now);
+        let cards = shown(&filters(&[]), None, &found(now), now);
         assert!(cards[0].run_at.is_some());
         assert_eq!(cards[1].run_at, None);
-        let later = shown(&filters(&[]), &found(now), now + 120_000);
+        let later = shown(&filters(&[]), None, &found(now), now + 120_000);
         assert_eq!(later[0].run_at, None);
+    }
+
+    #[test]
+    fn a_first_page_keeps_only_the_cards_that_sort_where_it_ends() {
+        let now = 1_800_000_000_000;
+        let found = found(now);
+        let a = list_key(&found.tasks[0].task);
+        let b = list_key(&found.tasks[1].task);
+        // Open work first: the pending task sorts before the completed one.
+        assert!(a < b);
+        let text = until_text(&a);
+        assert_eq!(parse_until(&text), Some(a));
+        assert_eq!(ids(&shown(&filters(&[]), Some(&a), &found, now)), ['a']);
+        assert_eq!(
+            ids(&shown(&filters(&[]), Some(&b), &found, now)),
+            ['a', 'b']
+        );
+        for bad in [
+            "",
+            "0.3.1",
+            "x.3.1.00000000-0000-7000-8000-00000000000a",
+            &format!("{text}.1"),
+        ] {
+            assert_eq!(parse_until(bad), None, "{bad}");
+        }
     }
 }

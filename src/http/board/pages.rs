@@ -130,6 +130,9 @@ pub struct Tasks {
     pub cards_live: bool,
     /// The page's filters as a query (`name=value&...`), for its cards.
     pub filters_query: String,
+    /// For a first page that ends before its list does: the fewest cards
+    /// it redraws before it is fetched again.
+    pub min_cards: Option<usize>,
     pub first_page: Option<String>,
     pub next_page: Option<String>,
 }

@@ -14,7 +14,7 @@ use super::forms::{self, Form};
 use super::model::{self, Card, Found, Task};
 use super::pages::{self, Filters, Search, TaskPage, Tasks, PRIORITIES};
 use super::svg::{Graph, GraphTask, NODE_H, NODE_W};
-use super::{chrome, see_other, signed_in, writer, AppState, BoardError};
+use super::{chrome, live, see_other, signed_in, writer, AppState, BoardError};
 
 /// Tasks on one page of the board.
 const PAGE: usize = 200;
@@ -118,9 +118,21 @@ pub async fn board(
         .as_deref()
         .map(|c| format!("/board/tasks?{link}cursor={}", enc(c)));
     let first_page = (!cursor.is_empty()).then(|| format!("/board/tasks?{link}"));
-    // The whole filtered list on one page: a change redraws its card.
-    let cards_live = search.is_none() && first_page.is_none() && next_page.is_none();
-    let filters_query = filter_query(&filters);
+    // A first page without a search redraws the cards that change; one
+    // that holds only the first tasks of the list says where it ends.
+    let until = match (&next_page, cards.last()) {
+        (Some(_), Some(last)) if search.is_none() && cursor.is_empty() => {
+            let found = get_tasks(&state, &session, std::slice::from_ref(&last.id)).await?;
+            found.first().map(|d| live::list_key(&d.task))
+        }
+        _ => None,
+    };
+    let cards_live =
+        search.is_none() && cursor.is_empty() && (next_page.is_none() || until.is_some());
+    let mut filters_query = filter_query(&filters);
+    if let Some(key) = &until {
+        filters_query.push_str(&format!("{}={}&", live::UNTIL, live::until_text(key)));
+    }
     let chrome = chrome(&session, "tasks", Some(since));
     let nonce = chrome.nonce.clone();
     Ok(pages::page(
@@ -137,6 +149,8 @@ pub async fn board(
             columns: model::columns(cards),
             cards_live,
             filters_query,
+            // Below half a page, a page that ends early is fetched again.
+            min_cards: until.map(|_| PAGE / 2),
             first_page,
             next_page,
         },

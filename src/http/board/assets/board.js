@@ -4,9 +4,10 @@
 // and redraws only what they changed. On the board, the cards of the
 // tasks that changed come from /board/cards, which leaves out those the
 // page's filters do not keep; each moves to its column, and the counts
-// follow. Other pages, a board that is not the whole list, and a burst of
-// too many tasks fetch the page again and swap in its #live part, at most
-// once a second. Every piece of HTML comes from the server, which escaped
+// follow (a first page that ends before its list does keeps the tasks
+// that sort before its end, and fills up again below half a page). Other
+// pages, later pages, a search, and a burst of too many tasks fetch the
+// page again and swap in its #live part, at most once a second. Every piece of HTML comes from the server, which escaped
 // every field, and is parsed as inert HTML (DOMParser runs no script):
 // nothing is ever built from strings here.
 (function () {
@@ -115,6 +116,10 @@
       });
       recount();
       done();
+      // A first page that ends before its list does, emptied below its
+      // least, is fetched again to fill up.
+      var min = Number(root.dataset.min || 0);
+      if (root.querySelectorAll(".card").length < min) { stale = true; schedule(); }
     });
   }
 
@@ -135,7 +140,7 @@
     if (busy || document.hidden) return;
     var ids = Object.keys(changed);
     if (ids.length === 0 && !stale) return;
-    var whole = live().dataset.live !== "cards" || ids.length > MAX_CARDS;
+    var whole = stale || live().dataset.live !== "cards" || ids.length > MAX_CARDS;
     var wait = lastRefresh + REFRESH_GAP_MS - Date.now();
     if (whole && wait > 0) {
       timer = setTimeout(flush, wait);
