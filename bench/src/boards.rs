@@ -5,15 +5,17 @@
 //! board's script does: load the board (`GET /board/tasks`, the first 200
 //! tasks), follow the org's event stream (`GET /board/events`, from the
 //! page's `data-since`), gather the events of 200 ms, and then fetch the
-//! cards of the tasks that changed (`GET /board/cards`, up to 25) when the
-//! page is the whole list, or else the page again, at most once a second.
+//! cards of the tasks that changed (`GET /board/cards`, up to 25, with the
+//! page's filters and end), keeping count of the cards on the page; more
+//! tasks than that, or a page that fell below its least (`data-min`),
+//! fetch the page again, at most once a second.
 //! A stream that ends is opened again after 3 s with `Last-Event-ID`, as
 //! `EventSource` does. They run from the create phase's end to the
 //! cycles' end. Before the cycles they stay open on an idle server for a
 //! few seconds, which gives what an open board costs the server when
 //! nothing changes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -108,8 +110,21 @@ struct Page {
     since: String,
     /// The page is the whole list: its cards are redrawn.
     cards: bool,
-    /// Its filters, as the query of its cards.
+    /// Its filters (and end), as the query of its cards.
     filters: String,
+    /// Below this many cards it is fetched again.
+    min: usize,
+    /// The tasks whose cards it shows.
+    shown: HashSet<String>,
+}
+
+/// The tasks of the cards in `html`.
+fn card_ids(html: &str) -> HashSet<String> {
+    html.split(r#"<li class="card" data-task=""#)
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The value of attribute `name` of the first element carrying it.
@@ -126,6 +141,10 @@ impl Page {
             since: attribute(html, "data-since")?,
             cards: attribute(html, "data-live")? == "cards",
             filters: attribute(html, "data-filters").unwrap_or_default(),
+            min: attribute(html, "data-min")
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(0),
+            shown: card_ids(html),
         })
     }
 }
@@ -191,11 +210,21 @@ impl Board {
         Page::parse(&html)
     }
 
-    async fn redraw(&self, page: &Page, ids: &BTreeSet<String>) {
+    /// The cards of `ids`, moved onto or off the page; whether the page
+    /// is still full enough.
+    async fn redraw(&self, page: &mut Page, ids: &BTreeSet<String>) -> bool {
         let started = Instant::now();
-        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-        let path = format!("/board/cards?{}task_id={}", page.filters, ids.join(","));
-        if self.get(&path, "cards").await.is_some() {
+        let list: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let path = format!("/board/cards?{}task_id={}", page.filters, list.join(","));
+        if let Some(html) = self.get(&path, "cards").await {
+            let kept = card_ids(&html);
+            for id in ids {
+                if kept.contains(id) {
+                    page.shown.insert(id.clone());
+                } else {
+                    page.shown.remove(id);
+                }
+            }
             self.counts.card_fetches.fetch_add(1, Ordering::Relaxed);
             self.counts
                 .cards
@@ -204,6 +233,7 @@ impl Board {
                 .card_micros
                 .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         }
+        page.shown.len() >= page.min
     }
 
     /// Loads the page, then follows its stream until `stopped`.
@@ -235,6 +265,7 @@ impl Board {
             };
             let mut buffer = String::new();
             let mut changed = BTreeSet::new();
+            let mut stale = false;
             let mut due: Option<tokio::time::Instant> = None;
             while let Some(response) = stream.as_mut() {
                 let wait = due.unwrap_or_else(|| tokio::time::Instant::now() + IDLE * 100);
@@ -256,7 +287,7 @@ impl Board {
                         }
                     }
                     () = tokio::time::sleep_until(wait), if due.is_some() => {
-                        let whole = !page.cards || changed.len() > MAX_CARDS;
+                        let whole = stale || !page.cards || changed.len() > MAX_CARDS;
                         if whole && last_refresh.elapsed() < REFRESH_GAP {
                             due = Some((last_refresh + REFRESH_GAP).into());
                             continue;
@@ -264,11 +295,13 @@ impl Board {
                         due = None;
                         if whole {
                             last_refresh = Instant::now();
+                            stale = false;
                             if let Some(fresh) = self.refresh().await {
                                 page = fresh;
                             }
-                        } else {
-                            self.redraw(&page, &changed).await;
+                        } else if !self.redraw(&mut page, &changed).await {
+                            stale = true;
+                            due = Some(tokio::time::Instant::now() + GATHER);
                         }
                         changed.clear();
                     }
@@ -425,6 +458,16 @@ mod tests {
         assert_eq!(page.filters, "status=pending&tags=a&");
         let page = Page::parse(r#"<body data-since="0"><section data-live="page">"#).unwrap();
         assert!(!page.cards);
+        assert_eq!(page.min, 0);
+        let html = r#"<body data-since="1"><section data-live="cards" data-min="100"><ul>
+            <li class="card" data-task="t1" data-status="pending"></li>
+            <li class="card" data-task="t2" data-status="pending"></li></ul>"#;
+        let page = Page::parse(html).unwrap();
+        assert_eq!(page.min, 100);
+        assert_eq!(
+            page.shown,
+            HashSet::from(["t1".to_owned(), "t2".to_owned()])
+        );
         assert!(Page::parse("<body>").is_none());
     }
 
