@@ -674,8 +674,9 @@ backend_tests!(
 );
 
 /// Two nodes on one PostgreSQL: a session opened on one works on the
-/// other (a board request goes to the owner of its org), writes through
-/// either apply once, and a sign-out through one ends the session on both.
+/// other (a board request goes to the owner of its org, its stream too),
+/// writes through either apply once, and a sign-out through one ends the
+/// session on both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_work_on_every_node() {
     if !Backend::Postgres.available("the board's cluster test") {
@@ -718,6 +719,18 @@ async fn sessions_work_on_every_node() {
     .await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
     assert_eq!(first.get_task(&org.owner_key, &id).await["priority"], 2);
+
+    // The board's stream through the other node is the owner's stream.
+    let board = get(&second, "/board/tasks", Some(&cookie)).await;
+    let mut stream = second
+        .open_board_events(&cookie, &format!("since={}", since_of(&board.body)))
+        .await;
+    let later = first
+        .new_task(&org.owner_key, "made on the first node")
+        .await;
+    let created = stream.events(1).await;
+    assert_eq!(created[0].task_id(), later);
+    drop(stream);
 
     let out = post_form(&second, "/board/logout", Some(&cookie), &[("csrf", &token)]).await;
     assert_eq!(out.status, StatusCode::SEE_OTHER);
