@@ -453,6 +453,65 @@ async fn the_open_board_moves_a_card_without_polling() {
     browser.quit().await;
 }
 
+/// The first page of a list longer than a page redraws its cards too: a
+/// task claimed through the API sorts past the page's end and leaves it,
+/// and the page is not fetched again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_page_of_a_long_list_lets_a_card_go() {
+    let Some(driver) = chromedriver() else { return };
+    let srv = TestServer::start(Backend::Sqlite).await;
+    let org = srv.create_org("pro").await;
+    for batch in 0..9 {
+        let items: Vec<Value> = (0..25)
+            .map(|i| json!({ "title": format!("task {}", batch * 25 + i) }))
+            .collect();
+        srv.create_tasks(&org.owner_key, Value::Array(items)).await;
+    }
+    let first = srv.list_ids(&org.owner_key, "").await.remove(0);
+    let browser = Browser::start(&driver).await;
+    browser_sign_in(&browser, &srv, &org.owner_key).await;
+    browser
+        .script("window.__same_page = true; return true;")
+        .await;
+    let pending =
+        r#"return document.querySelector('.col[data-status="pending"] .count').textContent;"#;
+    assert_eq!(browser.script(pending).await, "200");
+    eventually(
+        Duration::from_secs(10),
+        "the board's stream open",
+        || async {
+            let seen = requests_by_route(&srv).await;
+            (seen.get("/board/events").copied().unwrap_or(0) >= 1).then_some(())
+        },
+    )
+    .await;
+    let before = requests_by_route(&srv).await;
+    let claimed = srv.claim(&org.owner_key, json!({})).await.expect("a claim");
+    assert_eq!(claimed["task_id"], first.as_str());
+    browser
+        .wait_for(
+            "the claimed task off the first page",
+            &format!(r#"document.querySelector('.card[data-task="{first}"]') === null"#),
+        )
+        .await;
+    assert_eq!(browser.script(pending).await, "199");
+    assert_eq!(
+        browser.script("return window.__same_page === true;").await,
+        true
+    );
+    let after = requests_by_route(&srv).await;
+    assert_eq!(
+        after.get("/board/tasks"),
+        before.get("/board/tasks"),
+        "{after:?}"
+    );
+    assert!(
+        after.get("/board/cards").is_some_and(|n| *n >= 1),
+        "{after:?}"
+    );
+    browser.quit().await;
+}
+
 async fn browser_leases(browser: &Browser, srv: &TestServer) -> u64 {
     browser
         .goto(&format!("{}/board/agents", srv.base_url))
