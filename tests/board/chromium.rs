@@ -1,4 +1,5 @@
-//! The board in headless Chromium: a graph of tasks kept live, hostile
+//! The board in headless Chromium: a graph of tasks kept live, an open
+//! board moving a card on the event stream without polling, hostile
 //! content in every field, axe-core on every view, screenshots, and the
 //! measurements of docs/perf.md (run by hand).
 
@@ -317,6 +318,197 @@ async fn the_board_in_a_browser() {
             r#"document.getElementById("api_key") !== null"#,
         )
         .await;
+    browser.quit().await;
+}
+
+/// Requests the server answered, by route, from `GET /metrics` (all its
+/// methods and statuses), leaving out `/metrics` itself.
+async fn requests_by_route(srv: &TestServer) -> std::collections::BTreeMap<String, u64> {
+    let auth = format!("Bearer {}", srv.admin_token);
+    let (status, text) = srv
+        .raw(Method::GET, "/metrics", &[("authorization", &auth)], None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("taskq_http_requests_total{route=\"") else {
+            continue;
+        };
+        let (route, rest) = rest.split_once('"').unwrap();
+        let n: u64 = rest.rsplit(' ').next().unwrap().parse().unwrap();
+        if route != "/metrics" {
+            *out.entry(route.to_owned()).or_default() += n;
+        }
+    }
+    out
+}
+
+/// The open board follows the event stream: a task completed through the
+/// API moves to its column, and the counts follow, in the same document
+/// and by fetching its card alone; an open board that nothing changes
+/// sends the server nothing at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_open_board_moves_a_card_without_polling() {
+    let Some(driver) = chromedriver() else { return };
+    let axe = axe_source();
+    let srv = TestServer::start(Backend::Sqlite).await;
+    let org = srv.create_org("dev").await;
+    let a = srv.new_task(&org.owner_key, "Collect the logs").await;
+    let b = srv.new_task(&org.owner_key, "Find the cause").await;
+    let browser = Browser::start(&driver).await;
+    browser_sign_in(&browser, &srv, &org.owner_key).await;
+    browser
+        .script("window.__same_page = true; return true;")
+        .await;
+    let column_of = r#"const out = {};
+        for (const col of document.querySelectorAll(".col")) out[col.dataset.status] =
+            [col.querySelector(".count").textContent, ...[...col.querySelectorAll(".card")].map(c => c.dataset.task)];
+        return out;"#;
+    let columns = browser.script(column_of).await;
+    assert_eq!(columns["pending"], json!(["2", a, b]), "{columns}");
+    assert_eq!(columns["completed"], json!(["0"]), "{columns}");
+
+    // The stream is open (counted when it answered); from then on an idle
+    // board asks for nothing. The interval is watched for requests that
+    // would come, so it is waited out: over twice the old poll's period.
+    eventually(
+        Duration::from_secs(10),
+        "the board's stream open",
+        || async {
+            let seen = requests_by_route(&srv).await;
+            (seen.get("/board/events").copied().unwrap_or(0) >= 1).then_some(())
+        },
+    )
+    .await;
+    let before = requests_by_route(&srv).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        requests_by_route(&srv).await,
+        before,
+        "requests from an idle board"
+    );
+    assert_eq!(before.get("/board/events"), Some(&1), "{before:?}");
+
+    // An agent completes A through the API.
+    let claimed = srv.claim(&org.owner_key, json!({})).await.expect("a claim");
+    assert_eq!(claimed["task_id"], a.as_str());
+    srv.update_ok(
+        &org.owner_key,
+        json!({ "task_id": a, "status": "completed", "note": "done" }),
+    )
+    .await;
+    let started = Instant::now();
+    browser
+        .wait_for(
+            "A in the completed column",
+            &format!(
+                r#"document.querySelector('.col[data-status="completed"] .card[data-task="{a}"]') !== null"#
+            ),
+        )
+        .await;
+    let shown_after = started.elapsed();
+    assert!(
+        shown_after < Duration::from_secs(2),
+        "shown after {shown_after:?}"
+    );
+    let columns = browser.script(column_of).await;
+    assert_eq!(columns["pending"], json!(["1", b]), "{columns}");
+    assert_eq!(columns["in_progress"], json!(["0"]), "{columns}");
+    assert_eq!(columns["completed"], json!(["1", a]), "{columns}");
+    assert_eq!(
+        browser.script("return window.__same_page === true;").await,
+        true,
+        "the page reloaded"
+    );
+    let refreshes = browser
+        .script("return document.body.dataset.refreshes;")
+        .await;
+    assert!(refreshes.as_str().is_some_and(|n| n != "0"), "{refreshes}");
+    // Its card was fetched, not the page, and the stream stayed open.
+    let after = requests_by_route(&srv).await;
+    assert_eq!(
+        after.get("/board/tasks"),
+        before.get("/board/tasks"),
+        "{after:?}"
+    );
+    assert!(
+        after.get("/board/cards").is_some_and(|n| *n >= 1),
+        "{after:?}"
+    );
+    assert_eq!(after.get("/board/events"), Some(&1), "{after:?}");
+    assert_accessible(&browser, axe.as_deref(), "the board after a card moved").await;
+
+    // A task created elsewhere joins its column.
+    let c = srv.new_task(&org.owner_key, "Ship the fix").await;
+    browser
+        .wait_for(
+            "C pending",
+            &format!(
+                r#"document.querySelector('.col[data-status="pending"] .card[data-task="{c}"]') !== null"#
+            ),
+        )
+        .await;
+    let columns = browser.script(column_of).await;
+    assert_eq!(columns["pending"][0], "2", "{columns}");
+    browser.quit().await;
+}
+
+/// The first page of a list longer than a page redraws its cards too: a
+/// task claimed through the API sorts past the page's end and leaves it,
+/// and the page is not fetched again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_page_of_a_long_list_lets_a_card_go() {
+    let Some(driver) = chromedriver() else { return };
+    let srv = TestServer::start(Backend::Sqlite).await;
+    let org = srv.create_org("pro").await;
+    for batch in 0..9 {
+        let items: Vec<Value> = (0..25)
+            .map(|i| json!({ "title": format!("task {}", batch * 25 + i) }))
+            .collect();
+        srv.create_tasks(&org.owner_key, Value::Array(items)).await;
+    }
+    let first = srv.list_ids(&org.owner_key, "").await.remove(0);
+    let browser = Browser::start(&driver).await;
+    browser_sign_in(&browser, &srv, &org.owner_key).await;
+    browser
+        .script("window.__same_page = true; return true;")
+        .await;
+    let pending =
+        r#"return document.querySelector('.col[data-status="pending"] .count').textContent;"#;
+    assert_eq!(browser.script(pending).await, "200");
+    eventually(
+        Duration::from_secs(10),
+        "the board's stream open",
+        || async {
+            let seen = requests_by_route(&srv).await;
+            (seen.get("/board/events").copied().unwrap_or(0) >= 1).then_some(())
+        },
+    )
+    .await;
+    let before = requests_by_route(&srv).await;
+    let claimed = srv.claim(&org.owner_key, json!({})).await.expect("a claim");
+    assert_eq!(claimed["task_id"], first.as_str());
+    browser
+        .wait_for(
+            "the claimed task off the first page",
+            &format!(r#"document.querySelector('.card[data-task="{first}"]') === null"#),
+        )
+        .await;
+    assert_eq!(browser.script(pending).await, "199");
+    assert_eq!(
+        browser.script("return window.__same_page === true;").await,
+        true
+    );
+    let after = requests_by_route(&srv).await;
+    assert_eq!(
+        after.get("/board/tasks"),
+        before.get("/board/tasks"),
+        "{after:?}"
+    );
+    assert!(
+        after.get("/board/cards").is_some_and(|n| *n >= 1),
+        "{after:?}"
+    );
     browser.quit().await;
 }
 

@@ -39,6 +39,7 @@ pub async fn agents(
 ) -> Result<Response, BoardError> {
     let session = signed_in(&state, &headers).await?;
     let caller = &session.caller;
+    let since = state.engine.org_last_event_id(caller.org_id).await?;
     let query = vec![
         ("status".to_owned(), "in_progress".to_owned()),
         ("full".to_owned(), "true".to_owned()),
@@ -73,7 +74,7 @@ pub async fn agents(
         .into_iter()
         .map(|k| (k.name, k.created_at.to_string(), yes_no(k.active)))
         .collect();
-    let chrome = chrome(&state, &session, "agents");
+    let chrome = chrome(&session, "agents", Some(since));
     let nonce = chrome.nonce.clone();
     Ok(pages::page(
         StatusCode::OK,
@@ -215,7 +216,7 @@ pub async fn insights(
         StandupAnswer::Unavailable(why) => Err(why),
     })?
     .split();
-    let chrome = chrome(&state, &session, "insights");
+    let chrome = chrome(&session, "insights", None);
     let nonce = chrome.nonce.clone();
     let page = Insights {
         chrome,
@@ -238,7 +239,7 @@ pub async fn org(
     let members = call(&state, caller, LIST_MEMBERS, Input::None).await?;
     let teams = call(&state, caller, LIST_TEAMS, Input::None).await;
     let (teams, teams_unavailable) = shown(teams, Ok)?.split();
-    let chrome = chrome(&state, &session, "org");
+    let chrome = chrome(&session, "org", None);
     let nonce = chrome.nonce.clone();
     let page = Org {
         chrome,

@@ -73,7 +73,7 @@ pub async fn page(
         }
         Err(e) => return Err(e.into()),
     };
-    let chrome = chrome(&state, &session, "schedules");
+    let chrome = chrome(&session, "schedules", None);
     let nonce = chrome.nonce.clone();
     let page = Schedules {
         chrome,
