@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::Engine;
+use super::InFlight;
 use crate::api::{
     BlockerLink, ClaimAnswer, ClaimContext, ClaimRequest, ClaimedTask, ClaimedTasks, CreateAnswer,
     CreateTasks, Dependency, GetAnswer, GetTasks, ListAnswer, ListTasks, ListedTask, ParentLink,
@@ -15,7 +16,7 @@ use crate::domain::order::ListKey;
 use crate::domain::usage::RequestKind;
 use crate::domain::{OrgId, StoredTask, TaskId};
 use crate::error::EngineError;
-use crate::org::{ClaimTicket, OrgMsg, Outcome};
+use crate::org::{ClaimTicket, OrgMsg, Outcome, Reply};
 use crate::reader::Answer;
 use crate::views;
 
@@ -355,20 +356,13 @@ impl Engine {
         request: ClaimRequest,
     ) -> Result<Vec<ClaimedTask>, EngineError> {
         let org = caller.org_id;
-        let wait = Duration::from_secs(u64::from(request.wait_seconds));
-        let waiting = Waiting {
-            engine: self,
-            org,
-            armed: request.wait_seconds > 0,
-        };
         let asked = self
-            .ask_within(org, wait, |reply| OrgMsg::ClaimNext {
+            .ask_waiting(org, request.wait_seconds, |reply| OrgMsg::ClaimNext {
                 caller: caller.clone(),
                 request: request.clone(),
                 reply,
             })
             .await;
-        waiting.answered();
         let (Outcome { result, commit }, _in_flight) = asked?;
         let mut claimed = match result {
             Ok(claimed) if !claimed.is_empty() => claimed,
@@ -505,18 +499,40 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// `ask_within`, for a message the actor holds up to `wait_seconds`
+    /// (a long-poll claim, a wait for tasks): if the caller goes away
+    /// meanwhile, the actor is told at once.
+    pub(super) async fn ask_waiting<T: Send + 'static>(
+        &self,
+        org: OrgId,
+        wait_seconds: u32,
+        message: impl Fn(Reply<T>) -> OrgMsg,
+    ) -> Result<(Outcome<T>, InFlight), EngineError> {
+        let waiting = Waiting {
+            engine: self,
+            org,
+            armed: wait_seconds > 0,
+        };
+        let wait = Duration::from_secs(u64::from(wait_seconds));
+        let asked = self.ask_within(org, wait, message).await;
+        waiting.answered();
+        asked
+    }
+}
+
 /// A waiting claim (or wait for tasks) in flight: if its caller goes away
 /// (the request's future is dropped), the actor is told at once, so its
 /// waiter leaves the queue and the waiting gauge now, not at the actor's
 /// next look.
-pub(super) struct Waiting<'a> {
-    pub engine: &'a Engine,
-    pub org: OrgId,
-    pub armed: bool,
+struct Waiting<'a> {
+    engine: &'a Engine,
+    org: OrgId,
+    armed: bool,
 }
 
 impl Waiting<'_> {
-    pub fn answered(mut self) {
+    fn answered(mut self) {
         self.armed = false;
     }
 }

@@ -3,11 +3,6 @@
 //! checks and counts. A wait is held by the org's actor (`org::waiters`);
 //! here its answer is read from the store once the actor lets it go.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
-
-use super::tasks::Waiting;
 use super::Engine;
 use crate::api::{Timestamp, WaitAnswer, WaitTasks, WaitedTask, WatchEvents};
 use crate::domain::account::Caller;
@@ -16,6 +11,8 @@ use crate::domain::watch::{resume_after, StreamFilter};
 use crate::error::{EngineError, LimitExceeded, LimitKind};
 use crate::org::OrgMsg;
 use crate::watch::{EventStream, Opening, STREAMS_PER_KEY};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 impl Engine {
     /// Opens the caller's org's event stream, after `last_event_id` (the
@@ -81,21 +78,13 @@ impl Engine {
         request: WaitTasks,
     ) -> Result<WaitAnswer, EngineError> {
         let org = caller.org_id;
-        let wait = Duration::from_secs(u64::from(request.wait_seconds));
-        let waiting = Waiting {
-            engine: self,
-            org,
-            armed: request.wait_seconds > 0,
-        };
-        let asked = self
-            .ask_within(org, wait, |reply| OrgMsg::WaitTasks {
+        let (outcome, _in_flight) = self
+            .ask_waiting(org, request.wait_seconds, |reply| OrgMsg::WaitTasks {
                 caller: caller.clone(),
                 request: request.clone(),
                 reply,
             })
-            .await;
-        waiting.answered();
-        let (outcome, _in_flight) = asked?;
+            .await?;
         self.committed(outcome.commit).await?;
         outcome.result?;
         self.stored(self.inner.writers.barrier(org).await)?;
