@@ -196,11 +196,9 @@ impl<S: Send + Sync, T: Decode> FromRequest<S> for AdminBody<T> {
     }
 }
 
-#[cfg(feature = "test-hooks")]
 /// Path parameters; one that does not parse is a 400 in our error shape.
 pub struct PathParams<T>(pub T);
 
-#[cfg(feature = "test-hooks")]
 impl<S, T> FromRequestParts<S> for PathParams<T>
 where
     S: Send + Sync,
