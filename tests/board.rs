@@ -3,16 +3,12 @@
 //! Plain HTTP: sign-in and sign-out and the cookie's attributes, a wrong
 //! key, the CSP of every page, writes refused (403, nothing changed)
 //! without the session or its CSRF token, another org's task as not found,
-//! a `user` key without the admin form (and refused anyway), escaping, a
-//! key that stops working ending its sessions, and the stream and cards
-//! that keep pages current (`/board/events` from the page's `data-since`,
-//! `/board/cards` as the filters keep them; 401 without a session). In
-//! headless Chromium (`board::chromium`; skipped with a note unless
-//! `TASKQ_TEST_CHROMEDRIVER` names a chromedriver): a graph of three tasks
-//! made through the board, one completed through the API and its dependent
-//! shown pending without a reload, an open board moving a card on the
-//! stream with no request while idle, hostile content in every field shown
-//! as text and run nowhere,
+//! a `user` key without the admin form (and refused anyway), escaping, and
+//! a key that stops working ending its sessions. In headless Chromium
+//! (`browser`; skipped with a note unless `TASKQ_TEST_CHROMEDRIVER` names a
+//! chromedriver): a graph of three tasks made through the board, one
+//! completed through the API and its dependent shown pending without a
+//! reload, hostile content in every field shown as text and run nowhere,
 //! axe-core on every view (`TASKQ_TEST_AXE_JS`, skipped with a note when
 //! unset), and a screenshot of each view.
 
@@ -192,7 +188,6 @@ backend_tests!(sign_in_and_out, |srv| async move {
         "/board/insights".into(),
         "/board/org".into(),
         "/board/tasks?status=pending&tags=a%2Cb&priority_max=3&q=x".into(),
-        format!("/board/cards?task_id={task}"),
     ] {
         let page = get(&srv, &path, Some(&cookie)).await;
         assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
@@ -208,14 +203,8 @@ backend_tests!(sign_in_and_out, |srv| async move {
     assert_eq!(page.headers[LOCATION], "/board");
     let page = get(&srv, "/board/tasks", Some("taskq_board=forged")).await;
     assert_eq!(page.status, StatusCode::SEE_OTHER);
-    // Nor do the stream and the cards that keep them current.
-    let events = get(&srv, "/board/events", None).await;
-    assert_eq!(events.status, StatusCode::UNAUTHORIZED);
-    let events = get(&srv, "/board/events", Some("taskq_board=forged")).await;
-    assert_eq!(events.status, StatusCode::UNAUTHORIZED);
-    let cards = get(&srv, &format!("/board/cards?task_id={task}"), None).await;
-    assert_eq!(cards.status, StatusCode::UNAUTHORIZED);
-    assert!(!cards.body.contains("a task"), "{}", cards.body);
+    let live = get(&srv, "/board/live", None).await;
+    assert_eq!(live.status, StatusCode::UNAUTHORIZED);
 
     // Sign-out is a write: without the token it is refused and the
     // session lives on.
@@ -237,13 +226,10 @@ backend_tests!(sign_in_and_out, |srv| async move {
         get(&srv, "/board/tasks", Some(&cookie)).await.status,
         StatusCode::SEE_OTHER
     );
-    for path in [
-        "/board/events".to_owned(),
-        format!("/board/cards?task_id={task}"),
-    ] {
-        let page = get(&srv, &path, Some(&cookie)).await;
-        assert_eq!(page.status, StatusCode::UNAUTHORIZED, "{path}");
-    }
+    assert_eq!(
+        get(&srv, "/board/live", Some(&cookie)).await.status,
+        StatusCode::UNAUTHORIZED
+    );
     let (status, _) = srv
         .raw(Method::GET, "/tasks", &[("cookie", &cookie)], None)
         .await;
@@ -470,213 +456,68 @@ backend_tests!(a_revoked_key_ends_its_sessions, |srv| async move {
         StatusCode::SEE_OTHER
     );
     assert_eq!(
-        get(&srv, "/board/events", Some(&cookie)).await.status,
+        get(&srv, "/board/live", Some(&cookie)).await.status,
         StatusCode::UNAUTHORIZED
     );
 });
 
-backend_tests!(
-    fields_are_escaped_on_the_board_and_its_cards,
-    |srv| async move {
-        let org = srv.create_org("dev").await;
-        let hostile = r#"<script>window.__pwned=1</script><img src=x onerror=alert(1)>"#;
-        let id = srv
-            .create_task(
-                &org.owner_key,
-                json!({ "title": hostile, "description": hostile,
-            "metadata": { "k": hostile }, "tags": [hostile] }),
-            )
-            .await;
-        let cookie = sign_in(&srv, &org.owner_key).await;
-        for path in ["/board/tasks".to_owned(), format!("/board/tasks/{id}")] {
-            let page = get(&srv, &path, Some(&cookie)).await;
-            assert!(
-                !page.body.contains("<script>window"),
-                "{path}: {}",
-                page.body
-            );
-            assert!(!page.body.contains("<img"), "{path}");
-            // Escaped, whichever way the entities are spelt.
-            let text = page.body.replace("&#60;", "&lt;").replace("&#62;", "&gt;");
-            assert!(
-                text.contains("&lt;script&gt;window.__pwned=1&lt;/script&gt;"),
-                "{path}: {}",
-                page.body
-            );
-        }
-
-        // A card the page redraws is escaped as the board is.
-        let cards = get(&srv, &format!("/board/cards?task_id={id}"), Some(&cookie)).await;
-        assert_eq!(cards.status, StatusCode::OK, "{}", cards.body);
-        assert!(
-            cards.body.contains(&format!("data-task=\"{id}\"")),
-            "{}",
-            cards.body
-        );
-        assert!(!cards.body.contains("<script>window"), "{}", cards.body);
-        assert!(!cards.body.contains("<img"), "{}", cards.body);
-    }
-);
-
-/// The `data-since` of a page: the event id its stream starts after.
-fn since_of(html: &str) -> i64 {
-    let start = html
-        .find(r#"data-since=""#)
-        .unwrap_or_else(|| panic!("no data-since in {html}"))
-        + r#"data-since=""#.len();
-    let end = start + html[start..].find('"').unwrap();
-    html[start..end].parse().unwrap()
-}
-
-backend_tests!(
-    the_board_follows_the_stream_from_its_page,
-    |srv| async move {
-        let org = srv.create_org("dev").await;
-        let other = srv.create_org("dev").await;
-        let first = srv.new_task(&org.owner_key, "first").await;
-        let cookie = sign_in(&srv, &org.owner_key).await;
-        let board = get(&srv, "/board/tasks", Some(&cookie)).await;
-        assert!(
-            board.body.contains(r#"data-live="cards""#),
-            "{}",
-            board.body
-        );
-        let since = since_of(&board.body);
-        // Changes after the page was made and before its stream opened are
-        // replayed, in order, and nothing before them.
-        let claimed = srv.claim(&org.owner_key, json!({})).await.expect("a claim");
-        assert_eq!(claimed["task_id"], first.as_str());
-        let second = srv.new_task(&org.owner_key, "second").await;
-        srv.new_task(&other.owner_key, "another org's").await;
-        let mut stream = srv
-            .open_board_events(&cookie, &format!("since={since}"))
-            .await;
-        let events = stream.events(2).await;
-        assert_eq!(events[0].event.as_deref(), Some("task.claimed"));
-        assert_eq!(events[0].task_id(), first);
-        assert_eq!(events[1].event.as_deref(), Some("task.created"));
-        assert_eq!(events[1].task_id(), second);
-        // Live events follow, and the stream is the org's alone.
-        srv.update_ok(
+backend_tests!(fields_are_escaped_and_the_mark_moves, |srv| async move {
+    let org = srv.create_org("dev").await;
+    let hostile = r#"<script>window.__pwned=1</script><img src=x onerror=alert(1)>"#;
+    let id = srv
+        .create_task(
             &org.owner_key,
-            json!({ "task_id": first, "status": "completed", "note": "done" }),
+            json!({ "title": hostile, "description": hostile,
+            "metadata": { "k": hostile }, "tags": [hostile] }),
         )
         .await;
-        let done = stream.events(1).await;
-        assert_eq!(done[0].event.as_deref(), Some("task.completed"));
-        assert_eq!(done[0].task_id(), first);
-        // A page of the task made now starts after that event.
-        let page = get(&srv, &format!("/board/tasks/{first}"), Some(&cookie)).await;
-        assert_eq!(since_of(&page.body), done[0].id());
-        drop(stream);
-
-        // The cards of tasks that changed, as the board's filters keep them.
-        let cards = |query: String| {
-            let (srv, cookie) = (&srv, &cookie);
-            async move { get(srv, &format!("/board/cards?{query}"), Some(cookie)).await }
-        };
-        let both = cards(format!("task_id={first},{second}")).await;
-        assert_eq!(both.status, StatusCode::OK, "{}", both.body);
-        assert_strict_csp(&both, "the cards");
-        for (id, status) in [(&first, "completed"), (&second, "pending")] {
-            assert!(
-                both.body
-                    .contains(&format!(r#"data-task="{id}" data-status="{status}""#)),
-                "{}",
-                both.body
-            );
-        }
-        let pending = cards(format!("status=pending&task_id={first},{second}")).await;
-        assert!(!pending.body.contains(&first), "{}", pending.body);
-        assert!(pending.body.contains(&second), "{}", pending.body);
-        let theirs = srv.list_ids(&other.owner_key, "").await;
-        let foreign = cards(format!("task_id={}", theirs[0])).await;
-        assert_eq!(foreign.status, StatusCode::OK);
-        assert!(!foreign.body.contains("data-task="), "{}", foreign.body);
-        assert!(!foreign.body.contains("another org"), "{}", foreign.body);
-        let too_many: Vec<String> = (0..26).map(|_| new_uuid()).collect();
-        for query in [
-            "task_id=".to_owned(),
-            format!("task_id={}", too_many.join(",")),
-            format!("task_id={first}&priority_max=9"),
-        ] {
-            assert_eq!(
-                cards(query.clone()).await.status,
-                StatusCode::BAD_REQUEST,
-                "{query}"
-            );
-        }
-        // A board that is not the whole list is fetched whole instead.
-        let searched = get(&srv, "/board/tasks?q=x", Some(&cookie)).await;
-        assert!(searched.body.contains(r#"data-live="page""#));
-    }
-);
-
-backend_tests!(
-    a_first_page_that_ends_early_keeps_the_cards_before_its_end,
-    |srv| async move {
-        let org = srv.create_org("pro").await;
-        for batch in 0..9 {
-            let items: Vec<Value> = (0..25)
-                .map(|i| json!({ "title": format!("task {}", batch * 25 + i) }))
-                .collect();
-            srv.create_tasks(&org.owner_key, Value::Array(items)).await;
-        }
-        let ids = srv.list_ids(&org.owner_key, "").await;
-        assert_eq!(ids.len(), 225);
-        let cookie = sign_in(&srv, &org.owner_key).await;
-        let board = get(&srv, "/board/tasks", Some(&cookie)).await;
-        assert!(board.body.contains(r#"id="next-page""#));
+    let cookie = sign_in(&srv, &org.owner_key).await;
+    for path in ["/board/tasks".to_owned(), format!("/board/tasks/{id}")] {
+        let page = get(&srv, &path, Some(&cookie)).await;
         assert!(
-            board.body.contains(r#"data-live="cards""#),
-            "{}",
-            board.body
+            !page.body.contains("<script>window"),
+            "{path}: {}",
+            page.body
         );
-        assert!(board.body.contains(r#"data-min="100""#), "{}", board.body);
-        let start = board.body.find(r#"data-filters=""#).unwrap() + r#"data-filters=""#.len();
-        let filters = &board.body[start..start + board.body[start..].find('"').unwrap()];
-        let filters = filters.replace("&#38;", "&").replace("&amp;", "&");
-        assert!(filters.starts_with("until="), "{filters}");
-        let (first, last) = (&ids[0], &ids[199]);
-        let beyond = ids[224].clone();
-        let cards = get(
-            &srv,
-            &format!("/board/cards?{filters}task_id={first},{last},{beyond}"),
-            Some(&cookie),
-        )
-        .await;
-        assert_eq!(cards.status, StatusCode::OK, "{}", cards.body);
-        assert!(cards.body.contains(first.as_str()), "{}", cards.body);
-        assert!(cards.body.contains(last.as_str()), "{}", cards.body);
+        assert!(!page.body.contains("<img"), "{path}");
+        // Escaped, whichever way the entities are spelt.
+        let text = page.body.replace("&#60;", "&lt;").replace("&#62;", "&gt;");
         assert!(
-            !cards.body.contains(&beyond),
-            "past the page's end: {}",
-            cards.body
+            text.contains("&lt;script&gt;window.__pwned=1&lt;/script&gt;"),
+            "{path}: {}",
+            page.body
         );
-        // Claimed, the first task sorts after every pending one: off this page.
-        let claimed = srv.claim(&org.owner_key, json!({})).await.expect("a claim");
-        assert_eq!(claimed["task_id"], first.as_str());
-        let cards = get(
-            &srv,
-            &format!("/board/cards?{filters}task_id={first}"),
-            Some(&cookie),
-        )
-        .await;
-        assert!(!cards.body.contains(first.as_str()), "{}", cards.body);
-        let garbled = get(
-            &srv,
-            &format!("/board/cards?until=1.2&task_id={first}"),
-            Some(&cookie),
-        )
-        .await;
-        assert_eq!(garbled.status, StatusCode::BAD_REQUEST);
     }
-);
+
+    // The mark the pages poll moves with a change made elsewhere.
+    let mark = |srv: &TestServer, cookie: String| {
+        let url = format!("{}/board/live", srv.base_url);
+        async move {
+            let resp = page_client()
+                .get(url)
+                .header(COOKIE, cookie)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), StatusCode::OK);
+            let v: Value = resp.json().await.unwrap();
+            str_field(&v, "mark")
+        }
+    };
+    let before = mark(&srv, cookie.clone()).await;
+    assert_eq!(
+        before,
+        mark(&srv, cookie.clone()).await,
+        "the mark moved by itself"
+    );
+    srv.update_ok(&org.owner_key, json!({ "task_id": id, "priority": 1 }))
+        .await;
+    assert_ne!(before, mark(&srv, cookie.clone()).await);
+});
 
 /// Two nodes on one PostgreSQL: a session opened on one works on the
-/// other (a board request goes to the owner of its org, its stream too),
-/// writes through either apply once, and a sign-out through one ends the
-/// session on both.
+/// other (a board request goes to the owner of its org), writes through
+/// either apply once, and a sign-out through one ends the session on both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_work_on_every_node() {
     if !Backend::Postgres.available("the board's cluster test") {
@@ -719,18 +560,6 @@ async fn sessions_work_on_every_node() {
     .await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
     assert_eq!(first.get_task(&org.owner_key, &id).await["priority"], 2);
-
-    // The board's stream through the other node is the owner's stream.
-    let board = get(&second, "/board/tasks", Some(&cookie)).await;
-    let mut stream = second
-        .open_board_events(&cookie, &format!("since={}", since_of(&board.body)))
-        .await;
-    let later = first
-        .new_task(&org.owner_key, "made on the first node")
-        .await;
-    let created = stream.events(1).await;
-    assert_eq!(created[0].task_id(), later);
-    drop(stream);
 
     let out = post_form(&second, "/board/logout", Some(&cookie), &[("csrf", &token)]).await;
     assert_eq!(out.status, StatusCode::SEE_OTHER);

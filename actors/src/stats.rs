@@ -111,6 +111,12 @@ impl OrgSnapshots {
         self.by_org.iter().map(|e| e.value().task_waits).sum()
     }
 
+    /// The org's open-task version as its actor last published it (the
+    /// board's change mark).
+    pub fn version(&self, org: OrgId) -> Option<u64> {
+        self.by_org.get(&org).map(|s| s.version)
+    }
+
     /// Pending tasks per org.
     pub fn queue_depths(&self) -> Vec<(OrgId, usize)> {
         self.by_org

@@ -88,10 +88,9 @@ pub struct BenchArgs {
     pub webhook: Option<webhooks::Receiver>,
 
     /// In the `cycle` scenario, keep this many board sessions open (signed
-    /// in with the agents' keys in turn), each doing what the board's script
-    /// does: follow the org's event stream, and fetch the cards that changed
-    /// (or the page) as it redraws. Reports their cost on an idle server and
-    /// during the cycles.
+    /// in with the agents' keys in turn), each polling what the board's script
+    /// polls: the change mark every second, and the page again when it
+    /// moves. Reports their cost on an idle server and during the cycles.
     #[arg(long, default_value_t = 0)]
     pub boards: usize,
     /// In the `cycle` scenario, keep this many subscribers on the orgs'

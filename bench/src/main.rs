@@ -34,8 +34,8 @@
 //!     no context) and complete (fenced by the claim's `lease_id`). One claim
 //!     plus one complete is a cycle. An agent whose claim finds the queue
 //!     empty stops early, and the report says so.
-//!     With `--boards N`, N board sessions follow the event stream and
-//!     redraw as the board's page does while the cycles run (see `boards`).
+//!     With `--boards N`, N board sessions poll as the board's page does
+//!     while the cycles run (see `boards`).
 //!   - `create`: every agent creates batches of 25 for `--duration` seconds.
 //!   - `idle-orgs`: creates `--orgs` orgs, `--concurrency` at a time, each with
 //!     three tasks and one claim, then reports the server's resident memory

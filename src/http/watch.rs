@@ -1,18 +1,16 @@
 //! `GET /events`: an org's event stream as Server-Sent Events (CONTRACT
 //! §10). The engine decides what the stream holds; here its items are
 //! written in the SSE format, and the stream's query and `Last-Event-ID`
-//! read, for a member's key here and for a board session's caller
-//! (`GET /board/events`) alike.
+//! read.
 
 use std::convert::Infallible;
 
 use axum::extract::{Request, State};
-use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
 use taskq_actors::api::{decode_query, RequestKind, WatchEvents};
-use taskq_actors::{Caller, EventStream, StreamItem};
+use taskq_actors::{EventStream, StreamItem};
 
 use super::error::ApiError;
 use super::extract::Auth;
@@ -24,35 +22,24 @@ pub async fn events(
     Auth(caller): Auth,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let query = request.uri().query().map(str::to_owned);
-    stream_for(&state, &caller, query.as_deref(), request.headers()).await
-}
-
-/// The caller's org's stream, as the request's query and `Last-Event-ID`
-/// ask for it.
-pub(super) async fn stream_for(
-    state: &AppState,
-    caller: &Caller,
-    query: Option<&str>,
-    headers: &HeaderMap,
-) -> Result<Response, ApiError> {
-    let params = query_params(query)?;
+    let params = query_params(request.uri().query())?;
     let query = match decode_query::<WatchEvents>(params) {
         Ok(query) => query,
         Err(e) => {
             let refused = state
                 .engine
-                .reject_as(caller, RequestKind::Read, None, e)
+                .reject_as(&caller, RequestKind::Read, None, e)
                 .await;
             return Err(refused.into());
         }
     };
-    let last_event_id = headers
+    let last_event_id = request
+        .headers()
         .get("last-event-id")
-        .map(|v| v.to_str().unwrap_or("not text").to_owned());
+        .map(|v| v.to_str().unwrap_or("not text"));
     let stream = state
         .engine
-        .watch_events(caller, query, last_event_id.as_deref())
+        .watch_events(&caller, query, last_event_id)
         .await?;
     Ok(Sse::new(sse(stream)).into_response())
 }

@@ -1,6 +1,5 @@
-//! A Server-Sent Events reader for `GET /events` (and the board's
-//! `GET /board/events`): opens a stream with a key (or a board session), a
-//! query and perhaps a `Last-Event-ID`, and reads it event by event
+//! A Server-Sent Events reader for `GET /events`: opens a stream with a
+//! key, a query and perhaps a `Last-Event-ID`, and reads it event by event
 //! (comments included), as a browser's `EventSource` would parse it.
 
 use std::time::Duration;
@@ -53,30 +52,6 @@ impl TestServer {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_owned();
-        assert!(kind.starts_with("text/event-stream"), "{kind}");
-        SseStream {
-            response,
-            buffer: String::new(),
-        }
-    }
-
-    /// `GET /board/events?{query}` for the board session of `cookie` (the
-    /// `Cookie` header's value); panics unless it answers 200 with an
-    /// event stream.
-    pub async fn open_board_events(&self, cookie: &str, query: &str) -> SseStream {
-        let response = reqwest::Client::new()
-            .get(format!("{}/board/events?{query}", self.base_url))
-            .header("cookie", cookie)
-            .header("accept", "text/event-stream")
-            .send()
-            .await
-            .expect("GET /board/events");
-        assert_eq!(
-            response.status(),
-            StatusCode::OK,
-            "GET /board/events?{query}"
-        );
-        let kind = response.headers()["content-type"].to_str().unwrap();
         assert!(kind.starts_with("text/event-stream"), "{kind}");
         SseStream {
             response,

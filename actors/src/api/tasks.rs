@@ -306,32 +306,15 @@ impl ListTasks {
     /// test the store's query makes of finished tasks (never waiting),
     /// made here of open ones.
     pub fn matches(&self, h: &crate::domain::TaskHeader, now: i64) -> bool {
-        let (assignee, waiting) = (h.assignee.as_deref(), is_waiting(h, now));
-        self.keeps((h.status, waiting), h.parent, assignee, h.priority, &h.tags)
-    }
-
-    /// The same test of a whole task as answered (the board asks it of a
-    /// task that changed: does its page list it?).
-    pub fn matches_view(&self, t: &super::TaskView, now: i64) -> bool {
-        let waiting = t.status == TaskStatus::Pending && t.run_at.is_some_and(|at| at.0 > now);
-        let (assignee, parent) = (t.assignee.as_deref(), t.parent_task_id);
-        self.keeps((t.status, waiting), parent, assignee, t.priority, &t.tags)
-    }
-
-    fn keeps(
-        &self,
-        (status, waiting): (TaskStatus, bool),
-        parent: Option<TaskId>,
-        assignee: Option<&str>,
-        priority: u8,
-        tags: &[String],
-    ) -> bool {
-        (self.statuses.is_empty() || self.statuses.contains(&status))
-            && self.waiting.is_none_or(|w| w == waiting)
-            && self.parent.is_none_or(|p| parent == Some(p))
-            && self.assignee.as_deref().is_none_or(|a| assignee == Some(a))
-            && self.priority_max.is_none_or(|p| priority <= p)
-            && (self.tags.is_empty() || tags.iter().any(|t| self.tags.contains(t)))
+        (self.statuses.is_empty() || self.statuses.contains(&h.status))
+            && self.waiting.is_none_or(|w| w == is_waiting(h, now))
+            && self.parent.is_none_or(|p| h.parent == Some(p))
+            && self
+                .assignee
+                .as_ref()
+                .is_none_or(|a| h.assignee.as_ref() == Some(a))
+            && self.priority_max.is_none_or(|p| h.priority <= p)
+            && (self.tags.is_empty() || h.tags.iter().any(|t| self.tags.contains(t)))
     }
 }
 

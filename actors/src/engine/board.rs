@@ -8,9 +8,10 @@
 //! again, so a revoked key, a lost seat or a changed role takes effect on
 //! the next request, as it does on the API.
 //!
-//! A page follows the org's event stream (`watch_events`) from the org's
-//! newest event when the page was made (`org_last_event_id`), so that no
-//! change between the page and its stream goes unseen.
+//! The change mark is what the board's script polls: a token that changes
+//! whenever the org's open tasks do (the org actor's published version).
+//! It reads only memory and is not counted against the org's limits; the
+//! pages the script then fetches are.
 
 use super::Engine;
 use crate::domain::account::Caller;
@@ -85,17 +86,18 @@ impl Engine {
         )
     }
 
-    /// The id of the org's newest committed event (0 before its first).
-    /// Read before a page's own reads, it is where the page's stream
-    /// resumes: an event after it may already show on the page, none
-    /// before it is missing there.
-    pub async fn org_last_event_id(&self, org: OrgId) -> Result<i64, EngineError> {
-        self.check_store()?;
-        self.stored(self.inner.store.org_last_event_id(org).await)
-    }
-
-    /// The engine's clock, in ms: what a page shows as still ahead.
-    pub fn now_ms(&self) -> i64 {
-        self.now()
+    /// A token that changes whenever the org's open tasks change (created,
+    /// moved, edited, claimed, expired): the org actor's published version,
+    /// named by the actor that published it. `idle` while no actor of the
+    /// org runs here (nothing of it can change until one starts).
+    pub fn org_change_mark(&self, org: OrgId) -> String {
+        match self.inner.routes.get(&org) {
+            Some(route) => format!(
+                "{}.{}",
+                route.actor.get_id().pid(),
+                self.inner.snapshots.version(org).unwrap_or(0)
+            ),
+            None => "idle".to_owned(),
+        }
     }
 }

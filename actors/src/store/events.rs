@@ -56,16 +56,4 @@ impl Store {
         )
         .await
     }
-
-    /// The id of the org's newest event (0 before its first): where a
-    /// reader that saw everything committed so far resumes.
-    pub async fn org_last_event_id(&self, org: OrgId) -> Result<i64> {
-        let row: Option<(i64,)> = self
-            .fetch_optional(
-                "SELECT COALESCE(MAX(event_id), 0) FROM task_events WHERE org_id = $1",
-                vec![Arg::Text(org.to_string())],
-            )
-            .await?;
-        Ok(row.map_or(0, |(id,)| id))
-    }
 }

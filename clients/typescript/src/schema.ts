@@ -1076,32 +1076,15 @@ export type paths = {
         patch?: never;
         trace?: never;
     };
-    "/board/events": {
+    "/board/live": {
         parameters: {
             query?: never;
             header?: never;
             path?: never;
             cookie?: never;
         };
-        /** The org's event stream (as `GET /events`) for the board's session */
-        get: operations["board_events"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/board/cards": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** The cards of some tasks (`task_id`, comma-separated, up to 25) that the board's filters keep */
-        get: operations["board_cards"];
+        /** The org's change mark, which the board's pages poll */
+        get: operations["board_live"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3185,6 +3168,11 @@ export type components = {
             /** Format: uint */
             feedback: number;
         };
+        /** @description The org's change mark. */
+        LiveMark: {
+            /** @description Changes whenever the org's open tasks change. */
+            mark: string;
+        };
         /** @description A webhook delivery's body, and an event's `data` on the event stream. */
         EventBody: {
             type: components["schemas"]["EventKind"];
@@ -3377,6 +3365,7 @@ export type CommitView = components['schemas']['CommitView'];
 export type ClaimCacheFigures = components['schemas']['ClaimCacheFigures'];
 export type OrgStats = components['schemas']['OrgStats'];
 export type OpenTaskCounts = components['schemas']['OpenTaskCounts'];
+export type LiveMark = components['schemas']['LiveMark'];
 export type EventBody = components['schemas']['EventBody'];
 export type EventKind = components['schemas']['EventKind'];
 export type EventData = components['schemas']['EventData'];
@@ -8770,41 +8759,22 @@ export interface operations {
             };
         };
     };
-    board_events: {
+    board_live: {
         parameters: {
-            query?: {
-                /** @description Event types to keep, comma-separated (§7's names; default all). */
-                types?: string;
-                /** @description Task ids to keep, comma-separated, up to 100 (default all). */
-                task_id?: string;
-                /**
-                 * @description Replay every event after this id that history still holds, then go
-                 *     on live.
-                 */
-                since?: number;
-            };
+            query?: never;
             header?: never;
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description The stream of `GET /events`, resumable by `Last-Event-ID` or `since` */
+            /** @description The mark; it changes whenever the org's open tasks do */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/event-stream": string;
-                };
-            };
-            /** @description Malformed JSON, a body or query of the wrong shape, or a bad path parameter; `error` names the field */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
+                    "application/json": components["schemas"]["LiveMark"];
                 };
             };
             /** @description Missing, unknown or revoked key (or operator token) */
@@ -8814,104 +8784,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description A rate, monthly or tier limit refused the request (per-minute limits send `Retry-After`), or, on operator routes, too many wrong operator tokens came from the caller's address (with `Retry-After`) */
-            429: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-            /** @description Overloaded, restarting, a dependency or the store unavailable; retry after `Retry-After` seconds */
-            503: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorBody"];
-                };
-            };
-        };
-    };
-    board_cards: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description The cards, as a list (`ul#cards`); a task not in it is off the board */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "text/html": string;
-                };
-            };
-            /** @description The form or the request was not understood */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "text/html": string;
-                };
-            };
-            /** @description No session */
-            401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "text/html": string;
-                };
-            };
-            /** @description Refused: no session or no CSRF token, or the caller's role or plan does not allow it */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "text/html": string;
-                };
-            };
-            /** @description Not found */
-            404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "text/html": string;
-                };
-            };
-            /** @description The change did not apply (its reason is on the page) */
-            409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "text/html": string;
-                };
-            };
-            /** @description A limit of the org was reached */
-            429: {
-                headers: {
-                    /** @description Seconds to wait before retrying */
-                    "Retry-After"?: number;
-                    [name: string]: unknown;
-                };
-                content: {
-                    "text/html": string;
                 };
             };
         };

@@ -3,9 +3,8 @@
 //! `/board/logout`), the tasks by status with filters, search and paging
 //! (`/board/tasks`), one task with its history, dependency graph and lease
 //! (`/board/tasks/{task_id}`), agents and their leases, reports as charts,
-//! and the org's tags, members and teams; plus `/board/events`, the org's
-//! event stream that keeps the pages current, and `/board/cards`, the
-//! cards a page redraws when their tasks change.
+//! and the org's tags, members and teams; plus `/board/live`, the change
+//! mark the pages poll to stay current.
 //!
 //! The board adds no rule of its own: every read and write is the API
 //! operation of the same name, called through the operation table for the
@@ -19,9 +18,9 @@
 //! `csrf` the forms' tokens, `calls` every read and write through the
 //! table, `forms` forms as the API's requests, `model` answers as what the
 //! pages show, `tasks` and `reports` the views, `svg` the graph's and
-//! charts' geometry, `live` the stream and the cards that keep pages
-//! current, `pages` and `templates/` the askama pages, `assets/` the
-//! inline stylesheet and script.
+//! charts' geometry, `live` the polled change mark, `pages` and
+//! `templates/` the askama pages, `assets/` the inline stylesheet and
+//! script.
 
 mod access;
 mod calls;
@@ -42,8 +41,8 @@ use axum::response::{IntoResponse, Response};
 use super::operation::{Access, Operation};
 use super::{ApiError, AppState};
 use session::Session;
-use taskq_actors::api::WatchEvents;
 
+pub use live::LiveMark;
 pub use session::session_id;
 
 /// Why a board request is not answered with its page.
@@ -149,9 +148,8 @@ async fn writer(
     }
 }
 
-/// The chrome of a signed-in page; `since` for a page that stays current
-/// (the org's newest event id before the page's reads).
-fn chrome(session: &Session, nav: &'static str, since: Option<i64>) -> pages::Chrome {
+/// The chrome of a signed-in page.
+fn chrome(state: &AppState, session: &Session, nav: &'static str) -> pages::Chrome {
     let role = session.caller.role;
     pages::Chrome {
         nonce: pages::nonce(),
@@ -166,7 +164,7 @@ fn chrome(session: &Session, nav: &'static str, since: Option<i64>) -> pages::Ch
             taskq_actors::domain::account::Role::Admin | taskq_actors::domain::account::Role::Owner
         ),
         nav,
-        since,
+        mark: state.engine.org_change_mark(session.caller.org_id),
     }
 }
 
@@ -219,30 +217,15 @@ pub fn operations() -> Vec<Operation> {
                 ),
         )
         .handler(access::logout),
-        Operation::get("/board/events")
+        Operation::get("/board/live")
             .doc(
-                "board_events",
+                "board_live",
                 "board",
-                "The org's event stream (as `GET /events`) for the board's session",
+                "The org's change mark, which the board's pages poll",
             )
-            .query_of::<WatchEvents>()
-            .event_stream(
-                200,
-                "The stream of `GET /events`, resumable by `Last-Event-ID` or `since`",
-            )
-            .errors(&[401, 429, 503])
-            .handler(live::events),
-        page_answers(
-            Operation::get("/board/cards")
-                .doc(
-                    "board_cards",
-                    "board",
-                    "The cards of some tasks (`task_id`, comma-separated, up to 25) that the board's filters keep",
-                )
-                .html(200, "The cards, as a list (`ul#cards`); a task not in it is off the board")
-                .html(401, "No session"),
-        )
-        .handler(live::cards),
+            .answer::<LiveMark>(200, "The mark; it changes whenever the org's open tasks do")
+            .errors(&[401])
+            .handler(live::mark),
         page_answers(
             Operation::get("/board/tasks")
                 .doc(

@@ -92,17 +92,6 @@ impl From<&TaskView> for Card {
     }
 }
 
-impl Card {
-    /// A whole task's card as its list item shows it at `now`: with its
-    /// `run_at` only while that is ahead.
-    pub fn at(t: &TaskView, now: i64) -> Card {
-        Card {
-            run_at: t.run_at.filter(|at| at.0 > now).map(|at| at.to_string()),
-            ..Card::from(t)
-        }
-    }
-}
-
 impl From<&ListedTask> for Card {
     fn from(t: &ListedTask) -> Card {
         match t {

@@ -2,9 +2,6 @@
 //! which escape every value by default, and the headers every page is
 //! served with.
 //!
-//! `card.html` is one card, on the board and in the cards a page redraws
-//! (`cards.html`), so both are the same markup.
-//!
 //! The Content-Security-Policy admits the board's own stylesheet and its
 //! one script, both inline under the response's nonce, requests to this
 //! origin, and nothing else: no other inline script or style, no other
@@ -37,9 +34,9 @@ pub struct Chrome {
     pub is_admin: bool,
     /// Which part of the board the page belongs to.
     pub nav: &'static str,
-    /// For a page that stays current: the org's newest event id before
-    /// the page's reads, where its stream starts.
-    pub since: Option<i64>,
+    /// The org's change mark when the page was made (the script polls for
+    /// another).
+    pub mark: String,
 }
 
 impl Chrome {
@@ -55,7 +52,7 @@ impl Chrome {
             role: "",
             is_admin: false,
             nav: "",
-            since: None,
+            mark: String::new(),
         }
     }
 }
@@ -125,23 +122,8 @@ pub struct Tasks {
     pub search: Option<Search>,
     pub columns: Vec<Column>,
     pub shown: usize,
-    /// Whether the page redraws the cards that change (a whole first
-    /// page, no search), rather than its whole list.
-    pub cards_live: bool,
-    /// The page's filters as a query (`name=value&...`), for its cards.
-    pub filters_query: String,
-    /// For a first page that ends before its list does: the fewest cards
-    /// it redraws before it is fetched again.
-    pub min_cards: Option<usize>,
     pub first_page: Option<String>,
     pub next_page: Option<String>,
-}
-
-/// Cards alone, as a page redraws them.
-#[derive(Template)]
-#[template(path = "cards.html")]
-pub struct Cards {
-    pub cards: Vec<super::model::Card>,
 }
 
 #[derive(Template)]

@@ -39,7 +39,6 @@ pub async fn agents(
 ) -> Result<Response, BoardError> {
     let session = signed_in(&state, &headers).await?;
     let caller = &session.caller;
-    let since = state.engine.org_last_event_id(caller.org_id).await?;
     let query = vec![
         ("status".to_owned(), "in_progress".to_owned()),
         ("full".to_owned(), "true".to_owned()),
@@ -74,7 +73,7 @@ pub async fn agents(
         .into_iter()
         .map(|k| (k.name, k.created_at.to_string(), yes_no(k.active)))
         .collect();
-    let chrome = chrome(&session, "agents", Some(since));
+    let chrome = chrome(&state, &session, "agents");
     let nonce = chrome.nonce.clone();
     Ok(pages::page(
         StatusCode::OK,
@@ -216,7 +215,7 @@ pub async fn insights(
         StandupAnswer::Unavailable(why) => Err(why),
     })?
     .split();
-    let chrome = chrome(&session, "insights", None);
+    let chrome = chrome(&state, &session, "insights");
     let nonce = chrome.nonce.clone();
     let page = Insights {
         chrome,
@@ -239,7 +238,7 @@ pub async fn org(
     let members = call(&state, caller, LIST_MEMBERS, Input::None).await?;
     let teams = call(&state, caller, LIST_TEAMS, Input::None).await;
     let (teams, teams_unavailable) = shown(teams, Ok)?.split();
-    let chrome = chrome(&session, "org", None);
+    let chrome = chrome(&state, &session, "org");
     let nonce = chrome.nonce.clone();
     let page = Org {
         chrome,

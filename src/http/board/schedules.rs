@@ -73,7 +73,7 @@ pub async fn page(
         }
         Err(e) => return Err(e.into()),
     };
-    let chrome = chrome(&session, "schedules", None);
+    let chrome = chrome(&state, &session, "schedules");
     let nonce = chrome.nonce.clone();
     let page = Schedules {
         chrome,

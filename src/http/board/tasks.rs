@@ -14,7 +14,7 @@ use super::forms::{self, Form};
 use super::model::{self, Card, Found, Task};
 use super::pages::{self, Filters, Search, TaskPage, Tasks, PRIORITIES};
 use super::svg::{Graph, GraphTask, NODE_H, NODE_W};
-use super::{chrome, live, see_other, signed_in, writer, AppState, BoardError};
+use super::{chrome, see_other, signed_in, writer, AppState, BoardError};
 
 /// Tasks on one page of the board.
 const PAGE: usize = 200;
@@ -33,20 +33,6 @@ const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
 
 fn enc(s: &str) -> String {
     utf8_percent_encode(s, UNRESERVED).to_string()
-}
-
-/// The board's filters as the query of its cards (`name=value&` each).
-fn filter_query(filters: &Filters) -> String {
-    [
-        ("status", &filters.status),
-        ("tags", &filters.tags),
-        ("assignee", &filters.assignee),
-        ("priority_max", &filters.priority_max),
-    ]
-    .into_iter()
-    .filter(|(_, value)| !value.is_empty())
-    .map(|(name, value)| format!("{name}={}&", enc(value)))
-    .collect()
 }
 
 /// `GET /board/tasks`: the org's tasks in columns by status, open work
@@ -75,6 +61,7 @@ pub async fn board(
     let cursor = get("cursor");
     // The list's own parameters, and the board's link to the same filters.
     let mut list = vec![("limit".to_owned(), PAGE.to_string())];
+    let mut link = String::new();
     for (name, value) in [
         ("status", &filters.status),
         ("tags", &filters.tags),
@@ -83,9 +70,9 @@ pub async fn board(
     ] {
         if !value.is_empty() {
             list.push((name.to_owned(), value.clone()));
+            link.push_str(&format!("{name}={}&", enc(value)));
         }
     }
-    let mut link = filter_query(&filters);
     if !filters.q.is_empty() {
         link.push_str(&format!("q={}&", enc(&filters.q)));
     }
@@ -93,7 +80,6 @@ pub async fn board(
         list.push(("cursor".to_owned(), cursor.clone()));
     }
     let caller = &session.caller;
-    let since = state.engine.org_last_event_id(caller.org_id).await?;
     let listed = call(&state, caller, LIST_TASKS, Input::Query(list)).await?;
     let cards: Vec<Card> = listed.tasks.iter().map(Card::from).collect();
     let search = if filters.q.is_empty() {
@@ -118,22 +104,7 @@ pub async fn board(
         .as_deref()
         .map(|c| format!("/board/tasks?{link}cursor={}", enc(c)));
     let first_page = (!cursor.is_empty()).then(|| format!("/board/tasks?{link}"));
-    // A first page without a search redraws the cards that change; one
-    // that holds only the first tasks of the list says where it ends.
-    let until = match (&next_page, cards.last()) {
-        (Some(_), Some(last)) if search.is_none() && cursor.is_empty() => {
-            let found = get_tasks(&state, &session, std::slice::from_ref(&last.id)).await?;
-            found.first().map(|d| live::list_key(&d.task))
-        }
-        _ => None,
-    };
-    let cards_live =
-        search.is_none() && cursor.is_empty() && (next_page.is_none() || until.is_some());
-    let mut filters_query = filter_query(&filters);
-    if let Some(key) = &until {
-        filters_query.push_str(&format!("{}={}&", live::UNTIL, live::until_text(key)));
-    }
-    let chrome = chrome(&session, "tasks", Some(since));
+    let chrome = chrome(&state, &session, "tasks");
     let nonce = chrome.nonce.clone();
     Ok(pages::page(
         StatusCode::OK,
@@ -147,10 +118,6 @@ pub async fn board(
             search,
             shown: cards.len(),
             columns: model::columns(cards),
-            cards_live,
-            filters_query,
-            // Below half a page, a page that ends early is fetched again.
-            min_cards: until.map(|_| PAGE / 2),
             first_page,
             next_page,
         },
@@ -196,10 +163,6 @@ pub async fn task(
     Path(task_id): Path<String>,
 ) -> Result<Response, BoardError> {
     let session = signed_in(&state, &headers).await?;
-    let since = state
-        .engine
-        .org_last_event_id(session.caller.org_id)
-        .await?;
     let found = get_tasks(&state, &session, std::slice::from_ref(&task_id)).await?;
     let Some(detail) = found.first() else {
         return Err(BoardError::NotFound);
@@ -234,7 +197,7 @@ pub async fn task(
         blockers,
         dependents,
     );
-    let chrome = chrome(&session, "tasks", Some(since));
+    let chrome = chrome(&state, &session, "tasks");
     let nonce = chrome.nonce.clone();
     Ok(pages::page(
         StatusCode::OK,

@@ -635,6 +635,10 @@ class OpenTaskCounts(TypedDict):
     feedback: int
 
 
+class LiveMark(TypedDict):
+    mark: str
+
+
 EventKind: TypeAlias = Union[
     Literal['task.created', 'task.claimed', 'task.completed', 'task.failed', 'task.canceled', 'task.lease_expired', 'task.unblocked'],
     Literal['task.status_changed'],
