@@ -71,6 +71,33 @@ impl OrgActor {
         Ok((slot, work))
     }
 
+    /// `begin`, for a message that answers later: a refusal is answered
+    /// here, and `None` says there is nothing more to do.
+    pub(super) fn begin_or_refuse<T>(
+        &self,
+        state: &mut OrgState,
+        admission: Admission,
+        reply: Reply<T>,
+    ) -> Option<(WriteSlot<'_>, Work, Reply<T>)> {
+        match self.begin(state, Some(admission)) {
+            Ok((slot, work)) => Some((slot, work, reply)),
+            Err(e) => {
+                let _ = reply.send(Outcome {
+                    result: Err(e),
+                    commit: None,
+                });
+                None
+            }
+        }
+    }
+
+    /// Whether the server is stopping: nothing waits any more.
+    pub(super) fn draining(&self) -> bool {
+        self.deps
+            .draining
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Submits what a message wrote (only its usage when it failed) and
     /// answers with the result and the commit.
     pub(super) fn finish<T>(

@@ -221,22 +221,12 @@ impl OrgActor {
         if reply.is_closed() {
             return;
         }
-        let (slot, mut work) = match self.begin(state, Some(Admission::write())) {
-            Ok(begun) => begun,
-            Err(e) => {
-                let _ = reply.send(Outcome {
-                    result: Err(e),
-                    commit: None,
-                });
-                return;
-            }
+        let Some((slot, mut work, reply)) = self.begin_or_refuse(state, Admission::write(), reply)
+        else {
+            return;
         };
         let claimed = self.claim_up_to(state, &mut work, &caller, &request);
-        let draining = self
-            .deps
-            .draining
-            .load(std::sync::atomic::Ordering::Relaxed);
-        if !claimed.is_empty() || request.wait_seconds == 0 || draining {
+        if !claimed.is_empty() || request.wait_seconds == 0 || self.draining() {
             self.finish(state, slot, work, Ok(claimed), reply);
             return;
         }
@@ -268,15 +258,9 @@ impl OrgActor {
             return;
         }
         state.task_waits.drop_gone();
-        let (slot, mut work) = match self.begin(state, Some(Admission::read())) {
-            Ok(begun) => begun,
-            Err(e) => {
-                let _ = reply.send(Outcome {
-                    result: Err(e),
-                    commit: None,
-                });
-                return;
-            }
+        let Some((slot, mut work, reply)) = self.begin_or_refuse(state, Admission::read(), reply)
+        else {
+            return;
         };
         if let Err(e) = self
             .load(state, &mut work, request.task_ids.iter().copied())
@@ -295,13 +279,9 @@ impl OrgActor {
                 }
             }
         }
-        let draining = self
-            .deps
-            .draining
-            .load(std::sync::atomic::Ordering::Relaxed);
         if request.until.settled(found.len(), finished.len())
             || request.wait_seconds == 0
-            || draining
+            || self.draining()
         {
             self.finish(state, slot, work, Ok(()), reply);
             return;

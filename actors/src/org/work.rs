@@ -160,9 +160,9 @@ impl Work {
         }
         if let Some(pins) = &mut state.sweep_pins {
             let written = self.inserted.iter().map(|t| &t.header);
-            let changed = self.changed.iter().filter_map(|id| self.loaded.get(id));
-            let open = self.changed.iter().filter_map(|id| state.open.get(*id));
-            for h in written.chain(changed).chain(open) {
+            let changed = (self.changed.iter())
+                .filter_map(|id| state.open.get(*id).or_else(|| self.loaded.get(id)));
+            for h in written.chain(changed) {
                 h.parent
                     .into_iter()
                     .chain(h.blocked_by.iter().copied())
