@@ -99,7 +99,7 @@ use reqwest::Url;
 use args::validate;
 pub use args::{BenchArgs, Scenario, SqliteSynchronous};
 use bootstrap::{agents_of, bootstrap, owner_keys_of, Admin};
-use report::{render_table, CommitPath, CycleSummary, Memory, Report};
+use report::{render_table, CommitPath, CycleSummary, Memory, PhaseCpu, Report};
 use scenarios::{
     big_pages_phase, create_fixed_phase, create_timed_phase, cycle_phase, idle_orgs_phase, Content,
 };
@@ -306,7 +306,9 @@ async fn execute(
                     (n, k) => Some(streams::Streams::open(base, &owner_keys, n, k).await?),
                 };
                 let before = admin.commit_counters().await;
+                let cpu_before = phase_cpu(process).await;
                 let cycled = cycle_phase(base, &agents, deadline, args.claim_batch).await?;
+                let cpu = phase_cpu(process).await.since(cpu_before);
                 if let Some(streams) = streams {
                     report.streams = Some(streams.close().await);
                 }
@@ -316,7 +318,7 @@ async fn execute(
                 if let (Some(before), Some(after)) = (before, admin.commit_counters().await) {
                     report.commit_path = Some(CommitPath::between(before, after, cycled.wall));
                 }
-                report.cycles = Some(CycleSummary::new(&cycled, agents.len()));
+                report.cycles = Some(CycleSummary::new(&cycled, agents.len(), cpu));
                 if let Some(sink) = &sink {
                     report.webhooks = Some(sink.summary(owner_keys.len()).await);
                 }
@@ -399,4 +401,17 @@ async fn execute(
         }
     }
     Ok(report)
+}
+
+/// CPU used so far by the spawned server (if the bench started it) and by
+/// the bench itself.
+async fn phase_cpu(server: Option<&taskq_process::ServerProcess>) -> PhaseCpu {
+    let server = match server {
+        Some(server) => server.cpu_time().await,
+        None => None,
+    };
+    PhaseCpu {
+        server,
+        bench: taskq_process::cpu_time_of(std::process::id()).await,
+    }
 }

@@ -76,19 +76,55 @@ pub(super) struct CycleSummary {
     agents_drained: usize,
     agents: usize,
     first_drained_secs: Option<f64>,
+    /// CPU time (user and system) the spawned server used during the
+    /// phase, per cycle, in microseconds: what a cycle costs the server
+    /// whatever else the machine runs, so two builds or two settings
+    /// compare on it where the rate drifts with the machine's other load.
+    /// `None` for a server the bench did not start, or off Linux.
+    server_cpu_us_per_cycle: Option<f64>,
+    /// The same for the bench's own process (the agents, and any
+    /// receiver, streams or boards it serves), which shares the cores.
+    bench_cpu_us_per_cycle: Option<f64>,
+}
+
+/// CPU time used so far by the server and by the bench; between two
+/// readings, over a phase.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct PhaseCpu {
+    pub server: Option<Duration>,
+    pub bench: Option<Duration>,
+}
+
+impl PhaseCpu {
+    /// What was used since `before`.
+    pub(super) fn since(self, before: PhaseCpu) -> PhaseCpu {
+        let between = |after: Option<Duration>, before: Option<Duration>| {
+            Some(after?.saturating_sub(before?))
+        };
+        PhaseCpu {
+            server: between(self.server, before.server),
+            bench: between(self.bench, before.bench),
+        }
+    }
 }
 
 impl CycleSummary {
-    pub(super) fn new(phase: &PhaseResult, agents: usize) -> Self {
+    pub(super) fn new(phase: &PhaseResult, agents: usize, cpu: PhaseCpu) -> Self {
         // A cycle is one task claimed and completed: with `--claim-batch`
         // one request pair carries several.
         let count = phase.stats.ops[Op::Cycle as usize].items;
+        let per_cycle = |d: Option<Duration>| {
+            d.filter(|_| count > 0)
+                .map(|d| d.as_micros() as f64 / count as f64)
+        };
         CycleSummary {
             count,
             per_sec: rate(count, phase.wall),
             agents_drained: phase.drained.len(),
             agents,
             first_drained_secs: phase.drained.iter().min().map(Duration::as_secs_f64),
+            server_cpu_us_per_cycle: per_cycle(cpu.server),
+            bench_cpu_us_per_cycle: per_cycle(cpu.bench),
         }
     }
 }
@@ -269,6 +305,12 @@ pub(super) fn render_table(report: &Report) -> String {
                     ", {} cycles ({:.1} cycles/s)",
                     cycles.count, cycles.per_sec
                 );
+                if let Some(server) = cycles.server_cpu_us_per_cycle {
+                    let _ = write!(out, ", server CPU {server:.1} µs a cycle");
+                }
+                if let Some(bench) = cycles.bench_cpu_us_per_cycle {
+                    let _ = write!(out, ", bench CPU {bench:.1} µs a cycle");
+                }
             }
         }
         let _ = writeln!(out);
@@ -454,5 +496,20 @@ mod tests {
         let same = CommitCounters::default();
         let path = CommitPath::between(same, same, Duration::ZERO);
         assert_eq!((path.batches_per_commit, path.busy_share), (0.0, 0.0));
+    }
+
+    #[test]
+    fn cpu_is_what_was_used_over_the_phase_and_unknown_where_a_reading_is_missing() {
+        let secs = |s| Some(Duration::from_secs(s));
+        let before = PhaseCpu {
+            server: secs(10),
+            bench: secs(4),
+        };
+        let after = PhaseCpu {
+            server: secs(13),
+            bench: None,
+        };
+        let used = after.since(before);
+        assert_eq!((used.server, used.bench), (secs(3), None));
     }
 }

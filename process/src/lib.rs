@@ -309,19 +309,9 @@ impl ServerProcess {
             .is_ok()
     }
 
-    /// CPU time the server has used so far, user plus system, over all its
-    /// threads (`/proc/<pid>/stat`; Linux only, counted in the kernel's
-    /// 100 Hz user-visible ticks).
+    /// CPU time the server has used so far ([`cpu_time_of`]).
     pub async fn cpu_time(&self) -> Option<Duration> {
-        let pid = self.pid?;
-        let stat = tokio::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .await
-            .ok()?;
-        // The command name may hold spaces: the fields after it are plain.
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let utime: u64 = fields.get(11)?.parse().ok()?;
-        let stime: u64 = fields.get(12)?.parse().ok()?;
-        Some(Duration::from_millis((utime + stime) * 10))
+        cpu_time_of(self.pid?).await
     }
 
     /// A `kB` field of `/proc/<pid>/status`.
@@ -347,4 +337,18 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
         }
         Err(e) => format!("(cannot read {}: {e})", path.display()),
     }
+}
+
+/// CPU time process `pid` has used so far, user plus system, over all its
+/// threads (`/proc/<pid>/stat`; Linux only, counted in the kernel's 100 Hz
+/// user-visible ticks).
+pub async fn cpu_time_of(pid: u32) -> Option<Duration> {
+    let stat = tokio::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .await
+        .ok()?;
+    // The command name may hold spaces: the fields after it are plain.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
 }
