@@ -56,7 +56,10 @@
 //!   unexpected status: a 207 partial update is an error), `per_sec` is
 //!   `count` over the wall time of the operation's phase, and the latency
 //!   percentiles (nearest rank) cover successful requests, measured from
-//!   sending the request to having read the whole response body.
+//!   sending the request to having read the whole response body. For the
+//!   cycles, also the CPU time a cycle cost the spawned server and the
+//!   bench itself (`/proc/<pid>/stat`): it compares two builds or settings
+//!   where the rate moves with the machine's other load.
 //! - Every agent is its own tokio task with its own HTTP/1.1 keep-alive
 //!   connection (`conn`: hyper's connection API for `http://`, reqwest for
 //!   `https://`) and records its latencies locally (microseconds); they are
