@@ -89,7 +89,7 @@ pub(super) struct CycleSummary {
 
 /// CPU time used so far by the server and by the bench; between two
 /// readings, over a phase.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub(super) struct PhaseCpu {
     pub server: Option<Duration>,
     pub bench: Option<Duration>,
