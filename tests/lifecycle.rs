@@ -122,6 +122,42 @@ backend_tests!(retention_is_set_shown_and_cleared, |srv| async move {
     assert_eq!(get_org(&srv, &org).await["retention_days"], Value::Null);
 });
 
+backend_tests!(the_org_shows_what_the_store_holds, |srv| async move {
+    let org = srv.create_org("pro").await;
+    let other = srv.create_org("pro").await;
+    let stored = |body: &Value| {
+        (
+            body["stored"]["tasks"].clone(),
+            body["stored"]["events"].clone(),
+        )
+    };
+    assert_eq!(stored(&get_org(&srv, &org).await), (json!(0), json!(0)));
+
+    let (status, body) = patch_org(&srv, &org, json!({ "retention_days": 1 })).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    for i in 0..3 {
+        done(&srv, &org, json!({ "title": format!("old {i}") })).await;
+    }
+    done(&srv, &other, json!({ "title": "elsewhere" })).await;
+    let events = rows(&srv, "task_events", "org_id", &org.org_id).await;
+    assert!(events >= 6, "{events} events for three finished tasks");
+    let before = get_org(&srv, &org).await;
+    assert_eq!(stored(&before), (json!(3), json!(events)), "{before}");
+    assert!(before["stored"]["counted_at"].is_string(), "{before}");
+
+    advance_clock(&srv, 2 * DAY).await;
+    let kept = srv.new_task(&org.owner_key, "recent").await;
+    assert_eq!(sweep(&srv).await, 3);
+    let kept_events = rows(&srv, "task_events", "task_id", &kept).await;
+    let after = get_org(&srv, &org).await;
+    assert_eq!(stored(&after), (json!(1), json!(kept_events)), "{after}");
+    assert_eq!(
+        get_org(&srv, &other).await["stored"]["tasks"],
+        1,
+        "another org's count is its own"
+    );
+});
+
 backend_tests!(
     the_sweep_removes_exactly_the_eligible_tasks,
     |srv| async move {
@@ -585,9 +621,13 @@ backend_tests!(
         );
         assert_eq!(kinds[0], "org");
 
-        let (_, org_view) = srv
+        let (_, mut org_view) = srv
             .admin(Method::GET, &format!("/admin/orgs/{}", org.org_id), None)
             .await;
+        // The export is the org's record; what the store holds is counted
+        // beside it, not part of it.
+        let stored = org_view.as_object_mut().and_then(|o| o.remove("stored"));
+        assert!(stored.is_some(), "{org_view}");
         assert_eq!(of_kind(&lines, "org"), vec![org_view]);
         assert_eq!(of_kind(&lines, "tag"), srv.list_tags(key).await);
         let (_, teams) = srv.get(key, "/teams").await;

@@ -245,6 +245,14 @@ async fn seed(srv: &TestServer) -> Seeded {
         .await
         .unwrap();
 
+    let (status, body) = srv
+        .admin(
+            Method::PATCH,
+            &format!("/admin/orgs/{}", bravo.org_id),
+            Some(json!({ "retention_days": 30 })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
     srv.set_limits(&limited, json!({ "writes_per_minute": 1 }))
         .await;
     let mut refused = 0;
@@ -321,6 +329,19 @@ async fn expected_org(srv: &TestServer, org: &Org, stats: &Value) -> BTreeMap<St
         out.insert(field.to_owned(), listed[field].to_string());
     }
     out.insert("name".into(), str_field(listed, "name"));
+    // Counted now, which the page's next figures show too.
+    let (status, detail) = srv
+        .admin(Method::GET, &format!("/admin/orgs/{}", org.org_id), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{detail}");
+    for (field, count) in [("stored_tasks", "tasks"), ("stored_events", "events")] {
+        out.insert(field.to_owned(), detail["stored"][count].to_string());
+    }
+    let retention = match detail["retention_days"].as_i64() {
+        Some(days) => format!("{days} days"),
+        None => "forever".to_owned(),
+    };
+    out.insert("retention_days".into(), retention);
     out
 }
 
@@ -343,6 +364,48 @@ backend_tests!(the_figures_match_the_api, |srv| async move {
         (&"1".into(), &"1".into())
     );
     assert_eq!(limited["refusals"], seeded.refused.to_string());
+    // Every task of an org is stored, each with at least its creation.
+    assert_eq!(
+        (&alpha["stored_tasks"], &bravo["stored_tasks"]),
+        (&"6".into(), &"3".into())
+    );
+    for org in [&alpha, &bravo] {
+        let events: u64 = org["stored_events"].parse().unwrap();
+        assert!(events >= org["stored_tasks"].parse().unwrap(), "{org:?}");
+    }
+    assert_eq!(
+        (&alpha["retention_days"], &bravo["retention_days"]),
+        (&"forever".into(), &"30 days".into())
+    );
+    // The operator's figures show the counts just taken, and the retention.
+    let (_, counted) = srv.admin(Method::GET, "/admin/stats", None).await;
+    for (org, expected) in seeded.orgs.iter().zip([&alpha, &bravo, &limited]) {
+        let listed = counted["orgs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["org_id"] == org.org_id.as_str())
+            .unwrap();
+        assert_eq!(
+            listed["stored"]["tasks"].to_string(),
+            expected["stored_tasks"],
+            "{listed}"
+        );
+        assert_eq!(
+            listed["stored"]["events"].to_string(),
+            expected["stored_events"],
+            "{listed}"
+        );
+    }
+    assert_eq!(
+        counted["orgs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["org_id"] == seeded.orgs[1].org_id.as_str())
+            .unwrap()["retention_days"],
+        30
+    );
     assert_eq!(stats["refusals_total"], seeded.refused);
     let commits = stats["writer"]["commits"].as_u64().unwrap();
     assert!(commits > 0, "{stats}");

@@ -62,12 +62,17 @@ pub use engine::{
 };
 pub use error::{EngineError, ErrorBody, ErrorCode, LimitExceeded, LimitKind, ValidationError};
 pub use stats::WriterTotals;
-pub use store::{backup_sqlite, Continued, Migrated, TableCount};
+pub use store::{backup_sqlite, Continued, CopyProgress, Migrated, TableCount};
 pub use supervisor::ActorStats;
 pub use watch::{EventStream, StreamEvent, StreamItem};
 
 /// Copies a stopped store into an empty one (`taskq migrate-store`),
-/// waiting for PostgreSQL nodes that just stopped as long as their lease.
-pub async fn migrate_store(from: &str, to: &str) -> Result<Migrated, store::StoreError> {
-    store::migrate_store(from, to, ClusterConfig::new(String::new()).ttl).await
+/// waiting for PostgreSQL nodes that just stopped as long as their lease,
+/// telling `progress` how far it got.
+pub async fn migrate_store(
+    from: &str,
+    to: &str,
+    progress: &mut dyn CopyProgress,
+) -> Result<Migrated, store::StoreError> {
+    store::migrate_store(from, to, ClusterConfig::new(String::new()).ttl, progress).await
 }

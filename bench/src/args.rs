@@ -109,6 +109,24 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     pub slow_streams: usize,
 
+    /// Cycle: fill the first org with this many finished tasks, make them
+    /// expired (a retention of one day, the clock moved two days on: a
+    /// server built with the test hooks), and run the cycles while the
+    /// retention sweep removes them, paced as the periodic one is.
+    #[arg(long, default_value_t = 0)]
+    pub expired: u64,
+
+    /// With `--expired`: the same store, without the sweep (the pair's
+    /// other half).
+    #[arg(long, requires = "expired")]
+    pub no_sweep: bool,
+
+    /// With `--expired`: after the cycles, wait for the sweep to remove
+    /// every expired task, then fill as many again; reports the time and
+    /// the SQLite file's size at each step.
+    #[arg(long, requires = "expired", conflicts_with = "no_sweep")]
+    pub expired_drain: bool,
+
     /// Cycle: tasks per org that wait a year (a `run_at` ahead), created
     /// before the run so that claims run beside them; the server's CPU over
     /// five idle seconds with them present is reported.
@@ -244,6 +262,10 @@ pub fn validate(args: &BenchArgs) -> anyhow::Result<()> {
     ensure!(
         args.webhook.is_none() || args.scenario == Scenario::Cycle,
         "--webhook is for the cycle scenario"
+    );
+    ensure!(
+        args.expired == 0 || args.scenario == Scenario::Cycle,
+        "--expired is for the cycle scenario"
     );
     ensure!(
         args.boards == 0 || args.scenario == Scenario::Cycle,

@@ -202,6 +202,7 @@ pub(super) struct SearchGauges {
 /// A bootstrapped org and its agents' keys.
 pub(super) struct BenchOrg {
     index: usize,
+    pub(super) org_id: String,
     owner_key: String,
     agent_keys: Vec<String>,
 }
@@ -304,6 +305,7 @@ async fn bootstrap_org(
     }
     Ok(BenchOrg {
         index,
+        org_id: org_id.to_string(),
         owner_key,
         agent_keys,
     })

@@ -35,7 +35,9 @@
 //!     plus one complete is a cycle. An agent whose claim finds the queue
 //!     empty stops early, and the report says so.
 //!     With `--boards N`, N board sessions poll as the board's page does
-//!     while the cycles run (see `boards`).
+//!     while the cycles run (see `boards`); with `--expired N`, the
+//!     retention sweep removes N expired tasks of the first org meanwhile
+//!     (see `expired`).
 //!   - `create`: every agent creates batches of 25 for `--duration` seconds.
 //!   - `idle-orgs`: creates `--orgs` orgs, `--concurrency` at a time, each with
 //!     three tasks and one claim, then reports the server's resident memory
@@ -75,14 +77,16 @@
 //! the agents' requests, `conn` an agent's connection, `scenarios` the
 //! measured phases, `longpoll`, `reports` and `search` the scenarios of
 //! their names, `boards` the open boards of `--boards`, `streams` the
-//! event streams of `--streams`, `stats` their figures and progress line,
-//! and `report` the results and their table.
+//! event streams of `--streams`, `expired` the sweep of `--expired`,
+//! `stats` their figures and progress line, and `report` the results and
+//! their table.
 
 mod api;
 mod args;
 mod boards;
 mod bootstrap;
 mod conn;
+mod expired;
 mod longpoll;
 mod report;
 mod reports;
@@ -230,6 +234,7 @@ fn blank_report(args: &BenchArgs) -> Report {
         boards: None,
         waiting: None,
         streams: None,
+        expired: None,
     }
 }
 
@@ -268,13 +273,14 @@ async fn execute(
 
     let admin = Admin::new(base, token, args.concurrency)?;
     // The orgs and agents every scenario but `idle-orgs` runs with.
-    let (agents, owner_keys) = if args.scenario == Scenario::IdleOrgs {
-        (Vec::new(), Vec::new())
+    let (agents, owner_keys, first_org) = if args.scenario == Scenario::IdleOrgs {
+        (Vec::new(), Vec::new(), String::new())
     } else {
         let started = Instant::now();
         let orgs = bootstrap(&admin, args, &run_id).await?;
         report.bootstrap_secs = started.elapsed().as_secs_f64();
-        (agents_of(&orgs), owner_keys_of(&orgs))
+        let first = orgs.first().map(|o| o.org_id.clone()).unwrap_or_default();
+        (agents_of(&orgs), owner_keys_of(&orgs), first)
     };
     let deadline = Duration::from_secs(args.duration);
     match args.scenario {
@@ -285,6 +291,25 @@ async fn execute(
                 report.waiting = Some(summary);
                 report.add_phase(created, &[Op::Create]);
             }
+            let mut expired = match args.expired {
+                0 => None,
+                n => {
+                    let keys = agents.iter().filter(|a| a.org == 0).map(|a| a.key.clone());
+                    let database = server.map(|s| s.database.as_str());
+                    Some(
+                        expired::Expired::prepare(
+                            base,
+                            &admin,
+                            &first_org,
+                            keys.collect(),
+                            n,
+                            !args.no_sweep,
+                            database,
+                        )
+                        .await?,
+                    )
+                }
+            };
             let created =
                 create_fixed_phase(base, &agents, args.tasks_per_org, Content::Small).await?;
             report.add_phase(created, &[Op::Create]);
@@ -308,6 +333,9 @@ async fn execute(
                     (0, 0) => None,
                     (n, k) => Some(streams::Streams::open(base, &owner_keys, n, k).await?),
                 };
+                if let Some(expired) = &mut expired {
+                    expired.start().await?;
+                }
                 let before = admin.commit_counters().await;
                 let cpu_before = phase_cpu(process).await;
                 let cycled = cycle_phase(base, &agents, deadline, args.claim_batch).await?;
@@ -322,6 +350,10 @@ async fn execute(
                     report.commit_path = Some(CommitPath::between(before, after, cycled.wall));
                 }
                 report.cycles = Some(CycleSummary::new(&cycled, agents.len(), cpu));
+                if let Some(expired) = expired.take() {
+                    let summary = expired.summary(cycled.wall, args.expired_drain).await?;
+                    report.expired = Some(summary);
+                }
                 if let Some(sink) = &sink {
                     report.webhooks = Some(sink.summary(owner_keys.len()).await);
                 }

@@ -44,6 +44,7 @@ pub(super) struct Report {
     pub(super) boards: Option<super::boards::BoardsSummary>,
     pub(super) waiting: Option<super::waiting::WaitingSummary>,
     pub(super) streams: Option<super::streams::StreamsSummary>,
+    pub(super) expired: Option<super::expired::ExpiredSummary>,
 }
 
 #[derive(Serialize)]
@@ -354,6 +355,9 @@ pub(super) fn render_table(report: &Report) -> String {
         );
     }
 
+    if let Some(expired) = &report.expired {
+        let _ = write!(out, "\n{}", expired.render());
+    }
     if let Some(webhooks) = &report.webhooks {
         let _ = write!(out, "\n{}", webhooks.render());
     }

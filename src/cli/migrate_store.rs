@@ -1,9 +1,13 @@
 //! `taskq migrate-store --from URL --to URL`: a stopped store copied whole
 //! into an empty one, SQLite to PostgreSQL or back (the engine crate's
-//! `store::migrate` says how), with every table's rows counted on both
-//! sides.
+//! `store::migrate` says how), with a progress bar per table on the
+//! terminal and every table's rows counted on both sides.
+
+use std::time::Instant;
 
 use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use taskq_actors::CopyProgress;
 
 #[derive(clap::Args, Debug)]
 pub struct MigrateStoreArgs {
@@ -17,10 +21,55 @@ pub struct MigrateStoreArgs {
     pub to: String,
 }
 
+/// One bar per table on stderr, drawn only when stderr is a terminal.
+struct Bars {
+    style: ProgressStyle,
+    current: Option<ProgressBar>,
+}
+
+impl Bars {
+    fn new() -> Self {
+        let style = ProgressStyle::with_template(
+            "{prefix:>24} [{bar:32}] {pos:>10}/{len:<10} rows {per_sec:>12} {eta:>4}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+        Self {
+            style,
+            current: None,
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(bar) = self.current.take() {
+            bar.finish();
+        }
+    }
+}
+
+impl CopyProgress for Bars {
+    fn table(&mut self, table: &str, rows: u64) {
+        self.finish();
+        let bar = ProgressBar::with_draw_target(Some(rows), ProgressDrawTarget::stderr())
+            .with_style(self.style.clone())
+            .with_prefix(table.to_owned());
+        self.current = Some(bar);
+    }
+
+    fn copied(&mut self, rows: u64) {
+        if let Some(bar) = &self.current {
+            bar.inc(rows);
+        }
+    }
+}
+
 pub async fn run(args: MigrateStoreArgs) -> anyhow::Result<()> {
-    let migrated = taskq_actors::migrate_store(&args.from, &args.to)
-        .await
-        .context("migrate-store")?;
+    let started = Instant::now();
+    let mut bars = Bars::new();
+    let migrated = taskq_actors::migrate_store(&args.from, &args.to, &mut bars).await;
+    bars.finish();
+    let migrated = migrated.context("migrate-store")?;
+    let secs = started.elapsed().as_secs_f64();
     let width = migrated
         .tables
         .iter()
@@ -42,8 +91,9 @@ pub async fn run(args: MigrateStoreArgs) -> anyhow::Result<()> {
     }
     let rows: u64 = migrated.tables.iter().map(|t| t.destination).sum();
     println!(
-        "copied {rows} rows in {} tables; every table's count matches the source's",
-        migrated.tables.len()
+        "copied {rows} rows in {} tables in {secs:.1} s ({:.0} rows/s); every table's count matches the source's",
+        migrated.tables.len(),
+        rows as f64 / secs.max(1e-9)
     );
     Ok(())
 }

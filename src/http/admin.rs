@@ -73,6 +73,20 @@ pub async fn sweep_retention(
     Ok(Json(serde_json::json!({ "swept": swept })))
 }
 
+/// Test hook: starts a retention sweep of every org in the background,
+/// paced as the periodic one, and answers at once.
+#[cfg(feature = "test-hooks")]
+pub async fn start_paced_sweep(
+    State(state): State<AppState>,
+    _: Operator,
+) -> (StatusCode, Json<serde_json::Value>) {
+    state.engine.start_paced_sweep();
+    (
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({ "started": true })),
+    )
+}
+
 /// Test hook: removes the rows of every deleted org now and answers once
 /// they are gone, with the number of orgs.
 #[cfg(feature = "test-hooks")]

@@ -119,6 +119,10 @@ pub fn router(state: AppState) -> Router {
         api.route("/admin/orgs/{org_id}/crash", crash)
             .route("/admin/test/clock", post(admin::advance_clock))
             .route("/admin/test/retention", post(admin::sweep_retention))
+            .route(
+                "/admin/test/retention/paced",
+                post(admin::start_paced_sweep),
+            )
             .route("/admin/test/purge", post(admin::purge_deleted))
             .route("/admin/test/store", post(admin::store_outage))
     };

@@ -180,6 +180,25 @@ impl From<&OrgRecord> for OrgView {
     }
 }
 
+/// `GET /admin/orgs/{org_id}` answer: the org, and what the store holds
+/// of it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct OrgDetail {
+    #[serde(flatten)]
+    pub org: OrgView,
+    pub stored: StoredCounts,
+}
+
+/// What the store holds of an org, counted at `counted_at`: its tasks
+/// (finished ones included, until retention removes them) and their
+/// history's events.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+pub struct StoredCounts {
+    pub tasks: i64,
+    pub events: i64,
+    pub counted_at: Timestamp,
+}
+
 /// `DELETE /admin/orgs/{org_id}` answer: the org is being deleted.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct OrgDeleting {

@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::Timestamp;
+use super::{StoredCounts, Timestamp};
 use crate::domain::account::Tier;
 use crate::domain::OrgId;
 
@@ -116,6 +116,11 @@ pub struct OrgStats {
     pub last_restart_at: Option<Timestamp>,
     /// Requests of this org refused by a limit (429).
     pub refusals: u64,
+    /// Days its finished tasks are kept; `null`: forever.
+    pub retention_days: Option<i64>,
+    /// What the store holds of it, as last counted (counted again in the
+    /// background once a minute old); `null` until first counted.
+    pub stored: Option<StoredCounts>,
 }
 
 /// Open tasks per status.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::Engine;
 use crate::api::{
     AddMember, AddedMember, CreateKey, CreateOrg, CreatedOrg, IssuedKey, KeyCreated, KeyList,
-    KeyView, OrgView, OwnerKey, PatchOrg, ResetKey, Timestamp,
+    KeyView, OrgDetail, OrgView, OwnerKey, PatchOrg, ResetKey, Timestamp,
 };
 use crate::directory::OrgEntry;
 use crate::domain::account::{
@@ -90,8 +90,13 @@ impl Engine {
     }
 
     /// `GET /admin/orgs/{id}`.
-    pub async fn get_org(&self, org: OrgId) -> Result<OrgView, EngineError> {
-        Ok(OrgView::from(&self.org_record(org).await?))
+    pub async fn get_org(&self, org: OrgId) -> Result<OrgDetail, EngineError> {
+        let org_view = OrgView::from(&self.org_record(org).await?);
+        let stored = self.count_stored(org).await?;
+        Ok(OrgDetail {
+            org: org_view,
+            stored,
+        })
     }
 
     /// `PATCH /admin/orgs/{id}`.

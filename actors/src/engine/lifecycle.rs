@@ -310,6 +310,7 @@ impl Engine {
                 cluster,
                 db_file: std::sync::Mutex::new(db_file),
                 key_orgs: DashMap::new(),
+                sizes: Default::default(),
                 peers: OnceLock::new(),
                 heartbeat: std::sync::Mutex::new(None),
                 #[cfg(feature = "test-hooks")]

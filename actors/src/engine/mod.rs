@@ -29,6 +29,7 @@ mod peers;
 mod reports;
 mod retention;
 mod schedules;
+mod sizes;
 mod stats;
 mod tasks;
 mod watch;
@@ -131,6 +132,8 @@ struct Inner {
     /// Each key's org, for routing a request to the org's node (a key
     /// never changes org).
     key_orgs: DashMap<crate::domain::KeyId, OrgId>,
+    /// What the store holds of each org, as last counted.
+    sizes: sizes::StoredSizes,
     /// The SQLite file this server holds, so that no second server opens
     /// it (`None` on PostgreSQL).
     db_file: std::sync::Mutex<Option<std::fs::File>>,

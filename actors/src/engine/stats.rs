@@ -70,6 +70,8 @@ impl Engine {
                 last_restart_error: failure.map(|f| f.last_error.clone()),
                 last_restart_at: failure.map(|f| Timestamp(f.last_at)),
                 refusals: self.inner.refusals.of(org),
+                retention_days: entry.record.retention_days,
+                stored: self.last_stored(org),
             });
         }
         orgs.sort_by(|a, b| (&a.name, a.org_id).cmp(&(&b.name, b.org_id)));

@@ -203,7 +203,7 @@ pub use commit::{EventLinks, Fence, WriteBatch, WriteOp, WriterConn};
 pub use connect::hold_sqlite_file;
 pub use events::LoggedEvent;
 pub use keys::ClientDek;
-pub use migrate::{migrate_store, Continued, Migrated, TableCount};
+pub use migrate::{migrate_store, Continued, CopyProgress, Migrated, TableCount};
 pub use reports::ReportKey;
 pub use webhooks::{AfterAttempt, DeliveryRecord, DueRow, NewRow, Settled, Target, Turn, LOG_KEPT};
 

@@ -110,6 +110,20 @@ impl Store {
 }
 
 impl Store {
+    /// How many tasks and task events the store holds of the org, counted
+    /// now (one scan of each table's org index).
+    pub async fn stored_counts(&self, org: OrgId) -> Result<(i64, i64)> {
+        let org = org.to_string();
+        let counts: Option<(i64, i64)> = self
+            .fetch_optional(
+                "SELECT (SELECT COUNT(*) FROM tasks WHERE org_id = $1), \
+                 (SELECT COUNT(*) FROM task_events WHERE org_id = $2)",
+                vec![Arg::Text(org.clone()), Arg::Text(org)],
+            )
+            .await?;
+        Ok(counts.unwrap_or((0, 0)))
+    }
+
     /// Up to `limit` of the org's task ids in id order after `after`: the
     /// export's pages.
     pub async fn task_ids_after(

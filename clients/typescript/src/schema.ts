@@ -775,7 +775,7 @@ export type paths = {
             path?: never;
             cookie?: never;
         };
-        /** An org with its effective limits */
+        /** An org with its effective limits, and how many tasks and events the store holds of it */
         get: operations["get_org"];
         put?: never;
         post?: never;
@@ -2867,6 +2867,43 @@ export type components = {
             /** @description Shown this once. */
             api_key: string;
         };
+        /**
+         * @description `GET /admin/orgs/{org_id}` answer: the org, and what the store holds
+         *     of it.
+         */
+        OrgDetail: {
+            /** Format: uuid */
+            org_id: string;
+            name: string;
+            tier: components["schemas"]["Tier"];
+            encryption: components["schemas"]["Encryption"];
+            /** Format: int64 */
+            seats: number;
+            suspended: boolean;
+            /** @description The tier's numbers with the operator's overrides; `null` is unlimited. */
+            limits: components["schemas"]["Limits"];
+            /**
+             * Format: int64
+             * @description Days finished tasks are kept; `null`: forever.
+             */
+            retention_days: number | null;
+            /** Format: date-time */
+            created_at: string;
+            stored: components["schemas"]["StoredCounts"];
+        };
+        /**
+         * @description What the store holds of an org, counted at `counted_at`: its tasks
+         *     (finished ones included, until retention removes them) and their
+         *     history's events.
+         */
+        StoredCounts: {
+            /** Format: int64 */
+            tasks: number;
+            /** Format: int64 */
+            events: number;
+            /** Format: date-time */
+            counted_at: string;
+        };
         /** @description An org as the operator sees it, with its effective limits. */
         OrgView: {
             /** Format: uuid */
@@ -3154,6 +3191,16 @@ export type components = {
              * @description Requests of this org refused by a limit (429).
              */
             refusals: number;
+            /**
+             * Format: int64
+             * @description Days its finished tasks are kept; `null`: forever.
+             */
+            retention_days: number | null;
+            /**
+             * @description What the store holds of it, as last counted (counted again in the
+             *     background once a minute old); `null` until first counted.
+             */
+            stored: components["schemas"]["StoredCounts"] | null;
         };
         /** @description Open tasks per status. */
         OpenTaskCounts: {
@@ -3346,6 +3393,8 @@ export type KeyView = components['schemas']['KeyView'];
 export type CreatedOrg = components['schemas']['CreatedOrg'];
 export type Limits = components['schemas']['Limits'];
 export type OwnerKey = components['schemas']['OwnerKey'];
+export type OrgDetail = components['schemas']['OrgDetail'];
+export type StoredCounts = components['schemas']['StoredCounts'];
 export type OrgView = components['schemas']['OrgView'];
 export type OrgDeleting = components['schemas']['OrgDeleting'];
 export type AddedMember = components['schemas']['AddedMember'];
@@ -7353,7 +7402,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["OrgView"];
+                    "application/json": components["schemas"]["OrgDetail"];
                 };
             };
             /** @description Malformed JSON, a body or query of the wrong shape, or a bad path parameter; `error` names the field */

@@ -67,6 +67,7 @@ fn the_router_registers_nothing_outside_the_table() {
             "/admin/orgs/{org_id}/crash",
             "/admin/test/clock",
             "/admin/test/retention",
+            "/admin/test/retention/paced",
             "/admin/test/purge",
             "/admin/test/store",
             "/internal/peer",

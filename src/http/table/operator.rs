@@ -21,9 +21,9 @@ pub(super) fn operations() -> Vec<Operation> {
             .errors(&[403, 409])
             .operator(|s: S, (): (), r: CreateOrg| async move { s.engine.create_org(r).await }),
         Operation::get("/admin/orgs/{org_id}")
-            .doc("get_org", "operator", "An org with its effective limits")
+            .doc("get_org", "operator", "An org with its effective limits, and how many tasks and events the store holds of it")
             .access(Operator)
-            .answer::<OrgView>(200, "The org")
+            .answer::<OrgDetail>(200, "The org")
             .operator(|s: S, org: String, _: NoArguments| async move { s.engine.get_org(parse_org_id(&org)?).await }),
         Operation::patch("/admin/orgs/{org_id}")
             .doc("patch_org", "operator", "Change an org's tier, seats, suspension or limits")

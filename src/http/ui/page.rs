@@ -237,7 +237,7 @@ fn global_fields(s: &OperatorStats) -> Vec<Figure> {
 }
 
 /// The per-org columns: header, `data-field`, and whether it is text.
-const ORG_COLUMNS: [(&str, &str, bool); 15] = [
+const ORG_COLUMNS: [(&str, &str, bool); 18] = [
     ("Org", "name", true),
     ("Tier", "tier", true),
     ("Actor", "actor_alive", true),
@@ -253,6 +253,9 @@ const ORG_COLUMNS: [(&str, &str, bool); 15] = [
     ("Last restart", "last_restart_at", true),
     ("Last error", "last_restart_error", true),
     ("429s", "refusals", false),
+    ("Stored tasks", "stored_tasks", false),
+    ("Stored events", "stored_events", false),
+    ("Retention", "retention_days", true),
 ];
 
 /// One org figure as text; the script's `orgText` is its twin.
@@ -282,6 +285,12 @@ fn org_text(o: &OrgStats, field: &str) -> String {
         ),
         "last_restart_error" => or_dash(o.last_restart_error.clone()),
         "refusals" => o.refusals.to_string(),
+        "stored_tasks" => or_dash(o.stored.map(|s| s.tasks.to_string())),
+        "stored_events" => or_dash(o.stored.map(|s| s.events.to_string())),
+        "retention_days" => match o.retention_days {
+            Some(days) => format!("{days} days"),
+            None => "forever".to_owned(),
+        },
         _ => String::new(),
     }
 }
@@ -421,6 +430,9 @@ const SCRIPT_TEMPLATE: &str = r##"
       case "leases_expiring": return String(o.leases_expiring) + (o.leases_expiring_exact ? "" : "+");
       case "last_restart_at": case "last_restart_error":
         return o[field] === null ? dash : String(o[field]);
+      case "stored_tasks": return o.stored === null ? dash : String(o.stored.tasks);
+      case "stored_events": return o.stored === null ? dash : String(o.stored.events);
+      case "retention_days": return o.retention_days === null ? "forever" : o.retention_days + " days";
       default: return String(o[field]);
     }
   }

@@ -41,10 +41,23 @@ pub struct Migrated {
     pub counters: Vec<Continued>,
 }
 
+/// What a copy tells as it goes, for a progress bar: each table as it
+/// begins, with the rows the source holds, then the rows copied, a page
+/// at a time.
+pub trait CopyProgress: Send {
+    fn table(&mut self, table: &str, rows: u64);
+    fn copied(&mut self, rows: u64);
+}
+
 /// Copies the store at `from` into the empty store at `to` (created and
 /// migrated when new). `node_ttl` is how long a PostgreSQL node's
 /// heartbeat keeps it live.
-pub async fn migrate_store(from: &str, to: &str, node_ttl: Duration) -> Result<Migrated> {
+pub async fn migrate_store(
+    from: &str,
+    to: &str,
+    node_ttl: Duration,
+    progress: &mut dyn CopyProgress,
+) -> Result<Migrated> {
     let from_pg = backend_of(from)?;
     let to_pg = backend_of(to)?;
     if !from_pg && !to_pg && same_file(from, to)? {
@@ -101,7 +114,7 @@ pub async fn migrate_store(from: &str, to: &str, node_ttl: Duration) -> Result<M
     destination
         .execute(if to_pg { "BEGIN" } else { "BEGIN IMMEDIATE" })
         .await?;
-    match copy(&mut source, &mut destination).await {
+    match copy(&mut source, &mut destination, progress).await {
         Ok(migrated) => {
             destination.execute("COMMIT").await?;
             source.execute("ROLLBACK").await?;
@@ -117,7 +130,11 @@ pub async fn migrate_store(from: &str, to: &str, node_ttl: Duration) -> Result<M
 }
 
 /// Every table, page by page, then the counters and the counts.
-async fn copy(source: &mut Db, destination: &mut Db) -> Result<Migrated> {
+async fn copy(
+    source: &mut Db,
+    destination: &mut Db,
+    progress: &mut dyn CopyProgress,
+) -> Result<Migrated> {
     // Again, inside the transaction: nothing wrote since the first look.
     refuse_unless_empty(destination, destination.is_postgres()).await?;
     let references = destination.references().await?;
@@ -136,10 +153,13 @@ async fn copy(source: &mut Db, destination: &mut Db) -> Result<Migrated> {
             &destination.columns(table).await?,
         )
         .map_err(refused)?;
-        copy_table(source, destination, table, &columns).await?;
+        // The source's count, read in its snapshot, holds after the copy too.
+        let source_rows = source.count(table).await?;
+        progress.table(table, source_rows);
+        copy_table(source, destination, table, &columns, progress).await?;
         let count = TableCount {
             table: table.clone(),
-            source: source.count(table).await?,
+            source: source_rows,
             destination: destination.count(table).await?,
         };
         tracing::info!(
@@ -166,6 +186,7 @@ async fn copy_table(
     destination: &mut Db,
     table: &str,
     columns: &Columns,
+    progress: &mut dyn CopyProgress,
 ) -> Result<()> {
     let first = page_query(table, columns, false, source.is_postgres());
     let next = page_query(table, columns, true, source.is_postgres());
@@ -207,6 +228,7 @@ async fn copy_table(
             );
             destination.insert(&sql, chunk, &columns.to).await?;
         }
+        progress.copied(rows.len() as u64);
         if !full {
             return Ok(());
         }

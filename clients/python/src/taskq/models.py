@@ -545,6 +545,12 @@ class OwnerKey(TypedDict):
     api_key: str
 
 
+class StoredCounts(TypedDict):
+    tasks: int
+    events: int
+    counted_at: str
+
+
 class OrgView(TypedDict):
     org_id: str
     name: str
@@ -937,6 +943,19 @@ class CreatedOrg(TypedDict):
     owner: OwnerKey
 
 
+class OrgDetail(TypedDict):
+    org_id: str
+    name: str
+    tier: Tier
+    encryption: Encryption
+    seats: int
+    suspended: bool
+    limits: Limits
+    retention_days: Optional[int]
+    created_at: str
+    stored: StoredCounts
+
+
 class ClusterView(TypedDict):
     nodes: List[ClusterNode]
     orgs_placed: int
@@ -982,6 +1001,8 @@ class OrgStats(TypedDict):
     last_restart_error: Optional[str]
     last_restart_at: Optional[str]
     refusals: int
+    retention_days: Optional[int]
+    stored: Optional[StoredCounts]
 
 
 EventData: TypeAlias = Union[TransitionData, WebhookPing]
