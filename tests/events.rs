@@ -143,6 +143,57 @@ backend_tests!(
 );
 
 backend_tests!(
+    a_burst_committed_together_arrives_in_fewer_chunks_each_event_once,
+    |srv| async move {
+        let org = srv.create_org("dev").await;
+        let key = &org.owner_key;
+        let mut events = srv.open_events(key, "", None).await;
+        let mut watching_one = srv.open_events(key, "types=task.created", None).await;
+        let first = marker(&srv, key, &mut events).await;
+        let seen = watching_one
+            .next_event(SOON)
+            .await
+            .expect("the marker's event");
+        assert_eq!(seen.id(), first.id(), "{seen:?}");
+        let before = (events.chunks(), watching_one.chunks());
+
+        // One call, one commit: 25 creations, as many as a call takes.
+        const BURST: usize = 25;
+        let items: Vec<Value> = (0..BURST)
+            .map(|i| json!({ "title": format!("t{i}") }))
+            .collect();
+        let created: Vec<String> = srv
+            .create_tasks(key, Value::Array(items))
+            .await
+            .iter()
+            .map(|r| str_field(r, "task_id"))
+            .collect();
+
+        for (stream, before) in [(&mut events, before.0), (&mut watching_one, before.1)] {
+            let got = stream.events(BURST).await;
+            let chunks = stream.chunks() - before;
+            assert!(chunks < BURST, "{BURST} events in {chunks} chunks");
+            assert_rising(&got);
+            let ids: Vec<&str> = got.iter().map(SseEvent::task_id).collect();
+            assert_eq!(ids, created, "each event once, in commit order");
+            for event in &got {
+                assert_eq!(event.event.as_deref(), Some("task.created"));
+                assert_eq!(event.data["type"], "task.created", "{:?}", event.data);
+                assert_eq!(event.data["data"]["org_id"], org.org_id.as_str());
+                assert_eq!(event.data["data"]["from_status"], Value::Null);
+                assert_eq!(event.data["data"]["to_status"], "pending");
+            }
+        }
+        // Nothing more came: the next event is the next change.
+        let next = srv.new_task(key, "marker").await;
+        for stream in [&mut events, &mut watching_one] {
+            let event = stream.next_event(SOON).await.expect("the marker's event");
+            assert_eq!(event.task_id(), next, "{event:?}");
+        }
+    }
+);
+
+backend_tests!(
     filters_keep_the_types_and_tasks_asked_for,
     |srv| async move {
         let org = srv.create_org("dev").await;

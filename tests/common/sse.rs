@@ -1,6 +1,7 @@
 //! A Server-Sent Events reader for `GET /events`: opens a stream with a
 //! key, a query and perhaps a `Last-Event-ID`, and reads it event by event
-//! (comments included), as a browser's `EventSource` would parse it.
+//! (comments included), as a browser's `EventSource` would parse it,
+//! counting the body chunks it was sent in.
 
 use std::time::Duration;
 
@@ -38,6 +39,7 @@ impl SseEvent {
 pub struct SseStream {
     response: reqwest::Response,
     buffer: String,
+    chunks: usize,
 }
 
 impl TestServer {
@@ -56,6 +58,7 @@ impl TestServer {
         SseStream {
             response,
             buffer: String::new(),
+            chunks: 0,
         }
     }
 
@@ -93,10 +96,18 @@ impl SseStream {
                 .await
                 .unwrap_or_else(|_| panic!("nothing on the stream within {within:?}"));
             match chunk {
-                Ok(Some(bytes)) => self.buffer.push_str(&String::from_utf8_lossy(&bytes)),
+                Ok(Some(bytes)) => {
+                    self.chunks += 1;
+                    self.buffer.push_str(&String::from_utf8_lossy(&bytes));
+                }
                 Ok(None) | Err(_) => return None,
             }
         }
+    }
+
+    /// How many body chunks arrived so far.
+    pub fn chunks(&self) -> usize {
+        self.chunks
     }
 
     /// The next event, passing over comments.

@@ -3,11 +3,22 @@
 //! commit gave its events.
 //!
 //! An org nobody watches has no channel, and a commit then costs the
-//! writer one atomic load (`watched`). A channel holds the last
-//! [`BUFFER`] events; a stream that falls further behind than that is told
-//! so by its receiver (`Lagged`) and ends, so a slow client never holds up
-//! the writer, the org's actor or the other streams. Ending a stream loses
-//! nothing: the client resumes by id and the rest comes from the store.
+//! writer one atomic load (`watched`). A commit sends its org's streams
+//! one shared entry (`CommitEvents`), not one message per event, and each
+//! event's §7 body is rendered once, by the first stream that sends it
+//! (`FeedEvent::data`), however many streams the org has.
+//!
+//! A stream may fall [`BUFFER`] events behind the live ones, counted in
+//! events, not in entries: each org counts the events it has published,
+//! each entry carries that count as of its last event, and a stream that
+//! takes an entry while more than [`BUFFER`] events are published and not
+//! yet taken by it is told so (`Behind`) and ends, as it is when the
+//! channel itself, [`BUFFER`] entries long (rounded up to a power of two),
+//! ran past it: each entry holds one event at least, so that is further
+//! behind still. An entry goes once every stream has taken it. So a slow client
+//! never holds up the writer, the org's actor or the other streams. Ending
+//! a stream loses nothing: the client resumes by id and the rest comes
+//! from the store.
 //!
 //! The writer publishes an org's commits in commit order (one lane per
 //! org), and only commits it knows to have landed. A commit that failed
@@ -16,12 +27,16 @@
 //! finds whatever did land.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::{broadcast, watch};
 
-use crate::domain::{KeyId, OrgId};
+use crate::api::{EventBody, EventData, EventKind, Timestamp, TransitionData};
+use crate::domain::watch::event_name;
+use crate::domain::webhooks::EventType;
+use crate::domain::{KeyId, OrgId, StoredEvent, TaskId, TaskStatus};
 use crate::store::{LoggedEvent, WriteBatch, WriteOp};
 
 /// How far behind the live events a stream may fall (CONTRACT §10).
@@ -30,11 +45,146 @@ pub const BUFFER: usize = 10_000;
 /// Streams one key may hold open at once (CONTRACT §10).
 pub const STREAMS_PER_KEY: usize = 10;
 
-pub type Live = broadcast::Receiver<Arc<LoggedEvent>>;
+/// One event as the streams see it: what their filters ask about, and its
+/// body, rendered when a stream first sends it.
+#[derive(Debug)]
+pub struct FeedEvent {
+    pub id: i64,
+    pub task: TaskId,
+    pub from: Option<TaskStatus>,
+    pub to: TaskStatus,
+    pub lease_expired: bool,
+    pub at: i64,
+    pub agent_id: String,
+    /// Its name on the stream (`None`: an unnamed event, see
+    /// `domain::watch::event_name`).
+    pub name: Option<&'static str>,
+    data: OnceLock<Arc<str>>,
+}
+
+impl FeedEvent {
+    fn new(id: i64, event: &StoredEvent) -> Self {
+        let (from, to, expired) = (event.from_status, event.to_status, event.lease_expired);
+        let name = event_name(from, to, expired);
+        Self {
+            id,
+            task: event.task_id,
+            from,
+            to,
+            lease_expired: expired,
+            at: event.at,
+            agent_id: event.agent_id.clone(),
+            name: (name != EventType::StatusChanged).then(|| name.as_str()),
+            data: OnceLock::new(),
+        }
+    }
+
+    /// An event read back from the log; `None` if its row does not parse.
+    pub fn logged(event: &LoggedEvent) -> Option<Self> {
+        let from = match &event.from_status {
+            Some(s) => Some(TaskStatus::parse(s)?),
+            None => None,
+        };
+        let stored = StoredEvent {
+            task_id: event.task_id.parse().ok()?,
+            from_status: from,
+            to_status: TaskStatus::parse(&event.to_status)?,
+            agent_id: event.agent_id.clone(),
+            at: event.at,
+            note: None,
+            lease_expired: event.lease_expired(),
+        };
+        Some(Self::new(event.event_id, &stored))
+    }
+
+    /// Its §7 body as JSON, on one line (compact JSON escapes line breaks
+    /// inside strings), rendered once.
+    pub fn data(&self, org: OrgId) -> Arc<str> {
+        let data = self.data.get_or_init(|| {
+            let body = EventBody {
+                kind: EventKind::from(event_name(self.from, self.to, self.lease_expired)),
+                timestamp: Timestamp(self.at),
+                data: EventData::Transition(TransitionData {
+                    org_id: org.to_string(),
+                    task_id: self.task.to_string(),
+                    from_status: self.from,
+                    to_status: self.to,
+                    agent_id: self.agent_id.clone(),
+                }),
+            };
+            // A body of plain data always serializes.
+            serde_json::to_string(&body).unwrap_or_default().into()
+        });
+        Arc::clone(data)
+    }
+}
+
+/// One commit's events of one org, in id order, shared by its streams.
+#[derive(Debug)]
+pub struct CommitEvents {
+    pub events: Vec<FeedEvent>,
+    /// The org's events published up to this entry's last, counted from
+    /// its channel's opening.
+    published_through: u64,
+}
+
+/// One org's channel, and how many events it has carried.
+#[derive(Debug)]
+struct Feed {
+    sender: broadcast::Sender<Arc<CommitEvents>>,
+    published: Arc<AtomicU64>,
+}
+
+/// A stream's receiver of its org's entries.
+#[derive(Debug)]
+pub struct Live {
+    receiver: broadcast::Receiver<Arc<CommitEvents>>,
+    published: Arc<AtomicU64>,
+    buffer: u64,
+}
+
+/// Why a stream gets no more live entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveEnd {
+    /// More than the buffer's events are published and not yet taken.
+    Behind,
+    /// The channel is gone: the org was cut off or the server stops.
+    Closed,
+}
+
+impl Live {
+    /// The next entry, waiting for it.
+    pub async fn recv(&mut self) -> Result<Arc<CommitEvents>, LiveEnd> {
+        match self.receiver.recv().await {
+            Ok(entry) => self.checked(entry),
+            Err(RecvError::Lagged(_)) => Err(LiveEnd::Behind),
+            Err(RecvError::Closed) => Err(LiveEnd::Closed),
+        }
+    }
+
+    /// The next entry if one is there already; `Ok(None)` if not.
+    pub fn try_recv(&mut self) -> Result<Option<Arc<CommitEvents>>, LiveEnd> {
+        match self.receiver.try_recv() {
+            Ok(entry) => self.checked(entry).map(Some),
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(TryRecvError::Lagged(_)) => Err(LiveEnd::Behind),
+            Err(TryRecvError::Closed) => Err(LiveEnd::Closed),
+        }
+    }
+
+    fn checked(&self, entry: Arc<CommitEvents>) -> Result<Arc<CommitEvents>, LiveEnd> {
+        let published = self.published.load(Ordering::Acquire);
+        let first = entry.published_through - entry.events.len() as u64;
+        if published.saturating_sub(first) > self.buffer {
+            return Err(LiveEnd::Behind);
+        }
+        Ok(entry)
+    }
+}
 
 #[derive(Debug)]
 pub struct EventHub {
-    orgs: Mutex<HashMap<OrgId, broadcast::Sender<Arc<LoggedEvent>>>>,
+    orgs: Mutex<HashMap<OrgId, Feed>>,
     /// How many orgs have a channel.
     watched: AtomicUsize,
     /// Set when the server stops: every stream ends and none starts.
@@ -65,9 +215,7 @@ impl EventHub {
         }
     }
 
-    fn orgs(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<OrgId, broadcast::Sender<Arc<LoggedEvent>>>> {
+    fn orgs(&self) -> std::sync::MutexGuard<'_, HashMap<OrgId, Feed>> {
         self.orgs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -76,56 +224,81 @@ impl EventHub {
     /// unseen.
     pub fn subscribe(&self, org: OrgId) -> Live {
         let mut orgs = self.orgs();
+        let buffer = self.buffer as u64;
         if self.closed.load(Ordering::SeqCst) {
             // A receiver whose sender is gone: the stream ends at once.
-            return broadcast::channel(1).1;
+            return Live {
+                receiver: broadcast::channel(1).1,
+                published: Arc::default(),
+                buffer,
+            };
         }
-        let sender = orgs.entry(org).or_insert_with(|| {
+        let feed = orgs.entry(org).or_insert_with(|| {
             self.watched.fetch_add(1, Ordering::SeqCst);
-            broadcast::channel(self.buffer).0
+            Feed {
+                sender: broadcast::channel(self.buffer).0,
+                published: Arc::default(),
+            }
         });
-        sender.subscribe()
+        Live {
+            receiver: feed.sender.subscribe(),
+            published: Arc::clone(&feed.published),
+            buffer,
+        }
     }
 
     /// A stream of the org ended: its channel goes when it was the last.
     pub fn unsubscribed(&self, org: OrgId) {
         let mut orgs = self.orgs();
-        if orgs.get(&org).is_some_and(|s| s.receiver_count() == 0) {
+        if orgs
+            .get(&org)
+            .is_some_and(|f| f.sender.receiver_count() == 0)
+        {
             orgs.remove(&org);
             self.watched.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
-    /// Sends the events of committed batches to their orgs' streams. The
-    /// commit numbered its events from `first_id` on, batch after batch,
-    /// in the order of their writes.
+    /// Sends the events of committed batches to their orgs' streams, one
+    /// entry per org. The commit numbered its events from `first_id` on,
+    /// batch after batch, in the order of their writes.
     pub(crate) fn publish(&self, batches: &[&WriteBatch], first_id: i64) {
         if self.watched.load(Ordering::SeqCst) == 0 {
             return;
         }
         let orgs = self.orgs();
+        let mut entries: Vec<(OrgId, Vec<FeedEvent>)> = Vec::new();
         let mut id = first_id;
         for batch in batches {
-            let sender = orgs.get(&batch.org);
+            let watched = orgs.contains_key(&batch.org);
             for op in &batch.ops {
                 let WriteOp::InsertEvents(events) = op else {
                     continue;
                 };
-                for event in events {
-                    if let Some(sender) = sender {
-                        let _ = sender.send(Arc::new(LoggedEvent {
-                            event_id: id,
-                            task_id: event.task_id.to_string(),
-                            from_status: event.from_status.map(|s| s.as_str().to_owned()),
-                            to_status: event.to_status.as_str().to_owned(),
-                            agent_id: event.agent_id.clone(),
-                            at: event.at,
-                            lease_expired: Some(i64::from(event.lease_expired)),
-                        }));
-                    }
-                    id += 1;
+                if watched && !events.is_empty() {
+                    let at = match entries.iter().position(|(org, _)| *org == batch.org) {
+                        Some(at) => at,
+                        None => {
+                            entries.push((batch.org, Vec::with_capacity(events.len())));
+                            entries.len() - 1
+                        }
+                    };
+                    let (_, feed) = &mut entries[at];
+                    feed.extend((id..).zip(events).map(|(id, e)| FeedEvent::new(id, e)));
                 }
+                id += events.len() as i64;
             }
+        }
+        for (org, events) in entries {
+            let Some(feed) = orgs.get(&org) else { continue };
+            let count = events.len() as u64;
+            // Counted before it is sent, so that no stream takes an entry
+            // the count does not hold yet.
+            let through = feed.published.fetch_add(count, Ordering::AcqRel) + count;
+            let _ = feed.sender.send(Arc::new(CommitEvents {
+                events,
+                published_through: through,
+            }));
         }
     }
 
@@ -206,8 +379,14 @@ mod tests {
         }
     }
 
+    fn ids(live: &mut Live) -> Vec<Vec<(i64, TaskId)>> {
+        std::iter::from_fn(|| live.try_recv().unwrap())
+            .map(|entry| entry.events.iter().map(|e| (e.id, e.task)).collect())
+            .collect()
+    }
+
     #[test]
-    fn a_commit_numbers_its_events_batch_after_batch() {
+    fn a_commit_sends_each_org_one_entry_numbered_batch_after_batch() {
         let hub = EventHub::default();
         let (watched, other) = (OrgId::new_v7(), OrgId::new_v7());
         let mut live = hub.subscribe(watched);
@@ -219,33 +398,49 @@ mod tests {
             vec![WriteOp::InsertEvents(vec![created(c), created(a)])],
         );
         hub.publish(&[&first, &between, &last], 40);
-        let seen: Vec<(i64, String)> = std::iter::from_fn(|| live.try_recv().ok())
-            .map(|e| (e.event_id, e.task_id.clone()))
-            .collect();
-        assert_eq!(
-            seen,
-            [
-                (40, a.to_string()),
-                (42, c.to_string()),
-                (43, a.to_string())
-            ]
-        );
+        hub.publish(&[&between], 44);
+        assert_eq!(ids(&mut live), [vec![(40, a), (42, c), (43, a)]]);
     }
 
     #[test]
-    fn a_stream_behind_by_more_than_the_buffer_is_told() {
-        let hub = EventHub::with_buffer(2);
+    fn an_event_is_rendered_once_for_all_its_streams() {
+        let hub = EventHub::default();
         let org = OrgId::new_v7();
-        let mut live = hub.subscribe(org);
-        let events = (0..3).map(|_| created(TaskId::new_v7())).collect();
-        hub.publish(
-            &[&WriteBatch::new(org, vec![WriteOp::InsertEvents(events)])],
-            1,
+        let (mut one, mut two) = (hub.subscribe(org), hub.subscribe(org));
+        let batch = WriteBatch::new(
+            org,
+            vec![WriteOp::InsertEvents(vec![created(TaskId::new_v7())])],
         );
-        assert!(matches!(
-            live.try_recv(),
-            Err(broadcast::error::TryRecvError::Lagged(1))
-        ));
+        hub.publish(&[&batch], 1);
+        let (one, two) = (
+            one.try_recv().unwrap().unwrap(),
+            two.try_recv().unwrap().unwrap(),
+        );
+        let (a, b) = (one.events[0].data(org), two.events[0].data(org));
+        assert!(Arc::ptr_eq(&a, &b));
+        let body: serde_json::Value = serde_json::from_str(&a).unwrap();
+        assert_eq!(body["type"], "task.created");
+        assert_eq!(body["data"]["org_id"], org.to_string());
+        assert_eq!(one.events[0].name, Some("task.created"));
+    }
+
+    #[test]
+    fn a_stream_behind_by_more_than_the_buffer_in_events_is_told() {
+        let hub = EventHub::with_buffer(3);
+        let org = OrgId::new_v7();
+        let (mut slow, mut keeping_up) = (hub.subscribe(org), hub.subscribe(org));
+        let commit = |n: usize| {
+            let events = (0..n).map(|_| created(TaskId::new_v7())).collect();
+            WriteBatch::new(org, vec![WriteOp::InsertEvents(events)])
+        };
+        hub.publish(&[&commit(2)], 1);
+        assert_eq!(keeping_up.try_recv().unwrap().unwrap().events.len(), 2);
+        hub.publish(&[&commit(2)], 3);
+        // Two entries, four events: the slow one is behind by more than
+        // three, the other by two.
+        assert_eq!(slow.try_recv().unwrap_err(), LiveEnd::Behind);
+        assert_eq!(keeping_up.try_recv().unwrap().unwrap().events.len(), 2);
+        assert!(keeping_up.try_recv().unwrap().is_none());
     }
 
     #[test]
@@ -257,6 +452,10 @@ mod tests {
         drop(live);
         hub.unsubscribed(org);
         assert_eq!(hub.watched.load(Ordering::SeqCst), 0);
+        hub.cut_off(org);
+        let mut ended = hub.subscribe(org);
+        hub.cut_off(org);
+        assert_eq!(ended.try_recv().unwrap_err(), LiveEnd::Closed);
 
         let key = KeyId::new_v7();
         let permits: Vec<_> = (0..STREAMS_PER_KEY)

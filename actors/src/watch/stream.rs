@@ -13,19 +13,18 @@
 //! already committed.
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::watch;
+use tokio::time::{Instant, Sleep};
 
-use super::hub::{EventHub, Live, StreamPermit};
-use crate::api::{EventBody, EventData, EventKind, Timestamp, TransitionData};
+use super::hub::{CommitEvents, EventHub, FeedEvent, Live, StreamPermit};
 use crate::clock::Clock;
-use crate::domain::watch::{event_name, StreamFilter};
-use crate::domain::webhooks::EventType;
-use crate::domain::{OrgId, TaskId, TaskStatus};
-use crate::store::{LoggedEvent, Store};
+use crate::domain::watch::StreamFilter;
+use crate::domain::OrgId;
+use crate::store::Store;
 
 /// How long a stream stays silent before it sends a comment (CONTRACT §10).
 pub const KEEP_ALIVE_MS: i64 = 15_000;
@@ -33,21 +32,28 @@ pub const KEEP_ALIVE_MS: i64 = 15_000;
 /// Events read from the store at a time while replaying.
 const REPLAY_PAGE: i64 = 500;
 
+/// About how many bytes of bodies one wake of a stream sends at most: what
+/// is ready beyond it waits for the next.
+const SEND_CAP: usize = 256 * 1024;
+
 /// What a stream sends next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamItem {
-    Event(StreamEvent),
+    /// Every event ready when the stream woke (one at least, in id
+    /// order, up to about [`SEND_CAP`] bytes), to be written at once.
+    Events(Vec<StreamEvent>),
     /// A comment, so that the connection is seen to be alive.
     KeepAlive,
 }
 
 /// One event as it goes out: its id, its name (`None`: an unnamed event,
-/// see `domain::watch::event_name`) and its data, the §7 body as JSON.
+/// see `domain::watch::event_name`) and its data, the §7 body as JSON on
+/// one line, shared by every stream of the org.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamEvent {
     pub id: i64,
     pub name: Option<&'static str>,
-    pub data: String,
+    pub data: Arc<str>,
 }
 
 pub struct EventStream {
@@ -58,13 +64,20 @@ pub struct EventStream {
     live: Option<Live>,
     /// While replaying: the id of the last event read from the store.
     replay_after: Option<i64>,
-    backlog: VecDeque<LoggedEvent>,
+    backlog: VecDeque<FeedEvent>,
+    /// A live entry taken and not sent to its end, and where its rest starts.
+    taken: Option<(Arc<CommitEvents>, usize)>,
     /// The last id sent or passed over: live events up to it are repeats.
     last_id: i64,
+    /// The live events ended (sent what came before the end first).
+    ended: bool,
     clock: Arc<dyn Clock>,
     clock_moves: watch::Receiver<u64>,
     /// When the stream last sent something, by the engine's clock.
     sent_at: i64,
+    /// Wakes the stream to look whether its keep-alive is due: one timer
+    /// for the stream's life, moved on only when it fires early.
+    keep_alive: Pin<Box<Sleep>>,
     _permit: StreamPermit,
 }
 
@@ -100,24 +113,31 @@ impl EventStream {
             live: Some(live),
             replay_after: after,
             backlog: VecDeque::new(),
+            taken: None,
             last_id: after.unwrap_or(0),
+            ended: false,
             clock,
             clock_moves,
             sent_at,
+            keep_alive: Box::pin(tokio::time::sleep(in_ms(KEEP_ALIVE_MS))),
             _permit: permit,
         }
     }
 
-    /// The next thing to send; `None` when the stream ends (the client fell
+    /// What to send next; `None` when the stream ends (the client fell
     /// too far behind, the org's commit failed or it moved, the server is
     /// stopping, or the store failed during the replay).
     pub async fn next(&mut self) -> Option<StreamItem> {
         loop {
-            if let Some(event) = self.backlog.pop_front() {
-                if let Some(item) = self.outgoing(&event) {
-                    return Some(item);
+            let mut out = Outgoing::default();
+            while let Some(event) = self.backlog.pop_front() {
+                if !self.keep(&event, &mut out) {
+                    self.backlog.push_front(event);
+                    break;
                 }
-                continue;
+            }
+            if !out.events.is_empty() {
+                return Some(self.sent(out));
             }
             if let Some(after) = self.replay_after {
                 let page = match self
@@ -138,7 +158,8 @@ impl EventStream {
                 if let Some(last) = page.last() {
                     self.last_id = self.last_id.max(last.event_id);
                 }
-                self.backlog.extend(page);
+                self.backlog
+                    .extend(page.iter().filter_map(FeedEvent::logged));
                 continue;
             }
             return self.next_live().await;
@@ -147,27 +168,31 @@ impl EventStream {
 
     async fn next_live(&mut self) -> Option<StreamItem> {
         loop {
+            let mut out = Outgoing::default();
+            self.take_ready(&mut out);
+            if !out.events.is_empty() {
+                return Some(self.sent(out));
+            }
+            if self.ended {
+                return None;
+            }
             let quiet = self.clock.now_ms() - self.sent_at;
             if quiet >= KEEP_ALIVE_MS {
                 self.sent_at = self.clock.now_ms();
                 return Some(StreamItem::KeepAlive);
             }
-            let due = Duration::from_millis(u64::try_from(KEEP_ALIVE_MS - quiet).unwrap_or(0));
             let live = self.live.as_mut()?;
             tokio::select! {
                 received = live.recv() => match received {
-                    Ok(event) => {
-                        if event.event_id <= self.last_id {
-                            continue;
-                        }
-                        self.last_id = event.event_id;
-                        if let Some(item) = self.outgoing(&event) {
-                            return Some(item);
-                        }
-                    }
-                    Err(RecvError::Lagged(_) | RecvError::Closed) => return None,
+                    Ok(entry) => self.taken = Some((entry, 0)),
+                    Err(_) => self.ended = true,
                 },
-                () = tokio::time::sleep(due) => {}
+                () = self.keep_alive.as_mut() => {
+                    // Sent something since it was set: due later.
+                    let quiet = self.clock.now_ms() - self.sent_at;
+                    let due = Instant::now() + in_ms(KEEP_ALIVE_MS - quiet);
+                    self.keep_alive.as_mut().reset(due);
+                }
                 moved = self.clock_moves.changed() => {
                     if moved.is_err() {
                         // The hub is gone with the engine.
@@ -178,38 +203,75 @@ impl EventStream {
         }
     }
 
-    /// The event as the client sees it, if the filter keeps it.
-    fn outgoing(&mut self, event: &LoggedEvent) -> Option<StreamItem> {
-        let task: TaskId = event.task_id.parse().ok()?;
-        let from = match &event.from_status {
-            Some(s) => Some(TaskStatus::parse(s)?),
-            None => None,
-        };
-        let to = TaskStatus::parse(&event.to_status)?;
-        let expired = event.lease_expired();
-        if !self.filter.keeps(task, from, to, expired) {
-            return None;
+    /// The live events there are without waiting, up to the cap: the rest
+    /// of an entry taken, then the entries waiting in the channel.
+    fn take_ready(&mut self, out: &mut Outgoing) {
+        loop {
+            if let Some((entry, from)) = self.taken.take() {
+                for (at, event) in entry.events.iter().enumerate().skip(from) {
+                    if event.id <= self.last_id {
+                        continue;
+                    }
+                    if !self.keep(event, out) {
+                        self.taken = Some((entry, at));
+                        return;
+                    }
+                    self.last_id = event.id;
+                }
+            }
+            if self.ended {
+                return;
+            }
+            let Some(live) = self.live.as_mut() else {
+                return;
+            };
+            match live.try_recv() {
+                Ok(Some(entry)) => self.taken = Some((entry, 0)),
+                Ok(None) => return,
+                Err(_) => {
+                    self.ended = true;
+                    return;
+                }
+            }
         }
-        let name = event_name(from, to, expired);
-        let body = EventBody {
-            kind: EventKind::from(name),
-            timestamp: Timestamp(event.at),
-            data: EventData::Transition(TransitionData {
-                org_id: self.org.to_string(),
-                task_id: event.task_id.clone(),
-                from_status: from,
-                to_status: to,
-                agent_id: event.agent_id.clone(),
-            }),
-        };
-        self.sent_at = self.clock.now_ms();
-        Some(StreamItem::Event(StreamEvent {
-            id: event.event_id,
-            name: (name != EventType::StatusChanged).then(|| name.as_str()),
-            // A body of plain data always serializes.
-            data: serde_json::to_string(&body).unwrap_or_default(),
-        }))
     }
+
+    /// Adds the event to what goes out if the filter keeps it; `false`,
+    /// adding nothing, when what goes out is full already.
+    fn keep(&self, event: &FeedEvent, out: &mut Outgoing) -> bool {
+        if out.bytes >= SEND_CAP {
+            return false;
+        }
+        if self
+            .filter
+            .keeps(event.task, event.from, event.to, event.lease_expired)
+        {
+            let data = event.data(self.org);
+            out.bytes += data.len();
+            out.events.push(StreamEvent {
+                id: event.id,
+                name: event.name,
+                data,
+            });
+        }
+        true
+    }
+
+    fn sent(&mut self, out: Outgoing) -> StreamItem {
+        self.sent_at = self.clock.now_ms();
+        StreamItem::Events(out.events)
+    }
+}
+
+/// The events one wake sends, and their bodies' bytes.
+#[derive(Default)]
+struct Outgoing {
+    events: Vec<StreamEvent>,
+    bytes: usize,
+}
+
+fn in_ms(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
 impl Drop for EventStream {
