@@ -27,6 +27,8 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::task::JoinSet;
 
+use taskq_process::ServerProcess;
+
 use super::api::{AgentApi, Routes};
 use super::bootstrap::Admin;
 
@@ -42,6 +44,7 @@ pub(super) struct Expired {
     sweep: bool,
     database: Option<PathBuf>,
     fill_secs: f64,
+    settle_secs: Option<f64>,
     db_bytes_empty: Option<u64>,
     db_bytes_filled: Option<u64>,
     /// Tasks of the org stored when the cycles began.
@@ -54,6 +57,10 @@ pub(super) struct ExpiredSummary {
     tasks: u64,
     swept: bool,
     fill_secs: f64,
+    /// How long the spawned server took, after the fill, to finish the
+    /// background work it left (settling the finished tasks' order)
+    /// before the cycles began.
+    settle_secs: Option<f64>,
     /// Tasks of the org stored when the cycles began (the expired ones and
     /// those the cycles claim) and when they ended.
     stored_at_start: i64,
@@ -76,11 +83,13 @@ impl ExpiredSummary {
             b.map_or_else(|| "-".to_owned(), |b| format!("{:.0} MB", b as f64 / 1e6))
         };
         format!(
-            "expired: {} tasks filled in {:.1} s, sweep {}\n\
+            "expired: {} tasks filled in {:.1} s, settled in {}, sweep {}\n\
              stored at the cycles' start {}, at their end {}: {} removed, {:.0}/s\n\
              drained in {}; database empty {}, filled {}, swept {}, filled again {}\n",
             self.tasks,
             self.fill_secs,
+            self.settle_secs
+                .map_or_else(|| "-".to_owned(), |s| format!("{s:.0} s")),
             if self.swept { "on" } else { "off" },
             self.stored_at_start,
             self.stored_at_end,
@@ -94,6 +103,24 @@ impl ExpiredSummary {
             mb(self.db_bytes_refilled),
         )
     }
+}
+
+/// Waits until the server uses less than a twentieth of a core over a
+/// second (at most five minutes); answers how long that took.
+async fn until_idle(process: &ServerProcess) -> f64 {
+    let started = Instant::now();
+    eprintln!("[expired] waiting for the server to finish its background work");
+    let mut last = process.cpu_time().await;
+    while started.elapsed() < Duration::from_secs(300) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = process.cpu_time().await;
+        match (last, now) {
+            (Some(a), Some(b)) if b.saturating_sub(a) < Duration::from_millis(50) => break,
+            (_, None) => break,
+            _ => last = now,
+        }
+    }
+    started.elapsed().as_secs_f64()
 }
 
 /// The SQLite file of a `sqlite://` URL, if that is what it is.
@@ -123,8 +150,12 @@ impl Expired {
         keys: Vec<String>,
         tasks: u64,
         sweep: bool,
-        database: Option<&str>,
+        server: Option<(&ServerProcess, &str)>,
     ) -> anyhow::Result<Self> {
+        let (process, database) = match server {
+            Some((process, database)) => (Some(process), Some(database)),
+            None => (None, None),
+        };
         ensure!(
             !keys.is_empty(),
             "--expired needs an agent in the first org"
@@ -140,6 +171,7 @@ impl Expired {
             sweep,
             database,
             fill_secs: 0.0,
+            settle_secs: None,
             db_bytes_empty,
             db_bytes_filled: None,
             stored_before: 0,
@@ -169,6 +201,9 @@ impl Expired {
             )
             .await
             .map_err(|e| anyhow!("{e} (--expired needs a server built with the test hooks)"))?;
+        if let Some(process) = process {
+            expired.settle_secs = Some(until_idle(process).await);
+        }
         Ok(expired)
     }
 
@@ -263,6 +298,7 @@ impl Expired {
             tasks: self.tasks,
             swept: self.sweep,
             fill_secs: self.fill_secs,
+            settle_secs: self.settle_secs,
             stored_at_start: self.stored_before,
             stored_at_end,
             removed_during_cycles: removed,

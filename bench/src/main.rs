@@ -295,7 +295,7 @@ async fn execute(
                 0 => None,
                 n => {
                     let keys = agents.iter().filter(|a| a.org == 0).map(|a| a.key.clone());
-                    let database = server.map(|s| s.database.as_str());
+                    let spawned = server.map(|s| (&s.process, s.database.as_str()));
                     Some(
                         expired::Expired::prepare(
                             base,
@@ -304,7 +304,7 @@ async fn execute(
                             keys.collect(),
                             n,
                             !args.no_sweep,
-                            database,
+                            spawned,
                         )
                         .await?,
                     )

@@ -73,7 +73,7 @@ fn frames(events: &[StreamEvent]) -> String {
     let mut out = String::with_capacity(size);
     for e in events {
         // Writing to a String does not fail.
-        let _ = write!(out, "id: {}\n", e.id);
+        let _ = writeln!(out, "id: {}", e.id);
         if let Some(name) = e.name {
             out.push_str("event: ");
             out.push_str(name);
