@@ -57,9 +57,7 @@ backend_tests!(
     |srv| async move {
         let org = srv.create_org("enterprise").await;
         let key = &org.owner_key;
-        let started = std::time::Instant::now();
         fill_finished(&srv, &org, EXPIRED).await;
-        eprintln!("filled in {:?}", started.elapsed());
         assert_eq!(stored_tasks(&srv, &org).await, EXPIRED as i64);
         let (status, body) = srv
             .admin(
@@ -117,7 +115,6 @@ backend_tests!(
             }
         };
         let (swept, _) = tokio::join!(sweep, futures::future::join_all((0..4).map(|_| worker())));
-        eprintln!("swept in {:?} in all", started.elapsed());
         assert_eq!(swept, EXPIRED as i64);
         let cycles = cycles_during_sweep.load(Ordering::Relaxed);
         assert!(

@@ -189,13 +189,19 @@ pub struct OrgDetail {
     pub stored: StoredCounts,
 }
 
-/// What the store holds of an org, counted at `counted_at`: its tasks
-/// (finished ones included, until retention removes them) and their
-/// history's events.
-#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+/// What the store holds of an org: its tasks (finished ones included,
+/// until retention removes them) and their history's events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct StoredCounts {
     pub tasks: i64,
     pub events: i64,
+}
+
+/// A count of what the store holds of an org, and when it was taken.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+pub struct LastCount {
+    #[serde(flatten)]
+    pub counts: StoredCounts,
     pub counted_at: Timestamp,
 }
 

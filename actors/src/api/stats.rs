@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::{StoredCounts, Timestamp};
+use super::{LastCount, Timestamp};
 use crate::domain::account::Tier;
 use crate::domain::OrgId;
 
@@ -120,7 +120,7 @@ pub struct OrgStats {
     pub retention_days: Option<i64>,
     /// What the store holds of it, as last counted (counted again in the
     /// background once a minute old); `null` until first counted.
-    pub stored: Option<StoredCounts>,
+    pub stored: Option<LastCount>,
 }
 
 /// Open tasks per status.

@@ -34,6 +34,7 @@ mod stats;
 mod tasks;
 mod watch;
 mod webhooks;
+mod writer_load;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -2,11 +2,13 @@
 //! that keeps finished tasks for a time loses those older than that, a
 //! page at a time, through its own actor and the group-commit writer like
 //! any other write of the org. Between pages the sweep yields, so claims
-//! and writes of the same org pass in between. In a cluster a node sweeps
-//! only the orgs it owns.
+//! and writes of the same org pass in between, and while the writers are
+//! busy with others' work (`writer_load`, as webhook deliveries yield) it
+//! trickles. In a cluster a node sweeps only the orgs it owns.
 
 use std::time::Duration;
 
+use super::writer_load::WriterLoad;
 use super::Engine;
 use crate::domain::retention::{cutoff, pinned};
 use crate::domain::{OrgId, TaskId};
@@ -20,6 +22,11 @@ const SWEEP_EVERY: Duration = Duration::from_secs(600);
 const PAGE: usize = 100;
 /// The pause between pages of a background sweep.
 const BETWEEN_PAGES: Duration = Duration::from_millis(20);
+/// While the writers are busy with others' work, at most this many tasks
+/// a write and one write per [`BUSY_PAUSE`]: a floor, so an org that
+/// stays busy still loses its expired tasks.
+const TRICKLE: usize = 50;
+const BUSY_PAUSE: Duration = Duration::from_millis(100);
 
 impl Engine {
     /// Runs the sweep every `SWEEP_EVERY` until the engine stops.
@@ -97,14 +104,19 @@ impl Engine {
         .await?;
         let mut after: Option<TaskId> = None;
         let mut removed = 0;
+        let mut load = WriterLoad::default();
+        let mut writes = 0;
         loop {
-            let page = self.stored(store.eligible_tasks(org, cutoff, after, PAGE).await)?;
+            let busy = !pause.is_zero() && load.busy_now(self, writes);
+            let limit = if busy { TRICKLE } else { PAGE };
+            let page = self.stored(store.eligible_tasks(org, cutoff, after, limit).await)?;
             let Some(last) = page.last().copied() else {
                 return Ok(removed);
             };
             after = Some(last);
             let task_ids: Vec<TaskId> = page.into_iter().filter(|t| !kept.contains(t)).collect();
             if !task_ids.is_empty() {
+                writes += 1;
                 removed += self
                     .request(org, |reply| OrgMsg::Prune {
                         task_ids: task_ids.clone(),
@@ -116,7 +128,7 @@ impl Engine {
             if pause.is_zero() {
                 tokio::task::yield_now().await;
             } else {
-                tokio::time::sleep(pause).await;
+                tokio::time::sleep(if busy { BUSY_PAUSE } else { pause }).await;
             }
         }
     }

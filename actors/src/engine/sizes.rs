@@ -8,7 +8,7 @@
 use dashmap::DashMap;
 
 use super::Engine;
-use crate::api::{StoredCounts, Timestamp};
+use crate::api::{LastCount, StoredCounts, Timestamp};
 use crate::domain::OrgId;
 use crate::error::EngineError;
 
@@ -23,7 +23,7 @@ pub(super) struct StoredSizes {
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Slot {
-    last: Option<StoredCounts>,
+    last: Option<LastCount>,
     counting: bool,
 }
 
@@ -40,26 +40,19 @@ impl Engine {
     /// for the operator page.
     pub(super) async fn count_stored(&self, org: OrgId) -> Result<StoredCounts, EngineError> {
         let counted_at = Timestamp(self.now());
-        let counted = self.stored(self.inner.store.stored_counts(org).await);
-        let sizes = &self.inner.sizes.orgs;
-        let mut slot = sizes.entry(org).or_default();
-        slot.counting = false;
-        let (tasks, events) = counted?;
-        let counts = StoredCounts {
-            tasks,
-            events,
-            counted_at,
-        };
+        let (tasks, events) = self.stored(self.inner.store.stored_counts(org).await)?;
+        let counts = StoredCounts { tasks, events };
+        let mut slot = self.inner.sizes.orgs.entry(org).or_default();
         // A count begun earlier and ended later must not hide this one.
         if slot.last.is_none_or(|last| last.counted_at <= counted_at) {
-            slot.last = Some(counts);
+            slot.last = Some(LastCount { counts, counted_at });
         }
         Ok(counts)
     }
 
     /// The org's last count, with a new one started in the background
     /// when that is missing or old.
-    pub(super) fn last_stored(&self, org: OrgId) -> Option<StoredCounts> {
+    pub(super) fn last_stored(&self, org: OrgId) -> Option<LastCount> {
         let now = self.now();
         let (last, due) = {
             let mut slot = self.inner.sizes.orgs.entry(org).or_default();
@@ -70,7 +63,11 @@ impl Engine {
         if due {
             let engine = self.clone();
             tokio::spawn(async move {
-                if let Err(e) = engine.count_stored(org).await {
+                let counted = engine.count_stored(org).await;
+                if let Some(mut slot) = engine.inner.sizes.orgs.get_mut(&org) {
+                    slot.counting = false;
+                }
+                if let Err(e) = counted {
                     tracing::warn!(org = %org, error = %e, "could not count the org's stored tasks");
                 }
             });
@@ -85,9 +82,11 @@ mod tests {
 
     fn counted_at(at: i64) -> Slot {
         Slot {
-            last: Some(StoredCounts {
-                tasks: 1,
-                events: 2,
+            last: Some(LastCount {
+                counts: StoredCounts {
+                    tasks: 1,
+                    events: 2,
+                },
                 counted_at: Timestamp(at),
             }),
             counting: false,

@@ -2892,17 +2892,14 @@ export type components = {
             stored: components["schemas"]["StoredCounts"];
         };
         /**
-         * @description What the store holds of an org, counted at `counted_at`: its tasks
-         *     (finished ones included, until retention removes them) and their
-         *     history's events.
+         * @description What the store holds of an org: its tasks (finished ones included,
+         *     until retention removes them) and their history's events.
          */
         StoredCounts: {
             /** Format: int64 */
             tasks: number;
             /** Format: int64 */
             events: number;
-            /** Format: date-time */
-            counted_at: string;
         };
         /** @description An org as the operator sees it, with its effective limits. */
         OrgView: {
@@ -3200,7 +3197,7 @@ export type components = {
              * @description What the store holds of it, as last counted (counted again in the
              *     background once a minute old); `null` until first counted.
              */
-            stored: components["schemas"]["StoredCounts"] | null;
+            stored: components["schemas"]["LastCount"] | null;
         };
         /** @description Open tasks per status. */
         OpenTaskCounts: {
@@ -3214,6 +3211,15 @@ export type components = {
             paused: number;
             /** Format: uint */
             feedback: number;
+        };
+        /** @description A count of what the store holds of an org, and when it was taken. */
+        LastCount: {
+            /** Format: int64 */
+            tasks: number;
+            /** Format: int64 */
+            events: number;
+            /** Format: date-time */
+            counted_at: string;
         };
         /** @description The org's change mark. */
         LiveMark: {
@@ -3414,6 +3420,7 @@ export type CommitView = components['schemas']['CommitView'];
 export type ClaimCacheFigures = components['schemas']['ClaimCacheFigures'];
 export type OrgStats = components['schemas']['OrgStats'];
 export type OpenTaskCounts = components['schemas']['OpenTaskCounts'];
+export type LastCount = components['schemas']['LastCount'];
 export type LiveMark = components['schemas']['LiveMark'];
 export type EventBody = components['schemas']['EventBody'];
 export type EventKind = components['schemas']['EventKind'];

@@ -285,8 +285,8 @@ fn org_text(o: &OrgStats, field: &str) -> String {
         ),
         "last_restart_error" => or_dash(o.last_restart_error.clone()),
         "refusals" => o.refusals.to_string(),
-        "stored_tasks" => or_dash(o.stored.map(|s| s.tasks.to_string())),
-        "stored_events" => or_dash(o.stored.map(|s| s.events.to_string())),
+        "stored_tasks" => or_dash(o.stored.map(|s| s.counts.tasks.to_string())),
+        "stored_events" => or_dash(o.stored.map(|s| s.counts.events.to_string())),
         "retention_days" => match o.retention_days {
             Some(days) => format!("{days} days"),
             None => "forever".to_owned(),

@@ -32,7 +32,6 @@
 //! cursor and rows.
 
 mod ledger;
-mod load;
 mod send;
 mod turn;
 
@@ -41,6 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::writer_load::WriterLoad;
 use super::{Engine, PeerOp};
 use crate::background::Background;
 use crate::domain::OrgId;
@@ -51,7 +51,6 @@ use crate::store::{
 };
 use crate::webhook_sender::{WebhookSender, DELIVERY_TIMEOUT};
 use ledger::{Ledger, Taken};
-use load::{Committed, WriterLoad};
 use send::{Delivered, Entry};
 use turn::{newest, Lane, LogTurn};
 
@@ -59,7 +58,7 @@ use turn::{newest, Lane, LogTurn};
 const READ: usize = 256;
 /// Endpoints with events waiting looked at per look.
 const LOGS_READ: i64 = 64;
-/// While the writers are busy with other work (`load`), at most this many
+/// While the writers are busy with other work (`writer_load`), at most this many
 /// entries and rows per [`BUSY_POLL`]: a floor, so a server that stays
 /// busy still delivers.
 const TRICKLE: usize = 16;
@@ -127,15 +126,7 @@ impl Worker {
         let mut idle = FIRST_IDLE_POLL;
         let mut load = WriterLoad::default();
         loop {
-            let totals = self.engine.inner.writers.stats().totals();
-            let busy = load.busy(
-                std::time::Instant::now(),
-                Committed {
-                    micros: totals.commit_micros,
-                    batches: totals.batches,
-                    own: self.own_batches.load(Ordering::Relaxed),
-                },
-            );
+            let busy = load.busy_now(&self.engine, self.own_batches.load(Ordering::Relaxed));
             let limit = if busy { TRICKLE } else { READ };
             let started = match self.start_due(limit).await {
                 Ok(started) => started,

@@ -548,7 +548,6 @@ class OwnerKey(TypedDict):
 class StoredCounts(TypedDict):
     tasks: int
     events: int
-    counted_at: str
 
 
 class OrgView(TypedDict):
@@ -639,6 +638,12 @@ class OpenTaskCounts(TypedDict):
     blocked: int
     paused: int
     feedback: int
+
+
+class LastCount(TypedDict):
+    tasks: int
+    events: int
+    counted_at: str
 
 
 class LiveMark(TypedDict):
@@ -1002,7 +1007,7 @@ class OrgStats(TypedDict):
     last_restart_at: Optional[str]
     refusals: int
     retention_days: Optional[int]
-    stored: Optional[StoredCounts]
+    stored: Optional[LastCount]
 
 
 EventData: TypeAlias = Union[TransitionData, WebhookPing]

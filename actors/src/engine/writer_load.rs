@@ -1,9 +1,10 @@
-//! Whether the writers are busy with other work than the worker's own:
-//! what decides how fast deliveries go.
+//! Whether the writers are busy with other work than a background
+//! worker's own: what decides how fast webhook deliveries and the
+//! retention sweep go.
 //!
-//! Deliveries yield to claims beyond the CPU: what they write on SQLite
-//! goes through the writer, whose commits every claim waits for. While the
-//! writers together spent more than [`BUSY_SHARE`] of the last
+//! Background work yields to claims beyond the CPU: what it writes on
+//! SQLite goes through the writer, whose commits every claim waits for.
+//! While the writers together spent more than [`BUSY_SHARE`] of the last
 //! [`LOAD_WINDOW`] committing for everything else (their time, in
 //! proportion to the batches that were not the worker's own; summed over
 //! PostgreSQL's several writers), the worker trickles, and it catches up
@@ -11,13 +12,15 @@
 
 use std::time::{Duration, Instant};
 
+use super::Engine;
+
 const BUSY_SHARE: f64 = 0.5;
 const LOAD_WINDOW: Duration = Duration::from_millis(100);
 
 /// The writers' running totals: time spent committing, batches
 /// committed, and the batches the worker handed them.
 #[derive(Clone, Copy, Default)]
-pub(super) struct Committed {
+pub(crate) struct Committed {
     pub micros: u64,
     pub batches: u64,
     pub own: u64,
@@ -25,14 +28,28 @@ pub(super) struct Committed {
 
 /// The verdict of the last window, and the window's start and totals then.
 #[derive(Default)]
-pub(super) struct WriterLoad {
+pub(crate) struct WriterLoad {
     since: Option<(Instant, Committed)>,
     busy: bool,
 }
 
 impl WriterLoad {
+    /// Whether the engine's writers are busy with others' work now, the
+    /// worker having handed them `own` batches so far.
+    pub(crate) fn busy_now(&mut self, engine: &Engine, own: u64) -> bool {
+        let totals = engine.inner.writers.stats().totals();
+        self.busy(
+            Instant::now(),
+            Committed {
+                micros: totals.commit_micros,
+                batches: totals.batches,
+                own,
+            },
+        )
+    }
+
     /// Updates the verdict once a window has passed; answers it.
-    pub(super) fn busy(&mut self, now: Instant, totals: Committed) -> bool {
+    pub(crate) fn busy(&mut self, now: Instant, totals: Committed) -> bool {
         match self.since {
             Some((start, before)) => {
                 let wall = now.duration_since(start);
