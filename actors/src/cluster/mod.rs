@@ -5,9 +5,11 @@
 //! names its owner and an epoch every takeover raises. An org's lease is
 //! its owner's liveness: a node is live while its last heartbeat is younger
 //! than the TTL on the database's clock, so one statement a second renews
-//! every org a node owns. Who *should* own an org is decided by rendezvous
-//! hashing over the live nodes that are not leaving, so orgs spread out and
-//! only those of a node that joins or leaves move.
+//! every org a node owns. Who *should* own an org is decided by the
+//! consistent-hash ring nginx builds (`placement`), over the live nodes
+//! that are not leaving: orgs spread out, only those of a node that joins
+//! or leaves move, and a balancer that hashes the org in the API key the
+//! same way sends each request to its org's owner.
 //!
 //! Safety does not rest on the hashing. A node acts for an org only while
 //! it owns the org's row and its trust window is open: the start of its
@@ -27,7 +29,7 @@ use dashmap::DashMap;
 
 mod placement;
 
-pub use placement::{placement, rendezvous, LiveNode, Placement};
+pub use placement::{placement, LiveNode, Placement, Ring};
 
 use crate::domain::OrgId;
 use crate::store::{nodes_seen, EventLinks, Fence, NodeRow, OwnerRow, Store, StoreError};
@@ -89,6 +91,8 @@ pub struct Cluster {
     owned: DashMap<OrgId, i64>,
     /// The live nodes, leaving ones included, as of the last heartbeat.
     live: RwLock<Arc<Vec<LiveNode>>>,
+    /// The ring over those that are not leaving.
+    ring: RwLock<Arc<Ring>>,
     /// Other nodes' addresses for orgs they own, as last looked up.
     owners: DashMap<OrgId, (String, Instant)>,
     /// Set when this node begins to stop: it takes no org any more.
@@ -133,6 +137,7 @@ impl Cluster {
             trusted_until_ms: AtomicU64::new(0),
             owned: DashMap::new(),
             live: RwLock::new(Arc::new(Vec::new())),
+            ring: RwLock::new(Arc::new(Ring::default())),
             owners: DashMap::new(),
             leaving: std::sync::atomic::AtomicBool::new(false),
             links,
@@ -251,6 +256,8 @@ impl Cluster {
                 leaving: n.leaving,
             })
             .collect();
+        let ring = Ring::new(live.iter().filter(|n| !n.leaving).cloned());
+        *self.ring.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ring);
         *self.live.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(live);
         self.trusted_until_ms
             .store(started.saturating_add(window), Ordering::Release);
@@ -281,7 +288,8 @@ impl Cluster {
 
     /// The node that should own the org, among the live ones not leaving.
     pub fn desired(&self, org: OrgId) -> Option<LiveNode> {
-        rendezvous(org, self.live_nodes().iter().filter(|n| !n.leaving)).cloned()
+        let ring = self.ring.read().unwrap_or_else(|e| e.into_inner()).clone();
+        ring.owner(org).cloned()
     }
 
     /// Takes the org's row for this node; its actor may start. `None`: a

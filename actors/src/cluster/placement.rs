@@ -1,8 +1,22 @@
-//! The placement rule, apart from what it reads: rendezvous hashing over
-//! the live nodes, and where a request for an org goes. Pure, so every
-//! node computes the same answer and the tests need no database.
+//! The placement rule, apart from what it reads: the consistent-hash ring
+//! nginx's `hash $org consistent;` builds over the live nodes, and where a
+//! request for an org goes. Pure, so every node computes the same answer
+//! and the tests need no database.
+//!
+//! The ring is nginx's own (ngx_http_upstream_hash_module, after
+//! Cache::Memcached::Fast's ketama): 160 points per server of weight 1, the
+//! points of a server named `host:port` being the CRC32s of `host`, a NUL,
+//! `port` and the previous point's CRC32 (little-endian, 0 at first); a
+//! key goes to the first point at or after its CRC32, wrapping. A node is
+//! named by its advertise URL's `host:port`, as the operator writes it in
+//! nginx's `server` line, and an org by its id's 32 hex digits, as the
+//! balancer reads them from the API key: so the node nginx sends an org's
+//! requests to is the node that owns the org, and none is forwarded.
 
 use crate::domain::OrgId;
+
+/// Points on the ring per node (nginx's, for a server of weight 1).
+const POINTS_PER_NODE: u32 = 160;
 
 /// Where a request for an org is to be served.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,21 +41,74 @@ pub struct LiveNode {
     pub beats: u32,
 }
 
-/// The node whose hash with the org is highest: each org's choice moves
-/// only when its chosen node leaves or a node that beats it joins.
-pub fn rendezvous<'a>(
-    org: OrgId,
-    nodes: impl IntoIterator<Item = &'a LiveNode>,
-) -> Option<&'a LiveNode> {
-    nodes
-        .into_iter()
-        .max_by_key(|n| (score(org, &n.node_id), &n.node_id))
+/// The ring over some live nodes: each org's choice moves only when its
+/// chosen node leaves or a node whose point comes first joins.
+#[derive(Debug, Clone, Default)]
+pub struct Ring {
+    nodes: Vec<LiveNode>,
+    /// Each point's hash and its node's index, sorted, one per hash.
+    points: Vec<(u32, usize)>,
+}
+
+impl Ring {
+    pub fn new(nodes: impl IntoIterator<Item = LiveNode>) -> Ring {
+        let nodes: Vec<LiveNode> = nodes.into_iter().collect();
+        let mut points = Vec::with_capacity(nodes.len() * POINTS_PER_NODE as usize);
+        for (i, node) in nodes.iter().enumerate() {
+            let (host, port) = host_port(server_name(&node.url));
+            let mut base = crc32fast::Hasher::new();
+            base.update(host.as_bytes());
+            base.update(&[0]);
+            base.update(port.as_bytes());
+            let mut prev: u32 = 0;
+            for _ in 0..POINTS_PER_NODE {
+                let mut point = base.clone();
+                point.update(&prev.to_le_bytes());
+                prev = point.finalize();
+                points.push((prev, i));
+            }
+        }
+        // nginx keeps one point per hash too; which node a collision keeps
+        // is its sort's (about once in 40,000 rings of three): the name
+        // decides here, so at least every node agrees.
+        points.sort_unstable_by(|a, b| {
+            (a.0, server_name(&nodes[a.1].url)).cmp(&(b.0, server_name(&nodes[b.1].url)))
+        });
+        points.dedup_by_key(|p| p.0);
+        Ring { nodes, points }
+    }
+
+    /// The node the org's requests go to.
+    pub fn owner(&self, org: OrgId) -> Option<&LiveNode> {
+        let mut hex = [0u8; 32];
+        let key = org.0.simple().encode_lower(&mut hex);
+        let hash = crc32fast::hash(key.as_bytes());
+        let at = self.points.partition_point(|p| p.0 < hash);
+        let (_, node) = self.points.get(at).or_else(|| self.points.first())?;
+        Some(&self.nodes[*node])
+    }
+}
+
+/// A node's name on the ring: its advertise URL less the scheme and any
+/// path, as nginx's `server` line names it (`10.0.0.1:8080`).
+fn server_name(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.split(['/', '?', '#']).next().unwrap_or(rest)
+}
+
+/// The host and the port of a server's name, split as nginx splits it: at
+/// the last `:` followed by digits only; no port when there is none.
+fn host_port(name: &str) -> (&str, &str) {
+    match name.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => (host, port),
+        _ => (name, ""),
+    }
 }
 
 /// Where a request for an org goes, once its owner is not this node (or
 /// is this node after it lost the org): the rule, apart from what it reads.
-/// `owner` is its row's live node, if any; `chosen` the node rendezvous
-/// hashing picks; `can_take` whether this node may take orgs (its trust
+/// `owner` is its row's live node, if any; `chosen` the node the ring
+/// picks; `can_take` whether this node may take orgs (its trust
 /// window is open and it is not leaving); `forwarded` whether another
 /// node sent the request here.
 pub fn placement(
@@ -67,22 +134,6 @@ pub fn placement(
             _ => Placement::Moving,
         },
     }
-}
-
-/// FNV-1a over the org id and the node id, then a 64-bit finaliser
-/// (splitmix64) so that nearby ids score far apart. Every node must compute
-/// the same number, so no per-process seed.
-fn score(org: OrgId, node: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in org.0.as_bytes().iter().chain(node.as_bytes()) {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
 }
 
 #[cfg(test)]
@@ -159,35 +210,43 @@ mod tests {
         );
     }
 
+    fn ring_of<'a>(nodes: impl IntoIterator<Item = &'a LiveNode>) -> Ring {
+        Ring::new(nodes.into_iter().cloned())
+    }
+
     #[test]
-    fn rendezvous_spreads_orgs_and_moves_only_those_of_a_node_that_leaves() {
+    fn the_ring_spreads_orgs_and_moves_only_those_of_a_node_that_leaves() {
         let three = nodes(3);
         let orgs: Vec<OrgId> = (0..3000).map(|_| OrgId::new_v7()).collect();
+        let ring = ring_of(&three);
         let before: Vec<&str> = orgs
             .iter()
-            .map(|o| rendezvous(*o, &three).unwrap().node_id.as_str())
+            .map(|o| ring.owner(*o).unwrap().node_id.as_str())
             .collect();
         for node in &three {
             let share = before.iter().filter(|n| **n == node.node_id).count();
             assert!(
-                (800..1200).contains(&share),
+                (600..1400).contains(&share),
                 "{} owns {share}",
                 node.node_id
             );
         }
-        let two = &three[..2];
+        let two = ring_of(&three[..2]);
         for (org, was) in orgs.iter().zip(&before) {
-            let now = rendezvous(*org, two).unwrap();
+            let now = two.owner(*org).unwrap();
             if *was != "node-2" {
                 assert_eq!(now.node_id, *was, "an org of a staying node moved");
             }
         }
-        assert!(rendezvous(orgs[0], &[]).is_none());
-        // A leaving node is no one's choice.
-        let choosable = three.iter().filter(|n| n.node_id != "node-2");
-        for (org, was) in orgs.iter().zip(&before).take(100) {
-            let now = rendezvous(*org, choosable.clone()).unwrap();
-            assert!(now.node_id != "node-2" && (*was == "node-2" || now.node_id == *was));
+        assert!(Ring::default().owner(orgs[0]).is_none());
+        // A node that joins takes orgs from the others and gives none.
+        let four = ring_of(&nodes(4));
+        for (org, was) in orgs.iter().zip(&before) {
+            let now = &four.owner(*org).unwrap().node_id;
+            assert!(
+                now == was || now == "node-3",
+                "{org:?} moved from {was} to {now}"
+            );
         }
     }
 
@@ -195,10 +254,65 @@ mod tests {
     fn every_node_computes_the_same_choice() {
         let org: OrgId = "01a220d0-501a-703e-a721-779f23eb694e".parse().unwrap();
         let mut shuffled = nodes(5);
-        let first = rendezvous(org, &shuffled).unwrap().clone();
+        let first = ring_of(&shuffled).owner(org).unwrap().clone();
         shuffled.reverse();
-        assert_eq!(rendezvous(org, &shuffled).unwrap(), &first);
-        // A pinned value: no per-process seed, so every node computes it.
-        assert_eq!(score(org, "node-1"), 0x96d8_2b0d_8820_793c);
+        assert_eq!(ring_of(&shuffled).owner(org).unwrap(), &first);
+        // Only the URL's host and port name a node.
+        let mut renamed = nodes(5);
+        for n in &mut renamed {
+            n.url.push_str("/ignored?x");
+        }
+        assert_eq!(ring_of(&renamed).owner(org).unwrap().node_id, first.node_id);
+    }
+
+    /// Which of `server 127.0.0.1:18081; server 127.0.0.1:18082; server
+    /// 127.0.0.1:18083;` nginx 1.22 (`hash $org consistent;`) sent each org
+    /// to, then with the second server gone: read from a real nginx.
+    const NGINX: [(&str, u16, u16); 24] = [
+        ("9af4974096f5b0ee5e2502420ae59635", 3, 3),
+        ("523b7841839dc54e399029b404f18db9", 3, 3),
+        ("fbf047634a4d9d417a343f8dfa057b26", 1, 1),
+        ("d55abb44a2d2f0416fe1ba56f96678d0", 2, 3),
+        ("ddb3e9570509225a60c2e6a3e24cfa40", 3, 3),
+        ("e991c9548446b9e52a539dccbc532a3d", 2, 3),
+        ("65ef814760c3454a5f71aada9ab664e7", 3, 3),
+        ("e1cb9068a7c0350e1bdc447afa1aed9f", 2, 3),
+        ("7c5b8488aee8a14495c26ff8b9bf7bcb", 3, 3),
+        ("a5c83846d03c199d4111b92d8bde68de", 3, 3),
+        ("247c2a1690b5936923ae1c399dc3c7eb", 3, 3),
+        ("fe4882698e6a7306615d529123b14604", 1, 1),
+        ("ef2a6b129616c0ebd020d033278a3a9e", 3, 3),
+        ("2d42cc5fc3301bc682cd689a6d2d5932", 3, 3),
+        ("935b5f3d5d7476ab6e3edbb296e7b86e", 1, 1),
+        ("3cc2fb113840f0cb83f39d8d84a494b9", 1, 1),
+        ("4757294bdafa6f74e6ac9ef9fb4c7b30", 1, 1),
+        ("6a4adaa337b754d1ab6dd4db6533e29b", 2, 3),
+        ("7525e32ca367f65503494e6f723a1c65", 1, 1),
+        ("636afcb6f0f447bc0520f3ce721a0c8e", 2, 1),
+        ("704b30fc5764cb629e0a3ffd0cfc99b9", 3, 3),
+        ("b5985fe00bab3e80c2c2b0508443681b", 1, 1),
+        ("05f3063992881b9f8c147a6c775ea592", 3, 3),
+        ("4caabaccfe6f59d90019211b4dcb932c", 2, 1),
+    ];
+
+    #[test]
+    fn the_ring_is_the_one_nginx_builds() {
+        let node = |port: u16| LiveNode {
+            node_id: format!("node-{port}"),
+            url: format!("http://127.0.0.1:1808{port}"),
+            leaving: false,
+            beats: 1,
+        };
+        let three = ring_of(&[node(1), node(2), node(3)]);
+        let two = ring_of(&[node(1), node(3)]);
+        for (hex, with_three, with_two) in NGINX {
+            let org = OrgId(uuid::Uuid::try_parse(hex).unwrap());
+            assert_eq!(three.owner(org).unwrap(), &node(with_three), "{hex}");
+            assert_eq!(two.owner(org).unwrap(), &node(with_two), "{hex}");
+        }
+        assert_eq!(host_port("10.0.0.1:8080"), ("10.0.0.1", "8080"));
+        assert_eq!(host_port("[::1]:8080"), ("[::1]", "8080"));
+        assert_eq!(host_port("taskq-0"), ("taskq-0", ""));
+        assert_eq!(server_name("https://taskq-0:8443/"), "taskq-0:8443");
     }
 }

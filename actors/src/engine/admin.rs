@@ -70,7 +70,7 @@ impl Engine {
                 email: request.owner_email,
                 role: Role::Owner,
                 key_name: key.name,
-                api_key: format_api_key(key_id, &secret),
+                api_key: format_api_key(org_id, key_id, &secret),
             },
         };
         let org = record.org_id;

@@ -79,14 +79,17 @@ impl AuthCache {
 impl Engine {
     /// Resolves an `X-Api-Key` value to its caller.
     pub async fn authenticate(&self, api_key: Option<&str>) -> Result<Caller, EngineError> {
-        let (key_id, secret) = api_key
+        let key = api_key
             .and_then(parse_api_key)
             .ok_or(EngineError::InvalidApiKey)?;
-        let entry = self.key_entry(key_id).await?;
-        if !crate::crypto::secret_matches(secret, &entry.key.secret_hash) {
+        let entry = self.key_entry(key.key_id).await?;
+        let secret = crate::crypto::secret_matches(key.secret, &entry.key.secret_hash);
+        // A key whose org part was changed is refused as a wrong secret is.
+        let org = key.org.is_none_or(|org| org == entry.key.org_id);
+        if !(secret && org) {
             return Err(EngineError::InvalidApiKey);
         }
-        self.caller_of(key_id, &entry).await
+        self.caller_of(key.key_id, &entry).await
     }
 
     /// The caller of a key whose secret was shown earlier (a board

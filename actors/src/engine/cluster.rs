@@ -30,12 +30,16 @@ impl Engine {
 
     /// The org an `X-Api-Key` value belongs to, to route its request;
     /// `None` for a key that does not exist (the request is answered here,
-    /// with a 401). The secret is checked by the org's node.
+    /// with a 401). A key that names its org is routed there unread; the
+    /// org's node checks the secret, and that the org is the key's.
     pub async fn org_of_api_key(&self, api_key: &str) -> Result<Option<OrgId>, EngineError> {
-        let Some((key_id, _)) = crate::org::parse_api_key(api_key) else {
-            return Ok(None);
-        };
-        self.org_of_key(key_id).await
+        match crate::org::parse_api_key(api_key) {
+            None => Ok(None),
+            Some(key) => match key.org {
+                Some(org) => Ok(Some(org)),
+                None => self.org_of_key(key.key_id).await,
+            },
+        }
     }
 
     async fn org_of_key(&self, key_id: KeyId) -> Result<Option<OrgId>, EngineError> {

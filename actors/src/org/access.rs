@@ -7,21 +7,61 @@ use super::work::Work;
 use super::{IssuedKey, NewMember, OrgActor, OrgState};
 use crate::crypto;
 use crate::domain::account::{Caller, KeyRecord, MemberRecord, Role};
-use crate::domain::KeyId;
+use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
 use crate::store::WriteOp;
 
-/// The full secret a client sends: the key's id, then its random part.
-pub fn format_api_key(key_id: KeyId, secret: &str) -> String {
-    format!("tq_{}_{secret}", key_id.0.simple())
+/// What a key's secret is: 32 random bytes, unpadded base64url
+/// (`crypto::new_key_secret`), so always this many characters. Its
+/// alphabet holds `_` and the hex digits, so the length is what tells the
+/// two shapes of key apart.
+const SECRET_CHARS: usize = 43;
+
+/// The full secret a client sends: `tq_`, its org's id, the key's id, then
+/// its random part, ids as 32 lowercase hex digits. The org comes first so
+/// that a balancer can read it with a regex (`^tq_([0-9a-f]{32})_`) and
+/// send each org's requests to the node that owns it.
+pub fn format_api_key(org: OrgId, key_id: KeyId, secret: &str) -> String {
+    format!("tq_{}_{}_{secret}", org.0.simple(), key_id.0.simple())
 }
 
-/// Splits an API key into its id and secret, if it has our shape.
-pub fn parse_api_key(api_key: &str) -> Option<(KeyId, &str)> {
+/// An API key's parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiKey<'a> {
+    /// The org the key says it belongs to: `None` for keys issued before
+    /// keys named their org (`tq_<key id>_<secret>`). Only a claim until
+    /// the key's record confirms it.
+    pub org: Option<OrgId>,
+    pub key_id: KeyId,
+    pub secret: &'a str,
+}
+
+/// Splits an API key into its parts, if it has one of our shapes. After
+/// the first id comes either the secret alone (an older key: exactly
+/// [`SECRET_CHARS`] characters) or the key's id and the secret (longer);
+/// no older key is ever read as a newer one, whatever its secret holds.
+pub fn parse_api_key(api_key: &str) -> Option<ApiKey<'_>> {
     let rest = api_key.strip_prefix("tq_")?;
-    let (id, secret) = rest.split_once('_')?;
-    let id = uuid::Uuid::try_parse(id).ok()?;
-    (!secret.is_empty()).then_some((KeyId(id), secret))
+    let (first, after) = rest.split_once('_')?;
+    let first = uuid::Uuid::try_parse(first).ok()?;
+    if after.len() > SECRET_CHARS {
+        if let Some((key_id, secret)) = after.split_once('_').and_then(|(id, secret)| {
+            let simple = id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit());
+            let id = uuid::Uuid::try_parse(id).ok().filter(|_| simple)?;
+            Some((id, secret))
+        }) {
+            return (!secret.is_empty()).then_some(ApiKey {
+                org: Some(OrgId(first)),
+                key_id: KeyId(key_id),
+                secret,
+            });
+        }
+    }
+    (!after.is_empty()).then_some(ApiKey {
+        org: None,
+        key_id: KeyId(first),
+        secret: after,
+    })
 }
 
 impl OrgState {
@@ -75,7 +115,7 @@ impl OrgActor {
                 active: true,
                 created_at: self.deps.clock.now_ms(),
             },
-            api_key: format_api_key(key_id, &secret),
+            api_key: format_api_key(state.org, key_id, &secret),
         }
     }
 
@@ -173,11 +213,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn api_keys_round_trip() {
-        let id = KeyId::new_v7();
-        let key = format_api_key(id, "s3cret");
-        assert_eq!(parse_api_key(&key), Some((id, "s3cret")));
+    fn api_keys_round_trip_and_name_their_org() {
+        let (org, id) = (OrgId::new_v7(), KeyId::new_v7());
+        let secret = crypto::new_key_secret();
+        assert_eq!(secret.len(), SECRET_CHARS);
+        let key = format_api_key(org, id, &secret);
+        assert_eq!(
+            parse_api_key(&key),
+            Some(ApiKey {
+                org: Some(org),
+                key_id: id,
+                secret: &secret
+            })
+        );
+        assert!(key.starts_with(&format!("tq_{}_", org.0.simple())));
         assert_eq!(parse_api_key("nope"), None);
         assert_eq!(parse_api_key(&format!("tq_{}_", id.0.simple())), None);
+    }
+
+    #[test]
+    fn keys_issued_before_keys_named_their_org_still_parse() {
+        let id = KeyId::new_v7();
+        // A secret that starts as a newer key's id would: the length says
+        // it is a secret.
+        let secret = format!("{}_{}", "a".repeat(32), "b".repeat(SECRET_CHARS - 33));
+        let key = format!("tq_{}_{secret}", id.0.simple());
+        assert_eq!(
+            parse_api_key(&key),
+            Some(ApiKey {
+                org: None,
+                key_id: id,
+                secret: &secret
+            })
+        );
+        for _ in 0..100 {
+            let secret = crypto::new_key_secret();
+            let key = format!("tq_{}_{secret}", id.0.simple());
+            let parsed = parse_api_key(&key).expect("parses");
+            assert_eq!(
+                (parsed.org, parsed.key_id, parsed.secret),
+                (None, id, &*secret)
+            );
+        }
     }
 }
