@@ -100,6 +100,55 @@ backend_tests!(missing_or_unknown_key_is_401, |srv| async move {
 });
 
 backend_tests!(
+    keys_name_their_org_and_one_naming_another_is_refused_as_a_wrong_secret,
+    |srv| async move {
+        let org = srv.create_org("dev").await;
+        let other = srv.create_org("dev").await;
+        let hex = |id: &str| id.replace('-', "");
+        let prefix = format!("tq_{}_", hex(&org.org_id));
+        // Every way a key is issued names the org first.
+        let member = srv.add_member(&org, "dana@example.com", "user").await;
+        let (_, created) = srv.new_key(&org.owner_key, "bot").await;
+        let (status, reset) = srv
+            .admin(
+                Method::POST,
+                &format!("/admin/orgs/{}/members/dana@example.com/keys", org.org_id),
+                Some(json!({ "key_name": "dana-laptop" })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{reset}");
+        let reset = str_field(&reset, "api_key");
+        for key in [&org.owner_key, &member, &created, &reset] {
+            assert!(
+                key.starts_with(&prefix),
+                "{key} does not name {}",
+                org.org_id
+            );
+            let (status, body) = srv.get(key, "/tasks").await;
+            assert_eq!(status, StatusCode::OK, "{key}: {body}");
+        }
+        let rest = &org.owner_key[prefix.len()..];
+        let (key_id, secret) = rest.split_once('_').expect("key id, then secret");
+        // The same key with another secret, and with another org.
+        let wrong_secret = format!("{prefix}{key_id}_{}", "A".repeat(secret.len()));
+        let (status, refused) = srv.get(&wrong_secret, "/tasks").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{refused}");
+        for forged_org in [hex(&other.org_id), "0".repeat(32)] {
+            let forged = format!("tq_{forged_org}_{rest}");
+            let (status, body) = srv.get(&forged, "/tasks").await;
+            assert_eq!(
+                (status, &body),
+                (StatusCode::UNAUTHORIZED, &refused),
+                "{forged}"
+            );
+        }
+        // A key as it was written before keys named their org still works.
+        let (status, body) = srv.get(&format!("tq_{rest}"), "/tasks").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+);
+
+backend_tests!(
     keys_are_shown_once_listed_and_revoked_at_once,
     |srv| async move {
         let org = srv.create_org("dev").await;

@@ -909,22 +909,22 @@ async fn postgres_cut_off_mid_load_the_cluster_recovers_by_itself() {
     assert!(done_after > 0);
 }
 
-/// An nginx (Debian's package, named by `TASKQ_TEST_NGINX`) round-robin in
-/// front of three nodes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn behind_nginx_round_robin_every_request_is_answered_by_its_owner() {
-    let Some(nginx) = env_or_skip("TASKQ_TEST_NGINX", "the nginx test") else {
-        return;
-    };
-    let Some(cluster) = Cluster::start(3).await else {
-        return;
-    };
+/// nginx (Debian's package, named by `TASKQ_TEST_NGINX`) in front of the
+/// cluster's nodes, its `server` lines the nodes' advertise addresses, with
+/// `http` added to its `http` block and `upstream` to its `upstream` block;
+/// and its base URL, once it answers.
+async fn nginx_before(
+    nginx: &str,
+    cluster: &Cluster,
+    http: &str,
+    upstream: &str,
+) -> (Nginx, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
-    let upstreams: String = cluster
+    let servers: String = cluster
         .nodes
         .iter()
         .map(|n| format!("server {};\n", n.base_url.trim_start_matches("http://")))
@@ -935,26 +935,29 @@ async fn behind_nginx_round_robin_every_request_is_answered_by_its_owner() {
          events {{ worker_connections 256; }}\n\
          http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
          fastcgi_temp_path {d}/fastcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\
-         upstream taskq {{\n{upstreams}}}\n\
+         {http}\n\
+         upstream taskq {{\n{upstream}\n{servers}}}\n\
          server {{\n listen 127.0.0.1:{port};\n location / {{\n proxy_pass http://taskq;\n\
          proxy_http_version 1.1;\n proxy_set_header Connection \"\";\n proxy_read_timeout 120s;\n }}\n }}\n}}\n"
     );
     let conf_path = dir.path().join("nginx.conf");
     std::fs::write(&conf_path, conf).expect("write nginx.conf");
-    let nginx = Nginx(
-        std::process::Command::new(&nginx)
-            .arg("-c")
-            .arg(&conf_path)
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-e")
-            .arg(dir.path().join("error.log"))
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start nginx"),
-    );
+    let child = std::process::Command::new(nginx)
+        .arg("-c")
+        .arg(&conf_path)
+        .arg("-p")
+        .arg(dir.path())
+        .arg("-e")
+        .arg(dir.path().join("error.log"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start nginx");
+    let nginx = Nginx {
+        master: child,
+        _dir: dir,
+    };
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
     eventually(Duration::from_secs(10), "nginx answers", || async {
@@ -962,6 +965,20 @@ async fn behind_nginx_round_robin_every_request_is_answered_by_its_owner() {
         ok.is_ok_and(|r| r.status().is_success()).then_some(())
     })
     .await;
+    (nginx, base)
+}
+
+/// An nginx round-robin in front of three nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_nginx_round_robin_every_request_is_answered_by_its_owner() {
+    let Some(nginx) = env_or_skip("TASKQ_TEST_NGINX", "the nginx test") else {
+        return;
+    };
+    let Some(cluster) = Cluster::start(3).await else {
+        return;
+    };
+    let (nginx, base) = nginx_before(&nginx, &cluster, "", "").await;
+    let http = reqwest::Client::new();
     let admin = &cluster.node(0).admin_token;
     let org: Value = http
         .post(format!("{base}/admin/orgs"))
@@ -1034,18 +1051,256 @@ async fn behind_nginx_round_robin_every_request_is_answered_by_its_owner() {
             .sum();
         assert!(served > 0, "{} saw no task request:\n{text}", node.base_url);
     }
+    // Round-robin lands most requests away from their owner: forwarded.
+    let counts = traffic(&cluster).await;
+    let forwarded: u64 = counts.iter().map(|c| c[1]).sum();
+    let received: u64 = counts.iter().map(|c| c[2]).sum();
+    assert!(forwarded > 0 && received > 0, "{counts:?}");
     drop(nginx);
 }
 
-/// nginx's master process, stopped (with its workers) when dropped.
-struct Nginx(std::process::Child);
+/// The `map` and the `hash` line of the README's nginx example.
+fn readme_ring() -> (String, String) {
+    let readme = include_str!("../README.md");
+    let start = readme
+        .find("map $http_x_api_key")
+        .expect("the README's nginx example maps the API key");
+    let len = readme[start..].find("\n}\n").expect("the map's end") + 2;
+    let hash = readme
+        .lines()
+        .find(|l| l.trim_start().starts_with("hash ") && l.contains("consistent"))
+        .expect("the README's nginx example hashes consistently");
+    (
+        readme[start..start + len].to_owned(),
+        hash.trim().to_owned(),
+    )
+}
+
+/// Every node's requests for an org, forwarded and received forwarded,
+/// from its own `/metrics`.
+async fn traffic(cluster: &Cluster) -> Vec<[u64; 3]> {
+    let mut all = Vec::new();
+    for node in &cluster.nodes {
+        let auth = format!("Bearer {}", node.admin_token);
+        let (status, text) = node
+            .raw(Method::GET, "/metrics", &[("authorization", &auth)], None)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let counter = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+        };
+        all.push([
+            counter("taskq_cluster_requests_total"),
+            counter("taskq_cluster_forwarded_total"),
+            counter("taskq_cluster_received_forwarded_total"),
+        ]);
+    }
+    all
+}
+
+/// nginx configured as the README says, hashing the org in the key onto
+/// its consistent ring: once the nodes have settled, every request reaches
+/// its org's owner at once, and no node forwards any.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_nginx_hashing_the_key_s_org_no_request_is_forwarded() {
+    let Some(nginx) = env_or_skip("TASKQ_TEST_NGINX", "the nginx test") else {
+        return;
+    };
+    let Some(cluster) = Cluster::start(3).await else {
+        return;
+    };
+    let (map, hash) = readme_ring();
+    let (nginx, base) = nginx_before(&nginx, &cluster, &map, &hash).await;
+    let http = reqwest::Client::new();
+    let admin = &cluster.node(0).admin_token;
+    let mut orgs = Vec::new();
+    for i in 0..6 {
+        let org: Value = http
+            .post(format!("{base}/admin/orgs"))
+            .bearer_auth(admin)
+            .json(&json!({ "name": format!("ring-{i}"), "tier": "dev", "owner_email": format!("o{i}@ring.test") }))
+            .send()
+            .await
+            .expect("create org")
+            .json()
+            .await
+            .expect("JSON");
+        orgs.push((
+            str_field(&org, "org_id"),
+            str_field(&org["owner"], "api_key"),
+        ));
+    }
+    let call = |method: Method, key: &str, path: &str, body: Option<Value>| {
+        let request = http
+            .request(method, format!("{base}{path}"))
+            .header("x-api-key", key);
+        let request = match body {
+            Some(body) => request.json(&body),
+            None => request,
+        };
+        async move {
+            let answer = request.send().await.expect("through nginx");
+            let status = answer.status();
+            (status, answer.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    // Settled: a round of one request per org that no node forwards (an
+    // org is first placed where it was created, then moves to its node).
+    eventually(
+        Duration::from_secs(20),
+        "no request is forwarded",
+        || async {
+            let before = traffic(&cluster).await;
+            for (_, key) in &orgs {
+                let (status, body) = call(Method::GET, key, "/tasks?limit=1", None).await;
+                assert!(
+                    status == StatusCode::OK || status == StatusCode::SERVICE_UNAVAILABLE,
+                    "{status} {body}"
+                );
+            }
+            let after = traffic(&cluster).await;
+            (before.iter().zip(&after).all(|(b, a)| b[1..] == a[1..])).then_some(())
+        },
+    )
+    .await;
+    let before = traffic(&cluster).await;
+    let mut sent = 0;
+    for (i, (org_id, key)) in orgs.iter().enumerate() {
+        let titles: Vec<Value> = (0..4)
+            .map(|t| json!({ "title": format!("org {i} task {t}") }))
+            .collect();
+        let (status, body) = call(
+            Method::POST,
+            key,
+            "/tasks",
+            Some(json!({ "tasks": titles })),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        sent += 1;
+        for _ in 0..4 {
+            let (status, task) = call(
+                Method::POST,
+                key,
+                "/tasks/claim",
+                Some(json!({ "lease_seconds": 600 })),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{task}");
+            assert!(
+                str_field(&task, "title").starts_with(&format!("org {i} ")),
+                "{org_id} claimed {task}"
+            );
+            let (status, body) = call(
+                Method::POST,
+                key,
+                "/tasks/update",
+                Some(json!({ "updates": [{ "task_id": task["task_id"], "lease_id": task["lease_id"], "status": "completed", "note": "done" }] })),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            sent += 2;
+        }
+        let (status, nothing) = call(Method::POST, key, "/tasks/claim", Some(json!({}))).await;
+        assert_eq!((status, nothing), (StatusCode::OK, Value::Null));
+        let (status, listed) = call(Method::GET, key, "/tasks?status=completed", None).await;
+        assert_eq!(status, StatusCode::OK, "{listed}");
+        assert_eq!(
+            listed["tasks"].as_array().map(Vec::len),
+            Some(4),
+            "{listed}"
+        );
+        sent += 2;
+    }
+    let after = traffic(&cluster).await;
+    for (node, (b, a)) in cluster.nodes.iter().zip(before.iter().zip(&after)) {
+        assert_eq!(
+            (a[1] - b[1], a[2] - b[2]),
+            (0, 0),
+            "{} forwarded or was forwarded requests",
+            node.base_url
+        );
+    }
+    let answered: u64 = before.iter().zip(&after).map(|(b, a)| a[0] - b[0]).sum();
+    assert_eq!(answered, sent, "each request answered by one node, once");
+    // `GET /admin/cluster` says the same, whichever node is asked, once
+    // every node's heartbeat has told it.
+    let counts = |view: &Value| -> Vec<Value> {
+        cluster
+            .nodes
+            .iter()
+            .map(|n| {
+                view["nodes"]
+                    .as_array()
+                    .and_then(|a| a.iter().find(|e| e["advertise_url"] == n.base_url.as_str()))
+                    .map_or(Value::Null, |e| e["forwarding"].clone())
+            })
+            .collect()
+    };
+    let shown = eventually(
+        Duration::from_secs(10),
+        "the heartbeats carry the counts",
+        || async {
+            let shown = counts(&cluster_view(cluster.node(0)).await);
+            let now = traffic(&cluster).await;
+            let same = shown.iter().zip(&now).all(|(s, n)| {
+                s["requests"].as_u64() == Some(n[0])
+                    && s["forwarded"].as_u64() == Some(n[1])
+                    && s["received"].as_u64() == Some(n[2])
+            });
+            same.then_some(shown)
+        },
+    )
+    .await;
+    for node in &cluster.nodes[1..] {
+        assert_eq!(counts(&cluster_view(node).await), shown);
+    }
+    for entry in &shown {
+        let requests = entry["requests"].as_f64().unwrap();
+        let share = if requests > 0.0 {
+            entry["forwarded"].as_f64().unwrap() / requests
+        } else {
+            0.0
+        };
+        assert_eq!(entry["forwarded_share"].as_f64(), Some(share), "{entry}");
+    }
+    // A key whose org part names another org is refused as a wrong secret
+    // is, wherever nginx sends it; the same key as keys were written
+    // before they named their org still works (forwarded if need be).
+    let (org_id, key) = &orgs[0];
+    let hex = org_id.replace('-', "");
+    let rest = key
+        .strip_prefix(&format!("tq_{hex}_"))
+        .expect("the key names its org");
+    let (key_id, secret) = rest.split_once('_').expect("key id, then secret");
+    let wrong = format!("tq_{hex}_{key_id}_{}", "A".repeat(secret.len()));
+    let (status, refused) = call(Method::GET, &wrong, "/tasks", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{refused}");
+    for (other, _) in &orgs[1..] {
+        let forged = format!("tq_{}_{rest}", other.replace('-', ""));
+        let (status, body) = call(Method::GET, &forged, "/tasks", None).await;
+        assert_eq!((status, &body), (StatusCode::UNAUTHORIZED, &refused));
+    }
+    let (status, body) = call(Method::GET, &format!("tq_{rest}"), "/tasks?limit=1", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    drop(nginx);
+}
+
+/// nginx's master process, stopped (with its workers) when dropped, and
+/// its directory.
+struct Nginx {
+    master: std::process::Child,
+    _dir: tempfile::TempDir,
+}
 
 impl Drop for Nginx {
     fn drop(&mut self) {
         let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
+            .args(["-TERM", &self.master.id().to_string()])
             .status();
-        let _ = self.0.wait();
+        let _ = self.master.wait();
     }
 }
 

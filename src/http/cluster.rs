@@ -134,6 +134,7 @@ async fn forward_to_owner(
         Ok(None) => return next.run(Request::from_parts(parts, body)).await,
         Err(refused) => return refused.into_response(),
     };
+    state.engine.count_request(forwarded);
     let url = match state.engine.place(org, forwarded, false).await {
         Ok(Placement::Here) => return next.run(Request::from_parts(parts, body)).await,
         Ok(Placement::At(url)) => url,
@@ -147,6 +148,7 @@ async fn forward_to_owner(
                 .into_response()
         }
     };
+    state.engine.count_forward();
     if let Some(answer) = forward(&state, org, &url, &parts, &body).await {
         return answer;
     }

@@ -1,6 +1,7 @@
 //! `/metrics` in Prometheus text format: requests by route and status, claim
 //! latency, actors alive and restarted, requests refused by a limit, claims
-//! waiting (long polls), queue depth by org. The same layer logs each
+//! waiting (long polls), queue depth by org, and with several nodes the
+//! requests forwarded between them. The same layer logs each
 //! request at debug level (`RUST_LOG=taskq=debug`).
 
 use std::fmt::Write as _;
@@ -298,6 +299,17 @@ pub async fn render(State(state): State<AppState>, _: Operator) -> Result<Respon
             m.indexed_tasks,
         );
         scalar(&mut out, "gauge", "taskq_search_index_bytes", m.index_bytes);
+    }
+    if let Some(traffic) = engine.traffic() {
+        // Requests for an org this node answered; of those, the ones it
+        // forwarded to the org's owner and the ones another node sent it.
+        for (name, value) in [
+            ("taskq_cluster_requests_total", traffic.requests),
+            ("taskq_cluster_forwarded_total", traffic.forwarded),
+            ("taskq_cluster_received_forwarded_total", traffic.received),
+        ] {
+            scalar(&mut out, "counter", name, value);
+        }
     }
     let _ = writeln!(out, "# TYPE taskq_queue_depth gauge");
     for (org, depth) in engine.queue_depths() {

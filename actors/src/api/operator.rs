@@ -439,4 +439,23 @@ pub struct ClusterNode {
     pub last_seen: Timestamp,
     /// Orgs it owns now.
     pub orgs: i64,
+    /// Its requests for an org and how many went through two nodes; only
+    /// with several nodes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forwarding: Option<NodeForwarding>,
+}
+
+/// Requests for an org a node answered since it started, as of its last
+/// heartbeat (a second old at most): how many, how many it forwarded to
+/// the org's owner, how many another node forwarded to it, and those two
+/// as shares of all it answered (0 before any). Behind a balancer that
+/// hashes the org in the API key as the nodes do, both stay at 0 but for
+/// the moments orgs move.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct NodeForwarding {
+    pub requests: i64,
+    pub forwarded: i64,
+    pub received: i64,
+    pub forwarded_share: f64,
+    pub received_share: f64,
 }

@@ -67,6 +67,48 @@ impl ClusterConfig {
 /// other node refuses (`org moving`), then a fresh look-up.
 const OWNER_FOR: Duration = Duration::from_secs(1);
 
+/// Requests for an org this node answered since it started, the ones it
+/// forwarded to their org's owner and the ones another node forwarded to
+/// it: with a balancer that hashes orgs as the ring does, the last two
+/// stay still.
+#[derive(Default)]
+pub struct Traffic {
+    requests: AtomicU64,
+    forwarded: AtomicU64,
+    received: AtomicU64,
+}
+
+/// What [`Traffic`] counted so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrafficCounts {
+    pub requests: u64,
+    pub forwarded: u64,
+    pub received: u64,
+}
+
+impl Traffic {
+    /// A request for an org reached this node; `forwarded`: from another.
+    pub fn arrived(&self, forwarded: bool) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        if forwarded {
+            self.received.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// This node sent a request on to the org's owner.
+    pub fn forwarded(&self) {
+        self.forwarded.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn counts(&self) -> TrafficCounts {
+        TrafficCounts {
+            requests: self.requests.load(Ordering::Relaxed),
+            forwarded: self.forwarded.load(Ordering::Relaxed),
+            received: self.received.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// What one heartbeat saw.
 #[derive(Debug, Clone)]
 pub struct Beat {
@@ -102,6 +144,8 @@ pub struct Cluster {
     conn: tokio::sync::Mutex<Option<sqlx::PgConnection>>,
     /// What the heartbeats say of the master keys held.
     master_keys: std::sync::Mutex<String>,
+    /// Its requests, which its heartbeats tell the others.
+    traffic: Traffic,
     /// The last heartbeat failed: the store is out of reach.
     beat_failed: std::sync::atomic::AtomicBool,
     /// What else this node drops of an org it no longer owns (its index,
@@ -143,6 +187,7 @@ impl Cluster {
             links,
             conn: tokio::sync::Mutex::new(None),
             beat_failed: std::sync::atomic::AtomicBool::new(false),
+            traffic: Traffic::default(),
             master_keys: std::sync::Mutex::new(String::new()),
             on_forget: std::sync::OnceLock::new(),
         };
@@ -159,6 +204,11 @@ impl Cluster {
 
     pub fn config(&self) -> &ClusterConfig {
         &self.config
+    }
+
+    /// This node's requests for an org, counted as they arrive.
+    pub fn traffic(&self) -> &Traffic {
+        &self.traffic
     }
 
     fn now_ms(&self) -> u64 {
@@ -222,7 +272,8 @@ impl Cluster {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let beat = async {
-            let renewed = Store::heartbeat(&mut *conn, &self.node, leaving, &keys).await?;
+            let traffic = self.traffic.counts();
+            let renewed = Store::heartbeat(&mut *conn, &self.node, leaving, &keys, traffic).await?;
             if !renewed {
                 // A row removed after a very long pause: register again.
                 Store::register_node_on(
@@ -256,11 +307,13 @@ impl Cluster {
                 leaving: n.leaving,
             })
             .collect();
-        let ring = Ring::new(live.iter().filter(|n| !n.leaving).cloned());
-        *self.ring.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ring);
+        let members: Vec<LiveNode> = live.iter().filter(|n| !n.leaving).cloned().collect();
         *self.live.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(live);
         self.trusted_until_ms
             .store(started.saturating_add(window), Ordering::Release);
+        if !self.ring().is_over(&members) {
+            *self.ring.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Ring::new(members));
+        }
         Ok(Beat { lapsed, master_key })
     }
 
@@ -286,10 +339,19 @@ impl Cluster {
         self.live.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// The node that should own the org, among the live ones not leaving.
+    fn ring(&self) -> Arc<Ring> {
+        self.ring.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The node that should own the org, among the live ones not leaving,
+    /// as of the last heartbeat.
     pub fn desired(&self, org: OrgId) -> Option<LiveNode> {
-        let ring = self.ring.read().unwrap_or_else(|e| e.into_inner()).clone();
-        ring.owner(org).cloned()
+        let ring = self.ring();
+        let chosen = ring.owner(org)?;
+        self.live_nodes()
+            .iter()
+            .find(|n| n.node_id == chosen.node_id)
+            .cloned()
     }
 
     /// Takes the org's row for this node; its actor may start. `None`: a

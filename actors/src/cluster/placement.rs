@@ -52,7 +52,9 @@ pub struct Ring {
 
 impl Ring {
     pub fn new(nodes: impl IntoIterator<Item = LiveNode>) -> Ring {
-        let nodes: Vec<LiveNode> = nodes.into_iter().collect();
+        let mut nodes: Vec<LiveNode> = nodes.into_iter().collect();
+        // By name, so that an index orders points as names would.
+        nodes.sort_by(|a, b| server_name(&a.url).cmp(server_name(&b.url)));
         let mut points = Vec::with_capacity(nodes.len() * POINTS_PER_NODE as usize);
         for (i, node) in nodes.iter().enumerate() {
             let (host, port) = host_port(server_name(&node.url));
@@ -71,11 +73,20 @@ impl Ring {
         // nginx keeps one point per hash too; which node a collision keeps
         // is its sort's (about once in 40,000 rings of three): the name
         // decides here, so at least every node agrees.
-        points.sort_unstable_by(|a, b| {
-            (a.0, server_name(&nodes[a.1].url)).cmp(&(b.0, server_name(&nodes[b.1].url)))
-        });
+        points.sort_unstable();
         points.dedup_by_key(|p| p.0);
         Ring { nodes, points }
+    }
+
+    /// Whether the ring is over these nodes (by id and address), in any
+    /// order: if not, it is built again.
+    pub fn is_over(&self, nodes: &[LiveNode]) -> bool {
+        nodes.len() == self.nodes.len()
+            && nodes.iter().all(|n| {
+                self.nodes
+                    .iter()
+                    .any(|m| m.node_id == n.node_id && m.url == n.url)
+            })
     }
 
     /// The node the org's requests go to.
@@ -239,6 +250,10 @@ mod tests {
             }
         }
         assert!(Ring::default().owner(orgs[0]).is_none());
+        let mut reversed = three.clone();
+        reversed.reverse();
+        assert!(ring.is_over(&reversed) && !ring.is_over(&three[..2]));
+        assert!(!two.is_over(&nodes(3)[1..]));
         // A node that joins takes orgs from the others and gives none.
         let four = ring_of(&nodes(4));
         for (org, was) in orgs.iter().zip(&before) {

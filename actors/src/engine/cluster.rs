@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Engine;
-use crate::api::{ClusterNode, ClusterView, Timestamp};
-use crate::cluster::{Cluster, Placement};
+use crate::api::{ClusterNode, ClusterView, NodeForwarding, Timestamp};
+use crate::cluster::{Cluster, Placement, TrafficCounts};
 use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
 use crate::supervisor::SupervisorMsg;
@@ -84,6 +84,26 @@ impl Engine {
         }
     }
 
+    /// A request for an org reached this node; `forwarded`: another node
+    /// sent it.
+    pub fn count_request(&self, forwarded: bool) {
+        if let Some(cluster) = &self.inner.cluster {
+            cluster.traffic().arrived(forwarded);
+        }
+    }
+
+    /// This node sent a request on to its org's owner.
+    pub fn count_forward(&self) {
+        if let Some(cluster) = &self.inner.cluster {
+            cluster.traffic().forwarded();
+        }
+    }
+
+    /// This node's requests for an org so far; `None` on a node alone.
+    pub fn traffic(&self) -> Option<TrafficCounts> {
+        self.inner.cluster.as_ref().map(|c| c.traffic().counts())
+    }
+
     /// Waits until the node at `url` is no longer live (it died, froze or
     /// was cut off), checking at each heartbeat; never, on a node alone.
     pub async fn until_gone(&self, url: &str) {
@@ -110,6 +130,7 @@ impl Engine {
                     started_at: Timestamp(*started_at),
                     last_seen: Timestamp(self.now()),
                     orgs,
+                    forwarding: None,
                 }],
                 orgs_placed: orgs,
             });
@@ -125,6 +146,11 @@ impl Engine {
                     started_at: Timestamp(n.started_at),
                     last_seen: Timestamp(n.last_seen),
                     orgs: n.orgs,
+                    forwarding: Some(forwarding(
+                        n.requests,
+                        n.requests_forwarded,
+                        n.requests_received,
+                    )),
                 })
                 .collect(),
             orgs_placed,
@@ -310,6 +336,24 @@ impl Engine {
     }
 }
 
+/// A node's row's counts, with the shares of all it answered.
+fn forwarding(requests: i64, forwarded: i64, received: i64) -> NodeForwarding {
+    let share = |part: i64| {
+        if requests > 0 {
+            part as f64 / requests as f64
+        } else {
+            0.0
+        }
+    };
+    NodeForwarding {
+        requests,
+        forwarded,
+        received,
+        forwarded_share: share(forwarded),
+        received_share: share(received),
+    }
+}
+
 /// The running heartbeat: its thread, and the task that acts on what it
 /// saw (adopting orphaned orgs, handing orgs to the nodes that should own
 /// them).
@@ -325,5 +369,27 @@ impl Heartbeat {
         self.stop.store(true, Ordering::Relaxed);
         self.task.abort();
         let _ = self.heart.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_are_of_all_requests_answered() {
+        let f = forwarding(8, 2, 1);
+        assert_eq!(
+            (
+                f.requests,
+                f.forwarded,
+                f.received,
+                f.forwarded_share,
+                f.received_share
+            ),
+            (8, 2, 1, 0.25, 0.125)
+        );
+        let none = forwarding(0, 0, 0);
+        assert_eq!((none.forwarded_share, none.received_share), (0.0, 0.0));
     }
 }

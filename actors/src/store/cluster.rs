@@ -27,6 +27,12 @@ pub struct NodeRow {
     pub leaving: bool,
     /// The fingerprints of the master keys it holds, its current one first.
     pub master_keys: String,
+    /// Requests for an org it answered since it started, as of its last
+    /// heartbeat; of those, how many it forwarded to the org's owner and
+    /// how many another node forwarded to it.
+    pub requests: i64,
+    pub requests_forwarded: i64,
+    pub requests_received: i64,
 }
 
 /// Who owns an org, as its row says.
@@ -57,7 +63,7 @@ pub async fn nodes_seen<'e>(
          (extract(epoch FROM n.last_seen) * 1000)::int8 AS last_seen, \
          (SELECT count(*) FROM org_owners o WHERE o.node_id = n.node_id) AS orgs, \
          n.last_seen > now() - make_interval(secs => $1::int8 / 1000.0) AS live, \
-         n.leaving, n.master_keys \
+         n.leaving, n.master_keys, n.requests, n.requests_forwarded, n.requests_received \
          FROM cluster_nodes n \
          WHERE n.last_seen > now() - make_interval(secs => $2::int8 / 1000.0) \
          ORDER BY n.node_id",
@@ -127,22 +133,27 @@ impl Store {
     }
 
     /// Renews this node's heartbeat, and with it every org it owns, on its
-    /// own connection, with the master keys it holds; false when its row is
-    /// gone (it must register again). Nodes not seen for a day leave the
-    /// directory.
+    /// own connection, with the master keys it holds and its requests so
+    /// far; false when its row is gone (it must register again). Nodes not
+    /// seen for a day leave the directory.
     pub async fn heartbeat(
         conn: &mut PgConnection,
         node_id: &str,
         leaving: bool,
         master_keys: &str,
+        traffic: crate::cluster::TrafficCounts,
     ) -> Result<bool> {
         let renewed = sqlx::query(
-            "UPDATE cluster_nodes SET last_seen = now(), leaving = $2, master_keys = $3 \
+            "UPDATE cluster_nodes SET last_seen = now(), leaving = $2, master_keys = $3, \
+             requests = $4, requests_forwarded = $5, requests_received = $6 \
              WHERE node_id = $1",
         )
         .bind(node_id)
         .bind(leaving)
         .bind(master_keys)
+        .bind(i64::try_from(traffic.requests).unwrap_or(i64::MAX))
+        .bind(i64::try_from(traffic.forwarded).unwrap_or(i64::MAX))
+        .bind(i64::try_from(traffic.received).unwrap_or(i64::MAX))
         .execute(&mut *conn)
         .await?
         .rows_affected();
