@@ -449,8 +449,8 @@ pub struct ClusterNode {
 /// heartbeat (a second old at most): how many, how many it forwarded to
 /// the org's owner, how many another node forwarded to it, and those two
 /// as shares of all it answered (0 before any). Behind a balancer that
-/// hashes the org in the API key as the nodes do, both stay at 0 but for
-/// the moments orgs move.
+/// hashes the org in the API key as the nodes do, the two stay near 0:
+/// requests without such a key and the moments orgs move are forwarded.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct NodeForwarding {
     pub requests: i64,

@@ -29,6 +29,7 @@ use dashmap::DashMap;
 
 mod placement;
 
+pub use crate::store::TrafficCounts;
 pub use placement::{placement, LiveNode, Placement, Ring};
 
 use crate::domain::OrgId;
@@ -76,14 +77,6 @@ pub struct Traffic {
     requests: AtomicU64,
     forwarded: AtomicU64,
     received: AtomicU64,
-}
-
-/// What [`Traffic`] counted so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TrafficCounts {
-    pub requests: u64,
-    pub forwarded: u64,
-    pub received: u64,
 }
 
 impl Traffic {

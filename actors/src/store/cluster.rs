@@ -35,6 +35,15 @@ pub struct NodeRow {
     pub requests_received: i64,
 }
 
+/// What a node's heartbeat says of its requests for an org since it
+/// started: how many it answered, forwarded, and was forwarded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrafficCounts {
+    pub requests: u64,
+    pub forwarded: u64,
+    pub received: u64,
+}
+
 /// Who owns an org, as its row says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OwnerRow {
@@ -141,7 +150,7 @@ impl Store {
         node_id: &str,
         leaving: bool,
         master_keys: &str,
-        traffic: crate::cluster::TrafficCounts,
+        traffic: TrafficCounts,
     ) -> Result<bool> {
         let renewed = sqlx::query(
             "UPDATE cluster_nodes SET last_seen = now(), leaving = $2, master_keys = $3, \

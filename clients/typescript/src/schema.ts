@@ -3013,6 +3013,31 @@ export type components = {
              * @description Orgs it owns now.
              */
             orgs: number;
+            /**
+             * @description Its requests for an org and how many went through two nodes; only
+             *     with several nodes.
+             */
+            forwarding?: components["schemas"]["NodeForwarding"] | null;
+        };
+        /**
+         * @description Requests for an org a node answered since it started, as of its last
+         *     heartbeat (a second old at most): how many, how many it forwarded to
+         *     the org's owner, how many another node forwarded to it, and those two
+         *     as shares of all it answered (0 before any). Behind a balancer that
+         *     hashes the org in the API key as the nodes do, the two stay near 0:
+         *     requests without such a key and the moments orgs move are forwarded.
+         */
+        NodeForwarding: {
+            /** Format: int64 */
+            requests: number;
+            /** Format: int64 */
+            forwarded: number;
+            /** Format: int64 */
+            received: number;
+            /** Format: double */
+            forwarded_share: number;
+            /** Format: double */
+            received_share: number;
         };
         /**
          * @description The engine's state for its operator. Orgs whose actor has not run since
@@ -3412,6 +3437,7 @@ export type Recomputed = components['schemas']['Recomputed'];
 export type MasterKeyRotated = components['schemas']['MasterKeyRotated'];
 export type ClusterView = components['schemas']['ClusterView'];
 export type ClusterNode = components['schemas']['ClusterNode'];
+export type NodeForwarding = components['schemas']['NodeForwarding'];
 export type OperatorStats = components['schemas']['OperatorStats'];
 export type ActorFigures = components['schemas']['ActorFigures'];
 export type RestartView = components['schemas']['RestartView'];

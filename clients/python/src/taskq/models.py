@@ -604,12 +604,12 @@ class MasterKeyRotated(TypedDict):
     previous_keys_retired: bool
 
 
-class ClusterNode(TypedDict):
-    node_id: str
-    advertise_url: str
-    started_at: str
-    last_seen: str
-    orgs: int
+class NodeForwarding(TypedDict):
+    requests: int
+    forwarded: int
+    received: int
+    forwarded_share: float
+    received_share: float
 
 
 class RestartView(TypedDict):
@@ -961,9 +961,13 @@ class OrgDetail(TypedDict):
     stored: StoredCounts
 
 
-class ClusterView(TypedDict):
-    nodes: List[ClusterNode]
-    orgs_placed: int
+class ClusterNode(TypedDict):
+    node_id: str
+    advertise_url: str
+    started_at: str
+    last_seen: str
+    orgs: int
+    forwarding: NotRequired[Optional[NodeForwarding]]
 
 
 class ActorFigures(TypedDict):
@@ -1104,6 +1108,11 @@ class TeamDetail(TypedDict):
     created_by: str
     created_at: str
     members: List[TeamMemberView]
+
+
+class ClusterView(TypedDict):
+    nodes: List[ClusterNode]
+    orgs_placed: int
 
 
 class OperatorStats(TypedDict):
