@@ -4,6 +4,9 @@
 //! one authority for its org. A forwarded request is never forwarded again:
 //! a node that no longer owns the org answers 503 `org moving`, and the
 //! node that forwarded it looks the owner up afresh and tries once more.
+//! Each request for an org is counted here (answered, forwarded, received
+//! forwarded), so an operator sees whether the balancer in front sends
+//! requests to their owners.
 //!
 //! Which org a request belongs to is the operation table's to say
 //! ([`OrgOf::of`], from each operation's access and path): an operator's
