@@ -190,7 +190,7 @@ async fn feed(
     state: OrgState,
     notices: Notices,
 ) {
-    let mut live = hub.subscribe(org);
+    let mut live = hub.subscribe_edits(org);
     let mut window = Window::default();
     let mut last_sent: Option<Instant> = None;
     let mut ended = false;
@@ -204,11 +204,14 @@ async fn feed(
                 }
             }
             received = live.recv() => match received {
-                Ok(entry) => entry.events.iter().for_each(|e| window.add(e.task)),
+                Ok(entry) => {
+                    entry.events.iter().for_each(|e| window.add(e.task));
+                    entry.edited.iter().for_each(|task| window.add(*task));
+                }
                 Err(LiveEnd::Behind) => {
                     window.lost();
                     drop(live);
-                    live = hub.subscribe(org);
+                    live = hub.subscribe_edits(org);
                 }
                 Err(LiveEnd::Closed) => {
                     ended = true;

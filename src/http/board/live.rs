@@ -13,7 +13,8 @@
 use std::convert::Infallible;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{RawQuery, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -22,7 +23,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use taskq_actors::{BoardItem, BoardStream, Engine};
 
-use super::super::extract::query_pairs;
 use super::super::ApiError;
 use super::{session, AppState};
 
@@ -44,7 +44,7 @@ pub struct LiveMark {
 pub async fn mark(
     State(state): State<AppState>,
     headers: HeaderMap,
-    RawQuery(query): RawQuery,
+    query: Result<Query<LiveQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Some(session) = session::current(&state.engine, &headers).await? else {
         return Err(ApiError::new(
@@ -54,12 +54,11 @@ pub async fn mark(
     };
     let org = session.caller.org_id;
     if wants_stream(&headers) {
-        let pairs = query_pairs(query.as_deref().unwrap_or("")).unwrap_or_default();
-        let since = pairs
-            .iter()
-            .find(|(k, _)| k == "mark")
-            .map(|(_, v)| v.as_str());
-        let stream = state.engine.watch_board(&session.caller, since)?;
+        // A query that does not read asks nothing of the stream.
+        let since = query.ok().and_then(|Query(q)| q.mark);
+        let stream = state
+            .engine
+            .watch_board(&session.caller, since.as_deref())?;
         return Ok((
             [
                 (header::CONTENT_TYPE, "text/event-stream"),

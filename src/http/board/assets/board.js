@@ -4,7 +4,9 @@
 // at once, and the ids of the tasks that changed. When every one of them
 // is a card on this page, only those cards are fetched (/board/cards, with
 // the page's filters) and put in their columns; otherwise the page fetches
-// itself again, at most once every REFETCH_MS. Without the stream (it
+// itself again, once every REFETCH_MS at most over time: a page quiet for
+// a while may fetch itself REFETCH_BURST times in a row (a claim and its
+// completion soon after are both shown at once). Without the stream (it
 // failed, or the browser has none) the page polls /board/live for the
 // org's change mark every POLL_MS, as before. Fetched markup is parsed as
 // inert HTML (DOMParser runs no script; the server escaped every field);
@@ -16,11 +18,14 @@
   if (!mark) return;
   var POLL_MS = 1000;
   var REFETCH_MS = 5000;
+  var REFETCH_BURST = 2;
   var busy = false;
   var again = false;
   var refreshes = 0;
   var cardFetches = 0;
-  var lastRefetch = 0;
+  // Fetches of the page allowed now, and when they were last counted.
+  var allowance = REFETCH_BURST;
+  var counted = Date.now();
   var refetchTimer = null;
   var missed = false;
   var status = document.getElementById("live-status");
@@ -32,7 +37,6 @@
 
   function refresh() {
     busy = true;
-    lastRefetch = Date.now();
     var focused = document.activeElement;
     var live = document.getElementById("live");
     var href = focused && live && live.contains(focused) ? focused.getAttribute("href") : null;
@@ -58,18 +62,21 @@
       .then(function () { busy = false; });
   }
 
-  // The page fetched again now, or REFETCH_MS after the last time.
+  // The page fetched again now, or as soon as the allowance has one.
   function refetchSoon() {
     if (refetchTimer !== null) return;
-    var wait = lastRefetch + REFETCH_MS - Date.now();
+    var now = Date.now();
+    allowance = Math.min(REFETCH_BURST, allowance + (now - counted) / REFETCH_MS);
+    counted = now;
+    var wait = (1 - allowance) * REFETCH_MS;
     if (wait <= 0 && !busy) {
+      allowance -= 1;
       refresh();
       return;
     }
     refetchTimer = setTimeout(function () {
       refetchTimer = null;
-      if (busy) refetchSoon();
-      else refresh();
+      refetchSoon();
     }, Math.max(wait, 100));
   }
 
