@@ -779,7 +779,7 @@ backend_tests!(
             .next_event(Duration::from_secs(10))
             .await
             .expect("a changed event");
-        assert_eq!(changed_ids(&event), [watched.clone()]);
+        assert_eq!(changed_ids(&event), std::slice::from_ref(&watched));
         assert_eq!(event.data["more"], false);
         assert_eq!(event.data["counts"]["pending"], 20, "{:?}", event.data);
         assert_eq!(event.data["counts"]["paused"], 1);

@@ -248,12 +248,14 @@ struct Shown {
 }
 
 /// The values of `attribute="…"` in markup, in order.
-fn attributes<'a>(html: &'a str, attribute: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+fn attributes<'a>(html: &'a str, attribute: &str) -> Vec<&'a str> {
     let pattern = format!("{attribute}=\"");
-    html.match_indices(&pattern).filter_map(move |(at, _)| {
-        let rest = &html[at + pattern.len()..];
-        rest.find('"').map(|end| &rest[..end])
-    })
+    html.match_indices(&pattern)
+        .filter_map(|(at, _)| {
+            let rest = &html[at + pattern.len()..];
+            rest.find('"').map(|end| &rest[..end])
+        })
+        .collect()
 }
 
 impl Board {
@@ -290,8 +292,11 @@ impl Board {
             .refresh_micros
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         Some(Shown {
-            mark: attributes(&page, "data-mark").next()?.to_owned(),
-            cards: attributes(&page, "data-task").map(str::to_owned).collect(),
+            mark: (*attributes(&page, "data-mark").first()?).to_owned(),
+            cards: attributes(&page, "data-task")
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
         })
     }
 
@@ -392,7 +397,8 @@ impl Board {
                     let url = format!("{}/board/cards?ids={}", self.base, ids.join(","));
                     if let Some(cards) = self.get("cards", &url).await {
                         self.counts.card_fetches.fetch_add(1, Ordering::Relaxed);
-                        let kept: HashSet<&str> = attributes(&cards, "data-task").collect();
+                        let kept: HashSet<&str> =
+                            attributes(&cards, "data-task").into_iter().collect();
                         for id in ids.iter().filter(|id| !kept.contains(*id)) {
                             shown.cards.remove(*id);
                         }
