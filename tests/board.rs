@@ -18,6 +18,7 @@ mod board {
     mod chromium;
 }
 
+use common::sse::{SseEvent, SseItem, SseStream};
 use common::*;
 use reqwest::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
 use reqwest::Method;
@@ -717,5 +718,198 @@ backend_tests!(
             "{}",
             page.body
         );
+    }
+);
+
+/// `GET /board/live` as an `EventSource` asks for it: the board's stream.
+async fn board_stream(srv: &TestServer, cookie: &str, mark: Option<&str>) -> SseStream {
+    let query = mark.map_or(String::new(), |m| format!("?mark={}", encode_query(m)));
+    let resp = page_client()
+        .get(format!("{}/board/live{query}", srv.base_url))
+        .header(COOKIE, cookie)
+        .header("accept", "text/event-stream")
+        .timeout(std::time::Duration::from_secs(120))
+        .send()
+        .await
+        .expect("GET /board/live");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let kind = resp.headers()[CONTENT_TYPE].to_str().unwrap().to_owned();
+    assert!(kind.starts_with("text/event-stream"), "{kind}");
+    SseStream::of(resp)
+}
+
+fn changed_ids(event: &SseEvent) -> Vec<String> {
+    assert_eq!(event.event.as_deref(), Some("changed"), "{event:?}");
+    event.data["tasks"]
+        .as_array()
+        .expect("the changed tasks")
+        .iter()
+        .map(|id| id.as_str().expect("an id").to_owned())
+        .collect()
+}
+
+backend_tests!(
+    the_board_stream_names_changes_coalesced_and_is_quiet_without,
+    |srv| async move {
+        use std::collections::HashSet;
+        use std::time::{Duration, Instant};
+        let org = srv.create_org("dev").await;
+        let key = &org.owner_key;
+        let burst = ids(&srv
+            .create_tasks(
+                key,
+                Value::Array(
+                    (0..20)
+                        .map(|i| json!({ "title": format!("t{i}") }))
+                        .collect(),
+                ),
+            )
+            .await);
+        let watched = srv.new_task(key, "watched").await;
+        let cookie = sign_in(&srv, key).await;
+        let mut stream = board_stream(&srv, &cookie, None).await;
+
+        // One change: a `changed` event naming it, with the open counts.
+        srv.update_ok(
+            key,
+            json!({ "task_id": watched, "status": "paused", "assignee": org.owner_email }),
+        )
+        .await;
+        let event = stream
+            .next_event(Duration::from_secs(10))
+            .await
+            .expect("a changed event");
+        assert_eq!(changed_ids(&event), std::slice::from_ref(&watched));
+        assert_eq!(event.data["more"], false);
+        assert_eq!(event.data["counts"]["pending"], 20, "{:?}", event.data);
+        assert_eq!(event.data["counts"]["paused"], 1);
+        let mark = str_field(&event.data, "mark");
+
+        // A burst of twenty commits: few events, at most one each half
+        // second, naming every task of the burst.
+        let started = Instant::now();
+        for id in &burst {
+            srv.update_ok(key, json!({ "task_id": id, "priority": 1 }))
+                .await;
+        }
+        let (mut seen, mut events) = (HashSet::new(), 0u128);
+        while seen.len() < burst.len() {
+            let event = stream
+                .next_event(Duration::from_secs(10))
+                .await
+                .expect("changed events");
+            events += 1;
+            seen.extend(changed_ids(&event));
+        }
+        let elapsed = started.elapsed().as_millis();
+        assert_eq!(seen, burst.iter().cloned().collect::<HashSet<_>>());
+        assert!(
+            events <= 1 + elapsed / 500 + 1 && events < burst.len() as u128,
+            "{events} events in {elapsed} ms"
+        );
+
+        // Nothing changes: a keep-alive when the clock has moved past it,
+        // and no event before it.
+        advance_clock(&srv, 16).await;
+        match stream.next(Duration::from_secs(10)).await {
+            Some(SseItem::Comment(c)) => assert_eq!(c, "keep-alive"),
+            other => panic!("expected only a keep-alive: {other:?}"),
+        }
+
+        // A page made at an older mark is told at once that it missed
+        // changes; one made at the current mark is not.
+        let mut late = board_stream(&srv, &cookie, Some(&mark)).await;
+        let event = late
+            .next_event(Duration::from_secs(10))
+            .await
+            .expect("the missed changes");
+        assert_eq!(
+            (changed_ids(&event).len(), &event.data["more"]),
+            (0, &json!(true))
+        );
+        let current = str_field(&event.data, "mark");
+        let mut current_stream = board_stream(&srv, &cookie, Some(&current)).await;
+        advance_clock(&srv, 16).await;
+        assert!(
+            matches!(
+                current_stream.next(Duration::from_secs(10)).await,
+                Some(SseItem::Comment(_))
+            ),
+            "a page at the current mark missed nothing"
+        );
+
+        // Without the session: refused, as the mark is.
+        let resp = page_client()
+            .get(format!("{}/board/live", srv.base_url))
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    }
+);
+
+backend_tests!(
+    changed_cards_come_alone_and_only_while_the_filters_keep_them,
+    |srv| async move {
+        let org = srv.create_org("dev").await;
+        let key = &org.owner_key;
+        let a = srv
+            .create_task(key, json!({ "title": "<b>A</b>", "tags": ["ui"] }))
+            .await;
+        let b = srv.new_task(key, "B").await;
+        let cookie = sign_in(&srv, key).await;
+        let cards = |query: String| {
+            let cookie = cookie.clone();
+            let srv = &srv;
+            async move { get(srv, &format!("/board/cards?{query}"), Some(&cookie)).await }
+        };
+        let page = cards(format!("ids={a},{b}")).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        assert_strict_csp(&page, "the cards");
+        assert_eq!(
+            page.body.matches("<li class=\"card\"").count(),
+            2,
+            "{}",
+            page.body
+        );
+        assert!(page
+            .body
+            .contains(&format!("data-task=\"{a}\" data-status=\"pending\"")));
+        assert!(
+            page.body.contains("&#60;b&#62;A&#60;/b&#62;"),
+            "{}",
+            page.body
+        );
+        assert!(!page.body.contains("<html"), "a fragment: {}", page.body);
+
+        // The page's filters: B has no tag ui, and in progress is not pending.
+        let page = cards(format!("ids={a},{b}&tags=ui")).await;
+        assert_eq!(page.body.matches("<li class=\"card\"").count(), 1);
+        assert!(page.body.contains(&a));
+        srv.claim(key, json!({})).await.expect("a claim");
+        let page = cards(format!("ids={a},{b}&status=pending")).await;
+        assert_eq!(
+            page.body.matches("<li class=\"card\"").count(),
+            1,
+            "{}",
+            page.body
+        );
+        assert!(page.body.contains("data-status=\"pending\""));
+
+        // Another org's task is not there; nothing asked or too much: 400.
+        let other = srv.create_org("dev").await;
+        let theirs = srv.new_task(&other.owner_key, "theirs").await;
+        let page = cards(format!("ids={theirs}")).await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert!(!page.body.contains(&theirs));
+        assert_eq!(cards("ids=".into()).await.status, StatusCode::BAD_REQUEST);
+        let many: Vec<String> = (0..101).map(|_| new_uuid()).collect();
+        assert_eq!(
+            cards(format!("ids={}", many.join(","))).await.status,
+            StatusCode::BAD_REQUEST
+        );
+        let anonymous = get(&srv, &format!("/board/cards?ids={a}"), None).await;
+        assert_eq!(anonymous.status, StatusCode::SEE_OTHER);
     }
 );

@@ -64,7 +64,9 @@ pub use error::{EngineError, ErrorBody, ErrorCode, LimitExceeded, LimitKind, Val
 pub use stats::WriterTotals;
 pub use store::{backup_sqlite, Continued, CopyProgress, Migrated, TableCount};
 pub use supervisor::ActorStats;
-pub use watch::{EventStream, StreamEvent, StreamItem};
+pub use watch::{
+    BoardItem, BoardStream, EventStream, StreamEvent, StreamItem, BOARD_MAX_IDS, BOARD_WINDOW_MS,
+};
 
 /// Copies a stopped store into an empty one (`taskq migrate-store`),
 /// waiting for PostgreSQL nodes that just stopped as long as their lease,

@@ -117,6 +117,11 @@ impl OrgSnapshots {
         self.by_org.get(&org).map(|s| s.version)
     }
 
+    /// The org's open tasks per status.
+    pub fn counts(&self, org: OrgId) -> Option<StatusCounts> {
+        self.by_org.get(&org).map(|s| s.counts)
+    }
+
     /// Pending tasks per org.
     pub fn queue_depths(&self) -> Vec<(OrgId, usize)> {
         self.by_org

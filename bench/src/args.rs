@@ -88,11 +88,16 @@ pub struct BenchArgs {
     pub webhook: Option<webhooks::Receiver>,
 
     /// In the `cycle` scenario, keep this many board sessions open (signed
-    /// in with the agents' keys in turn), each polling what the board's script
-    /// polls: the change mark every second, and the page again when it
-    /// moves. Reports their cost on an idle server and during the cycles.
+    /// in with the agents' keys in turn), each doing what the board's script
+    /// does: hold the board's stream open and, on each change, fetch the
+    /// changed cards or (at most every 5 s) the page again. Reports their
+    /// cost on an idle server and during the cycles.
     #[arg(long, default_value_t = 0)]
     pub boards: usize,
+    /// With `--boards`: the boards poll as the script did before the
+    /// stream (the change mark every second, the page again when it moves).
+    #[arg(long, requires = "boards")]
+    pub boards_poll: bool,
     /// In the `cycle` scenario, keep this many subscribers on the orgs'
     /// event streams (`GET /events`; stream i follows org i % orgs, ten
     /// streams a key, the keys issued by the orgs' owners), opened after the

@@ -34,8 +34,9 @@
 //!     no context) and complete (fenced by the claim's `lease_id`). One claim
 //!     plus one complete is a cycle. An agent whose claim finds the queue
 //!     empty stops early, and the report says so.
-//!     With `--boards N`, N board sessions poll as the board's page does
-//!     while the cycles run (see `boards`); with `--expired N`, the
+//!     With `--boards N`, N board sessions do what the board's page does
+//!     while the cycles run, on its stream or (`--boards-poll`) polling
+//!     (see `boards`); with `--expired N`, the
 //!     retention sweep removes N expired tasks of the first org meanwhile
 //!     (see `expired`).
 //!   - `create`: every agent creates batches of 25 for `--duration` seconds.
@@ -326,7 +327,7 @@ async fn execute(
                     0 => None,
                     n => {
                         let keys: Vec<String> = agents.iter().map(|a| a.key.clone()).collect();
-                        Some(boards::Boards::open(base, &keys, n, process).await?)
+                        Some(boards::Boards::open(base, &keys, n, args.boards_poll, process).await?)
                     }
                 };
                 let streams = match (args.streams, args.slow_streams) {

@@ -560,3 +560,99 @@ async fn measure_the_board() {
     }
     browser.quit().await;
 }
+
+/// A board open on the stream: a task completed through the API moves to
+/// its column without a reload, by fetching its card alone, and the page
+/// never polls the mark; the columns' totals follow the org's counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_moves_on_the_stream_without_polling() {
+    let Some(driver) = chromedriver() else { return };
+    let srv = TestServer::start(Backend::Sqlite).await;
+    let org = srv.create_org("dev").await;
+    let key = &org.owner_key;
+    let done = srv.new_task(key, "Finish me").await;
+    srv.new_task(key, "Stay pending").await;
+    let claimed = srv.claim(key, json!({})).await.expect("a claim");
+    assert_eq!(claimed["task_id"], done.as_str());
+    let browser = Browser::start(&driver).await;
+    browser_sign_in(&browser, &srv, key).await;
+    browser
+        .wait_for(
+            "the stream open",
+            r#"document.body.dataset.live === "stream""#,
+        )
+        .await;
+    browser
+        .script("window.__same_page = true; return true;")
+        .await;
+    let column_of = format!(
+        r#"const c = document.querySelector('.card[data-task="{done}"]');
+        return c && c.closest(".col").dataset.status;"#
+    );
+    assert_eq!(browser.script(&column_of).await, "in_progress");
+
+    srv.update_ok(
+        key,
+        json!({ "task_id": done, "status": "completed", "note": "done" }),
+    )
+    .await;
+    browser
+        .wait_for(
+            "the card in the completed column",
+            &format!(
+                r#"document.querySelector('.col[data-status="completed"] .card[data-task="{done}"]') !== null"#
+            ),
+        )
+        .await;
+    let seen = browser
+        .script(
+            r#"const counts = {};
+        for (const col of document.querySelectorAll(".col"))
+            counts[col.dataset.status] = col.querySelector(".count").textContent;
+        const total = s => { const t = document.querySelector(`[data-count="${s}"]`); return t && t.textContent; };
+        const fetched = performance.getEntriesByType("resource")
+            .filter(e => e.initiatorType === "fetch").map(e => new URL(e.name).pathname);
+        return { same: window.__same_page === true, counts, fetched,
+                 in_progress: total("in_progress"), pending: total("pending"),
+                 cards: document.body.dataset.cardFetches || "0",
+                 refreshes: document.body.dataset.refreshes || "0",
+                 copies: document.querySelectorAll('.card[data-task="DONE"]').length };"#
+                .replace("DONE", &done)
+                .as_str(),
+        )
+        .await;
+    assert_eq!(seen["same"], true, "the page reloaded: {seen}");
+    assert_eq!(seen["fetched"], json!(["/board/cards"]), "{seen}");
+    assert_eq!(
+        (&seen["cards"], &seen["refreshes"]),
+        (&json!("1"), &json!("0"))
+    );
+    assert_eq!(seen["copies"], 1, "{seen}");
+    assert_eq!(seen["counts"]["in_progress"], "0", "{seen}");
+    assert_eq!(seen["counts"]["completed"], "1", "{seen}");
+    assert_eq!(
+        (&seen["in_progress"], &seen["pending"]),
+        (&json!("0"), &json!("1"))
+    );
+
+    // A task this page does not show: the page fetches itself, once.
+    srv.new_task(key, "Added by an agent").await;
+    browser
+        .wait_for(
+            "the new task on the page",
+            r#"document.body.textContent.includes("Added by an agent")"#,
+        )
+        .await;
+    let fetched = browser
+        .script(
+            r#"return performance.getEntriesByType("resource")
+            .filter(e => e.initiatorType === "fetch" && new URL(e.name).pathname === "/board/live").length;"#,
+        )
+        .await;
+    assert_eq!(fetched, 0, "the page polled the mark");
+    assert_eq!(
+        browser.script("return window.__same_page === true;").await,
+        true
+    );
+    browser.quit().await;
+}

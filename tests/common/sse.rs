@@ -81,6 +81,15 @@ impl TestServer {
 }
 
 impl SseStream {
+    /// Reads an answer that is an event stream.
+    pub fn of(response: reqwest::Response) -> SseStream {
+        SseStream {
+            response,
+            buffer: String::new(),
+            chunks: 0,
+        }
+    }
+
     /// The next event or comment; `None` once the server ended the stream.
     /// Panics when nothing comes within `within`.
     pub async fn next(&mut self, within: Duration) -> Option<SseItem> {

@@ -8,15 +8,22 @@
 //! again, so a revoked key, a lost seat or a changed role takes effect on
 //! the next request, as it does on the API.
 //!
-//! The change mark is what the board's script polls: a token that changes
-//! whenever the org's open tasks do (the org actor's published version).
-//! It reads only memory and is not counted against the org's limits; the
-//! pages the script then fetches are.
+//! The change mark is a token that changes whenever the org's open tasks
+//! do (the org actor's published version). The board's stream
+//! (`watch_board`) sends it with each notice, and a page without the
+//! stream polls it. Both read only memory and are not counted against the
+//! org's limits; the pages and cards the script then fetches are.
+
+use std::sync::Arc;
 
 use super::Engine;
 use crate::domain::account::Caller;
+use crate::domain::open::StatusCounts;
 use crate::domain::OrgId;
 use crate::error::EngineError;
+use crate::stats::OrgSnapshots;
+use crate::supervisor::Routes;
+use crate::watch::{BoardStream, OrgState};
 
 /// How long a board session lasts after sign-in.
 pub const BOARD_SESSION: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
@@ -91,13 +98,79 @@ impl Engine {
     /// named by the actor that published it. `idle` while no actor of the
     /// org runs here (nothing of it can change until one starts).
     pub fn org_change_mark(&self, org: OrgId) -> String {
-        match self.inner.routes.get(&org) {
-            Some(route) => format!(
-                "{}.{}",
-                route.actor.get_id().pid(),
-                self.inner.snapshots.version(org).unwrap_or(0)
-            ),
-            None => "idle".to_owned(),
-        }
+        change_mark(&self.inner.routes, &self.inner.snapshots, org)
     }
+
+    /// The org's open tasks per status as its actor last published them
+    /// (none before its actor first ran here).
+    pub fn org_open_counts(&self, org: OrgId) -> Option<StatusCounts> {
+        self.inner.snapshots.counts(org)
+    }
+
+    /// The board's stream of the caller's org: a notice at most once a
+    /// `watch::WINDOW_MS` while its tasks change, nothing while they do
+    /// not. A page made at another mark than the current one (`since`) is
+    /// told at once that it missed changes. Not counted: the fetches the
+    /// notices lead to are. With several nodes only the org's owner
+    /// serves it, since only its writer commits the org's events.
+    pub fn watch_board(
+        &self,
+        caller: &Caller,
+        since: Option<&str>,
+    ) -> Result<BoardStream, EngineError> {
+        let org = caller.org_id;
+        if let Some(cluster) = &self.inner.cluster {
+            if !cluster.serves(org) {
+                return Err(cluster.refusal());
+            }
+        }
+        let hub = &self.inner.hub;
+        let notices = self
+            .inner
+            .board_feeds
+            .subscribe(org, hub, &self.inner.board_state);
+        let first = since.and_then(|since| {
+            let (mark, counts) = (self.inner.board_state)(org);
+            (mark != since).then(|| crate::watch::missed(mark, counts))
+        });
+        Ok(BoardStream::new(
+            notices,
+            first,
+            hub,
+            self.inner.clock.clone(),
+        ))
+    }
+
+    /// The engine's clock (what a board compares a task's `run_at` with).
+    pub fn board_now(&self) -> i64 {
+        self.now()
+    }
+
+    /// Orgs whose boards' feed runs (one each, however many boards).
+    pub fn board_feeds(&self) -> usize {
+        self.inner.board_feeds.open()
+    }
+}
+
+fn change_mark(routes: &Routes, snapshots: &OrgSnapshots, org: OrgId) -> String {
+    match routes.get(&org) {
+        Some(route) => format!(
+            "{}.{}",
+            route.actor.get_id().pid(),
+            snapshots.version(org).unwrap_or(0)
+        ),
+        None => "idle".to_owned(),
+    }
+}
+
+/// What a board notice reads of an org: its change mark and its open
+/// tasks per status, from memory.
+pub(super) fn org_state(routes: &Routes, snapshots: &Arc<OrgSnapshots>) -> OrgState {
+    let (routes, snapshots) = (routes.clone(), Arc::clone(snapshots));
+    Arc::new(move |org| {
+        (
+            change_mark(&routes, &snapshots, org),
+            snapshots.counts(org).unwrap_or_default(),
+        )
+    })
 }

@@ -278,6 +278,8 @@ impl Engine {
                 store,
                 writers,
                 hub,
+                board_feeds: Arc::default(),
+                board_state: super::board::org_state(&routes, &snapshots),
                 background_tasks: std::sync::Mutex::new(Vec::new()),
                 directory,
                 supervisor,

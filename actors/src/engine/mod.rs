@@ -87,6 +87,10 @@ struct Inner {
     writers: Writers,
     /// The orgs' live event streams, which the writers feed.
     hub: Arc<crate::watch::EventHub>,
+    /// The boards' coalesced notices, one feed per org with a board open.
+    board_feeds: Arc<crate::watch::BoardFeeds>,
+    /// What a board notice reads of its org (the change mark, the counts).
+    board_state: crate::watch::OrgState,
     /// The embedding worker and the store watcher, aborted at shutdown.
     background_tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     directory: Arc<OrgDirectory>,

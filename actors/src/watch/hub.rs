@@ -3,7 +3,9 @@
 //! commit gave its events.
 //!
 //! An org nobody watches has no channel, and a commit then costs the
-//! writer one atomic load (`watched`). A commit sends its org's streams
+//! writer one atomic load (`watched`). Once a board watches an org, its
+//! entries also name the tasks a commit edited without an event (`edited`),
+//! which a board shows as much as a move. A commit sends its org's streams
 //! one shared entry (`CommitEvents`), not one message per event, and each
 //! event's §7 body is rendered once, by the first stream that sends it
 //! (`FeedEvent::data`), however many streams the org has.
@@ -123,6 +125,10 @@ impl FeedEvent {
 #[derive(Debug)]
 pub struct CommitEvents {
     pub events: Vec<FeedEvent>,
+    /// The tasks it changed without an event (an edit, a removal), when a
+    /// board watches the org (`subscribe_edits`); the event stream has no
+    /// use for them.
+    pub edited: Vec<TaskId>,
     /// The org's events published up to this entry's last, counted from
     /// its channel's opening.
     published_through: u64,
@@ -133,6 +139,9 @@ pub struct CommitEvents {
 struct Feed {
     sender: broadcast::Sender<Arc<CommitEvents>>,
     published: Arc<AtomicU64>,
+    /// Whether entries carry the tasks edited without an event; set by the
+    /// first board's subscription, for the channel's life.
+    edits: bool,
 }
 
 /// A stream's receiver of its org's entries.
@@ -223,6 +232,16 @@ impl EventHub {
     /// history a stream replays, so that nothing commits in between
     /// unseen.
     pub fn subscribe(&self, org: OrgId) -> Live {
+        self.subscribe_as(org, false)
+    }
+
+    /// The org's live events and its tasks edited without an event (the
+    /// boards' feed).
+    pub fn subscribe_edits(&self, org: OrgId) -> Live {
+        self.subscribe_as(org, true)
+    }
+
+    fn subscribe_as(&self, org: OrgId, edits: bool) -> Live {
         let mut orgs = self.orgs();
         let buffer = self.buffer as u64;
         if self.closed.load(Ordering::SeqCst) {
@@ -238,8 +257,10 @@ impl EventHub {
             Feed {
                 sender: broadcast::channel(self.buffer).0,
                 published: Arc::default(),
+                edits: false,
             }
         });
+        feed.edits |= edits;
         Live {
             receiver: feed.sender.subscribe(),
             published: Arc::clone(&feed.published),
@@ -267,29 +288,44 @@ impl EventHub {
             return;
         }
         let orgs = self.orgs();
-        let mut entries: Vec<(OrgId, Vec<FeedEvent>)> = Vec::new();
+        let mut entries: Vec<(OrgId, Vec<FeedEvent>, Vec<TaskId>)> = Vec::new();
         let mut id = first_id;
         for batch in batches {
-            let watched = orgs.contains_key(&batch.org);
-            for op in &batch.ops {
-                let WriteOp::InsertEvents(events) = op else {
-                    continue;
-                };
-                if watched && !events.is_empty() {
-                    let at = match entries.iter().position(|(org, _)| *org == batch.org) {
-                        Some(at) => at,
-                        None => {
-                            entries.push((batch.org, Vec::with_capacity(events.len())));
-                            entries.len() - 1
-                        }
-                    };
-                    let (_, feed) = &mut entries[at];
-                    feed.extend((id..).zip(events).map(|(id, e)| FeedEvent::new(id, e)));
+            let feed = orgs.get(&batch.org);
+            let edits = feed.is_some_and(|f| f.edits);
+            let entry = |entries: &mut Vec<(OrgId, Vec<FeedEvent>, Vec<TaskId>)>| match entries
+                .iter()
+                .position(|(org, ..)| *org == batch.org)
+            {
+                Some(at) => at,
+                None => {
+                    entries.push((batch.org, Vec::new(), Vec::new()));
+                    entries.len() - 1
                 }
-                id += events.len() as i64;
+            };
+            for op in &batch.ops {
+                let edited = match op {
+                    WriteOp::InsertEvents(events) => {
+                        if feed.is_some() && !events.is_empty() {
+                            let at = entry(&mut entries);
+                            let feed = &mut entries[at].1;
+                            feed.extend((id..).zip(events).map(|(id, e)| FeedEvent::new(id, e)));
+                        }
+                        id += events.len() as i64;
+                        continue;
+                    }
+                    WriteOp::UpdateHeader { header, .. } => std::slice::from_ref(&header.task_id),
+                    WriteOp::SetContent { task_id, .. } => std::slice::from_ref(task_id),
+                    WriteOp::PruneTasks { task_ids, .. } => task_ids.as_slice(),
+                    _ => continue,
+                };
+                if edits && !edited.is_empty() {
+                    let at = entry(&mut entries);
+                    entries[at].2.extend_from_slice(edited);
+                }
             }
         }
-        for (org, events) in entries {
+        for (org, events, edited) in entries {
             let Some(feed) = orgs.get(&org) else { continue };
             let count = events.len() as u64;
             // Counted before it is sent, so that no stream takes an entry
@@ -297,6 +333,7 @@ impl EventHub {
             let through = feed.published.fetch_add(count, Ordering::AcqRel) + count;
             let _ = feed.sender.send(Arc::new(CommitEvents {
                 events,
+                edited,
                 published_through: through,
             }));
         }

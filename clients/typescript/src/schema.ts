@@ -1083,7 +1083,7 @@ export type paths = {
             path?: never;
             cookie?: never;
         };
-        /** The org's change mark, which the board's pages poll */
+        /** The org's change mark; with `Accept: text/event-stream`, the board's stream of `changed` events (at most one each 500 ms: the mark, the changed tasks' ids, the open tasks per status) */
         get: operations["board_live"];
         put?: never;
         post?: never;
@@ -1105,6 +1105,23 @@ export type paths = {
         put?: never;
         /** Create a task from the board's form (with `csrf`) */
         post: operations["board_create_task"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/board/cards": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The cards of up to 100 tasks (`ids`, comma-separated) that the page's filters (same query) keep, as the board shows them */
+        get: operations["board_cards"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -8843,7 +8860,13 @@ export interface operations {
     };
     board_live: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description The mark the page was made at: when it is not the org's mark any
+                 *     more, the stream's first event says so.
+                 */
+                mark?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -8857,6 +8880,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["LiveMark"];
+                };
+            };
+            /** @description Malformed JSON, a body or query of the wrong shape, or a bad path parameter; `error` names the field */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             /** @description Missing, unknown or revoked key (or operator token) */
@@ -8954,6 +8986,80 @@ export interface operations {
         requestBody?: never;
         responses: {
             /** @description Created: its page follows */
+            303: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The form or the request was not understood */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description Refused: no session or no CSRF token, or the caller's role or plan does not allow it */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description The change did not apply (its reason is on the page) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description A limit of the org was reached */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+        };
+    };
+    board_cards: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The cards */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description No session: the sign-in form follows */
             303: {
                 headers: {
                     [name: string]: unknown;

@@ -3,8 +3,9 @@
 //! `/board/logout`), the tasks by status with filters, search and paging
 //! (`/board/tasks`), one task with its history, dependency graph and lease
 //! (`/board/tasks/{task_id}`), agents and their leases, reports as charts,
-//! and the org's tags, members and teams; plus `/board/live`, the change
-//! mark the pages poll to stay current.
+//! and the org's tags, members and teams; plus `/board/live`, the stream
+//! (or the change mark) that keeps the pages current, and `/board/cards`,
+//! the few cards a page fetches when the stream names them.
 //!
 //! The board adds no rule of its own: every read and write is the API
 //! operation of the same name, called through the operation table for the
@@ -18,12 +19,14 @@
 //! `csrf` the forms' tokens, `calls` every read and write through the
 //! table, `forms` forms as the API's requests, `model` answers as what the
 //! pages show, `tasks` and `reports` the views, `svg` the graph's and
-//! charts' geometry, `live` the polled change mark, `pages` and
+//! charts' geometry, `live` the stream and the mark, `cards` the changed
+//! cards, `pages` and
 //! `templates/` the askama pages, `assets/` the inline stylesheet and
 //! script.
 
 mod access;
 mod calls;
+mod cards;
 mod csrf;
 mod forms;
 mod live;
@@ -221,8 +224,9 @@ pub fn operations() -> Vec<Operation> {
             .doc(
                 "board_live",
                 "board",
-                "The org's change mark, which the board's pages poll",
+                "The org's change mark; with `Accept: text/event-stream`, the board's stream of `changed` events (at most one each 500 ms: the mark, the changed tasks' ids, the open tasks per status)",
             )
+            .query_of::<live::LiveQuery>()
             .answer::<LiveMark>(200, "The mark; it changes whenever the org's open tasks do")
             .errors(&[401])
             .handler(live::mark),
@@ -237,6 +241,17 @@ pub fn operations() -> Vec<Operation> {
                 .empty(303, "No session: the sign-in form follows"),
         )
         .handler(tasks::board),
+        page_answers(
+            Operation::get("/board/cards")
+                .doc(
+                    "board_cards",
+                    "board",
+                    "The cards of up to 100 tasks (`ids`, comma-separated) that the page's filters (same query) keep, as the board shows them",
+                )
+                .html(200, "The cards")
+                .empty(303, "No session: the sign-in form follows"),
+        )
+        .handler(cards::cards),
         page_answers(
             Operation::post("/board/tasks")
                 .doc(

@@ -9,6 +9,7 @@ use serde_json::Value;
 use taskq_actors::api::{
     ListedTask, Object, SearchHit, TaskDetail, TaskEvent, TaskSummary, TaskView, Text,
 };
+use taskq_actors::domain::open::StatusCounts;
 use taskq_actors::domain::{TaskId, TaskStatus};
 
 /// A status as people read it.
@@ -106,17 +107,33 @@ pub struct Column {
     pub status: TaskStatus,
     pub label: &'static str,
     pub cards: Vec<Card>,
+    /// The org's open tasks of the status, when it is an open one.
+    pub total: Option<usize>,
+}
+
+/// The org's open tasks of a status, from the counts its actor publishes.
+pub fn total(counts: &StatusCounts, status: TaskStatus) -> Option<usize> {
+    match status {
+        TaskStatus::Pending => Some(counts.pending),
+        TaskStatus::Paused => Some(counts.paused),
+        TaskStatus::InProgress => Some(counts.in_progress),
+        TaskStatus::Feedback => Some(counts.feedback),
+        TaskStatus::Blocked => Some(counts.blocked),
+        TaskStatus::Canceled | TaskStatus::Completed | TaskStatus::Failed => None,
+    }
 }
 
 /// Cards grouped by status, in the list's order (open work first); every
-/// status has a column, empty or not.
-pub fn columns(cards: Vec<Card>) -> Vec<Column> {
+/// status has a column, empty or not, with the org's total of the open
+/// ones when the counts are known.
+pub fn columns(cards: Vec<Card>, counts: Option<StatusCounts>) -> Vec<Column> {
     let mut columns: Vec<Column> = TaskStatus::ALL
         .into_iter()
         .map(|status| Column {
             status,
             label: status_label(status),
             cards: Vec::new(),
+            total: counts.as_ref().and_then(|c| total(c, status)),
         })
         .collect();
     for card in cards {
@@ -279,7 +296,14 @@ mod tests {
         .iter()
         .map(Card::from)
         .collect();
-        let columns = columns(cards);
+        let counts = StatusCounts {
+            pending: 7,
+            ..StatusCounts::default()
+        };
+        let columns = columns(cards, Some(counts));
+        assert_eq!(columns[0].total, Some(7));
+        assert_eq!(columns[4].total, Some(0));
+        assert_eq!(columns[TaskStatus::ALL.len() - 1].total, None);
         let order: Vec<TaskStatus> = columns.iter().map(|c| c.status).collect();
         assert_eq!(order, TaskStatus::ALL);
         let pending: Vec<_> = columns[0].cards.iter().map(|c| c.id.as_str()).collect();

@@ -126,6 +126,13 @@ pub struct Tasks {
     pub next_page: Option<String>,
 }
 
+/// Cards alone, for a page to swap in (`GET /board/cards`).
+#[derive(Template)]
+#[template(path = "cards.html")]
+pub struct Cards {
+    pub cards: Vec<super::model::Card>,
+}
+
 #[derive(Template)]
 #[template(path = "task.html")]
 pub struct TaskPage {

@@ -35,6 +35,25 @@ fn enc(s: &str) -> String {
     utf8_percent_encode(s, UNRESERVED).to_string()
 }
 
+fn value(pairs: &[(String, String)], name: &str) -> String {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// The board's filters in a query.
+pub(super) fn filters_of(pairs: &[(String, String)]) -> Filters {
+    Filters {
+        status: value(pairs, "status"),
+        tags: forms::list(&value(pairs, "tags")).join(","),
+        assignee: value(pairs, "assignee"),
+        priority_max: value(pairs, "priority_max"),
+        q: value(pairs, "q"),
+    }
+}
+
 /// `GET /board/tasks`: the org's tasks in columns by status, open work
 /// first; filtered, searched by meaning, a page at a time.
 pub async fn board(
@@ -44,21 +63,8 @@ pub async fn board(
 ) -> Result<Response, BoardError> {
     let session = signed_in(&state, &headers).await?;
     let pairs = query_pairs(query.as_deref().unwrap_or("")).map_err(|_| BoardError::BadForm)?;
-    let get = |name: &str| {
-        pairs
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.trim().to_owned())
-            .unwrap_or_default()
-    };
-    let filters = Filters {
-        status: get("status"),
-        tags: forms::list(&get("tags")).join(","),
-        assignee: get("assignee"),
-        priority_max: get("priority_max"),
-        q: get("q"),
-    };
-    let cursor = get("cursor");
+    let filters = filters_of(&pairs);
+    let cursor = value(&pairs, "cursor");
     // The list's own parameters, and the board's link to the same filters.
     let mut list = vec![("limit".to_owned(), PAGE.to_string())];
     let mut link = String::new();
@@ -117,7 +123,7 @@ pub async fn board(
             open_create: cards.is_empty(),
             search,
             shown: cards.len(),
-            columns: model::columns(cards),
+            columns: model::columns(cards, state.engine.org_open_counts(caller.org_id)),
             first_page,
             next_page,
         },
@@ -141,7 +147,7 @@ pub async fn create(
 }
 
 /// Tasks by id through `POST /tasks/get`: those the org has.
-async fn get_tasks(
+pub(super) async fn get_tasks(
     state: &AppState,
     session: &super::Session,
     ids: &[String],

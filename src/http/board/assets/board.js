@@ -1,18 +1,39 @@
-// The board's one script. It keeps a page live without a reload: every
-// second it asks /board/live for the org's change mark, and when the mark
-// moves it fetches the page again and swaps in its #live part, parsed as
-// inert HTML (DOMParser runs no script; the server escaped every field).
-// Nothing else: no content is ever built from strings here.
+// The board's one script. It keeps a page live without a reload, on the
+// board's stream (an EventSource on /board/live): each `changed` event
+// carries the org's open tasks per status, shown in the columns' totals
+// at once, and the ids of the tasks that changed. When every one of them
+// is a card on this page, only those cards are fetched (/board/cards, with
+// the page's filters) and put in their columns; otherwise the page fetches
+// itself again, once every REFETCH_MS at most over time: a page quiet for
+// a while may fetch itself REFETCH_BURST times in a row (a claim and its
+// completion soon after are both shown at once). Without the stream (it
+// failed, or the browser has none) the page polls /board/live for the
+// org's change mark every POLL_MS, as before. Fetched markup is parsed as
+// inert HTML (DOMParser runs no script; the server escaped every field);
+// nothing is ever built from strings here.
 (function () {
   "use strict";
   var body = document.body;
   var mark = body.dataset.mark;
   if (!mark) return;
   var POLL_MS = 1000;
+  var REFETCH_MS = 5000;
+  var REFETCH_BURST = 2;
   var busy = false;
   var again = false;
   var refreshes = 0;
+  var cardFetches = 0;
+  // Fetches of the page allowed now, and when they were last counted.
+  var allowance = REFETCH_BURST;
+  var counted = Date.now();
+  var refetchTimer = null;
+  var missed = false;
   var status = document.getElementById("live-status");
+  var searching = !!new URLSearchParams(location.search).get("q");
+
+  function updated() {
+    if (status) status.textContent = "Updated at " + new Date().toLocaleTimeString();
+  }
 
   function refresh() {
     busy = true;
@@ -35,10 +56,113 @@
         }
         refreshes += 1;
         body.dataset.refreshes = String(refreshes);
-        if (status) status.textContent = "Updated at " + new Date().toLocaleTimeString();
+        updated();
       })
       .catch(function () {})
       .then(function () { busy = false; });
+  }
+
+  // The page fetched again now, or as soon as the allowance has one.
+  function refetchSoon() {
+    if (refetchTimer !== null) return;
+    var now = Date.now();
+    allowance = Math.min(REFETCH_BURST, allowance + (now - counted) / REFETCH_MS);
+    counted = now;
+    var wait = (1 - allowance) * REFETCH_MS;
+    if (wait <= 0 && !busy) {
+      allowance -= 1;
+      refresh();
+      return;
+    }
+    refetchTimer = setTimeout(function () {
+      refetchTimer = null;
+      refetchSoon();
+    }, Math.max(wait, 100));
+  }
+
+  function cardOf(id) {
+    return document.querySelector('#live .columns .card[data-task="' + CSS.escape(id) + '"]');
+  }
+
+  // Each column's count of the cards it shows.
+  function recount() {
+    var cols = document.querySelectorAll("#live .col");
+    for (var i = 0; i < cols.length; i++) {
+      var count = cols[i].querySelector(".count");
+      if (count) count.textContent = String(cols[i].querySelectorAll(".card").length);
+    }
+  }
+
+  function showCounts(counts) {
+    var shown = document.querySelectorAll("#live [data-count]");
+    for (var i = 0; i < shown.length; i++) {
+      var n = counts[shown[i].dataset.count];
+      if (typeof n === "number") shown[i].textContent = String(n);
+    }
+  }
+
+  // The changed cards, fetched with the page's filters: each put in its
+  // status's column, and those no longer kept removed.
+  function fetchCards(ids) {
+    busy = true;
+    var query = new URLSearchParams(location.search);
+    query.set("ids", ids.join(","));
+    return fetch("/board/cards?" + query.toString(), { credentials: "same-origin", cache: "no-store" })
+      .then(function (r) {
+        if (!r.ok) throw new Error("status " + r.status);
+        return r.text();
+      })
+      .then(function (text) {
+        var list = new DOMParser().parseFromString(text, "text/html").getElementById("cards");
+        if (!list) throw new Error("no cards");
+        var fresh = {};
+        var items = list.querySelectorAll("li.card");
+        for (var i = 0; i < items.length; i++) fresh[items[i].dataset.task] = items[i];
+        ids.forEach(function (id) {
+          var old = cardOf(id);
+          var item = fresh[id];
+          var col = item && document.querySelector(
+            '#live .col[data-status="' + CSS.escape(item.dataset.status) + '"]');
+          var focused = old && old.contains(document.activeElement);
+          if (!item || !col) {
+            if (old) old.remove();
+            return;
+          }
+          var card = document.importNode(item, true);
+          var ul = col.querySelector("ul");
+          if (old && old.parentNode === ul) old.replaceWith(card);
+          else {
+            if (old) old.remove();
+            var empty = col.querySelector(".empty");
+            if (empty) empty.remove();
+            ul.appendChild(card);
+          }
+          if (focused) card.querySelector("a").focus();
+        });
+        recount();
+        cardFetches += 1;
+        body.dataset.cardFetches = String(cardFetches);
+        updated();
+      })
+      .then(function () { busy = false; }, function () {
+        busy = false;
+        refetchSoon();
+      });
+  }
+
+  function changed(notice) {
+    mark = notice.mark;
+    showCounts(notice.counts || {});
+    var ids = notice.tasks || [];
+    if (!notice.more && ids.length === 0) return;
+    if (document.hidden) {
+      missed = true;
+      return;
+    }
+    var onPage = !notice.more && !searching && !busy && ids.length > 0 &&
+      ids.every(function (id) { return cardOf(id) !== null; });
+    if (onPage) fetchCards(ids);
+    else refetchSoon();
   }
 
   function tick() {
@@ -68,6 +192,36 @@
       .catch(function () {});
   }
 
-  setInterval(tick, POLL_MS);
-  document.addEventListener("visibilitychange", tick);
+  function poll() {
+    body.dataset.live = "poll";
+    setInterval(tick, POLL_MS);
+    document.addEventListener("visibilitychange", tick);
+  }
+
+  if (!window.EventSource) {
+    poll();
+    return;
+  }
+  var source = new EventSource("/board/live?mark=" + encodeURIComponent(mark));
+  source.addEventListener("open", function () { body.dataset.live = "stream"; });
+  source.addEventListener("changed", function (e) {
+    var notice;
+    try {
+      notice = JSON.parse(e.data);
+    } catch (err) {
+      return;
+    }
+    changed(notice);
+  });
+  // A stream that ended is opened again by the browser; one refused (a
+  // session gone: 401) is closed, and the poll then finds out why.
+  source.addEventListener("error", function () {
+    if (source.readyState === EventSource.CLOSED) poll();
+  });
+  document.addEventListener("visibilitychange", function () {
+    if (!document.hidden && missed) {
+      missed = false;
+      refetchSoon();
+    }
+  });
 })();
