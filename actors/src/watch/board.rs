@@ -32,6 +32,12 @@ pub const WINDOW_MS: u64 = 500;
 /// Changed tasks a notice names at most; beyond, it says there were more.
 pub const MAX_IDS: usize = 100;
 
+/// The hub hears of a commit before the org's actor publishes what it
+/// changed (its mark and counts): a notice whose mark has not moved since
+/// the last waits this long, up to [`SETTLE_TRIES`] times, for the actor.
+const SETTLE_STEP: Duration = Duration::from_millis(5);
+const SETTLE_TRIES: u32 = 20;
+
 /// The tasks changed since the last notice.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Window {
@@ -193,9 +199,13 @@ async fn feed(
     let mut live = hub.subscribe_edits(org);
     let mut window = Window::default();
     let mut last_sent: Option<Instant> = None;
+    let mut last_mark = state(org).0;
+    let (mut settling, mut held_until) = (0, None::<Instant>);
     let mut ended = false;
     loop {
-        let due = (!window.is_empty()).then(|| Window::due(last_sent, Instant::now()));
+        let due = (!window.is_empty()).then(|| {
+            Window::due(last_sent, Instant::now()).max(held_until.unwrap_or(Instant::now()))
+        });
         tokio::select! {
             biased;
             () = notices.closed() => {
@@ -220,6 +230,13 @@ async fn feed(
             },
             () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
                 let (mark, counts) = state(org);
+                if mark == last_mark && settling < SETTLE_TRIES {
+                    settling += 1;
+                    held_until = Some(Instant::now() + SETTLE_STEP);
+                    continue;
+                }
+                (settling, held_until) = (0, None);
+                last_mark.clone_from(&mark);
                 notices.send_replace(Some(window.take(mark, counts)));
                 last_sent = Some(Instant::now());
             }
