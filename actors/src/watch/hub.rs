@@ -288,27 +288,16 @@ impl EventHub {
             return;
         }
         let orgs = self.orgs();
-        let mut entries: Vec<(OrgId, Vec<FeedEvent>, Vec<TaskId>)> = Vec::new();
+        let mut entries: Vec<Pending> = Vec::new();
         let mut id = first_id;
         for batch in batches {
             let feed = orgs.get(&batch.org);
             let edits = feed.is_some_and(|f| f.edits);
-            let entry = |entries: &mut Vec<(OrgId, Vec<FeedEvent>, Vec<TaskId>)>| match entries
-                .iter()
-                .position(|(org, ..)| *org == batch.org)
-            {
-                Some(at) => at,
-                None => {
-                    entries.push((batch.org, Vec::new(), Vec::new()));
-                    entries.len() - 1
-                }
-            };
             for op in &batch.ops {
                 let edited = match op {
                     WriteOp::InsertEvents(events) => {
                         if feed.is_some() && !events.is_empty() {
-                            let at = entry(&mut entries);
-                            let feed = &mut entries[at].1;
+                            let (_, feed, _) = pending_of(&mut entries, batch.org);
                             feed.extend((id..).zip(events).map(|(id, e)| FeedEvent::new(id, e)));
                         }
                         id += events.len() as i64;
@@ -320,8 +309,9 @@ impl EventHub {
                     _ => continue,
                 };
                 if edits && !edited.is_empty() {
-                    let at = entry(&mut entries);
-                    entries[at].2.extend_from_slice(edited);
+                    pending_of(&mut entries, batch.org)
+                        .2
+                        .extend_from_slice(edited);
                 }
             }
         }
@@ -397,6 +387,22 @@ impl Drop for StreamPermit {
             }
         }
     }
+}
+
+/// An org's entry as a commit gathers it: its events and the tasks it
+/// edited without one.
+type Pending = (OrgId, Vec<FeedEvent>, Vec<TaskId>);
+
+/// The org's entry among those gathered so far, added when missing.
+fn pending_of(entries: &mut Vec<Pending>, org: OrgId) -> &mut Pending {
+    let at = match entries.iter().position(|(o, ..)| *o == org) {
+        Some(at) => at,
+        None => {
+            entries.push((org, Vec::new(), Vec::new()));
+            entries.len() - 1
+        }
+    };
+    &mut entries[at]
 }
 
 #[cfg(test)]
