@@ -186,7 +186,11 @@ fn sqlite_options(url: &str, options: &StoreOptions) -> Result<SqliteConnectOpti
         // written, and the writer's every commit walks its cache's
         // hash table (`pcache1Truncate`), so a larger cache cost
         // the one serial step more than it saved.
-        .pragma("temp_store", "memory"))
+        .pragma("temp_store", "memory")
+        // SQLite never shrinks its write-ahead log by itself: after a
+        // burst of deletes (a retention sweep) the log kept its peak
+        // size. Once a checkpoint has emptied it, it is cut back to this.
+        .pragma("journal_size_limit", "67108864"))
 }
 
 fn sqlite_pool(options: &StoreOptions) -> SqlitePoolOptions {
