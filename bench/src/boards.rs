@@ -7,9 +7,10 @@
 //! fetch the changed cards alone (`GET /board/cards`) when every one is a
 //! card the page shows, else the page again, as often as the script's
 //! allowance lets it (once every 5 s over time, two in a row after a quiet
-//! spell). With `--boards-poll` they do what the script did before the
-//! stream: ask `GET /board/live` for the org's change mark every second
-//! and fetch the page again when it moved. They run from the create
+//! spell), each after a random delay of up to a second. With
+//! `--boards-poll` they do what the script did before the stream: ask
+//! `GET /board/live` for the org's change mark every second and fetch the
+//! page again when it moved. They run from the create
 //! phase's end to the cycles' end. Before the cycles they stay open on an
 //! idle server for a few seconds, which gives what an open board costs the
 //! server when nothing changes.
@@ -33,6 +34,15 @@ const IDLE: Duration = Duration::from_secs(6);
 /// `REFETCH`, up to `REFETCH_BURST` saved.
 const REFETCH: Duration = Duration::from_secs(5);
 const REFETCH_BURST: f64 = 2.0;
+/// The most the script waits, at random, before it fetches a page.
+const JITTER: Duration = Duration::from_secs(1);
+
+/// A random part of [`JITTER`], as the script's `Math.random()` gives.
+fn jitter() -> Duration {
+    use std::hash::BuildHasher as _;
+    let bits = std::collections::hash_map::RandomState::new().hash_one(Instant::now());
+    JITTER.mul_f64((bits >> 11) as f64 / (1u64 << 53) as f64)
+}
 
 #[derive(Default)]
 struct Counts {
@@ -411,7 +421,7 @@ impl Board {
                         + now.duration_since(counted).as_secs_f64() / REFETCH.as_secs_f64())
                     .min(REFETCH_BURST);
                     counted = now;
-                    let wait = REFETCH.mul_f64((1.0 - allowance).max(0.0));
+                    let wait = REFETCH.mul_f64((1.0 - allowance).max(0.0)) + jitter();
                     refetch = Some(tokio::time::Instant::now() + wait);
                 }
             }

@@ -6,11 +6,12 @@
 // the page's filters) and put in their columns; otherwise the page fetches
 // itself again, once every REFETCH_MS at most over time: a page quiet for
 // a while may fetch itself REFETCH_BURST times in a row (a claim and its
-// completion soon after are both shown at once). Without the stream (it
-// failed, or the browser has none) the page polls /board/live for the
-// org's change mark every POLL_MS, as before. Fetched markup is parsed as
-// inert HTML (DOMParser runs no script; the server escaped every field);
-// nothing is ever built from strings here.
+// completion soon after are both shown at once), each after a random
+// delay of up to JITTER_MS. Without the stream (it failed, or the browser
+// has none) the page polls /board/live for the org's change mark every
+// POLL_MS, as before. Fetched markup is parsed as inert HTML (DOMParser
+// runs no script; the server escaped every field); nothing is ever built
+// from strings here.
 (function () {
   "use strict";
   var body = document.body;
@@ -19,6 +20,7 @@
   var POLL_MS = 1000;
   var REFETCH_MS = 5000;
   var REFETCH_BURST = 2;
+  var JITTER_MS = 1000;
   var busy = false;
   var again = false;
   var refreshes = 0;
@@ -62,22 +64,29 @@
       .then(function () { busy = false; });
   }
 
-  // The page fetched again now, or as soon as the allowance has one.
-  function refetchSoon() {
-    if (refetchTimer !== null) return;
+  // Fetches allowed now, counted up to this moment.
+  function allowed() {
     var now = Date.now();
     allowance = Math.min(REFETCH_BURST, allowance + (now - counted) / REFETCH_MS);
     counted = now;
-    var wait = (1 - allowance) * REFETCH_MS;
-    if (wait <= 0 && !busy) {
-      allowance -= 1;
-      refresh();
-      return;
-    }
+    return allowance;
+  }
+
+  // The page fetched again as soon as the allowance has one, after a
+  // random part of JITTER_MS: every open board hears a notice at the same
+  // moment, and without it they would all fetch their pages together.
+  function refetchSoon() {
+    if (refetchTimer !== null) return;
+    var wait = Math.max(0, (1 - allowed()) * REFETCH_MS) + Math.random() * JITTER_MS;
     refetchTimer = setTimeout(function () {
       refetchTimer = null;
-      refetchSoon();
-    }, Math.max(wait, 100));
+      if (busy || allowed() < 1) {
+        refetchSoon();
+        return;
+      }
+      allowance -= 1;
+      refresh();
+    }, wait);
   }
 
   function cardOf(id) {
