@@ -10,10 +10,10 @@
 //! spell), each after a random delay of up to a second. With
 //! `--boards-poll` they do what the script did before the stream: ask
 //! `GET /board/live` for the org's change mark every second and fetch the
-//! page again when it moved. They run from the create
-//! phase's end to the cycles' end. Before the cycles they stay open on an
-//! idle server for a few seconds, which gives what an open board costs the
-//! server when nothing changes.
+//! page again when it moved. They run from the create phase's end to the
+//! cycles' end. Before the cycles they stay open on an idle server for a
+//! few seconds, which gives what an open board costs the server when
+//! nothing changes.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
