@@ -849,6 +849,90 @@ backend_tests!(
     }
 );
 
+/// The page as the script fetches it again on the stream, naming the
+/// last notice heard.
+async fn page_for_notice(srv: &TestServer, cookie: &str, mark: &str) -> Page {
+    let resp = page_client()
+        .get(format!("{}/board/tasks", srv.base_url))
+        .header(COOKIE, cookie)
+        .header("x-board-mark", mark)
+        .send()
+        .await
+        .expect("GET /board/tasks");
+    Page {
+        status: resp.status(),
+        headers: resp.headers().clone(),
+        body: resp.text().await.expect("body"),
+    }
+}
+
+/// The next notice naming `task`: its mark.
+async fn notice_naming(stream: &mut SseStream, task: &str) -> String {
+    loop {
+        let event = stream
+            .next_event(std::time::Duration::from_secs(10))
+            .await
+            .expect("a changed event");
+        if changed_ids(&event).iter().any(|id| id == task) {
+            return str_field(&event.data, "mark");
+        }
+    }
+}
+
+backend_tests!(
+    boards_fetching_for_one_notice_share_a_read_that_shows_it,
+    |srv| async move {
+        let org = srv.create_org("dev").await;
+        let key = &org.owner_key;
+        let a = srv.new_task(key, "A").await;
+        let b = srv.new_task(key, "B").await;
+        let (one, two) = (sign_in(&srv, key).await, sign_in(&srv, key).await);
+        let mut stream = board_stream(&srv, &one, None).await;
+        let shared = || async { srv.metric("taskq_board_pages_shared_total").await };
+        let paused = |id: &str| format!("data-task=\"{id}\" data-status=\"paused\"");
+
+        // Two boards fetch for the notice naming A's change: both show it,
+        // and the second page is made from the first one's read.
+        srv.update_ok(
+            key,
+            json!({ "task_id": a, "status": "paused", "assignee": org.owner_email }),
+        )
+        .await;
+        let mark = notice_naming(&mut stream, &a).await;
+        let before = shared().await.expect("the shared pages' counter");
+        for cookie in [&one, &two] {
+            let page = page_for_notice(&srv, cookie, &mark).await;
+            assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+            assert_strict_csp(&page, "the tasks");
+            assert!(page.body.contains(&paused(&a)), "{}", page.body);
+        }
+        assert_eq!(shared().await, Some(before + 1));
+
+        // A later notice is not answered by the earlier read.
+        srv.update_ok(
+            key,
+            json!({ "task_id": b, "status": "paused", "assignee": org.owner_email }),
+        )
+        .await;
+        let later = notice_naming(&mut stream, &b).await;
+        let page = page_for_notice(&srv, &two, &later).await;
+        assert!(page.body.contains(&paused(&b)), "{}", page.body);
+        assert_eq!(shared().await, Some(before + 1));
+
+        // Nor is a mark no notice had yet, nor one that is not a mark.
+        let (actor, version) = later.rsplit_once('.').expect("a mark");
+        let ahead = format!("{actor}.{}", version.parse::<u64>().unwrap() + 1000);
+        srv.update_ok(key, json!({ "task_id": a, "status": "pending" }))
+            .await;
+        let page = page_for_notice(&srv, &one, &ahead).await;
+        assert!(!page.body.contains(&paused(&a)), "{}", page.body);
+        let page = page_for_notice(&srv, &two, "garbage").await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert!(!page.body.contains(&paused(&a)), "{}", page.body);
+        assert_eq!(shared().await, Some(before + 1));
+    }
+);
+
 backend_tests!(
     changed_cards_come_alone_and_only_while_the_filters_keep_them,
     |srv| async move {

@@ -7,7 +7,8 @@
 //! fetch the changed cards alone (`GET /board/cards`) when every one is a
 //! card the page shows, else the page again, as often as the script's
 //! allowance lets it (once every 5 s over time, two in a row after a quiet
-//! spell), each after a random delay of up to a second. With
+//! spell), each after a random delay of up to a second and naming the
+//! last notice heard, which lets the server share a read. With
 //! `--boards-poll` they do what the script did before the stream: ask
 //! `GET /board/live` for the org's change mark every second and fetch the
 //! page again when it moved. They run from the create phase's end to the
@@ -99,6 +100,9 @@ pub(super) struct BoardsSummary {
     pub card_fetches: u64,
     /// Pages fetched again.
     pub refreshes: u64,
+    /// Of those, the pages the server made from a list another board read
+    /// for the same notice (`None` from a server that does not count them).
+    pub pages_shared: Option<u64>,
     pub refresh_ms_mean: Option<f64>,
     pub errors: u64,
     /// Failures by request and status.
@@ -195,8 +199,9 @@ impl Boards {
         })
     }
 
-    /// Stops the boards; what they did.
-    pub(super) async fn close(mut self) -> BoardsSummary {
+    /// Stops the boards; what they did (`pages_shared`: the server's count
+    /// of shared pages, read as they stop).
+    pub(super) async fn close(mut self, pages_shared: Option<u64>) -> BoardsSummary {
         let _ = self.stop.send(true);
         while self.tasks.join_next().await.is_some() {}
         let refreshes = self.counts.refreshes.load(Ordering::Relaxed);
@@ -209,6 +214,7 @@ impl Boards {
             changed_events: self.counts.changed_events.load(Ordering::Relaxed),
             card_fetches: self.counts.card_fetches.load(Ordering::Relaxed),
             refreshes,
+            pages_shared,
             refresh_ms_mean: (refreshes > 0).then(|| {
                 self.counts.refresh_micros.load(Ordering::Relaxed) as f64
                     / refreshes as f64
@@ -225,7 +231,8 @@ impl BoardsSummary {
         let pct = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| format!("{v:.2}%"));
         format!(
             "boards: {} open ({}); idle server CPU {} ({} a board); during the run {} polls, \
-             {} changed events, {} card fetches, {} pages fetched again (mean {}), {} errors {:?}\n",
+             {} changed events, {} card fetches, {} pages fetched again (mean {}; {} of them \
+             shared), {} errors {:?}\n",
             self.boards,
             self.mode,
             pct(self.idle_server_cpu_pct),
@@ -236,6 +243,8 @@ impl BoardsSummary {
             self.refreshes,
             self.refresh_ms_mean
                 .map_or("n/a".to_owned(), |m| format!("{m:.1} ms")),
+            self.pages_shared
+                .map_or("n/a".to_owned(), |n| n.to_string()),
             self.errors,
             self.errors_by_cause
         )
@@ -270,12 +279,17 @@ fn attributes<'a>(html: &'a str, attribute: &str) -> Vec<&'a str> {
 
 impl Board {
     async fn get(&self, what: &str, url: &str) -> Option<String> {
-        let answer = self
-            .client
-            .get(url)
-            .header("cookie", &self.cookie)
-            .send()
-            .await;
+        self.get_noticed(what, url, None).await
+    }
+
+    /// A GET that names the last notice heard (`X-Board-Mark`), as the
+    /// script's fetches on the stream do.
+    async fn get_noticed(&self, what: &str, url: &str, noticed: Option<&str>) -> Option<String> {
+        let mut request = self.client.get(url).header("cookie", &self.cookie);
+        if let Some(mark) = noticed {
+            request = request.header("x-board-mark", mark);
+        }
+        let answer = request.send().await;
         match answer {
             Ok(r) if r.status().is_success() => match r.text().await {
                 Ok(text) => Some(text),
@@ -291,11 +305,12 @@ impl Board {
         }
     }
 
-    /// The page, fetched again; what it shows.
-    async fn page(&self) -> Option<Shown> {
+    /// The page, fetched again (for the notice of mark `noticed`, if
+    /// any); what it shows.
+    async fn page(&self, noticed: Option<&str>) -> Option<Shown> {
         let started = Instant::now();
         let page = self
-            .get("page", &format!("{}/board/tasks", self.base))
+            .get_noticed("page", &format!("{}/board/tasks", self.base), noticed)
             .await?;
         self.counts.refreshes.fetch_add(1, Ordering::Relaxed);
         self.counts
@@ -334,14 +349,14 @@ impl Board {
             };
             if now != mark {
                 mark = now;
-                self.page().await;
+                self.page(None).await;
             }
         }
     }
 
     /// The board's script on the stream.
     async fn stream(&self, mut stopped: watch::Receiver<bool>) {
-        let Some(mut shown) = self.page().await else {
+        let Some(mut shown) = self.page(None).await else {
             return;
         };
         let url = format!("{}/board/live?mark={}", self.base, shown.mark);
@@ -363,6 +378,7 @@ impl Board {
         let (mut allowance, mut counted) = (REFETCH_BURST, Instant::now());
         // When the page is to be fetched again, if it is.
         let mut refetch: Option<tokio::time::Instant> = None;
+        let mut noticed = shown.mark.clone();
         loop {
             let at = refetch.unwrap_or_else(tokio::time::Instant::now);
             tokio::select! {
@@ -370,7 +386,7 @@ impl Board {
                 () = tokio::time::sleep_until(at), if refetch.is_some() => {
                     refetch = None;
                     allowance -= 1.0;
-                    if let Some(fresh) = self.page().await {
+                    if let Some(fresh) = self.page(Some(&noticed)).await {
                         shown = fresh;
                     }
                     continue;
@@ -395,6 +411,9 @@ impl Board {
                     continue;
                 };
                 self.counts.changed_events.fetch_add(1, Ordering::Relaxed);
+                if let Some(mark) = notice["mark"].as_str() {
+                    noticed = mark.to_owned();
+                }
                 let more = notice["more"].as_bool().unwrap_or(true);
                 let ids: Vec<&str> = notice["tasks"]
                     .as_array()

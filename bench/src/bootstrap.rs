@@ -116,6 +116,12 @@ impl Admin {
         })
     }
 
+    /// `taskq_board_pages_shared_total` from `GET /metrics`: board pages
+    /// made from a list another board read for the same notice.
+    pub(super) async fn board_pages_shared(&self) -> Option<u64> {
+        self.gauge("taskq_board_pages_shared_total").await
+    }
+
     /// An unlabelled gauge or counter from `GET /metrics`.
     async fn gauge(&self, name: &str) -> Option<u64> {
         gauge_in(&self.metrics().await?, name)

@@ -47,6 +47,7 @@ pub(super) struct Expired {
     settle_secs: Option<f64>,
     db_bytes_empty: Option<u64>,
     db_bytes_filled: Option<u64>,
+    wal_bytes_filled: Option<u64>,
     /// Tasks of the org stored when the cycles began.
     stored_before: i64,
     sweep_started: Option<Instant>,
@@ -75,6 +76,10 @@ pub(super) struct ExpiredSummary {
     db_bytes_filled: Option<u64>,
     db_bytes_swept: Option<u64>,
     db_bytes_refilled: Option<u64>,
+    /// Of those, the WAL alone.
+    wal_bytes_filled: Option<u64>,
+    wal_bytes_swept: Option<u64>,
+    wal_bytes_refilled: Option<u64>,
 }
 
 impl ExpiredSummary {
@@ -85,7 +90,8 @@ impl ExpiredSummary {
         format!(
             "expired: {} tasks filled in {:.1} s, settled in {}, sweep {}\n\
              stored at the cycles' start {}, at their end {}: {} removed, {:.0}/s\n\
-             drained in {}; database empty {}, filled {}, swept {}, filled again {}\n",
+             drained in {}; database empty {}, filled {}, swept {}, filled again {}\n\
+             of which the log: filled {}, swept {}, filled again {}\n",
             self.tasks,
             self.fill_secs,
             self.settle_secs
@@ -101,6 +107,9 @@ impl ExpiredSummary {
             mb(self.db_bytes_filled),
             mb(self.db_bytes_swept),
             mb(self.db_bytes_refilled),
+            mb(self.wal_bytes_filled),
+            mb(self.wal_bytes_swept),
+            mb(self.wal_bytes_refilled),
         )
     }
 }
@@ -132,12 +141,15 @@ fn sqlite_file(database: &str) -> Option<PathBuf> {
 
 /// The database file and its WAL, in bytes.
 async fn db_bytes(file: Option<&Path>) -> Option<u64> {
-    let file = file?;
-    let main = tokio::fs::metadata(file).await.ok()?.len();
-    let mut wal = file.as_os_str().to_owned();
+    let main = tokio::fs::metadata(file?).await.ok()?.len();
+    Some(main + wal_bytes(file).await?)
+}
+
+/// The database's WAL alone, in bytes.
+async fn wal_bytes(file: Option<&Path>) -> Option<u64> {
+    let mut wal = file?.as_os_str().to_owned();
     wal.push("-wal");
-    let wal = tokio::fs::metadata(&wal).await.map_or(0, |m| m.len());
-    Some(main + wal)
+    Some(tokio::fs::metadata(&wal).await.map_or(0, |m| m.len()))
 }
 
 impl Expired {
@@ -174,6 +186,7 @@ impl Expired {
             settle_secs: None,
             db_bytes_empty,
             db_bytes_filled: None,
+            wal_bytes_filled: None,
             stored_before: 0,
             sweep_started: None,
         };
@@ -181,6 +194,7 @@ impl Expired {
         expired.fill().await?;
         expired.fill_secs = started.elapsed().as_secs_f64();
         expired.db_bytes_filled = db_bytes(expired.database.as_deref()).await;
+        expired.wal_bytes_filled = wal_bytes(expired.database.as_deref()).await;
         expired
             .admin
             .call(
@@ -308,6 +322,9 @@ impl Expired {
             db_bytes_filled: self.db_bytes_filled,
             db_bytes_swept: None,
             db_bytes_refilled: None,
+            wal_bytes_filled: self.wal_bytes_filled,
+            wal_bytes_swept: None,
+            wal_bytes_refilled: None,
         };
         if let (true, Some(started)) = (drain, self.sweep_started) {
             let left = self.tasks as i64 - removed;
@@ -318,8 +335,10 @@ impl Expired {
             }
             summary.drain_secs = Some(started.elapsed().as_secs_f64());
             summary.db_bytes_swept = db_bytes(self.database.as_deref()).await;
+            summary.wal_bytes_swept = wal_bytes(self.database.as_deref()).await;
             self.fill().await?;
             summary.db_bytes_refilled = db_bytes(self.database.as_deref()).await;
+            summary.wal_bytes_refilled = wal_bytes(self.database.as_deref()).await;
         }
         Ok(summary)
     }

@@ -345,7 +345,7 @@ async fn execute(
                     report.streams = Some(streams.close().await);
                 }
                 if let Some(boards) = boards {
-                    report.boards = Some(boards.close().await);
+                    report.boards = Some(boards.close(admin.board_pages_shared().await).await);
                 }
                 if let (Some(before), Some(after)) = (before, admin.commit_counters().await) {
                     report.commit_path = Some(CommitPath::between(before, after, cycled.wall));

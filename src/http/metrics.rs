@@ -272,6 +272,10 @@ pub async fn render(State(state): State<AppState>, _: Operator) -> Result<Respon
         ("taskq_claims_kept_total", cache.claims_kept),
         ("taskq_claims_read_total", cache.claims_read),
         ("taskq_claim_cache_refilled_total", cache.tasks_refilled),
+        (
+            "taskq_board_pages_shared_total",
+            state.board_lists.shared_total(),
+        ),
     ] {
         scalar(&mut out, "counter", name, value);
     }

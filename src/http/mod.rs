@@ -54,6 +54,8 @@ pub struct Shared {
     pub secure_cookies: bool,
     /// The client that forwards requests to the other nodes.
     pub peers: reqwest::Client,
+    /// Board pages' lists, shared by the boards of an org.
+    pub board_lists: board::SharedLists,
     /// The engine's clock, movable by the test hook.
     #[cfg(feature = "test-hooks")]
     pub test_clock: Option<Arc<taskq_actors::clock::OffsetClock>>,
@@ -75,6 +77,7 @@ impl Shared {
             operator_attempts: lockout::OperatorAttempts::new(lockout::DEFAULT_WRONG_TOKENS),
             secure_cookies: false,
             peers,
+            board_lists: board::SharedLists::default(),
             #[cfg(feature = "test-hooks")]
             test_clock: None,
         }

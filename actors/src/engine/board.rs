@@ -146,6 +146,13 @@ impl Engine {
         self.now()
     }
 
+    /// The mark of the last notice the org's boards were sent here, while
+    /// a board of the org streams here: what is read from now on shows
+    /// every change the notices up to it named (`mark_covers`).
+    pub fn board_noticed_mark(&self, org: OrgId) -> Option<Arc<str>> {
+        self.inner.board_feeds.noticed(org)
+    }
+
     /// Orgs whose boards' feed runs (one each, however many boards).
     pub fn board_feeds(&self) -> usize {
         self.inner.board_feeds.open()
@@ -163,6 +170,21 @@ fn change_mark(routes: &Routes, snapshots: &OrgSnapshots, org: OrgId) -> String 
     }
 }
 
+/// Whether a read made once the notice of mark `read_after` was sent shows
+/// every change that the notices up to mark `wanted` named: both marks of
+/// the same actor (a version counts within one actor's run only), and
+/// `wanted` not later. A mark that does not read as one covers nothing.
+pub fn mark_covers(read_after: &str, wanted: &str) -> bool {
+    let version = |mark: &str| {
+        let (actor, version) = mark.rsplit_once('.')?;
+        Some((actor.to_owned(), version.parse::<u64>().ok()?))
+    };
+    match (version(read_after), version(wanted)) {
+        (Some((a, read)), Some((b, wanted))) => a == b && wanted <= read,
+        _ => false,
+    }
+}
+
 /// What a board notice reads of an org: its change mark and its open
 /// tasks per status, from memory.
 pub(super) fn org_state(routes: &Routes, snapshots: &Arc<OrgSnapshots>) -> OrgState {
@@ -173,4 +195,21 @@ pub(super) fn org_state(routes: &Routes, snapshots: &Arc<OrgSnapshots>) -> OrgSt
             snapshots.counts(org).unwrap_or_default(),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mark_covers;
+
+    #[test]
+    fn a_read_covers_the_notices_up_to_its_own_of_the_same_actor() {
+        assert!(mark_covers("7.40", "7.40"));
+        assert!(mark_covers("7.40", "7.3"));
+        assert!(!mark_covers("7.40", "7.41"));
+        assert!(!mark_covers("8.40", "7.3"), "another actor's versions");
+        for bad in ["idle", "7.", "7.x", "", "7.-1"] {
+            assert!(!mark_covers("7.40", bad), "{bad}");
+            assert!(!mark_covers(bad, "7.1"), "{bad}");
+        }
+    }
 }

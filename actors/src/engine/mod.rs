@@ -45,7 +45,7 @@ use ractor::rpc::CallResult;
 use ractor::{ActorId, ActorRef};
 
 pub use admin::{parse_org_id, OPERATOR_SESSION};
-pub use board::BOARD_SESSION;
+pub use board::{mark_covers, BOARD_SESSION};
 pub use feedback::{FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT, ORG_STRIKE_LIMIT};
 pub use lifecycle::EngineConfig;
 pub use peers::{Peer, PeerAnswer, PeerCall, PeerOp, Peers};
@@ -383,6 +383,13 @@ impl Engine {
 
     fn now(&self) -> i64 {
         self.inner.clock.now_ms()
+    }
+
+    /// Admits a read answered without asking the org's actor (a board page
+    /// shared with another board of the org): counted as the read it
+    /// stands for.
+    pub async fn admit_read(&self, caller: &Caller) -> Result<(), EngineError> {
+        self.admit(caller, RequestKind::Read).await
     }
 
     /// Admits a request the store serves (get, keys): counts it

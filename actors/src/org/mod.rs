@@ -516,7 +516,7 @@ impl Actor for OrgActor {
                 task_ids,
                 cutoff,
                 reply,
-            } => self.prune(state, task_ids, cutoff, reply).await,
+            } => self.prune(state, task_ids, cutoff, reply),
             OrgMsg::Delete { reply } => self.delete(&myself, state, reply).await,
             OrgMsg::LeaseTick => {
                 state.lease_timer_at = None;

@@ -1,7 +1,9 @@
-//! The retention sweep's removals. The actor waits for each removal's
-//! commit before its next turn: a turn that reads a task from the store
-//! (to reopen it, or to name it as a parent or blocker) then never finds
-//! one whose removal is still on its way to the store.
+//! The retention sweep's removals. A removal is a write like any other:
+//! the actor goes on with its next turn while the removal commits, and
+//! the sweep waits for the commit. A turn that reads a task from the store
+//! (to reopen it, or to name it as a parent or blocker) reads after the
+//! org's queued writes have committed (`load`), so it never finds a task
+//! whose removal is on its way; the claims in between are not held up.
 //!
 //! The sweep reads which tasks name others once, before its pages; a task
 //! written after that read may name an eligible one. While the sweep runs,
@@ -11,10 +13,10 @@
 use super::{OrgActor, OrgState, Outcome, Reply};
 use crate::domain::retention::SweepPins;
 use crate::domain::TaskId;
-use crate::store::{StoreError, WriteOp};
+use crate::store::WriteOp;
 
 impl OrgActor {
-    pub(super) async fn prune(
+    pub(super) fn prune(
         &self,
         state: &mut OrgState,
         task_ids: Vec<TaskId>,
@@ -37,21 +39,20 @@ impl OrgActor {
             .filter(|id| !state.open.contains(*id) && !pins.is_pinned(*id))
             .collect();
         let count = task_ids.len();
-        let result = match self.begin(state, None) {
-            Err(e) => Err(e),
+        let outcome = match self.begin(state, None) {
+            Err(e) => Outcome {
+                result: Err(e),
+                commit: None,
+            },
             Ok((slot, mut work)) => {
                 work.accounts.push(WriteOp::PruneTasks { task_ids, cutoff });
-                match slot.submit(work.into_batch(state)).await {
-                    Ok(Ok(())) => Ok(count),
-                    Ok(Err(e)) => Err(e.into()),
-                    Err(_) => Err(StoreError::WriterGone.into()),
+                Outcome {
+                    result: Ok(count),
+                    commit: Some(slot.submit(work.into_batch(state))),
                 }
             }
         };
-        let _ = reply.send(Outcome {
-            result,
-            commit: None,
-        });
+        let _ = reply.send(outcome);
     }
 }
 

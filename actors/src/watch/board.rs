@@ -132,7 +132,15 @@ pub fn missed(mark: String, counts: StatusCounts) -> Arc<str> {
 /// The org's change mark and open tasks per status, read from memory.
 pub type OrgState = Arc<dyn Fn(OrgId) -> (String, StatusCounts) + Send + Sync>;
 
-type Notices = Arc<watch::Sender<Option<Arc<str>>>>;
+/// A notice as its feed sent it: its mark, read when it was sent (after
+/// every commit it names), and its data.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub mark: Arc<str>,
+    pub data: Arc<str>,
+}
+
+type Notices = Arc<watch::Sender<Option<Sent>>>;
 
 /// The feeds of the orgs that have a board open.
 #[derive(Default)]
@@ -151,7 +159,7 @@ impl BoardFeeds {
         org: OrgId,
         hub: &Arc<EventHub>,
         state: &OrgState,
-    ) -> watch::Receiver<Option<Arc<str>>> {
+    ) -> watch::Receiver<Option<Sent>> {
         let mut feeds = self.feeds();
         if let Some(notices) = feeds.get(&org) {
             return notices.subscribe();
@@ -179,6 +187,15 @@ impl BoardFeeds {
             feeds.remove(&org);
         }
         true
+    }
+
+    /// The mark of the org's last notice, while its feed runs: every
+    /// change of the org that a notice up to that mark named was committed
+    /// before it was sent.
+    pub fn noticed(&self, org: OrgId) -> Option<Arc<str>> {
+        let feeds = self.feeds();
+        let sent = feeds.get(&org)?.borrow();
+        sent.as_ref().map(|s| Arc::clone(&s.mark))
     }
 
     /// Orgs with a feed running.
@@ -237,7 +254,8 @@ async fn feed(
                 }
                 (settling, held_until) = (0, None);
                 last_mark.clone_from(&mark);
-                notices.send_replace(Some(window.take(mark, counts)));
+                let sent = Sent { mark: mark.as_str().into(), data: window.take(mark, counts) };
+                notices.send_replace(Some(sent));
                 last_sent = Some(Instant::now());
             }
         }
@@ -260,7 +278,7 @@ pub enum BoardItem {
 
 /// One open board's stream of its org's notices.
 pub struct BoardStream {
-    notices: watch::Receiver<Option<Arc<str>>>,
+    notices: watch::Receiver<Option<Sent>>,
     /// Sent first: the page was made before a change already noticed.
     first: Option<Arc<str>>,
     clock: Arc<dyn Clock>,
@@ -271,7 +289,7 @@ pub struct BoardStream {
 
 impl BoardStream {
     pub fn new(
-        notices: watch::Receiver<Option<Arc<str>>>,
+        notices: watch::Receiver<Option<Sent>>,
         first: Option<Arc<str>>,
         hub: &EventHub,
         clock: Arc<dyn Clock>,
@@ -305,7 +323,7 @@ impl BoardStream {
                     let notice = self.notices.borrow_and_update().clone();
                     if let Some(notice) = notice {
                         self.sent_at = self.clock.now_ms();
-                        return Some(BoardItem::Changed(notice));
+                        return Some(BoardItem::Changed(notice.data));
                     }
                 }
                 () = self.keep_alive.as_mut() => {
@@ -425,8 +443,9 @@ mod tests {
         two.changed().await.unwrap();
         publish.abort();
         let (a, b) = (one.borrow().clone().unwrap(), two.borrow().clone().unwrap());
-        assert!(Arc::ptr_eq(&a, &b), "rendered once for both");
-        assert!(a.contains(&task.to_string()));
+        assert!(Arc::ptr_eq(&a.data, &b.data), "rendered once for both");
+        assert!(a.data.contains(&task.to_string()));
+        assert_eq!(feeds.noticed(org).as_deref(), Some("m"));
         drop((one, two));
         for _ in 0..1000 {
             if feeds.open() == 0 {
@@ -435,5 +454,6 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(feeds.open(), 0, "the feed ends with its last board");
+        assert_eq!(feeds.noticed(org), None);
     }
 }

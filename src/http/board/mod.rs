@@ -20,7 +20,7 @@
 //! table, `forms` forms as the API's requests, `model` answers as what the
 //! pages show, `tasks` and `reports` the views, `svg` the graph's and
 //! charts' geometry, `live` the stream and the mark, `cards` the changed
-//! cards, `pages` and
+//! cards, `lists` a page's list shared by the org's boards, `pages` and
 //! `templates/` the askama pages, `assets/` the inline stylesheet and
 //! script.
 
@@ -29,6 +29,7 @@ mod calls;
 mod cards;
 mod csrf;
 mod forms;
+mod lists;
 mod live;
 mod model;
 mod pages;
@@ -45,6 +46,7 @@ use super::operation::{Access, Operation};
 use super::{ApiError, AppState};
 use session::Session;
 
+pub use lists::SharedLists;
 pub use live::LiveMark;
 pub use session::session_id;
 

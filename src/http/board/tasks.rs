@@ -1,5 +1,7 @@
 //! The tasks: the board of columns, one task's page, and their forms.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -11,6 +13,7 @@ use taskq_actors::api::{ItemError, SearchAnswer, TaskDetail, UpdateResult};
 use super::super::extract::query_pairs;
 use super::calls::{call, Input, CREATE_TASKS, GET_TASKS, LIST_TASKS, SEARCH_TASKS, UPDATE_TASKS};
 use super::forms::{self, Form};
+use super::lists::{self, Listed};
 use super::model::{self, Card, Found, Task};
 use super::pages::{self, Filters, Search, TaskPage, Tasks, PRIORITIES};
 use super::svg::{Graph, GraphTask, NODE_H, NODE_W};
@@ -86,8 +89,8 @@ pub async fn board(
         list.push(("cursor".to_owned(), cursor.clone()));
     }
     let caller = &session.caller;
-    let listed = call(&state, caller, LIST_TASKS, Input::Query(list)).await?;
-    let cards: Vec<Card> = listed.tasks.iter().map(Card::from).collect();
+    let listed = listed(&state, caller, list, lists::wanted(&headers)).await?;
+    let cards = listed.cards.clone();
     let search = if filters.q.is_empty() {
         None
     } else {
@@ -128,6 +131,41 @@ pub async fn board(
             next_page,
         },
     ))
+}
+
+/// The tasks a page lists: for a fetch after a notice (`wanted`), a list
+/// another board of the org read since that notice, if there is one; else
+/// read now through `GET /tasks`, and kept for the boards that fetch after
+/// it.
+async fn listed(
+    state: &AppState,
+    caller: &taskq_actors::Caller,
+    query: Vec<(String, String)>,
+    wanted: Option<&str>,
+) -> Result<Arc<Listed>, BoardError> {
+    let org = caller.org_id;
+    let key = query
+        .iter()
+        .map(|(name, value)| format!("{}={}&", enc(name), enc(value)))
+        .collect::<String>();
+    if let Some(shared) = wanted.and_then(|w| state.board_lists.get(org, &key, w)) {
+        state.engine.admit_read(caller).await?;
+        return Ok(shared);
+    }
+    // Read before the list: the notices up to it named only what is
+    // committed by now.
+    let read_after = state.engine.board_noticed_mark(org);
+    let answer = call(state, caller, LIST_TASKS, Input::Query(query)).await?;
+    let listed = Arc::new(Listed {
+        cards: answer.tasks.iter().map(Card::from).collect(),
+        next_cursor: answer.next_cursor,
+    });
+    if let Some(read_after) = read_after {
+        state
+            .board_lists
+            .put(org, key, read_after, Arc::clone(&listed));
+    }
+    Ok(listed)
 }
 
 /// `POST /board/tasks`: creates the form's task (`POST /tasks`) and shows it.

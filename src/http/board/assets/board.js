@@ -7,9 +7,10 @@
 // itself again, once every REFETCH_MS at most over time: a page quiet for
 // a while may fetch itself REFETCH_BURST times in a row (a claim and its
 // completion soon after are both shown at once), each after a random
-// delay of up to JITTER_MS. Without the stream (it failed, or the browser
-// has none) the page polls /board/live for the org's change mark every
-// POLL_MS, as before. Fetched markup is parsed as inert HTML (DOMParser
+// delay of up to JITTER_MS, naming the last notice so that the server may
+// share one read among the org's boards. Without the stream (it failed,
+// or the browser has none) the page polls /board/live for the org's
+// change mark every POLL_MS, as before. Fetched markup is parsed as inert HTML (DOMParser
 // runs no script; the server escaped every field); nothing is ever built
 // from strings here.
 (function () {
@@ -37,12 +38,16 @@
     if (status) status.textContent = "Updated at " + new Date().toLocaleTimeString();
   }
 
-  function refresh() {
+  // The page fetched again. On the stream it names the last notice heard
+  // (X-Board-Mark): the server may then make it from a list another board
+  // of the org read since that notice.
+  function refresh(noticed) {
     busy = true;
     var focused = document.activeElement;
     var live = document.getElementById("live");
     var href = focused && live && live.contains(focused) ? focused.getAttribute("href") : null;
-    return fetch(location.href, { credentials: "same-origin", cache: "no-store" })
+    var headers = noticed ? { "X-Board-Mark": mark } : {};
+    return fetch(location.href, { credentials: "same-origin", cache: "no-store", headers: headers })
       .then(function (r) {
         if (!r.ok) throw new Error("status " + r.status);
         return r.text();
@@ -85,7 +90,7 @@
         return;
       }
       allowance -= 1;
-      refresh();
+      refresh(true);
     }, wait);
   }
 

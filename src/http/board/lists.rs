@@ -1,0 +1,181 @@
+//! The tasks a board page lists, shared by the boards of an org.
+//!
+//! One notice reaches every open board of an org at once, and each that
+//! cannot update its cards alone fetches its page again: fifty boards made
+//! fifty reads of the same 200 tasks for one change. A page's list is
+//! therefore kept a few seconds, stamped with the mark of the org's last
+//! notice sent before it was read; the script says which notice it fetches
+//! for (`X-Board-Mark`), and a list stamped at or after that mark shows
+//! every change the notice named (`mark_covers`), so the page is made from
+//! it. The stamp is the server's own, never the client's: a list read
+//! before a notice is never served for it. A page asked without the header
+//! (a navigation, a form's redirect, the poll without the stream) is read
+//! afresh. A shared list is still counted against the
+//! org's limits as the read it stands for.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::HeaderMap;
+use taskq_actors::domain::OrgId;
+use taskq_actors::mark_covers;
+
+use super::model::Card;
+
+/// The header by which the script names the notice it fetches for.
+pub const MARK_HEADER: &str = "x-board-mark";
+
+/// How long a list is kept for the boards that fetch after it.
+const KEPT: Duration = Duration::from_secs(10);
+/// Lists kept at most, over every org and filter.
+const MOST: usize = 64;
+
+/// What a page lists: its cards, open work first, and the next page.
+pub struct Listed {
+    pub cards: Vec<Card>,
+    pub next_cursor: Option<String>,
+}
+
+struct Kept {
+    read_after: Arc<str>,
+    at: Instant,
+    /// The order in which lists were kept (the first to go when full).
+    seq: u64,
+    listed: Arc<Listed>,
+}
+
+type Key = (OrgId, String);
+
+/// The lists kept, by org and the list's own query.
+#[derive(Default)]
+pub struct SharedLists {
+    kept: Mutex<(HashMap<Key, Kept>, u64)>,
+    /// Pages made from a list another page read (`/metrics`).
+    shared: AtomicU64,
+}
+
+/// The notice a request fetches for, if it names one.
+pub fn wanted(headers: &HeaderMap) -> Option<&str> {
+    headers.get(MARK_HEADER)?.to_str().ok()
+}
+
+impl SharedLists {
+    fn kept(&self) -> std::sync::MutexGuard<'_, (HashMap<Key, Kept>, u64)> {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A list of the org for `query` that shows every change the notices
+    /// up to `wanted` named.
+    pub fn get(&self, org: OrgId, query: &str, wanted: &str) -> Option<Arc<Listed>> {
+        let kept = self.kept();
+        let found = kept.0.get(&(org, query.to_owned()))?;
+        let covers = found.at.elapsed() < KEPT && mark_covers(&found.read_after, wanted);
+        covers.then(|| {
+            self.shared.fetch_add(1, Ordering::Relaxed);
+            Arc::clone(&found.listed)
+        })
+    }
+
+    /// Pages made from a list another page read, since the start.
+    pub fn shared_total(&self) -> u64 {
+        self.shared.load(Ordering::Relaxed)
+    }
+
+    /// Keeps a list read after the notice of mark `read_after`, unless a
+    /// later one is kept.
+    pub fn put(&self, org: OrgId, query: String, read_after: Arc<str>, listed: Arc<Listed>) {
+        let mut guard = self.kept();
+        let (kept, next) = &mut *guard;
+        let now = Instant::now();
+        kept.retain(|_, k| now.duration_since(k.at) < KEPT);
+        let key = (org, query);
+        if let Some(old) = kept.get(&key) {
+            if old.read_after != read_after && mark_covers(&old.read_after, &read_after) {
+                return;
+            }
+        } else if kept.len() >= MOST {
+            let oldest = kept
+                .iter()
+                .min_by_key(|(_, k)| k.seq)
+                .map(|(key, _)| key.clone());
+            if let Some(oldest) = oldest {
+                kept.remove(&oldest);
+            }
+        }
+        *next += 1;
+        kept.insert(
+            key,
+            Kept {
+                read_after,
+                at: now,
+                seq: *next,
+                listed,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed(n: usize) -> Arc<Listed> {
+        Arc::new(Listed {
+            cards: Vec::with_capacity(n),
+            next_cursor: Some(n.to_string()),
+        })
+    }
+
+    #[test]
+    fn a_list_serves_the_notices_up_to_its_stamp_and_the_same_query_only() {
+        let lists = SharedLists::default();
+        let org = OrgId::new_v7();
+        lists.put(org, "limit=200".into(), "3.10".into(), listed(1));
+        assert!(lists.get(org, "limit=200", "3.10").is_some());
+        assert!(lists.get(org, "limit=200", "3.9").is_some());
+        assert!(
+            lists.get(org, "limit=200", "3.11").is_none(),
+            "a later notice"
+        );
+        assert!(
+            lists.get(org, "limit=200", "4.1").is_none(),
+            "another actor"
+        );
+        assert!(lists.get(org, "limit=200&status=done", "3.1").is_none());
+        let other = OrgId::new_v7();
+        assert!(lists.get(other, "limit=200", "3.1").is_none());
+        assert_eq!(lists.shared_total(), 2);
+    }
+
+    #[test]
+    fn the_latest_list_is_kept() {
+        let lists = SharedLists::default();
+        let org = OrgId::new_v7();
+        lists.put(org, "q".into(), "3.10".into(), listed(1));
+        lists.put(org, "q".into(), "3.8".into(), listed(2));
+        let kept = lists.get(org, "q", "3.10").expect("the later list stays");
+        assert_eq!(kept.next_cursor.as_deref(), Some("1"));
+        lists.put(org, "q".into(), "3.12".into(), listed(3));
+        let kept = lists
+            .get(org, "q", "3.12")
+            .expect("a later list replaces it");
+        assert_eq!(kept.next_cursor.as_deref(), Some("3"));
+    }
+
+    #[test]
+    fn the_lists_kept_are_bounded() {
+        let lists = SharedLists::default();
+        let org = OrgId::new_v7();
+        for i in 0..MOST + 10 {
+            lists.put(org, format!("q{i}"), "1.1".into(), listed(i));
+        }
+        assert_eq!(lists.kept().0.len(), MOST);
+        assert!(lists.get(org, &format!("q{}", MOST + 9), "1.1").is_some());
+        assert!(
+            lists.get(org, "q0", "1.1").is_none(),
+            "the oldest went first"
+        );
+    }
+}
