@@ -10,9 +10,9 @@
 // delay of up to JITTER_MS, naming the last notice so that the server may
 // share one read among the org's boards. Without the stream (it failed,
 // or the browser has none) the page polls /board/live for the org's
-// change mark every POLL_MS, as before. Fetched markup is parsed as inert HTML (DOMParser
-// runs no script; the server escaped every field); nothing is ever built
-// from strings here.
+// change mark every POLL_MS, as before. Fetched markup is parsed as inert
+// HTML (DOMParser runs no script; the server escaped every field);
+// nothing is ever built from strings here.
 (function () {
   "use strict";
   var body = document.body;
