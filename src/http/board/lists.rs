@@ -10,8 +10,8 @@
 //! it. The stamp is the server's own, never the client's: a list read
 //! before a notice is never served for it. A page asked without the header
 //! (a navigation, a form's redirect, the poll without the stream) is read
-//! afresh. A shared list is still counted against the
-//! org's limits as the read it stands for.
+//! afresh. A shared list is still counted against the org's limits as the
+//! read it stands for.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -41,12 +41,12 @@
   // The page fetched again. On the stream it names the last notice heard
   // (X-Board-Mark): the server may then make it from a list another board
   // of the org read since that notice.
-  function refresh(noticed) {
+  function refresh(onStream) {
     busy = true;
     var focused = document.activeElement;
     var live = document.getElementById("live");
     var href = focused && live && live.contains(focused) ? focused.getAttribute("href") : null;
-    var headers = noticed ? { "X-Board-Mark": mark } : {};
+    var headers = onStream ? { "X-Board-Mark": mark } : {};
     return fetch(location.href, { credentials: "same-origin", cache: "no-store", headers: headers })
       .then(function (r) {
         if (!r.ok) throw new Error("status " + r.status);
