@@ -618,8 +618,11 @@ async fn workers_ride_out_the_owner_killed_in_a_three_node_cluster() {
             .collect();
         base64::engine::general_purpose::STANDARD.encode(bytes)
     };
+    // Each node names its own address to clients: a worker sent to a node
+    // that is not the owner goes to the owner after its first answers.
     let first = TestServer::builder(Backend::Postgres)
         .env("TASKQ_MASTER_KEY", &master_key)
+        .env("TASKQ_PUBLIC_URL", "advertise")
         .start()
         .await;
     let mut nodes = vec![first];
@@ -627,10 +630,12 @@ async fn workers_ride_out_the_owner_killed_in_a_three_node_cluster() {
         let node = TestServer::builder(Backend::Postgres)
             .joining(&nodes[0])
             .env("TASKQ_MASTER_KEY", &master_key)
+            .env("TASKQ_PUBLIC_URL", "advertise")
             .start()
             .await;
         nodes.push(node);
     }
+    settled(&nodes[0]).await;
     let org = nodes[0].create_org("dev").await;
     let key = org.owner_key.clone();
     let created = create_many(
@@ -655,15 +660,27 @@ async fn workers_ride_out_the_owner_killed_in_a_three_node_cluster() {
         spec.lease_seconds = 10;
         workers.push(WorkerProcess::start(&runtimes, lang, &spec).await);
     }
-    eventually(
-        Duration::from_secs(60),
-        "some tasks are completed",
-        || async {
-            let done: usize = workers.iter().map(|w| w.ids("completed").len()).sum();
-            (done >= 30).then_some(())
-        },
-    )
-    .await;
+    let completed = |n: usize| {
+        let workers = &workers;
+        eventually(
+            Duration::from_secs(60),
+            "some tasks are completed",
+            move || async move {
+                let done: usize = workers.iter().map(|w| w.ids("completed").len()).sum();
+                (done >= n).then_some(())
+            },
+        )
+    };
+    completed(30).await;
+    // By now every worker follows the owner its first answers named: the
+    // node they were sent to forwards nothing more.
+    let forwarded = forwarded_by(&nodes[survivor]).await;
+    completed(60).await;
+    assert_eq!(
+        forwarded_by(&nodes[survivor]).await,
+        forwarded,
+        "the workers' calls still went through the node they were sent to"
+    );
     nodes[owner].kill9().await;
     let node = &nodes[survivor];
     eventually(
@@ -680,6 +697,38 @@ async fn workers_ride_out_the_owner_killed_in_a_three_node_cluster() {
         answered_503(node).await > 0,
         "the survivor never answered 503 while the org moved"
     );
+}
+
+/// Waits until every node has been live for the heartbeats after which
+/// orgs move to it, so that an org made now stays where it is placed.
+async fn settled(node: &TestServer) {
+    eventually(Duration::from_secs(15), "every node settled", || async {
+        let (status, view) = node.admin(Method::GET, "/admin/cluster", None).await;
+        assert_eq!(status, StatusCode::OK, "{view}");
+        let nodes = view["nodes"].as_array().cloned().unwrap_or_default();
+        let lived = |n: &Value| {
+            let at = |f: &str| chrono::DateTime::parse_from_rfc3339(n[f].as_str().unwrap_or(""));
+            match (at("started_at"), at("last_seen")) {
+                (Ok(started), Ok(seen)) => seen - started >= chrono::Duration::seconds(4),
+                _ => false,
+            }
+        };
+        (nodes.len() == 3 && nodes.iter().all(lived)).then_some(())
+    })
+    .await;
+}
+
+/// Requests the node forwarded to their org's owner, from its `/metrics`.
+async fn forwarded_by(node: &TestServer) -> u64 {
+    let auth = format!("Bearer {}", node.admin_token);
+    let (status, text) = node
+        .raw(Method::GET, "/metrics", &[("authorization", &auth)], None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    text.lines()
+        .find_map(|l| l.strip_prefix("taskq_cluster_forwarded_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("taskq_cluster_forwarded_total in /metrics")
 }
 
 /// Requests the node answered 503, from its `/metrics`.

@@ -1698,3 +1698,68 @@ async fn an_event_stream_on_another_node_follows_the_org_and_resumes_after_its_o
     assert_eq!(next[0].task_id(), c);
     assert!(next[0].id() > last, "{next:?}");
 }
+
+/// A node whose operator named a public URL (`TASKQ_PUBLIC_URL`) is named
+/// in `X-Taskq-Owner` on the answers other nodes forward from it, so that
+/// a client which can reach the nodes sends the org's requests there; the
+/// owner's own answers, and answers forwarded from a node without one,
+/// name nobody. `GET /admin/cluster` lists each node's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_answers_name_the_owners_public_url() {
+    let public = |i: usize| format!("https://node-{i}.taskq.example:8443");
+    let Some(cluster) = Cluster::start_with(3, |i, b| {
+        if i < 2 {
+            b.env("TASKQ_PUBLIC_URL", &format!("{}/", public(i)))
+        } else {
+            b
+        }
+    })
+    .await
+    else {
+        return;
+    };
+    let view = cluster_view(cluster.node(2)).await;
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let listed = view["nodes"]
+            .as_array()
+            .and_then(|a| {
+                a.iter()
+                    .find(|n| n["advertise_url"] == node.base_url.as_str())
+            })
+            .unwrap_or_else(|| panic!("node {i} in {view}"));
+        let expected = (i < 2).then(|| public(i));
+        assert_eq!(
+            listed.get("public_url").and_then(Value::as_str),
+            expected.as_deref(),
+            "{listed}"
+        );
+    }
+    let http = reqwest::Client::new();
+    let mut owners_seen = HashSet::new();
+    for _ in 0..40 {
+        let org = cluster.node(0).create_org("dev").await;
+        let owner = cluster.owner_of(&org).await;
+        if !owners_seen.insert(owner) {
+            continue;
+        }
+        for (i, node) in cluster.nodes.iter().enumerate() {
+            let answer = http
+                .get(format!("{}/tasks?limit=1", node.base_url))
+                .header("x-api-key", &org.owner_key)
+                .send()
+                .await
+                .expect("a node answers");
+            assert_eq!(answer.status(), StatusCode::OK, "node {i}");
+            let hint = answer
+                .headers()
+                .get("x-taskq-owner")
+                .map(|v| v.to_str().expect("an ASCII URL").to_owned());
+            let expected = (i != owner && owner < 2).then(|| public(owner));
+            assert_eq!(hint, expected, "asked node {i}, owner node {owner}");
+        }
+        if owners_seen.len() == 3 {
+            return;
+        }
+    }
+    panic!("40 orgs were owned by nodes {owners_seen:?} only");
+}

@@ -4,8 +4,10 @@
 #
 #   docs/perf/cluster.sh bench BIN NODES OUT.json [taskq-bench flags...]
 #       `taskq-bench --url` (the one beside BIN, or $TASKQ_BENCH) through
-#       nginx round-robin over NODES nodes; prints the CPU seconds each
-#       node and nginx used during the run.
+#       nginx over NODES nodes, round-robin or, with BALANCE=hash, hashing
+#       the org in the API key as the README says; prints the CPU seconds
+#       each node, nginx and PostgreSQL used during the run, and each
+#       node's requests and how many it forwarded.
 #   docs/perf/cluster.sh failover BIN KILLS
 #       three nodes; KILLS times: kill -9 the owner of a busy org and time
 #       the first successful answer through another node; prints each
@@ -54,6 +56,15 @@ cpu_of() { # utime+stime of a pid, in clock ticks
   awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0
 }
 
+pg_cpu() { # "pid ticks" of every PostgreSQL process
+  for p in $(pgrep -x postgres); do echo "$p $(cpu_of "$p")"; done
+}
+
+traffic_of() { # a node's requests for an org and those it forwarded
+  curl -sf "http://127.0.0.1:$1/metrics" -H "Authorization: Bearer $token" |
+    awk '/^taskq_cluster_requests_total /{r=$2} /^taskq_cluster_forwarded_total /{f=$2} END {print r+0, f+0}'
+}
+
 start_nginx() { # sets nginx_port
   local n=$1 port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -62,7 +73,14 @@ start_nginx() { # sets nginx_port
     echo "events { worker_connections 4096; }"
     echo "http { access_log off; client_body_temp_path $dir/b; proxy_temp_path $dir/p;"
     echo " fastcgi_temp_path $dir/f; uwsgi_temp_path $dir/u; scgi_temp_path $dir/s;"
-    echo " upstream taskq { keepalive 256;"
+    if [ "${BALANCE:-}" = hash ]; then
+      echo ' map $http_x_api_key $taskq_org {'
+      echo '  "~^tq_(?<org>[0-9a-f]{32})_[0-9a-f]{32}_" $org;'
+      echo '  default $request_id; }'
+      echo " upstream taskq { keepalive 256; hash \$taskq_org consistent;"
+    else
+      echo " upstream taskq { keepalive 256;"
+    fi
     for i in $(seq 1 "$n"); do echo "  server 127.0.0.1:${ports[$i]};"; done
     echo " }"
     echo " server { listen 127.0.0.1:$port; location / { proxy_pass http://taskq;"
@@ -87,6 +105,8 @@ bench)
   declare -A before
   for i in $(seq 1 "$nodes"); do before[$i]=$(cpu_of "${pids[$i]}"); done
   nginx_before=$(for p in $(pgrep -P "$nginx_pid") "$nginx_pid"; do cpu_of "$p"; done | paste -sd+ | bc)
+  pg_cpu > "$dir/pg.before"
+  for i in $(seq 1 "$nodes"); do traffic_of "${ports[$i]}" > "$dir/traffic.$i"; done
   "${TASKQ_BENCH:-$(dirname "$bin")/taskq-bench}" --url "http://127.0.0.1:$port" \
     --admin-token "$token" --json "$@" > "$out"
   hz=$(getconf CLK_TCK)
@@ -95,6 +115,14 @@ bench)
   done
   nginx_after=$(for p in $(pgrep -P "$nginx_pid") "$nginx_pid"; do cpu_of "$p"; done | paste -sd+ | bc)
   echo "nginx cpu_s $(echo "($nginx_after - $nginx_before) / $hz" | bc -l)"
+  # Processes that ended during the run are not counted; new ones from 0.
+  pg_ticks=$(pg_cpu | awk -v hz="$hz" 'NR==FNR {b[$1]=$2; next} {t += $2 - b[$1]} END {print t}' "$dir/pg.before" -)
+  echo "postgres cpu_s $(echo "$pg_ticks / $hz" | bc -l)"
+  for i in $(seq 1 "$nodes"); do
+    read -r r0 f0 < "$dir/traffic.$i"
+    read -r r1 f1 < <(traffic_of "${ports[$i]}")
+    echo "node $i requests $((r1 - r0)) forwarded $((f1 - f0))"
+  done
   ;;
 failover)
   kills=$3

@@ -49,6 +49,12 @@ pub struct ServeArgs {
     /// PostgreSQL); default: the address it listens on, with its scheme.
     #[arg(long, env = "TASKQ_ADVERTISE_URL")]
     pub advertise_url: Option<String>,
+    /// The URL clients may reach this node at directly (several nodes):
+    /// answers another node forwards for it name it in `X-Taskq-Owner`,
+    /// and the client libraries go there. `advertise`: the advertise URL.
+    /// Unset: clients are not told.
+    #[arg(long, env = "TASKQ_PUBLIC_URL")]
+    pub public_url: Option<String>,
     #[command(flatten)]
     pub store: StoreArgs,
     /// PEM certificate chain; with --tls-key, serve HTTPS.
@@ -300,6 +306,24 @@ fn node_identity(
 /// The client one node reaches the others with: for the operations of
 /// the cluster (`timeout`, 30 s), or for the requests it forwards, which
 /// may be long polls (none).
+/// `TASKQ_PUBLIC_URL` as the clients are told it: an absolute http(s) URL
+/// of a host, with no query or fragment, without its trailing slash; or
+/// `advertise`, the advertise URL (clients on the nodes' own network).
+fn public_url(value: &str, advertise_url: &str) -> anyhow::Result<String> {
+    if value == "advertise" {
+        return Ok(advertise_url.to_owned());
+    }
+    let refuse = |why: &str| anyhow::anyhow!("TASKQ_PUBLIC_URL {why}, not {value:?}");
+    let url = url::Url::parse(value).map_err(|_| refuse("must be an absolute URL"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(refuse("must be an http(s) URL with a host"));
+    }
+    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+        return Err(refuse("must have no query, fragment or user"));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
 fn peer_client(timeout: Option<Duration>) -> anyhow::Result<reqwest::Client> {
     let mut builder = outbound::client_builder(Proxies::Ignored)
         .connect_timeout(Duration::from_secs(1))
@@ -414,10 +438,19 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         None => format!("{}://{addr}", if tls { "https" } else { "http" }),
     };
     let (node_id, _node_file) = node_identity(&args.store.data_dir)?;
+    let public = args
+        .public_url
+        .as_deref()
+        .map(|url| public_url(url, &advertise_url))
+        .transpose()?;
     config.cluster = Some(taskq_actors::ClusterConfig {
         node_id,
+        public_url: public,
         ..taskq_actors::ClusterConfig::new(advertise_url)
     });
+    if args.public_url.is_some() && !args.store.database_url.starts_with("postgres") {
+        tracing::warn!("TASKQ_PUBLIC_URL is used by several nodes on one PostgreSQL only");
+    }
     let engine = Engine::start(config).await.context("starting the engine")?;
     engine.set_peers(Arc::new(HttpPeers::new(peer_client(Some(
         Duration::from_secs(30),
@@ -493,4 +526,33 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     engine.shutdown().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::public_url;
+
+    #[test]
+    fn a_public_url_is_an_http_url_of_a_host_and_nothing_more() {
+        let advertised = "http://10.0.0.1:8080";
+        assert_eq!(
+            public_url("https://node-1.example.com/", advertised).unwrap(),
+            "https://node-1.example.com"
+        );
+        assert_eq!(
+            public_url("http://10.0.0.1:8080/taskq/", advertised).unwrap(),
+            "http://10.0.0.1:8080/taskq"
+        );
+        assert_eq!(public_url("advertise", advertised).unwrap(), advertised);
+        for bad in [
+            "node-1:8080",
+            "ftp://node-1",
+            "https://node-1/?a=1",
+            "https://node-1/#x",
+            "https://user@node-1",
+            "",
+        ] {
+            assert!(public_url(bad, advertised).is_err(), "{bad}");
+        }
+    }
 }

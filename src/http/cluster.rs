@@ -6,7 +6,9 @@
 //! node that forwarded it looks the owner up afresh and tries once more.
 //! Each request for an org is counted here (answered, forwarded, received
 //! forwarded), so an operator sees whether the balancer in front sends
-//! requests to their owners.
+//! requests to their owners. Where the owner's operator named a public URL
+//! the forwarded answer names it (`X-Taskq-Owner`), and clients that can
+//! reach the nodes send the org's next requests there.
 //!
 //! Which org a request belongs to is the operation table's to say
 //! ([`OrgOf::of`], from each operation's access and path): an operator's
@@ -35,6 +37,10 @@ use super::AppState;
 
 /// Set on a request one node forwards to another.
 pub const FORWARDED_HEADER: &str = "x-taskq-forwarded";
+
+/// Set on an answer forwarded from an org's owner whose operator named a
+/// public URL: where the client may send the org's requests directly.
+pub const OWNER_HEADER: &str = "x-taskq-owner";
 
 /// Headers of one hop only, never passed on (RFC 9110, 7.6.1).
 const HOP_BY_HOP: [&str; 8] = [
@@ -181,13 +187,24 @@ async fn forward(
         () = state.engine.until_gone(url) => return None,
     };
     match answer {
-        Ok(answer) if !answer.headers().contains_key(ORG_MOVING_HEADER) => Some(answer),
+        Ok(answer) if !answer.headers().contains_key(ORG_MOVING_HEADER) => {
+            Some(with_owner_hint(state, url, answer))
+        }
         Ok(_) => None,
         Err(e) => {
             tracing::debug!(org_id = %org, url, error = %e, "forwarding failed");
             None
         }
     }
+}
+
+/// The owner's answer, naming its public URL when its operator set one.
+fn with_owner_hint(state: &AppState, url: &str, mut answer: Response) -> Response {
+    let hint = state.engine.public_url_of(url);
+    if let Some(value) = hint.and_then(|u| axum::http::HeaderValue::from_str(&u).ok()) {
+        answer.headers_mut().insert(OWNER_HEADER, value);
+    }
+    answer
 }
 
 /// 503 `org moving`: the org is between nodes; retry shortly.

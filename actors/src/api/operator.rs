@@ -434,6 +434,11 @@ pub struct ClusterNode {
     pub node_id: String,
     /// The URL other nodes forward requests to.
     pub advertise_url: String,
+    /// The URL clients may reach it at directly (`--public-url`), named in
+    /// the `X-Taskq-Owner` header of answers forwarded from it; only when
+    /// its operator set one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
     pub started_at: Timestamp,
     /// Its last heartbeat.
     pub last_seen: Timestamp,

@@ -33,13 +33,18 @@ pub use crate::store::TrafficCounts;
 pub use placement::{placement, LiveNode, Placement, Ring};
 
 use crate::domain::OrgId;
-use crate::store::{nodes_seen, EventLinks, Fence, NodeRow, OwnerRow, Store, StoreError};
+use crate::store::{
+    nodes_seen, EventLinks, Fence, NodeAddress, NodeRow, OwnerRow, Store, StoreError,
+};
 
 /// How long a node's heartbeat keeps its orgs: TTL and its renewal period.
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
     /// The URL other nodes reach this one at.
     pub advertise_url: String,
+    /// The URL clients may reach this one at directly, named in the
+    /// answers other nodes forward for it; `None`: clients are not told.
+    pub public_url: Option<String>,
     /// This node's id: kept across restarts in its data directory, so a
     /// node that restarts takes its orgs back at once rather than after
     /// its former self's heartbeat has lapsed. `None`: a new id.
@@ -55,6 +60,7 @@ impl ClusterConfig {
     pub fn new(advertise_url: impl Into<String>) -> Self {
         ClusterConfig {
             advertise_url: advertise_url.into(),
+            public_url: None,
             node_id: None,
             ttl: Duration::from_secs(3),
             heartbeat: Duration::from_secs(1),
@@ -99,6 +105,14 @@ impl Traffic {
             forwarded: self.forwarded.load(Ordering::Relaxed),
             received: self.received.load(Ordering::Relaxed),
         }
+    }
+}
+
+fn address<'a>(node: &'a str, config: &'a ClusterConfig) -> NodeAddress<'a> {
+    NodeAddress {
+        node_id: node,
+        advertise_url: &config.advertise_url,
+        public_url: config.public_url.as_deref(),
     }
 }
 
@@ -162,7 +176,7 @@ impl Cluster {
             .into();
         let base = Instant::now();
         store
-            .register_node(&node, &config.advertise_url, started_at)
+            .register_node(&address(&node, &config), started_at)
             .await?;
         let links = store.event_links();
         let cluster = Cluster {
@@ -271,8 +285,7 @@ impl Cluster {
                 // A row removed after a very long pause: register again.
                 Store::register_node_on(
                     &mut *conn,
-                    &self.node,
-                    &self.config.advertise_url,
+                    &address(&self.node, &self.config),
                     self.started_at,
                 )
                 .await?;
@@ -297,6 +310,7 @@ impl Cluster {
                     .map_or(1, |b| b.beats.saturating_add(1)),
                 node_id: n.node_id,
                 url: n.advertise_url,
+                public_url: n.public_url,
                 leaving: n.leaving,
             })
             .collect();
@@ -325,6 +339,15 @@ impl Cluster {
     /// died or froze), and the org's next owner is looked for.
     pub fn is_live(&self, url: &str) -> bool {
         self.live_nodes().iter().any(|n| n.url == url)
+    }
+
+    /// Where clients may reach the live node at `url` directly, if its
+    /// operator named a public URL.
+    pub fn public_url_of(&self, url: &str) -> Option<String> {
+        self.live_nodes()
+            .iter()
+            .find(|n| n.url == url)
+            .and_then(|n| n.public_url.clone())
     }
 
     /// The live nodes, leaving ones included.
@@ -471,6 +494,7 @@ impl Cluster {
             OwnerRow::Live { node_id, url } => Some(LiveNode {
                 node_id,
                 url,
+                public_url: None,
                 leaving: false,
                 beats: 0,
             }),

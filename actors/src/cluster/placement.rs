@@ -34,6 +34,8 @@ pub enum Placement {
 pub struct LiveNode {
     pub node_id: String,
     pub url: String,
+    /// Where clients may reach it directly, if its operator named a URL.
+    pub public_url: Option<String>,
     /// It is stopping: no org is chosen for it.
     pub leaving: bool,
     /// Heartbeats of this node in a row that it was seen live at: orgs
@@ -156,6 +158,7 @@ mod tests {
             .map(|i| LiveNode {
                 node_id: format!("node-{i}"),
                 url: format!("http://10.0.0.{i}:8080"),
+                public_url: None,
                 leaving: false,
                 beats: 1,
             })
@@ -315,6 +318,7 @@ mod tests {
         let node = |port: u16| LiveNode {
             node_id: format!("node-{port}"),
             url: format!("http://127.0.0.1:1808{port}"),
+            public_url: None,
             leaving: false,
             beats: 1,
         };

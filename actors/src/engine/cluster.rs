@@ -99,6 +99,12 @@ impl Engine {
         }
     }
 
+    /// Where clients may reach the node at `url` directly, if its operator
+    /// named a public URL: the hint an answer forwarded from it carries.
+    pub fn public_url_of(&self, url: &str) -> Option<String> {
+        self.inner.cluster.as_ref()?.public_url_of(url)
+    }
+
     /// This node's requests for an org so far; `None` on a node alone.
     pub fn traffic(&self) -> Option<TrafficCounts> {
         self.inner.cluster.as_ref().map(|c| c.traffic().counts())
@@ -127,6 +133,7 @@ impl Engine {
                 nodes: vec![ClusterNode {
                     node_id: node_id.clone(),
                     advertise_url: advertise_url.clone(),
+                    public_url: None,
                     started_at: Timestamp(*started_at),
                     last_seen: Timestamp(self.now()),
                     orgs,
@@ -143,6 +150,7 @@ impl Engine {
                 .map(|n| ClusterNode {
                     node_id: n.node_id,
                     advertise_url: n.advertise_url,
+                    public_url: n.public_url,
                     started_at: Timestamp(n.started_at),
                     last_seen: Timestamp(n.last_seen),
                     orgs: n.orgs,

@@ -15,6 +15,8 @@ use crate::domain::OrgId;
 pub struct NodeRow {
     pub node_id: String,
     pub advertise_url: String,
+    /// The URL clients may reach it at directly, if its operator named one.
+    pub public_url: Option<String>,
     /// Ms since the Unix epoch.
     pub started_at: i64,
     /// The last heartbeat, ms since the Unix epoch.
@@ -33,6 +35,16 @@ pub struct NodeRow {
     pub requests: i64,
     pub requests_forwarded: i64,
     pub requests_received: i64,
+}
+
+/// Where a node is, as it registers.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeAddress<'a> {
+    pub node_id: &'a str,
+    /// Where the other nodes reach it.
+    pub advertise_url: &'a str,
+    /// Where clients may reach it directly, if its operator says.
+    pub public_url: Option<&'a str>,
 }
 
 /// What a node's heartbeat says of its requests for an org since it
@@ -68,7 +80,7 @@ pub async fn nodes_seen<'e>(
     recent: Duration,
 ) -> Result<Vec<NodeRow>> {
     let rows = sqlx::query_as::<_, NodeRow>(
-        "SELECT n.node_id, n.advertise_url, n.started_at, \
+        "SELECT n.node_id, n.advertise_url, n.public_url, n.started_at, \
          (extract(epoch FROM n.last_seen) * 1000)::int8 AS last_seen, \
          (SELECT count(*) FROM org_owners o WHERE o.node_id = n.node_id) AS orgs, \
          n.last_seen > now() - make_interval(secs => $1::int8 / 1000.0) AS live, \
@@ -97,25 +109,27 @@ impl Store {
     }
 
     /// Registers this node (or registers it again after a long outage).
-    pub async fn register_node(&self, node_id: &str, url: &str, started_at: i64) -> Result<()> {
+    pub async fn register_node(&self, node: &NodeAddress<'_>, started_at: i64) -> Result<()> {
         let mut conn = self.cluster_pool()?.acquire().await?;
-        Self::register_node_on(&mut conn, node_id, url, started_at).await
+        Self::register_node_on(&mut conn, node, started_at).await
     }
 
     /// `register_node` on a given connection (the heartbeat's).
     pub async fn register_node_on(
         conn: &mut PgConnection,
-        node_id: &str,
-        url: &str,
+        node: &NodeAddress<'_>,
         started_at: i64,
     ) -> Result<()> {
         sqlx::query(
-            "INSERT INTO cluster_nodes (node_id, advertise_url, started_at, last_seen, leaving) \
-             VALUES ($1, $2, $3, now(), false) ON CONFLICT (node_id) DO UPDATE \
-             SET advertise_url = excluded.advertise_url, last_seen = now()",
+            "INSERT INTO cluster_nodes \
+             (node_id, advertise_url, public_url, started_at, last_seen, leaving) \
+             VALUES ($1, $2, $3, $4, now(), false) ON CONFLICT (node_id) DO UPDATE \
+             SET advertise_url = excluded.advertise_url, public_url = excluded.public_url, \
+             last_seen = now()",
         )
-        .bind(node_id)
-        .bind(url)
+        .bind(node.node_id)
+        .bind(node.advertise_url)
+        .bind(node.public_url)
         .bind(started_at)
         .execute(conn)
         .await?;

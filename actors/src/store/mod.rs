@@ -198,7 +198,7 @@ mod webhooks;
 mod writer_thread;
 
 pub use backup::backup_sqlite;
-pub use cluster::{nodes_seen, NodeRow, OwnerRow, TrafficCounts};
+pub use cluster::{nodes_seen, NodeAddress, NodeRow, OwnerRow, TrafficCounts};
 pub use commit::{EventLinks, Fence, WriteBatch, WriteOp, WriterConn};
 pub use connect::hold_sqlite_file;
 pub use events::LoggedEvent;

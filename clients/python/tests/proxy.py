@@ -157,3 +157,68 @@ class StreamCuttingProxy:
 
     def close(self) -> None:
         self.listener.close()
+
+
+class HintingProxy:
+    """A balancer in front of one server that names `owner` in every answer
+    (`X-Taskq-Owner`), as a node that forwarded the call to the org's owner
+    does; counts the requests it passes."""
+
+    def __init__(self, target_url: str, owner: str) -> None:
+        target = urlparse(target_url)
+        self.target = (target.hostname or "127.0.0.1", target.port or 80)
+        self.owner = owner.encode()
+        self.requests = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        upstream = socket.create_connection(self.target)
+        pending, answers = b"", b""
+        with client, upstream:
+            while True:
+                request, pending = read_message(client, pending)
+                if request is None:
+                    return
+                self.requests += 1
+                upstream.sendall(request)
+                answer, answers = read_message(upstream, answers)
+                if answer is None:
+                    return
+                status_line, rest = answer.split(b"\r\n", 1)
+                client.sendall(status_line + b"\r\nx-taskq-owner: " + self.owner + b"\r\n" + rest)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+class ClosingListener:
+    """A port that accepts connections and closes them at once, unanswered,
+    as a node out of a client's reach through a broken route; counts them."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            client.close()
+
+    def close(self) -> None:
+        self.listener.close()

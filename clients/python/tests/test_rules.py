@@ -9,7 +9,16 @@ import pytest
 import taskq
 from taskq._operations import OPERATIONS
 from taskq._outcome import MAX_NOTE_CHARS, completion, failure, release, renewal
-from taskq._transport import Operation, Settings, build_url, query_string, request_timeout, retry_delay
+from taskq._transport import (
+    Operation,
+    Route,
+    Settings,
+    build_url,
+    owner_hint,
+    query_string,
+    request_timeout,
+    retry_delay,
+)
 
 OP = Operation("remove_team_member", "DELETE", "/teams/{name}/members/{email}", auth="key", answer="empty")
 
@@ -101,3 +110,28 @@ def test_a_repeated_create_is_answered_only_when_every_item_is_stored_with_its_t
     # A missing item: the first attempt did not land.
     stored["tasks"] = stored["tasks"][:1]
     assert answer_from_existing(body, stored) is None  # type: ignore[arg-type]
+
+
+def test_an_owner_hint_is_an_http_url_of_a_host() -> None:
+    assert owner_hint("https://node-1.example:8443/") == "https://node-1.example:8443"
+    for bad in (None, "", "node-1:8080", "ftp://node-1", "https://node-1/?a=1", "http:///x"):
+        assert owner_hint(bad) is None, bad
+
+
+def test_a_route_follows_the_owner_named_for_its_orgs_calls_only() -> None:
+    operator = Operation("list_orgs", "GET", "/admin/orgs", auth="operator", answer="json")
+    route = Route("http://balancer/")
+    hint = httpx.Headers({"x-taskq-owner": "http://node-2:8080"})
+    route.heard(operator, route.base_url, 200, hint)
+    assert route.base_for(OP) == "http://balancer"
+    route.heard(OP, route.base_url, 200, hint)
+    assert (route.base_for(OP), route.base_for(operator)) == ("http://node-2:8080", "http://balancer")
+    # A 503 from the owner (the org moved on) sends the next call back.
+    route.heard(OP, "http://node-2:8080", 503, httpx.Headers({}))
+    assert route.base_for(OP) == "http://balancer"
+    # An owner that could not be reached is not followed again for a while.
+    route.heard(OP, route.base_url, 200, hint)
+    assert route.lost("http://node-2:8080") is True
+    route.heard(OP, route.base_url, 200, hint)
+    assert route.base_for(OP) == "http://balancer"
+    assert route.lost("http://balancer") is False

@@ -25,6 +25,7 @@ import {
   queryString,
   repeatable,
   retryDelayMs,
+  Route,
   sleep,
   UsageError,
   waitSeconds,
@@ -91,11 +92,13 @@ export function answerFromExisting(body: CreateTasks, found: GetAnswer): CreateA
 export class Client extends Operations {
   readonly options: Readonly<ClientOptions>;
   private readonly fetcher: typeof fetch;
+  private readonly route: Route;
 
   constructor(options: ClientOptions) {
     super();
     this.options = { ...options };
     this.fetcher = options.fetch ?? ((input, init) => fetch(input, init));
+    this.route = new Route(options.baseUrl);
   }
 
   /** POST /tasks: create 1 to 25 tasks, each with a client-minted id. */
@@ -160,7 +163,6 @@ export class Client extends Operations {
     options: CallOptions | undefined,
     retryInDoubt = false,
   ): Promise<unknown> {
-    const url = buildUrl(this.options.baseUrl, operation, path) + queryString(query);
     const headers = this.headers(operation, body !== undefined);
     const timeoutMs = (this.options.timeoutMs ?? DEFAULT_TIMEOUT_MS) + waitSeconds(operation, body, query) * 1000;
     const deadline = Date.now() + (this.options.retryForMs ?? DEFAULT_RETRY_FOR_MS);
@@ -168,6 +170,8 @@ export class Client extends Operations {
     let inDoubt = false;
     const payload = body === undefined ? undefined : JSON.stringify(body);
     for (;;) {
+      const base = this.route.baseFor(operation);
+      const url = buildUrl(base, operation, path) + queryString(query);
       const timer = withTimeout(timeoutMs, options?.signal);
       let response: Response;
       try {
@@ -175,14 +179,16 @@ export class Client extends Operations {
       } catch (error) {
         timer.done();
         if (options?.signal?.aborted) throw error;
+        const leftOwner = this.route.lost(base);
         if (!neverSent(error)) {
           inDoubt = true;
           if (!(repeatable(operation) || retryInDoubt)) throw new InDoubt(operation.id, error);
         }
         if (!allows(PAUSE_MS)) throw error;
-        await sleep(PAUSE_MS, options?.signal);
+        if (!leftOwner) await sleep(PAUSE_MS, options?.signal);
         continue;
       }
+      this.route.heard(operation, base, response.status, response.headers);
       try {
         const wait = retryDelayMs(response.status, response.headers);
         if (wait !== undefined && allows(wait)) {

@@ -3018,6 +3018,12 @@ export type components = {
             node_id: string;
             /** @description The URL other nodes forward requests to. */
             advertise_url: string;
+            /**
+             * @description The URL clients may reach it at directly (`--public-url`), named in
+             *     the `X-Taskq-Owner` header of answers forwarded from it; only when
+             *     its operator set one.
+             */
+            public_url?: string | null;
             /** Format: date-time */
             started_at: string;
             /**

@@ -10,6 +10,13 @@
 // whose client-minted ids make a repeat a 409 the client resolves);
 // otherwise `InDoubt` is thrown. Only `fetch` is used, so the same code runs
 // in Node 18+ and in browsers.
+//
+// With several nodes whose operators named their public URLs, an answer
+// that another node forwarded from the org's owner names the owner
+// (`X-Taskq-Owner`): the client sends its org's calls there from then on,
+// saving the hop, and goes back to `baseUrl` when the owner cannot be
+// reached or answers 503 (the org moved). Operator calls and event streams
+// always go to `baseUrl`.
 
 export interface OperationSpec {
   readonly id: string;
@@ -110,6 +117,65 @@ export function neverSent(error: unknown): boolean {
   const cause = (error as { cause?: { code?: unknown } } | undefined)?.cause;
   const code = typeof cause?.code === "string" ? cause.code : undefined;
   return code === "ECONNREFUSED" || code === "ENOTFOUND" || code === "EAI_AGAIN" || code === "UND_ERR_CONNECT_TIMEOUT";
+}
+
+/** The header that names the org's owner node, on an answer forwarded from it. */
+export const OWNER_HEADER = "x-taskq-owner";
+/** How long an owner that could not be reached is not followed again. */
+export const SHUN_FOR_MS = 30_000;
+
+/** The owner URL an answer names, when it is an http(s) URL of a host. */
+export function ownerHint(value: string | null | undefined): string | undefined {
+  if (!value) return undefined;
+  let url: URL;
+  try {
+    url = new URL(value.trim());
+  } catch {
+    return undefined;
+  }
+  if ((url.protocol !== "http:" && url.protocol !== "https:") || !url.hostname || url.search || url.hash) {
+    return undefined;
+  }
+  return value.trim().replace(/\/+$/, "");
+}
+
+/** Where a client's calls for its org go: `baseUrl`, or the owner node the
+ * last forwarded answer named. An owner this client could not reach is not
+ * followed again for `SHUN_FOR_MS` (its public URL may be out of this
+ * client's reach), so a call costs at most one failed attempt. */
+export class Route {
+  readonly baseUrl: string;
+  owner: string | undefined;
+  private readonly unreachable = new Map<string, number>();
+
+  constructor(baseUrl: string) {
+    this.baseUrl = baseUrl.replace(/\/+$/, "");
+  }
+
+  baseFor(operation: OperationSpec): string {
+    return operation.auth === "key" && this.owner !== undefined ? this.owner : this.baseUrl;
+  }
+
+  /** After an answer from `base`: follow a hint, or leave an owner that no
+   * longer serves the org. */
+  heard(operation: OperationSpec, base: string, status: number, headers: Headers, now = Date.now()): void {
+    if (operation.auth !== "key") return;
+    const hint = ownerHint(headers.get(OWNER_HEADER));
+    if (hint !== undefined && (this.unreachable.get(hint) ?? 0) <= now) {
+      this.owner = hint;
+    } else if (status === 503 && base === this.owner) {
+      this.owner = undefined;
+    }
+  }
+
+  /** After a failed fetch to `base`: whether it was the owner, which is
+   * left (the next attempt goes to `baseUrl` at once). */
+  lost(base: string, now = Date.now()): boolean {
+    if (this.owner === undefined || base !== this.owner) return false;
+    this.unreachable.set(base, now + SHUN_FOR_MS);
+    this.owner = undefined;
+    return true;
+  }
 }
 
 export function buildUrl(baseUrl: string, operation: OperationSpec, path: readonly string[]): string {

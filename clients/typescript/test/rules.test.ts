@@ -6,7 +6,16 @@ import { test } from "node:test";
 import { Done, Fail } from "../src/index.js";
 import { completion, failure, MAX_NOTE_CHARS, release, renewal } from "../src/outcome.js";
 import { OPERATIONS } from "../src/operations.js";
-import { buildUrl, queryString, retryDelayMs, waitSeconds, type OperationSpec } from "../src/transport.js";
+import {
+  buildUrl,
+  ownerHint,
+  queryString,
+  retryDelayMs,
+  Route,
+  SHUN_FOR_MS,
+  waitSeconds,
+  type OperationSpec,
+} from "../src/transport.js";
 
 test("retry delays", () => {
   const cases: [number, Record<string, string>, number | undefined][] = [
@@ -74,4 +83,33 @@ test("a repeated create is answered only when every item is stored with its titl
   });
   assert.equal(answerFromExisting(body, { ...stored, tasks: [task(first, "a", "pending"), task(second, "not b", "blocked")] }), undefined);
   assert.equal(answerFromExisting(body, { ...stored, tasks: [task(first, "a", "pending")] }), undefined);
+});
+
+test("an owner hint is an http URL of a host", () => {
+  assert.equal(ownerHint("https://node-1.example:8443/"), "https://node-1.example:8443");
+  for (const bad of [null, "", "node-1:8080", "ftp://node-1", "https://node-1/?a=1", "https://node-1/#x"]) {
+    assert.equal(ownerHint(bad), undefined, String(bad));
+  }
+});
+
+test("a route follows the owner named for its org's calls only", () => {
+  const member: OperationSpec = { id: "list_tasks", method: "GET", path: "/tasks", auth: "key", answer: "json" };
+  const operator: OperationSpec = { id: "list_orgs", method: "GET", path: "/admin/orgs", auth: "operator", answer: "json" };
+  const route = new Route("http://balancer/");
+  const hint = new Headers({ "x-taskq-owner": "http://node-2:8080" });
+  route.heard(operator, route.baseUrl, 200, hint);
+  assert.equal(route.baseFor(member), "http://balancer");
+  route.heard(member, route.baseUrl, 200, hint);
+  assert.deepEqual([route.baseFor(member), route.baseFor(operator)], ["http://node-2:8080", "http://balancer"]);
+  // A 503 from the owner (the org moved on) sends the next call back.
+  route.heard(member, "http://node-2:8080", 503, new Headers());
+  assert.equal(route.baseFor(member), "http://balancer");
+  // An owner that could not be reached is not followed again for a while.
+  route.heard(member, route.baseUrl, 200, hint, 0);
+  assert.equal(route.lost("http://node-2:8080", 0), true);
+  route.heard(member, route.baseUrl, 200, hint, SHUN_FOR_MS - 1);
+  assert.equal(route.baseFor(member), "http://balancer");
+  route.heard(member, route.baseUrl, 200, hint, SHUN_FOR_MS);
+  assert.equal(route.baseFor(member), "http://node-2:8080");
+  assert.equal(route.lost("http://balancer"), false);
 });

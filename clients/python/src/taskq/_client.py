@@ -28,6 +28,7 @@ from ._transport import (
     DEFAULT_TIMEOUT,
     Attempts,
     Operation,
+    Route,
     Settings,
     decode,
 )
@@ -126,6 +127,7 @@ class Client(SyncOperations):
         http: Optional[httpx.Client] = None,
     ) -> None:
         self._settings = _settings(base_url, api_key, admin_token, timeout, retry_for)
+        self._route = Route(base_url)
         self._owns_http = http is None
         self._http = http if http is not None else httpx.Client()
 
@@ -206,6 +208,7 @@ class AsyncClient(AsyncOperations):
         max_connections: int = 100,
     ) -> None:
         self._settings = _settings(base_url, api_key, admin_token, timeout, retry_for)
+        self._route = Route(base_url)
         self._owns_http = http is None
         self._http = (
             http

@@ -10,6 +10,13 @@ applied: it is sent again only when that is harmless (reads, and creates,
 whose client-minted ids make a repeat a 409 that the client resolves);
 otherwise `InDoubt` is raised. The decisions are pure functions
 (`retry_delay`), the sync and async transports only carry them out.
+
+With several nodes whose operators named their public URLs, an answer that
+another node forwarded from the org's owner names the owner
+(`X-Taskq-Owner`): the client sends its org's calls there from then on,
+saving the hop, and goes back to `base_url` when the owner cannot be
+reached or answers 503 (the org moved). Operator calls and event streams
+always go to `base_url`.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import json
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -65,14 +72,74 @@ class Settings:
     user_agent: str = "taskq-client-python"
 
 
-def build_url(settings: Settings, operation: Operation, path: Tuple[str, ...]) -> str:
+#: The header that names the org's owner node, on an answer forwarded from it.
+OWNER_HEADER = "x-taskq-owner"
+
+
+def owner_hint(value: Optional[str]) -> Optional[str]:
+    """The owner URL an answer names, when it is an http(s) URL of a host."""
+    if not value:
+        return None
+    try:
+        parts = urlsplit(value.strip())
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        return None
+    return value.strip().rstrip("/")
+
+
+#: How long an owner that could not be reached is not followed again, in seconds.
+SHUN_FOR = 30.0
+
+
+class Route:
+    """Where a client's calls for its org go: `base_url`, or the owner node
+    the last forwarded answer named. An owner this client could not reach
+    is not followed again for `SHUN_FOR` seconds (its public URL may be out
+    of this client's reach), so a call costs at most one failed attempt."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.owner: Optional[str] = None
+        self._unreachable: Dict[str, float] = {}
+
+    def base_for(self, operation: Operation) -> str:
+        if operation.auth == "key" and self.owner is not None:
+            return self.owner
+        return self.base_url
+
+    def heard(self, operation: Operation, base: str, status: int, headers: Mapping[str, str]) -> None:
+        """After an answer from `base`: follow a hint, or leave an owner
+        that no longer serves the org."""
+        if operation.auth != "key":
+            return
+        hint = owner_hint(headers.get(OWNER_HEADER))
+        if hint is not None and self._unreachable.get(hint, 0.0) <= time.monotonic():
+            self.owner = hint
+        elif status == 503 and base == self.owner:
+            self.owner = None
+
+    def lost(self, base: str) -> bool:
+        """After a broken or refused connection to `base`: whether it was the
+        owner, which is left (the next attempt goes to `base_url` at once)."""
+        if self.owner is not None and base == self.owner:
+            self._unreachable[base] = time.monotonic() + SHUN_FOR
+            self.owner = None
+            return True
+        return False
+
+
+def build_url(
+    settings: Settings, operation: Operation, path: Tuple[str, ...], base: Optional[str] = None
+) -> str:
     url = operation.path
     names = [part[1:-1] for part in operation.path.split("/") if part.startswith("{")]
     if len(names) != len(path):
         raise TypeError(f"{operation.id} takes {len(names)} path parameters, got {len(path)}")
     for name, value in zip(names, path):
         url = url.replace("{" + name + "}", quote(value, safe=""))
-    return settings.base_url.rstrip("/") + url
+    return (base or settings.base_url).rstrip("/") + url
 
 
 def query_string(query: Optional[Mapping[str, Any]]) -> Dict[str, str]:
@@ -200,6 +267,7 @@ class SyncTransport:
 
     _settings: Settings
     _http: httpx.Client
+    _route: Route
 
     def _invoke(
         self,
@@ -209,27 +277,30 @@ class SyncTransport:
         query: Query = None,
         retry_in_doubt: bool = False,
     ) -> Any:
-        url = build_url(self._settings, operation, path)
         headers = headers_for(self._settings, operation)
         params = query_string(query)
         timeout = request_timeout(self._settings, operation, body, query)
         attempts = Attempts(self._settings)
         while True:
+            base = self._route.base_for(operation)
             try:
                 response = self._http.request(
                     operation.method,
-                    url,
+                    build_url(self._settings, operation, path, base),
                     headers=headers,
                     params=params,
                     json=body,
                     timeout=timeout,
                 )
             except httpx.TransportError as error:
+                left_owner = self._route.lost(base)
                 outcome = transport_failure(operation, error, attempts, retry_in_doubt)
                 if isinstance(outcome, BaseException):
                     raise outcome from error
-                time.sleep(outcome)
+                if not left_owner:
+                    time.sleep(outcome)
                 continue
+            self._route.heard(operation, base, response.status_code, response.headers)
             wait = retry_delay(response.status_code, response.headers)
             if wait is not None and attempts.allows(wait):
                 # A 503 may come from a node that lost the org while the
@@ -249,6 +320,7 @@ class AsyncTransport:
 
     _settings: Settings
     _http: httpx.AsyncClient
+    _route: Route
 
     async def _invoke(
         self,
@@ -260,27 +332,30 @@ class AsyncTransport:
     ) -> Any:
         import asyncio
 
-        url = build_url(self._settings, operation, path)
         headers = headers_for(self._settings, operation)
         params = query_string(query)
         timeout = request_timeout(self._settings, operation, body, query)
         attempts = Attempts(self._settings)
         while True:
+            base = self._route.base_for(operation)
             try:
                 response = await self._http.request(
                     operation.method,
-                    url,
+                    build_url(self._settings, operation, path, base),
                     headers=headers,
                     params=params,
                     json=body,
                     timeout=timeout,
                 )
             except httpx.TransportError as error:
+                left_owner = self._route.lost(base)
                 outcome = transport_failure(operation, error, attempts, retry_in_doubt)
                 if isinstance(outcome, BaseException):
                     raise outcome from error
-                await asyncio.sleep(outcome)
+                if not left_owner:
+                    await asyncio.sleep(outcome)
                 continue
+            self._route.heard(operation, base, response.status_code, response.headers)
             wait = retry_delay(response.status_code, response.headers)
             if wait is not None and attempts.allows(wait):
                 attempts.in_doubt = attempts.in_doubt or response.status_code != 429

@@ -964,6 +964,7 @@ class OrgDetail(TypedDict):
 class ClusterNode(TypedDict):
     node_id: str
     advertise_url: str
+    public_url: NotRequired[Optional[str]]
     started_at: str
     last_seen: str
     orgs: int
