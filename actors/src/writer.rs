@@ -28,17 +28,25 @@
 //! Each transaction is recorded once in the lanes' shared `WriterStats`
 //! (batches, rows, time), for the operator.
 //!
+//! With several nodes on one PostgreSQL, each node's lanes commit a share
+//! of the orgs, so a node's commits are that much smaller and the same
+//! work takes more of them, each costing the database about as much as a
+//! large one. The lanes of a node therefore commit through a gate
+//! ([`CommitGate`]) that lets lanes ÷ live nodes of them commit at once:
+//! a lane that waits at it gathers what arrives meanwhile, and the cluster
+//! makes about the commits one node would.
+//!
 //! At shutdown, after everything queued is committed, `close` stops the
 //! lanes and closes their connections (SQLite's is the writer's own, outside
 //! the pool), so that the database file is whole once the server is down.
 
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore, SemaphorePermit};
 
 use crate::domain::OrgId;
 use crate::error::EngineError;
@@ -68,9 +76,95 @@ struct Lane {
     reloading: Arc<Mutex<HashSet<OrgId>>>,
 }
 
+/// How many of a node's lanes may commit at once: all of them on a node
+/// alone, their share when several nodes commit to one database. Turns
+/// are given in the order lanes ask for them (the semaphore is fair), so
+/// no lane's commits wait behind the others' twice.
+pub struct CommitGate {
+    permits: Semaphore,
+    lanes: usize,
+    /// Permits that exist: `lanes` at first.
+    open: Mutex<usize>,
+    /// Permits to retire as their turns end, after the gate narrowed while
+    /// lanes held them.
+    retiring: AtomicUsize,
+}
+
+/// A lane's turn to commit, given back (or retired) when dropped.
+struct Turn<'a> {
+    gate: &'a CommitGate,
+    permit: Option<SemaphorePermit<'a>>,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let retire = self
+            .gate
+            .retiring
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok();
+        if let (true, Some(permit)) = (retire, self.permit.take()) {
+            permit.forget();
+        }
+    }
+}
+
+impl CommitGate {
+    pub fn new(lanes: usize) -> Self {
+        let lanes = lanes.max(1);
+        CommitGate {
+            permits: Semaphore::new(lanes),
+            lanes,
+            open: Mutex::new(lanes),
+            retiring: AtomicUsize::new(0),
+        }
+    }
+
+    /// Lanes that may commit at once when `nodes` live nodes share the
+    /// database: `lanes / nodes`, at least one.
+    pub fn share(lanes: usize, nodes: usize) -> usize {
+        (lanes / nodes.max(1)).max(1)
+    }
+
+    /// Lets the share of `nodes` live nodes commit at once; turns already
+    /// taken run to their end.
+    pub fn share_among(&self, nodes: usize) {
+        let wanted = Self::share(self.lanes, nodes);
+        let mut open = self.open.lock().expect("not poisoned");
+        if wanted < *open {
+            let fewer = *open - wanted;
+            let now = self.permits.forget_permits(fewer);
+            self.retiring.fetch_add(fewer - now, Ordering::AcqRel);
+        } else if wanted > *open {
+            let more = wanted - *open;
+            // Permits still to retire are kept instead of added.
+            let kept = self
+                .retiring
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    Some(n.saturating_sub(more))
+                })
+                .map_or(0, |before| before.min(more));
+            self.permits.add_permits(more - kept);
+        }
+        *open = wanted;
+    }
+
+    async fn enter(&self) -> Turn<'_> {
+        let permit = self.permits.acquire().await.ok();
+        Turn { gate: self, permit }
+    }
+
+    /// Lanes that could take a turn now.
+    #[cfg(test)]
+    fn free(&self) -> usize {
+        self.permits.available_permits()
+    }
+}
+
 #[derive(Clone)]
 pub struct Writers {
     lanes: Arc<Vec<Lane>>,
+    gate: Arc<CommitGate>,
     stats: Arc<WriterStats>,
     /// Set once, by `close`: the lanes stop and close their connections.
     stop: Arc<watch::Sender<bool>>,
@@ -108,6 +202,7 @@ impl Writers {
         let mut lanes = Vec::new();
         let mut handles = Vec::new();
         let stats = Arc::new(WriterStats::default());
+        let gate = Arc::new(CommitGate::new(lane_count));
         let (stop, stopped) = watch::channel(false);
         for _ in 0..lane_count.max(1) {
             let (tx, rx) = mpsc::channel(queue_bound.max(1));
@@ -129,6 +224,7 @@ impl Writers {
                     rx,
                     finished: finished_tx,
                     stop: stopped.clone(),
+                    gate: gate.clone(),
                 },
                 reloading,
                 on_failure.clone(),
@@ -138,6 +234,7 @@ impl Writers {
         }
         Self {
             lanes: Arc::new(lanes),
+            gate,
             stats,
             stop: Arc::new(stop),
             tasks: Arc::new(Mutex::new(handles)),
@@ -155,6 +252,12 @@ impl Writers {
         for task in tasks {
             let _ = task.await;
         }
+    }
+
+    /// `nodes` live nodes commit to this database: this node's lanes
+    /// commit that share at once.
+    pub fn share_among(&self, nodes: usize) {
+        self.gate.share_among(nodes);
     }
 
     /// The commits of every lane so far.
@@ -235,11 +338,14 @@ async fn wait_for_lane(lane: &Lane) -> Result<(), StoreError> {
 }
 
 /// A lane's end of its queue: the batches in, how many it has finished
-/// with out (for barriers), and the signal to stop.
+/// with out (for barriers), the signal to stop and the gate it commits
+/// through.
 struct Queue {
     rx: mpsc::Receiver<Job>,
     finished: watch::Sender<u64>,
     stop: watch::Receiver<bool>,
+    /// Where the lane waits for its turn to commit.
+    gate: Arc<CommitGate>,
 }
 
 /// Where a lane's connection comes from.
@@ -290,6 +396,7 @@ async fn run(
         mut rx,
         finished,
         mut stop,
+        gate,
     } = queue;
     let is_reloading = |org: &OrgId| reloading.lock().expect("not poisoned").contains(org);
     let mut conn: Option<WriterConn> = None;
@@ -302,6 +409,15 @@ async fn run(
         };
         if taken == 0 {
             break;
+        }
+        // Held until the commit is done; what arrives while it is awaited
+        // joins this commit.
+        let _turn = gate.enter().await;
+        while queued.len() < MAX_BATCHES_PER_COMMIT {
+            match rx.try_recv() {
+                Ok(job) => queued.push(job),
+                Err(_) => break,
+            }
         }
         let taken = queued.len() as u64;
         let mut accepted: Vec<Job> = Vec::with_capacity(queued.len());
@@ -362,5 +478,98 @@ async fn run(
     }
     if let Some(conn) = conn {
         conn.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CommitGate;
+
+    #[test]
+    fn a_nodes_lanes_commit_their_share_of_the_live_nodes_at_once() {
+        assert_eq!(CommitGate::share(4, 1), 4);
+        assert_eq!(CommitGate::share(4, 2), 2);
+        assert_eq!(CommitGate::share(4, 3), 1);
+        assert_eq!(CommitGate::share(4, 8), 1);
+        assert_eq!(CommitGate::share(1, 0), 1);
+    }
+
+    /// Whether a lane could enter the gate now, without waiting.
+    async fn enters_now(gate: &CommitGate) -> bool {
+        tokio::select! {
+            biased;
+            _turn = gate.enter() => true,
+            () = std::future::ready(()) => false,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_gate_narrows_as_nodes_join_and_widens_as_they_leave() {
+        let gate = CommitGate::new(4);
+        let four = [
+            gate.enter().await,
+            gate.enter().await,
+            gate.enter().await,
+            gate.enter().await,
+        ];
+        assert!(!enters_now(&gate).await, "four lanes, four turns");
+        gate.share_among(3);
+        drop(four);
+        let held = gate.enter().await;
+        assert!(
+            !enters_now(&gate).await,
+            "with three nodes, one lane commits"
+        );
+        gate.share_among(1);
+        assert!(
+            enters_now(&gate).await,
+            "a node alone commits on every lane"
+        );
+        drop(held);
+        assert_eq!(gate.free(), 4);
+    }
+
+    #[tokio::test]
+    async fn turns_held_while_the_gate_narrows_are_retired_as_they_end() {
+        let gate = CommitGate::new(4);
+        let (a, b) = (gate.enter().await, gate.enter().await);
+        gate.share_among(4);
+        gate.share_among(3);
+        // Two free permits went at once; one of the two held is retired.
+        assert_eq!(gate.free(), 0);
+        drop(a);
+        assert_eq!(gate.free(), 0);
+        drop(b);
+        assert_eq!(gate.free(), 1);
+        // Narrowed and widened again before the held turns end: what was
+        // to be retired is kept instead of added.
+        gate.share_among(1);
+        let four = [
+            gate.enter().await,
+            gate.enter().await,
+            gate.enter().await,
+            gate.enter().await,
+        ];
+        gate.share_among(3);
+        gate.share_among(1);
+        drop(four);
+        assert_eq!(gate.free(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_lane_waiting_for_its_turn_gets_it_when_one_ends() {
+        let gate = std::sync::Arc::new(CommitGate::new(2));
+        gate.share_among(2);
+        let held = gate.enter().await;
+        let waiting = {
+            let gate = gate.clone();
+            tokio::spawn(async move {
+                let _turn = gate.enter().await;
+            })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        drop(held);
+        waiting.await.expect("the waiting lane committed");
     }
 }

@@ -6,8 +6,8 @@
 #       `taskq-bench --url` (the one beside BIN, or $TASKQ_BENCH) through
 #       nginx over NODES nodes, round-robin or, with BALANCE=hash, hashing
 #       the org in the API key as the README says; prints the CPU seconds
-#       each node, nginx and PostgreSQL used during the run, and each
-#       node's requests and how many it forwarded.
+#       each node, nginx and PostgreSQL used during the cycles, and each
+#       node's requests, how many it forwarded, and its commits.
 #   docs/perf/cluster.sh failover BIN KILLS
 #       three nodes; KILLS times: kill -9 the owner of a busy org and time
 #       the first successful answer through another node; prints each
@@ -60,9 +60,10 @@ pg_cpu() { # "pid ticks" of every PostgreSQL process
   for p in $(pgrep -x postgres); do echo "$p $(cpu_of "$p")"; done
 }
 
-traffic_of() { # a node's requests for an org and those it forwarded
+traffic_of() { # a node's requests for an org, those it forwarded, its commits
   curl -sf "http://127.0.0.1:$1/metrics" -H "Authorization: Bearer $token" |
-    awk '/^taskq_cluster_requests_total /{r=$2} /^taskq_cluster_forwarded_total /{f=$2} END {print r+0, f+0}'
+    awk '/^taskq_cluster_requests_total /{r=$2} /^taskq_cluster_forwarded_total /{f=$2}
+         /^taskq_commits_total /{c=$2} END {print r+0, f+0, c+0}'
 }
 
 start_nginx() { # sets nginx_port
@@ -102,26 +103,34 @@ bench)
   sleep 4  # every node sees the others
   start_nginx "$nodes"
   port=$nginx_port
-  declare -A before
-  for i in $(seq 1 "$nodes"); do before[$i]=$(cpu_of "${pids[$i]}"); done
-  nginx_before=$(for p in $(pgrep -P "$nginx_pid") "$nginx_pid"; do cpu_of "$p"; done | paste -sd+ | bc)
-  pg_cpu > "$dir/pg.before"
-  for i in $(seq 1 "$nodes"); do traffic_of "${ports[$i]}" > "$dir/traffic.$i"; done
+  # Counted from the end of the create phase (or the start), so that the
+  # figures are the cycles'.
+  snapshot() {
+    for i in $(seq 1 "$nodes"); do cpu_of "${pids[$i]}" > "$dir/cpu.$i"; done
+    for p in $(pgrep -P "$nginx_pid") "$nginx_pid"; do cpu_of "$p"; done | paste -sd+ | bc > "$dir/nginx.before"
+    pg_cpu > "$dir/pg.before"
+    for i in $(seq 1 "$nodes"); do traffic_of "${ports[$i]}" > "$dir/traffic.$i"; done
+  }
+  snapshot
   "${TASKQ_BENCH:-$(dirname "$bin")/taskq-bench}" --url "http://127.0.0.1:$port" \
-    --admin-token "$token" --json "$@" > "$out"
+    --admin-token "$token" --json "$@" 2> >(while IFS= read -r line; do
+      case $line in "[create] finished"*) snapshot ;; esac
+      printf '%s\n' "$line" >&2
+    done) > "$out"
   hz=$(getconf CLK_TCK)
   for i in $(seq 1 "$nodes"); do
-    echo "node $i cpu_s $(echo "($(cpu_of "${pids[$i]}") - ${before[$i]}) / $hz" | bc -l)"
+    echo "node $i cpu_s $(echo "($(cpu_of "${pids[$i]}") - $(cat "$dir/cpu.$i")) / $hz" | bc -l)"
   done
+  nginx_before=$(cat "$dir/nginx.before")
   nginx_after=$(for p in $(pgrep -P "$nginx_pid") "$nginx_pid"; do cpu_of "$p"; done | paste -sd+ | bc)
   echo "nginx cpu_s $(echo "($nginx_after - $nginx_before) / $hz" | bc -l)"
   # Processes that ended during the run are not counted; new ones from 0.
   pg_ticks=$(pg_cpu | awk -v hz="$hz" 'NR==FNR {b[$1]=$2; next} {t += $2 - b[$1]} END {print t}' "$dir/pg.before" -)
   echo "postgres cpu_s $(echo "$pg_ticks / $hz" | bc -l)"
   for i in $(seq 1 "$nodes"); do
-    read -r r0 f0 < "$dir/traffic.$i"
-    read -r r1 f1 < <(traffic_of "${ports[$i]}")
-    echo "node $i requests $((r1 - r0)) forwarded $((f1 - f0))"
+    read -r r0 f0 c0 < "$dir/traffic.$i"
+    read -r r1 f1 c1 < <(traffic_of "${ports[$i]}")
+    echo "node $i requests $((r1 - r0)) forwarded $((f1 - f0)) commits $((c1 - c0))"
   done
   ;;
 failover)

@@ -123,6 +123,8 @@ pub struct Beat {
     pub lapsed: bool,
     /// The master key new wraps are made with, once a rotation began.
     pub master_key: Option<String>,
+    /// Live nodes that are not leaving, this one included.
+    pub members: usize,
 }
 
 /// A node's place in the cluster: its identity, the orgs it owns and its
@@ -318,10 +320,15 @@ impl Cluster {
         *self.live.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(live);
         self.trusted_until_ms
             .store(started.saturating_add(window), Ordering::Release);
+        let member_count = members.len();
         if !self.ring().is_over(&members) {
             *self.ring.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Ring::new(members));
         }
-        Ok(Beat { lapsed, master_key })
+        Ok(Beat {
+            lapsed,
+            master_key,
+            members: member_count,
+        })
     }
 
     /// The master keys this node holds, its current one first, as its

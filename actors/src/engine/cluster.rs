@@ -242,6 +242,7 @@ impl Engine {
             tokio::time::sleep(period).await;
             let lapsed = match cluster.beat().await {
                 Ok(beat) => {
+                    self.inner.writers.share_among(beat.members);
                     if let Some(id) = &beat.master_key {
                         self.follow_master_key(cluster, id).await;
                     }
