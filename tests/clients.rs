@@ -718,14 +718,21 @@ async fn settled(node: &TestServer) {
     .await;
 }
 
-/// Requests the node forwarded to their org's owner, from its `/metrics`.
-async fn forwarded_by(node: &TestServer) -> u64 {
+/// The node's `/metrics`.
+async fn metrics(node: &TestServer) -> String {
     let auth = format!("Bearer {}", node.admin_token);
     let (status, text) = node
         .raw(Method::GET, "/metrics", &[("authorization", &auth)], None)
         .await;
     assert_eq!(status, StatusCode::OK, "{text}");
-    text.lines()
+    text
+}
+
+/// Requests the node forwarded to their org's owner, from its `/metrics`.
+async fn forwarded_by(node: &TestServer) -> u64 {
+    metrics(node)
+        .await
+        .lines()
         .find_map(|l| l.strip_prefix("taskq_cluster_forwarded_total "))
         .and_then(|v| v.trim().parse().ok())
         .expect("taskq_cluster_forwarded_total in /metrics")
@@ -733,12 +740,9 @@ async fn forwarded_by(node: &TestServer) -> u64 {
 
 /// Requests the node answered 503, from its `/metrics`.
 async fn answered_503(node: &TestServer) -> u64 {
-    let auth = format!("Bearer {}", node.admin_token);
-    let (status, text) = node
-        .raw(Method::GET, "/metrics", &[("authorization", &auth)], None)
-        .await;
-    assert_eq!(status, StatusCode::OK, "{text}");
-    text.lines()
+    metrics(node)
+        .await
+        .lines()
         .filter(|l| l.starts_with("taskq_http_requests_total{") && l.contains("status=\"503\""))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()

@@ -78,12 +78,13 @@ struct Lane {
 
 /// How many of a node's lanes may commit at once: all of them on a node
 /// alone, their share when several nodes commit to one database. Turns
-/// are given in the order lanes ask for them (the semaphore is fair), so
-/// no lane's commits wait behind the others' twice.
+/// are given in the order lanes ask for them (the semaphore is fair): a
+/// lane that wakes first must not take turn after turn while another
+/// lane's callers wait.
 pub struct CommitGate {
     permits: Semaphore,
     lanes: usize,
-    /// Permits that exist: `lanes` at first.
+    /// The share last set: `lanes` at first.
     open: Mutex<usize>,
     /// Permits to retire as their turns end, after the gate narrowed while
     /// lanes held them.

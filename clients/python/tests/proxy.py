@@ -65,10 +65,17 @@ class DroppingProxy:
                 answer, answers = read_message(upstream, answers)
                 if answer is None:
                     return
-                if request.startswith(self.drop) and self.dropped == 0:
-                    self.dropped += 1
+                passed = self._pass(request, answer)
+                if passed is None:
                     return
-                client.sendall(answer)
+                client.sendall(passed)
+
+    def _pass(self, request: bytes, answer: bytes) -> Optional[bytes]:
+        """The answer the client gets, or None to swallow it and close."""
+        if self.drop and request.startswith(self.drop) and self.dropped == 0:
+            self.dropped += 1
+            return None
+        return answer
 
     def close(self) -> None:
         self.listener.close()
@@ -159,46 +166,20 @@ class StreamCuttingProxy:
         self.listener.close()
 
 
-class HintingProxy:
+class HintingProxy(DroppingProxy):
     """A balancer in front of one server that names `owner` in every answer
     (`X-Taskq-Owner`), as a node that forwarded the call to the org's owner
-    does; counts the requests it passes."""
+    does; counts the requests it passes and drops none."""
 
     def __init__(self, target_url: str, owner: str) -> None:
-        target = urlparse(target_url)
-        self.target = (target.hostname or "127.0.0.1", target.port or 80)
         self.owner = owner.encode()
         self.requests = 0
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(target_url, drop=b"")
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
-
-    def _serve(self, client: socket.socket) -> None:
-        upstream = socket.create_connection(self.target)
-        pending, answers = b"", b""
-        with client, upstream:
-            while True:
-                request, pending = read_message(client, pending)
-                if request is None:
-                    return
-                self.requests += 1
-                upstream.sendall(request)
-                answer, answers = read_message(upstream, answers)
-                if answer is None:
-                    return
-                status_line, rest = answer.split(b"\r\n", 1)
-                client.sendall(status_line + b"\r\nx-taskq-owner: " + self.owner + b"\r\n" + rest)
-
-    def close(self) -> None:
-        self.listener.close()
+    def _pass(self, request: bytes, answer: bytes) -> Optional[bytes]:
+        self.requests += 1
+        status_line, rest = answer.split(b"\r\n", 1)
+        return status_line + b"\r\nx-taskq-owner: " + self.owner + b"\r\n" + rest
 
 
 class ClosingListener:

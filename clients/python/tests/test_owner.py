@@ -53,3 +53,21 @@ def test_an_owner_out_of_reach_is_left_for_the_base_url(url: str, client: taskq.
     # The owner was tried once; the calls after went to the base URL.
     assert unreachable.accepted == 1
     assert proxy.requests == 3
+
+
+def test_a_call_broken_at_the_owner_is_sent_again_through_the_base_url(url: str, client: taskq.Client) -> None:
+    # As the node in front would have answered 503 had it forwarded the
+    # call to an owner that died: an update, not repeatable, is not left in
+    # doubt but sent again where the org is served.
+    task_id = client.create_tasks({"tasks": [{"title": "t"}]})["results"][0]["task_id"]
+    unreachable = ClosingListener()
+    proxy = HintingProxy(url, owner=unreachable.url)
+    try:
+        with taskq.Client(proxy.url, client.settings.api_key) as through:
+            through.list_tasks(limit=1)
+            through.update_tasks({"updates": [{"task_id": task_id, "priority": 3}]})
+    finally:
+        proxy.close()
+        unreachable.close()
+    assert unreachable.accepted == 1
+    assert client.get_tasks({"task_ids": [task_id]})["tasks"][0]["priority"] == 3

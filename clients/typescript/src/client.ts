@@ -179,13 +179,20 @@ export class Client extends Operations {
       } catch (error) {
         timer.done();
         if (options?.signal?.aborted) throw error;
-        const leftOwner = this.route.lost(base);
+        if (this.route.lost(base)) {
+          // As the node in front would have answered 503 (the org moving
+          // on) for a call under way at an owner that died: sent again at
+          // once through the base URL.
+          if (!neverSent(error)) inDoubt = true;
+          if (!allows(0)) throw error;
+          continue;
+        }
         if (!neverSent(error)) {
           inDoubt = true;
           if (!(repeatable(operation) || retryInDoubt)) throw new InDoubt(operation.id, error);
         }
         if (!allows(PAUSE_MS)) throw error;
-        if (!leftOwner) await sleep(PAUSE_MS, options?.signal);
+        await sleep(PAUSE_MS, options?.signal);
         continue;
       }
       this.route.heard(operation, base, response.status, response.headers);

@@ -15,8 +15,10 @@
 // that another node forwarded from the org's owner names the owner
 // (`X-Taskq-Owner`): the client sends its org's calls there from then on,
 // saving the hop, and goes back to `baseUrl` when the owner cannot be
-// reached or answers 503 (the org moved). Operator calls and event streams
-// always go to `baseUrl`.
+// reached or answers 503 (the org moved). A call under way at an owner that
+// broke the connection is sent again there, as the node in front would
+// have answered it 503 had it forwarded the call. Operator calls and event
+// streams always go to `baseUrl`.
 
 export interface OperationSpec {
   readonly id: string;

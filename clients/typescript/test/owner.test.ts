@@ -49,3 +49,24 @@ test("an owner out of reach is left for the base URL", async () => {
   assert.equal(asked.filter((u) => u.startsWith("http://127.0.0.1:1/")).length, 1, `asked: ${asked.join(", ")}`);
   assert.equal(asked.filter((u) => u.includes("/balancer/")).length, 3);
 });
+
+test("a call broken at the owner is sent again through the base URL", async () => {
+  // As the node in front would have answered 503 had it forwarded the call
+  // to an owner that died: an update, not repeatable, is not left in doubt.
+  const org = await newOrg();
+  const taskId = (await org.client.create_tasks({ tasks: [{ title: "t" }] })).results[0]?.task_id as string;
+  const asked: string[] = [];
+  const balanced = balancedFetch("http://127.0.0.1:1", asked);
+  const broken: typeof fetch = async (input, init) => {
+    if (String(input).startsWith("http://127.0.0.1:1/")) {
+      asked.push(String(input));
+      throw new TypeError("fetch failed", { cause: new Error("other side closed") });
+    }
+    return balanced.fetch(input, init);
+  };
+  const client = new Client({ baseUrl: balanced.baseUrl, fetch: broken, apiKey: org.key });
+  await client.list_tasks({ limit: 1 });
+  await client.update_tasks({ updates: [{ task_id: taskId, priority: 3 }] });
+  assert.equal(asked.filter((u) => u.startsWith("http://127.0.0.1:1/")).length, 1);
+  assert.equal((await org.client.get_tasks({ task_ids: [taskId] })).tasks[0]?.priority, 3);
+});

@@ -15,8 +15,10 @@ With several nodes whose operators named their public URLs, an answer that
 another node forwarded from the org's owner names the owner
 (`X-Taskq-Owner`): the client sends its org's calls there from then on,
 saving the hop, and goes back to `base_url` when the owner cannot be
-reached or answers 503 (the org moved). Operator calls and event streams
-always go to `base_url`.
+reached or answers 503 (the org moved). A call under way at an owner that
+broke the connection is sent again there, as the node in front would have
+answered it 503 had it forwarded the call. Operator calls and event
+streams always go to `base_url`.
 """
 
 from __future__ import annotations
@@ -243,6 +245,16 @@ class Attempts:
         return time.monotonic() + wait < self.deadline
 
 
+def owner_failure(error: httpx.TransportError, attempts: Attempts) -> Optional[BaseException]:
+    """After the owner node an answer named broke or refused the connection:
+    the call goes to `base_url` at once, as the node in front would have
+    answered 503 (the org moving on) for a call under way at a node that
+    died; `None`, or the error when the retry budget is spent."""
+    if not isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
+        attempts.in_doubt = True
+    return None if attempts.allows(0.0) else error
+
+
 def transport_failure(
     operation: Operation, error: httpx.TransportError, attempts: Attempts, retried_ok: bool
 ) -> Union[float, BaseException]:
@@ -293,12 +305,15 @@ class SyncTransport:
                     timeout=timeout,
                 )
             except httpx.TransportError as error:
-                left_owner = self._route.lost(base)
+                if self._route.lost(base):
+                    failed = owner_failure(error, attempts)
+                    if failed is not None:
+                        raise failed
+                    continue
                 outcome = transport_failure(operation, error, attempts, retry_in_doubt)
                 if isinstance(outcome, BaseException):
                     raise outcome from error
-                if not left_owner:
-                    time.sleep(outcome)
+                time.sleep(outcome)
                 continue
             self._route.heard(operation, base, response.status_code, response.headers)
             wait = retry_delay(response.status_code, response.headers)
@@ -348,12 +363,15 @@ class AsyncTransport:
                     timeout=timeout,
                 )
             except httpx.TransportError as error:
-                left_owner = self._route.lost(base)
+                if self._route.lost(base):
+                    failed = owner_failure(error, attempts)
+                    if failed is not None:
+                        raise failed
+                    continue
                 outcome = transport_failure(operation, error, attempts, retry_in_doubt)
                 if isinstance(outcome, BaseException):
                     raise outcome from error
-                if not left_owner:
-                    await asyncio.sleep(outcome)
+                await asyncio.sleep(outcome)
                 continue
             self._route.heard(operation, base, response.status_code, response.headers)
             wait = retry_delay(response.status_code, response.headers)
