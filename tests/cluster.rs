@@ -58,23 +58,9 @@ impl Cluster {
     /// a moment later, and answer 503 "org moving" meanwhile, as CONTRACT
     /// §6 allows but a test of a settled cluster does not expect.
     async fn wait_until_settled(&self) {
-        let lived = |node: &Value| {
-            let at = |field: &str| {
-                chrono::DateTime::parse_from_rfc3339(node[field].as_str().unwrap_or(""))
-            };
-            match (at("started_at"), at("last_seen")) {
-                (Ok(started), Ok(seen)) => seen - started,
-                _ => chrono::Duration::zero(),
-            }
-        };
         for node in self.nodes.iter().filter(|n| n.is_running()) {
             eventually(Duration::from_secs(15), "every node settled", || async {
-                let view = cluster_view(node).await;
-                let nodes = view["nodes"].as_array().cloned().unwrap_or_default();
-                nodes
-                    .iter()
-                    .all(|n| lived(n) >= chrono::Duration::seconds(4))
-                    .then_some(())
+                cluster_settled(&cluster_view(node).await).then_some(())
             })
             .await;
         }

@@ -81,7 +81,7 @@ struct Lane {
 /// are given in the order lanes ask for them (the semaphore is fair): a
 /// lane that wakes first must not take turn after turn while another
 /// lane's callers wait.
-pub struct CommitGate {
+struct CommitGate {
     permits: Semaphore,
     lanes: usize,
     /// The share last set: `lanes` at first.
@@ -111,7 +111,7 @@ impl Drop for Turn<'_> {
 }
 
 impl CommitGate {
-    pub fn new(lanes: usize) -> Self {
+    fn new(lanes: usize) -> Self {
         let lanes = lanes.max(1);
         CommitGate {
             permits: Semaphore::new(lanes),
@@ -123,13 +123,13 @@ impl CommitGate {
 
     /// Lanes that may commit at once when `nodes` live nodes share the
     /// database: `lanes / nodes`, at least one.
-    pub fn share(lanes: usize, nodes: usize) -> usize {
+    fn share(lanes: usize, nodes: usize) -> usize {
         (lanes / nodes.max(1)).max(1)
     }
 
     /// Lets the share of `nodes` live nodes commit at once; turns already
     /// taken run to their end.
-    pub fn share_among(&self, nodes: usize) {
+    fn share_among(&self, nodes: usize) {
         let wanted = Self::share(self.lanes, nodes);
         let mut open = self.open.lock().expect("not poisoned");
         if wanted < *open {

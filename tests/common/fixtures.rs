@@ -465,6 +465,22 @@ pub async fn advance_clock(srv: &TestServer, seconds: i64) -> DateTime<Utc> {
     ts(&body, "now")
 }
 
+/// Whether every node a `GET /admin/cluster` answer lists has been live
+/// for the heartbeats after which orgs move to it (three, and one more):
+/// an org placed sooner may be handed to its chosen node a moment later.
+pub fn cluster_settled(view: &Value) -> bool {
+    let lived = |node: &Value| {
+        let at = |field: &str| DateTime::parse_from_rfc3339(node[field].as_str().unwrap_or(""));
+        match (at("started_at"), at("last_seen")) {
+            (Ok(started), Ok(seen)) => seen - started >= chrono::Duration::seconds(4),
+            _ => false,
+        }
+    };
+    view["nodes"]
+        .as_array()
+        .is_some_and(|nodes| nodes.iter().all(lived))
+}
+
 /// Polls `check` until it returns `Some`, failing after `timeout`.
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
 where

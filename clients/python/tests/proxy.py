@@ -34,13 +34,11 @@ def read_message(sock: socket.socket, buffer: bytes) -> Tuple[Optional[bytes], b
     return head + b"\r\n\r\n" + rest[:length], rest[length:]
 
 
-class DroppingProxy:
-    def __init__(self, target_url: str, drop: bytes) -> None:
-        target = urlparse(target_url)
-        self.target = (target.hostname or "127.0.0.1", target.port or 80)
-        #: The request line's start (b"POST /tasks ") whose first answer is swallowed.
-        self.drop = drop
-        self.dropped = 0
+class Listener:
+    """A port on 127.0.0.1 whose connections are each served by `_serve`
+    on a thread of their own."""
+
+    def __init__(self) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
@@ -52,6 +50,22 @@ class DroppingProxy:
             except OSError:
                 return
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+class DroppingProxy(Listener):
+    def __init__(self, target_url: str, drop: bytes) -> None:
+        target = urlparse(target_url)
+        self.target = (target.hostname or "127.0.0.1", target.port or 80)
+        #: The request line's start (b"POST /tasks ") whose first answer is swallowed.
+        self.drop = drop
+        self.dropped = 0
+        super().__init__()
 
     def _serve(self, client: socket.socket) -> None:
         upstream = socket.create_connection(self.target)
@@ -77,11 +91,8 @@ class DroppingProxy:
             return None
         return answer
 
-    def close(self) -> None:
-        self.listener.close()
 
-
-class StreamCuttingProxy:
+class StreamCuttingProxy(Listener):
     """A TCP proxy that ends every event stream it passes after `keep`
     events: `clean` ends the chunked answer as a server that stopped would,
     otherwise the connection breaks a few bytes into the next event, as a
@@ -96,17 +107,7 @@ class StreamCuttingProxy:
         self.keep = keep
         self.clean = clean
         self.cuts = 0
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+        super().__init__()
 
     def _serve(self, client: socket.socket) -> None:
         upstream = socket.create_connection(self.target)
@@ -162,9 +163,6 @@ class StreamCuttingProxy:
         except OSError:
             return
 
-    def close(self) -> None:
-        self.listener.close()
-
 
 class HintingProxy(DroppingProxy):
     """A balancer in front of one server that names `owner` in every answer
@@ -182,24 +180,14 @@ class HintingProxy(DroppingProxy):
         return status_line + b"\r\nx-taskq-owner: " + self.owner + b"\r\n" + rest
 
 
-class ClosingListener:
+class ClosingListener(Listener):
     """A port that accepts connections and closes them at once, unanswered,
     as a node out of a client's reach through a broken route; counts them."""
 
     def __init__(self) -> None:
         self.accepted = 0
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            client.close()
-
-    def close(self) -> None:
-        self.listener.close()
+    def _serve(self, client: socket.socket) -> None:
+        self.accepted += 1
+        client.close()
