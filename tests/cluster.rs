@@ -1749,3 +1749,134 @@ async fn forwarded_answers_name_the_owners_public_url() {
     }
     panic!("40 orgs were owned by nodes {owners_seen:?} only");
 }
+
+/// Everything one node forwards to another shares one HTTP/2 connection:
+/// hundreds of long polls waiting at the owner at once hold back no other
+/// request forwarded beside them, and each is answered when work comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundreds_of_forwarded_long_polls_hold_back_no_other_request() {
+    const POLLS: usize = 300;
+    let Some(cluster) = Cluster::start(2).await else {
+        return;
+    };
+    let org = cluster.node(0).create_org("dev").await;
+    let owner = cluster.owner_of(&org).await;
+    let front = cluster.node(owner + 1);
+    let received = || async {
+        cluster
+            .node(owner)
+            .metric("taskq_cluster_received_forwarded_total")
+            .await
+            .unwrap_or(0)
+    };
+    let before = received().await;
+    let http = reqwest::Client::new();
+    let polls: Vec<_> = (0..POLLS)
+        .map(|_| {
+            let claim = http
+                .post(format!("{}/tasks/claim", front.base_url))
+                .header("x-api-key", &org.owner_key)
+                .json(&json!({ "wait_seconds": 30 }))
+                .send();
+            tokio::spawn(async move {
+                let answer = claim.await.expect("a long poll is answered");
+                assert_eq!(answer.status(), StatusCode::OK);
+                let task: Value = answer.json().await.expect("a JSON answer");
+                str_field(&task, "task_id")
+            })
+        })
+        .collect();
+    eventually(
+        Duration::from_secs(20),
+        "every long poll at the owner",
+        || async { (received().await >= before + POLLS as u64).then_some(()) },
+    )
+    .await;
+
+    let (status, body) = front.get(&org.owner_key, "/tasks?limit=1").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        polls.iter().all(|p| !p.is_finished()),
+        "the list was answered only once long polls had ended"
+    );
+
+    let mut created = HashSet::new();
+    for batch in 0..POLLS / 25 {
+        let items: Vec<Value> = (0..25)
+            .map(|i| json!({ "title": format!("work {batch}.{i}") }))
+            .collect();
+        for result in cluster
+            .node(owner)
+            .create_tasks(&org.owner_key, json!(items))
+            .await
+        {
+            created.insert(str_field(&result, "task_id"));
+        }
+    }
+    let mut claimed = HashSet::new();
+    for poll in polls {
+        claimed.insert(poll.await.expect("a long poll's task"));
+    }
+    assert_eq!(claimed, created, "each long poll claimed a task of its own");
+}
+
+/// A body longer than a forwarding node keeps for a second try is streamed
+/// to the owner whole; one over the 2 MiB bound is refused by the owner
+/// with its 413, which closes the client's connection as a node alone does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_bodies_sent_through_another_node_reach_the_owner_whole() {
+    let Some(cluster) = Cluster::start(2).await else {
+        return;
+    };
+    let org = cluster.node(0).create_org("dev").await;
+    let owner = cluster.owner_of(&org).await;
+    let front = cluster.node(owner + 1);
+    let items: Vec<Value> = (0..25)
+        .map(|i| {
+            let description: String = (0..65_536)
+                .map(|j| char::from(b'a' + ((i + j) % 26) as u8))
+                .collect();
+            json!({ "title": format!("long {i}"), "description": description })
+        })
+        .collect();
+    let results = front
+        .create_tasks(&org.owner_key, json!(items.clone()))
+        .await;
+    for (item, result) in items.iter().zip(&results) {
+        let task = cluster
+            .node(owner)
+            .get_task(&org.owner_key, &str_field(result, "task_id"))
+            .await;
+        assert_eq!(
+            task["description"], item["description"],
+            "{}",
+            item["title"]
+        );
+    }
+
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .expect("client");
+    let huge = format!(
+        r#"{{"tasks": [{{"title": "{}"}}]}}"#,
+        "x".repeat(3 * 1024 * 1024)
+    );
+    for round in 0..3 {
+        let answer = http
+            .post(format!("{}/tasks", front.base_url))
+            .header("x-api-key", &org.owner_key)
+            .header("content-type", "application/json")
+            .body(huge.clone())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the oversized request failed: {e}"));
+        assert_eq!(answer.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(
+            answer.headers().get("connection").map(|v| v.as_bytes()),
+            Some(&b"close"[..])
+        );
+        let body: Value = answer.json().await.expect("a JSON error");
+        assert!(body["error"].is_string(), "{body}");
+    }
+}

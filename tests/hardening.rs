@@ -122,6 +122,39 @@ backend_tests!(
     }
 );
 
+backend_tests!(
+    http2_clients_are_served_beside_http1_ones,
+    |srv| async move {
+        let org = srv.create_org("dev").await;
+        taskq::install_crypto_provider();
+        let h2 = reqwest::Client::builder()
+            .http2_prior_knowledge()
+            .build()
+            .expect("an HTTP/2 client");
+        let call = |path: &str, body: Value| {
+            h2.post(format!("{}{path}", srv.base_url))
+                .header("x-api-key", &org.owner_key)
+                .json(&body)
+                .send()
+        };
+        let answer = call("/tasks", json!({ "tasks": [{ "title": "over h2" }] }))
+            .await
+            .expect("an answer over HTTP/2");
+        assert_eq!(
+            (answer.status(), answer.version()),
+            (StatusCode::CREATED, reqwest::Version::HTTP_2)
+        );
+        let claimed = call("/tasks/claim", json!({}))
+            .await
+            .expect("a claim over HTTP/2");
+        let task: Value = claimed.json().await.expect("a JSON task");
+        assert_eq!(task["title"], "over h2", "{task}");
+        // An HTTP/1.1 client of the same server is served as before.
+        let (status, body) = srv.get(&org.owner_key, "/tasks?limit=1").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+);
+
 backend_tests!(a_413_closes_its_connection, |srv| async move {
     let org = srv.create_org("dev").await;
     taskq::install_crypto_provider();

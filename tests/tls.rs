@@ -74,8 +74,23 @@ backend_tests!(
             String::from_utf8_lossy(&answer)
         );
 
-        // The server goes on serving TLS.
+        // The server goes on serving TLS, to HTTP/2 clients too (by ALPN).
         let (status, body) = srv.get(key, "/me").await;
         assert_eq!(status, StatusCode::OK, "{body}");
+        taskq::install_crypto_provider();
+        let h2 = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(pem.as_bytes()).unwrap())
+            .build()
+            .expect("an HTTP/2 client");
+        let answer = h2
+            .get(format!("{}/me", srv.base_url))
+            .header("x-api-key", key)
+            .send()
+            .await
+            .expect("an answer over HTTP/2");
+        assert_eq!(
+            (answer.status(), answer.version()),
+            (StatusCode::OK, reqwest::Version::HTTP_2)
+        );
     }
 );

@@ -7,7 +7,9 @@
 #       nginx over NODES nodes, round-robin or, with BALANCE=hash, hashing
 #       the org in the API key as the README says; prints the CPU seconds
 #       each node, nginx and PostgreSQL used during the cycles, and each
-#       node's requests, how many it forwarded, and its commits.
+#       node's requests, how many it forwarded, and its commits. With
+#       RESTART=S the last node is stopped (SIGTERM) S seconds into the
+#       cycles and started again on its port; its CPU is then not printed.
 #   docs/perf/cluster.sh failover BIN KILLS
 #       three nodes; KILLS times: kill -9 the owner of a busy org and time
 #       the first successful answer through another node; prints each
@@ -37,13 +39,14 @@ cleanup() {
 trap cleanup EXIT
 psql "$admin_url" -qc "CREATE DATABASE $db" >/dev/null
 
-# start_node I: starts node I in its own directory (same node id on restart)
+# start_node I [PORT]: starts node I in its own directory (same node id on
+# restart), on PORT or any free one
 start_node() {
   local i=$1 d="$dir/n$1"
   mkdir -p "$d"
   : > "$d/out"
   (cd "$d" && exec env TASKQ_MASTER_KEY="$key" TASKQ_ADMIN_TOKEN="$token" TASKQ_EMBEDDINGS=none \
-     TASKQ_DATABASE_URL="$url" "$bin" serve --listen 127.0.0.1:0 > out 2>> log < /dev/null) &
+     TASKQ_DATABASE_URL="$url" "$bin" serve --listen "127.0.0.1:${2:-0}" > out 2>> log < /dev/null) &
   pids[$i]=$!
   for _ in $(seq 1 300); do
     if grep -q "listening on" "$d/out"; then break; fi
@@ -110,15 +113,31 @@ bench)
     for p in $(pgrep -P "$nginx_pid") "$nginx_pid"; do cpu_of "$p"; done | paste -sd+ | bc > "$dir/nginx.before"
     pg_cpu > "$dir/pg.before"
     for i in $(seq 1 "$nodes"); do traffic_of "${ports[$i]}" > "$dir/traffic.$i"; done
+    touch "$dir/cycling"
   }
   snapshot
+  rm -f "$dir/cycling"
+  for i in $(seq 1 "$nodes"); do echo "0 0 0" > "$dir/carried.$i"; done
   "${TASKQ_BENCH:-$(dirname "$bin")/taskq-bench}" --url "http://127.0.0.1:$port" \
     --admin-token "$token" --json "$@" 2> >(while IFS= read -r line; do
       case $line in "[create] finished"*) snapshot ;; esac
       printf '%s\n' "$line" >&2
-    done) > "$out"
+    done) > "$out" &
+  bench_pid=$!
+  if [ -n "${RESTART:-}" ]; then
+    while [ ! -f "$dir/cycling" ]; do sleep 0.1; done
+    sleep "$RESTART"
+    # Its counters start again from 0: what it counted so far is carried.
+    traffic_of "${ports[$nodes]}" > "$dir/carried.$nodes"
+    kill -TERM "${pids[$nodes]}"
+    wait "${pids[$nodes]}" 2>/dev/null || true
+    start_node "$nodes" "${ports[$nodes]}"
+    echo "node $nodes restarted" >&2
+  fi
+  wait "$bench_pid"
   hz=$(getconf CLK_TCK)
   for i in $(seq 1 "$nodes"); do
+    [ -n "${RESTART:-}" ] && [ "$i" = "$nodes" ] && continue
     echo "node $i cpu_s $(echo "($(cpu_of "${pids[$i]}") - $(cat "$dir/cpu.$i")) / $hz" | bc -l)"
   done
   nginx_before=$(cat "$dir/nginx.before")
@@ -130,6 +149,8 @@ bench)
   for i in $(seq 1 "$nodes"); do
     read -r r0 f0 c0 < "$dir/traffic.$i"
     read -r r1 f1 c1 < <(traffic_of "${ports[$i]}")
+    read -r rc fc cc < "$dir/carried.$i"
+    if [ "$rc" != 0 ]; then r1=$((r1 + rc)) f1=$((f1 + fc)) c1=$((c1 + cc)); fi
     echo "node $i requests $((r1 - r0)) forwarded $((f1 - f0)) commits $((c1 - c0))"
   done
   ;;

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use axum::serve::ListenerExt as _;
 use taskq_actors::embed::Embedder;
 use taskq_actors::filter::{ContentFilter, NoFilter, TermFilter};
 use taskq_actors::llm::ChatModel;
@@ -15,12 +14,13 @@ use taskq_actors::{Engine, EngineConfig};
 
 use crate::embed::{BuiltinEmbedder, EndpointEmbedder, DEFAULT_MODEL_DIR};
 use crate::http::{
-    router, AppState, HttpPeers, OperatorAttempts, Shared, TrustedProxies, DEFAULT_WRONG_TOKENS,
+    peer_client, router, serve_http2, AppState, HttpPeers, OperatorAttempts, Shared,
+    TrustedProxies, DEFAULT_WRONG_TOKENS,
 };
 use crate::keyfiles::KeySource;
 use crate::llm::ChatEndpoint;
 use crate::moderation::ModerationEndpoint;
-use crate::outbound::{self, Proxies};
+use crate::outbound;
 use crate::process::READY_PREFIX;
 use crate::webhooks::HttpWebhookSender;
 
@@ -303,9 +303,6 @@ fn node_identity(
     Ok((Some(id), Some(file)))
 }
 
-/// The client one node reaches the others with: for the operations of
-/// the cluster (`timeout`, 30 s), or for the requests it forwards, which
-/// may be long polls (none).
 /// `TASKQ_PUBLIC_URL` as the clients are told it: an absolute http(s) URL
 /// of a host, with no query or fragment, without its trailing slash; or
 /// `advertise`, the advertise URL (clients on the nodes' own network).
@@ -322,18 +319,6 @@ fn public_url(value: &str, advertise_url: &str) -> anyhow::Result<String> {
         return Err(refuse("must have no query, fragment or user"));
     }
     Ok(url.as_str().trim_end_matches('/').to_owned())
-}
-
-fn peer_client(timeout: Option<Duration>) -> anyhow::Result<reqwest::Client> {
-    let mut builder = outbound::client_builder(Proxies::Ignored)
-        .connect_timeout(Duration::from_secs(1))
-        .redirect(reqwest::redirect::Policy::none());
-    if let Some(timeout) = timeout {
-        builder = builder.timeout(timeout);
-    }
-    builder
-        .build()
-        .context("building the client that reaches the other nodes")
 }
 
 /// How long a stopping node waits for its orgs to be handed over (several
@@ -452,9 +437,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tracing::warn!("TASKQ_PUBLIC_URL is used by several nodes on one PostgreSQL only");
     }
     let engine = Engine::start(config).await.context("starting the engine")?;
-    engine.set_peers(Arc::new(HttpPeers::new(peer_client(Some(
-        Duration::from_secs(30),
-    ))?)));
+    let peers =
+        |timeout| peer_client(timeout).context("building the client that reaches other nodes");
+    engine.set_peers(Arc::new(HttpPeers::new(peers(Some(Duration::from_secs(
+        30,
+    )))?)));
     tracing::info!(
         backend = engine.backend(),
         clustered = engine.is_clustered(),
@@ -468,7 +455,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if admin_token.is_none() {
         tracing::info!("TASKQ_ADMIN_TOKEN is unset: the /admin routes are disabled");
     }
-    let mut shared = Shared::new(engine.clone(), admin_token, keys, peer_client(None)?);
+    let mut shared = Shared::new(engine.clone(), admin_token, keys, peers(None)?);
     shared.secure_cookies = args.tls_cert.is_some() && args.tls_key.is_some();
     shared.operator_attempts =
         OperatorAttempts::new(args.operator_wrong_tokens).trusting(args.trusted_proxies.clone());
@@ -478,49 +465,42 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let app = router(AppState::from(shared));
 
+    // Both paths stop alike: orgs handed over, long polls released, then
+    // the connections closed within 30 s.
+    let handle = axum_server::Handle::new();
+    let shutdown = handle.clone();
+    let stopping = engine.clone();
+    let signalled = shutdown_signal()?;
+    tokio::spawn(async move {
+        signalled.await;
+        stopping.hand_over_all(HAND_OVER_WITHIN).await;
+        stopping.stop_waiting();
+        shutdown.graceful_shutdown(Some(Duration::from_secs(30)));
+    });
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
+    // An answer larger than one write (a page of large tasks) must not hold
+    // its last part back until the client's delayed ACK of the first.
     match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
             let tls = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
                 .await
                 .context("loading the TLS certificate and key")?;
-            let handle = axum_server::Handle::new();
-            let shutdown = handle.clone();
-            let stopping = engine.clone();
-            let signalled = shutdown_signal()?;
-            tokio::spawn(async move {
-                signalled.await;
-                stopping.hand_over_all(HAND_OVER_WITHIN).await;
-                stopping.stop_waiting();
-                shutdown.graceful_shutdown(Some(Duration::from_secs(30)));
-            });
-            let server = axum_server::from_tcp_rustls(listener, tls).handle(handle);
+            let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
+                .acceptor(axum_server::accept::NoDelayAcceptor);
+            let mut server = axum_server::from_tcp(listener)
+                .acceptor(acceptor)
+                .handle(handle);
+            serve_http2(&mut server);
             announce("https", addr)?;
-            server
-                .serve(app.into_make_service_with_connect_info::<SocketAddr>())
-                .await?;
+            server.serve(app).await?;
         }
         _ => {
-            // As on the TLS path: an answer larger than one write (a page
-            // of large tasks) must not hold its last part back until the
-            // client's delayed ACK of the first arrives.
-            let listener = tokio::net::TcpListener::from_std(listener)?.tap_io(|tcp| {
-                if let Err(e) = tcp.set_nodelay(true) {
-                    tracing::debug!("TCP_NODELAY not set on a connection: {e}");
-                }
-            });
-            let stopping = engine.clone();
-            let signalled = shutdown_signal()?;
+            let mut server = axum_server::from_tcp(listener)
+                .acceptor(axum_server::accept::NoDelayAcceptor)
+                .handle(handle);
+            serve_http2(&mut server);
             announce("http", addr)?;
-            axum::serve(
-                listener,
-                app.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(async move {
-                signalled.await;
-                stopping.hand_over_all(HAND_OVER_WITHIN).await;
-                stopping.stop_waiting();
-            })
-            .await?;
+            server.serve(app).await?;
         }
     }
     engine.shutdown().await;

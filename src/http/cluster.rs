@@ -18,6 +18,15 @@
 //! session's org, anything else to none, and is served where it arrives.
 //! Each route of the table is registered behind its own forwarding
 //! ([`forwarded`]), so a request is forwarded only once its route is known.
+//!
+//! Nodes speak HTTP/2 to each other ([`peer_client`]): everything one node
+//! forwards to another shares one connection, so a forwarded request costs
+//! no connection of its own however many long polls are under way. The
+//! forwarding node reads no more of a request than the org's key or
+//! session; its body goes on as it came, kept for a second try only when it
+//! is short ([`KEPT_BODY_BYTES`]).
+
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequestParts, RawPathParams, Request, State};
@@ -27,6 +36,7 @@ use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
 use axum::{Json, Router};
+use futures_util::StreamExt as _;
 use taskq_actors::domain::OrgId;
 use taskq_actors::{parse_org_id, EngineError, PeerAnswer, PeerCall, PeerOp, Peers, Placement};
 
@@ -34,6 +44,7 @@ use super::error::{ApiError, ORG_MOVING_HEADER};
 use super::extract::{Operator, MAX_BODY_BYTES};
 use super::operation::Access;
 use super::AppState;
+use crate::outbound::{self, Proxies};
 
 /// Set on a request one node forwards to another.
 pub const FORWARDED_HEADER: &str = "x-taskq-forwarded";
@@ -150,26 +161,61 @@ async fn forward_to_owner(
         Ok(Placement::Moving) => return moving(),
         Err(e) => return ApiError::from(e).into_response(),
     };
-    let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-        Ok(bytes) => bytes,
-        Err(_) => {
-            return ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
-                .into_response()
+    let body = match kept_or_streamed(body).await {
+        Ok(Outgoing::Kept(bytes)) => bytes,
+        Ok(Outgoing::Streamed(body)) => {
+            // Too long to keep for a second try: the answer, `org moving`
+            // included, is the client's to act on.
+            state.engine.count_forward();
+            let body = reqwest::Body::wrap_stream(body.into_data_stream());
+            return forward(&state, org, &url, &parts, body)
+                .await
+                .unwrap_or_else(moving);
+        }
+        Err(e) => {
+            return ApiError::bad_request(format!("reading the request body: {e}")).into_response()
         }
     };
     state.engine.count_forward();
-    if let Some(answer) = forward(&state, org, &url, &parts, &body).await {
+    if let Some(answer) = forward(&state, org, &url, &parts, body.clone().into()).await {
         return answer;
     }
     // The owner moved or is gone: ask the directory afresh, once.
     match state.engine.place(org, false, true).await {
         Ok(Placement::Here) => next.run(Request::from_parts(parts, Body::from(body))).await,
-        Ok(Placement::At(url)) => forward(&state, org, &url, &parts, &body)
+        Ok(Placement::At(url)) => forward(&state, org, &url, &parts, body.into())
             .await
             .unwrap_or_else(moving),
         Ok(Placement::Moving) => moving(),
         Err(e) => ApiError::from(e).into_response(),
     }
+}
+
+/// A request body of at most this many bytes is kept until the owner has
+/// answered, to be sent again if the org moved meanwhile; every operation
+/// but the largest creates fits.
+const KEPT_BODY_BYTES: usize = 64 * 1024;
+
+/// A request's body as it goes to the owner.
+enum Outgoing {
+    /// The whole body, no longer than [`KEPT_BODY_BYTES`].
+    Kept(Bytes),
+    /// What was read of a longer body, followed by the rest as it arrives.
+    Streamed(Body),
+}
+
+async fn kept_or_streamed(body: Body) -> Result<Outgoing, axum::Error> {
+    let mut stream = body.into_data_stream();
+    let mut kept: Vec<u8> = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        if kept.len() + chunk.len() > KEPT_BODY_BYTES {
+            let read = futures_util::stream::iter([Ok(Bytes::from(kept)), Ok(chunk)]);
+            return Ok(Outgoing::Streamed(Body::from_stream(read.chain(stream))));
+        }
+        kept.extend_from_slice(&chunk);
+    }
+    Ok(Outgoing::Kept(Bytes::from(kept)))
 }
 
 /// The owner's answer to a forwarded request; `None` when it was not the
@@ -180,10 +226,10 @@ async fn forward(
     org: OrgId,
     url: &str,
     parts: &Parts,
-    body: &Bytes,
+    body: reqwest::Body,
 ) -> Option<Response> {
     let answer = tokio::select! {
-        answer = send(state, url, parts, body.clone()) => answer,
+        answer = send(state, url, parts, body) => answer,
         () = state.engine.until_gone(url) => return None,
     };
     match answer {
@@ -264,7 +310,7 @@ async fn send(
     state: &AppState,
     base: &str,
     parts: &Parts,
-    body: Bytes,
+    body: reqwest::Body,
 ) -> Result<Response, reqwest::Error> {
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let mut request = state.peers.request(
@@ -286,6 +332,10 @@ async fn send(
         if !HOP_BY_HOP.contains(&name.as_str()) {
             response = response.header(name, value);
         }
+    }
+    if answer.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        // As the owner's own: the rest of the body was not read.
+        response = response.header(axum::http::header::CONNECTION, "close");
     }
     Ok(response
         .body(Body::from_stream(answer.bytes_stream()))
@@ -316,6 +366,49 @@ pub async fn peer(
     let op: PeerOp = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("malformed peer operation: {e}")))?;
     Ok(Json(state.engine.run_peer_op(&peer, op).await?))
+}
+
+/// HTTP/2 streams one connection carries at once. Every request one node
+/// forwards to another rides one connection, long polls and event streams
+/// among them, so the bound that counts is each org's own (its in-flight
+/// requests, a key's streams), never this one: with hyper's default of 200
+/// the 201st long poll would hold back every request after it.
+const HTTP2_STREAMS: u32 = 8192;
+
+/// What one HTTP/2 stream may have in flight unread. The connection's
+/// window holds every stream's at once ([`HTTP2_STREAMS`] of them, 1 GiB),
+/// so an answer its client does not read (an event stream to a stalled
+/// browser) holds back only itself, never the connection's other answers.
+const HTTP2_STREAM_WINDOW: u32 = 128 * 1024;
+
+/// The server's HTTP/2 (TLS by ALPN, clear text by prior knowledge, as the
+/// nodes reach each other) beside HTTP/1.1, on one listener.
+pub fn serve_http2<A>(server: &mut axum_server::Server<A>) {
+    server
+        .http_builder()
+        .http2()
+        .max_concurrent_streams(HTTP2_STREAMS);
+}
+
+/// The client one node reaches the others with: for the operations of the
+/// cluster (`timeout`, 30 s), or for the requests it forwards, which may be
+/// long polls (none). It speaks HTTP/2 only (every node serves it), and
+/// pings an idle connection, so that one to a node that vanished without a
+/// word is found dead within seconds rather than at the next request.
+pub fn peer_client(timeout: Option<Duration>) -> reqwest::Result<reqwest::Client> {
+    let mut builder = outbound::client_builder(Proxies::Ignored)
+        .connect_timeout(Duration::from_secs(1))
+        .redirect(reqwest::redirect::Policy::none())
+        .http2_prior_knowledge()
+        .http2_initial_stream_window_size(HTTP2_STREAM_WINDOW)
+        .http2_initial_connection_window_size(HTTP2_STREAMS * HTTP2_STREAM_WINDOW)
+        .http2_keep_alive_interval(Duration::from_secs(1))
+        .http2_keep_alive_timeout(Duration::from_secs(3))
+        .http2_keep_alive_while_idle(true);
+    if let Some(timeout) = timeout {
+        builder = builder.timeout(timeout);
+    }
+    builder.build()
 }
 
 /// The other nodes, reached over HTTP at their advertise URLs.

@@ -31,8 +31,8 @@ pub use table::operations;
 
 use crate::keyfiles::KeySource;
 
-pub use cluster::HttpPeers;
 use cluster::OrgOf;
+pub use cluster::{peer_client, serve_http2, HttpPeers};
 pub use error::ApiError;
 pub use lockout::{OperatorAttempts, TrustedProxies, DEFAULT_WRONG_TOKENS};
 
