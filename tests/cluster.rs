@@ -936,6 +936,7 @@ async fn nginx_before(
     cluster: &Cluster,
     http: &str,
     upstream: &str,
+    server_params: &str,
 ) -> (Nginx, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -945,7 +946,10 @@ async fn nginx_before(
     let servers: String = cluster
         .nodes
         .iter()
-        .map(|n| format!("server {};\n", n.base_url.trim_start_matches("http://")))
+        .map(|n| {
+            let address = n.base_url.trim_start_matches("http://");
+            format!("server {address} {server_params};\n")
+        })
         .collect();
     let d = dir.path().display();
     let conf = format!(
@@ -995,7 +999,7 @@ async fn behind_nginx_round_robin_every_request_is_answered_by_its_owner() {
     let Some(cluster) = Cluster::start(3).await else {
         return;
     };
-    let (nginx, base) = nginx_before(&nginx, &cluster, "", "").await;
+    let (nginx, base) = nginx_before(&nginx, &cluster, "", "", "").await;
     let http = reqwest::Client::new();
     let admin = &cluster.node(0).admin_token;
     let org: Value = http
@@ -1077,20 +1081,33 @@ async fn behind_nginx_round_robin_every_request_is_answered_by_its_owner() {
     drop(nginx);
 }
 
-/// The `map` and the `hash` line of the README's nginx example.
-fn readme_ring() -> (String, String) {
+/// The `map`, the `hash` line and what follows a `server`'s address in the
+/// README's nginx example.
+fn readme_ring() -> (String, String, String) {
     let readme = include_str!("../README.md");
     let start = readme
         .find("map $http_x_api_key")
         .expect("the README's nginx example maps the API key");
     let len = readme[start..].find("\n}\n").expect("the map's end") + 2;
-    let hash = readme
-        .lines()
-        .find(|l| l.trim_start().starts_with("hash ") && l.contains("consistent"))
-        .expect("the README's nginx example hashes consistently");
+    let line = |starts: &str| {
+        readme
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with(starts))
+            .unwrap_or_else(|| panic!("no `{starts}` line in the README's nginx example"))
+    };
+    let hash = line("hash ");
+    assert!(hash.contains("consistent"), "{hash}");
+    let server = line("server 10.");
+    let params = server
+        .trim_end_matches(';')
+        .split_once(' ')
+        .and_then(|(_, rest)| rest.split_once(' '))
+        .map_or("", |(_, params)| params);
     (
         readme[start..start + len].to_owned(),
-        hash.trim().to_owned(),
+        hash.to_owned(),
+        params.to_owned(),
     )
 }
 
@@ -1129,8 +1146,8 @@ async fn behind_nginx_hashing_the_key_s_org_no_request_is_forwarded() {
     let Some(cluster) = Cluster::start(3).await else {
         return;
     };
-    let (map, hash) = readme_ring();
-    let (nginx, base) = nginx_before(&nginx, &cluster, &map, &hash).await;
+    let (map, hash, params) = readme_ring();
+    let (nginx, base) = nginx_before(&nginx, &cluster, &map, &hash, &params).await;
     let http = reqwest::Client::new();
     let admin = &cluster.node(0).admin_token;
     let mut orgs = Vec::new();
@@ -1750,9 +1767,9 @@ async fn forwarded_answers_name_the_owners_public_url() {
     panic!("40 orgs were owned by nodes {owners_seen:?} only");
 }
 
-/// Everything one node forwards to another shares one HTTP/2 connection:
-/// hundreds of long polls waiting at the owner at once hold back no other
-/// request forwarded beside them, and each is answered when work comes.
+/// Hundreds of long polls forwarded to an org's owner at once hold back no
+/// other request forwarded beside them, and each is answered when work
+/// comes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundreds_of_forwarded_long_polls_hold_back_no_other_request() {
     const POLLS: usize = 300;
@@ -1770,22 +1787,12 @@ async fn hundreds_of_forwarded_long_polls_hold_back_no_other_request() {
             .unwrap_or(0)
     };
     let before = received().await;
-    let http = reqwest::Client::new();
-    let polls: Vec<_> = (0..POLLS)
-        .map(|_| {
-            let claim = http
-                .post(format!("{}/tasks/claim", front.base_url))
-                .header("x-api-key", &org.owner_key)
-                .json(&json!({ "wait_seconds": 30 }))
-                .send();
-            tokio::spawn(async move {
-                let answer = claim.await.expect("a long poll is answered");
-                assert_eq!(answer.status(), StatusCode::OK);
-                let task: Value = answer.json().await.expect("a JSON answer");
-                str_field(&task, "task_id")
-            })
-        })
-        .collect();
+    let polls = long_polls(
+        &reqwest::Client::new(),
+        &front.base_url,
+        &org.owner_key,
+        POLLS,
+    );
     eventually(
         Duration::from_secs(20),
         "every long poll at the owner",
@@ -1800,19 +1807,7 @@ async fn hundreds_of_forwarded_long_polls_hold_back_no_other_request() {
         "the list was answered only once long polls had ended"
     );
 
-    let mut created = HashSet::new();
-    for batch in 0..POLLS / 25 {
-        let items: Vec<Value> = (0..25)
-            .map(|i| json!({ "title": format!("work {batch}.{i}") }))
-            .collect();
-        for result in cluster
-            .node(owner)
-            .create_tasks(&org.owner_key, json!(items))
-            .await
-        {
-            created.insert(str_field(&result, "task_id"));
-        }
-    }
+    let created = cluster.node(owner).create_many(&org.owner_key, POLLS).await;
     let mut claimed = HashSet::new();
     for poll in polls {
         claimed.insert(poll.await.expect("a long poll's task"));

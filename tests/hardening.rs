@@ -6,6 +6,8 @@
 #[macro_use]
 mod common;
 
+use std::time::Duration;
+
 use common::*;
 use reqwest::Method;
 
@@ -152,6 +154,47 @@ backend_tests!(
         // An HTTP/1.1 client of the same server is served as before.
         let (status, body) = srv.get(&org.owner_key, "/tasks?limit=1").await;
         assert_eq!(status, StatusCode::OK, "{body}");
+    }
+);
+
+backend_tests!(
+    hundreds_of_long_polls_on_one_http2_connection_hold_back_nothing,
+    |srv| async move {
+        const POLLS: usize = 300;
+        let org = srv.create_org("dev").await;
+        taskq::install_crypto_provider();
+        // One connection carries every request of this client.
+        let h2 = reqwest::Client::builder()
+            .http2_prior_knowledge()
+            .build()
+            .expect("an HTTP/2 client");
+        let polls = long_polls(&h2, &srv.base_url, &org.owner_key, POLLS);
+        eventually(
+            Duration::from_secs(20),
+            "every long poll waiting",
+            || async {
+                let waiting = srv.metric("taskq_claim_waiters").await.unwrap_or(0);
+                (waiting >= POLLS as u64).then_some(())
+            },
+        )
+        .await;
+        let listed = h2
+            .get(format!("{}/tasks?limit=1", srv.base_url))
+            .header("x-api-key", &org.owner_key)
+            .send()
+            .await
+            .expect("a list beside the long polls");
+        assert_eq!(listed.status(), StatusCode::OK);
+        assert!(
+            polls.iter().all(|p| !p.is_finished()),
+            "the list was answered only once long polls had ended"
+        );
+        let created = srv.create_many(&org.owner_key, POLLS).await;
+        let mut claimed = std::collections::HashSet::new();
+        for poll in polls {
+            claimed.insert(poll.await.expect("a long poll's task"));
+        }
+        assert_eq!(claimed, created, "each long poll claimed a task of its own");
     }
 );
 

@@ -82,10 +82,12 @@ start_nginx() { # sets nginx_port
       echo '  "~^tq_(?<org>[0-9a-f]{32})_[0-9a-f]{32}_" $org;'
       echo '  default $request_id; }'
       echo " upstream taskq { keepalive 256; hash \$taskq_org consistent;"
+      params=" max_fails=1 fail_timeout=3s"
     else
       echo " upstream taskq { keepalive 256;"
+      params=
     fi
-    for i in $(seq 1 "$n"); do echo "  server 127.0.0.1:${ports[$i]};"; done
+    for i in $(seq 1 "$n"); do echo "  server 127.0.0.1:${ports[$i]}${params};"; done
     echo " }"
     echo " server { listen 127.0.0.1:$port; location / { proxy_pass http://taskq;"
     echo "  proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_read_timeout 120s; } } }"

@@ -439,9 +439,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let engine = Engine::start(config).await.context("starting the engine")?;
     let peers =
         |timeout| peer_client(timeout).context("building the client that reaches other nodes");
-    engine.set_peers(Arc::new(HttpPeers::new(peers(Some(Duration::from_secs(
-        30,
-    )))?)));
+    let cluster_calls = peers(Some(Duration::from_secs(30)))?;
+    engine.set_peers(Arc::new(HttpPeers::new(cluster_calls)));
     tracing::info!(
         backend = engine.backend(),
         clustered = engine.is_clustered(),

@@ -19,12 +19,12 @@
 //! Each route of the table is registered behind its own forwarding
 //! ([`forwarded`]), so a request is forwarded only once its route is known.
 //!
-//! Nodes speak HTTP/2 to each other ([`peer_client`]): everything one node
-//! forwards to another shares one connection, so a forwarded request costs
-//! no connection of its own however many long polls are under way. The
-//! forwarding node reads no more of a request than the org's key or
+//! The forwarding node reads no more of a request than the org's key or
 //! session; its body goes on as it came, kept for a second try only when it
-//! is short ([`KEPT_BODY_BYTES`]).
+//! is short ([`KEPT_BODY_BYTES`]). Nodes reach each other over HTTP/1.1
+//! connections kept open between requests ([`peer_client`]): HTTP/2's one
+//! multiplexed connection cost the forwarding node more CPU per request
+//! (decision 0021).
 
 use std::time::Duration;
 
@@ -204,18 +204,24 @@ enum Outgoing {
     Streamed(Body),
 }
 
+/// Reads `body` up to [`KEPT_BODY_BYTES`], and no further.
 async fn kept_or_streamed(body: Body) -> Result<Outgoing, axum::Error> {
     let mut stream = body.into_data_stream();
-    let mut kept: Vec<u8> = Vec::new();
+    let mut kept: Vec<Bytes> = Vec::new();
+    let mut length = 0;
     while let Some(chunk) = stream.next().await {
         let chunk = chunk?;
-        if kept.len() + chunk.len() > KEPT_BODY_BYTES {
-            let read = futures_util::stream::iter([Ok(Bytes::from(kept)), Ok(chunk)]);
+        length += chunk.len();
+        kept.push(chunk);
+        if length > KEPT_BODY_BYTES {
+            let read = futures_util::stream::iter(kept.into_iter().map(Ok::<_, axum::Error>));
             return Ok(Outgoing::Streamed(Body::from_stream(read.chain(stream))));
         }
-        kept.extend_from_slice(&chunk);
     }
-    Ok(Outgoing::Kept(Bytes::from(kept)))
+    Ok(Outgoing::Kept(match kept.len() {
+        1 => kept.swap_remove(0),
+        _ => Bytes::from(kept.concat()),
+    }))
 }
 
 /// The owner's answer to a forwarded request; `None` when it was not the
@@ -368,21 +374,15 @@ pub async fn peer(
     Ok(Json(state.engine.run_peer_op(&peer, op).await?))
 }
 
-/// HTTP/2 streams one connection carries at once. Every request one node
-/// forwards to another rides one connection, long polls and event streams
-/// among them, so the bound that counts is each org's own (its in-flight
-/// requests, a key's streams), never this one: with hyper's default of 200
-/// the 201st long poll would hold back every request after it.
+/// HTTP/2 streams one client connection may have open at once. hyper's
+/// default is 200, and a client at the bound queues its next requests: the
+/// 201st long poll on one connection would hold back every request behind
+/// it. The orgs' own bounds (in-flight requests, a key's streams) are the
+/// ones that limit a tenant.
 const HTTP2_STREAMS: u32 = 8192;
 
-/// What one HTTP/2 stream may have in flight unread. The connection's
-/// window holds every stream's at once ([`HTTP2_STREAMS`] of them, 1 GiB),
-/// so an answer its client does not read (an event stream to a stalled
-/// browser) holds back only itself, never the connection's other answers.
-const HTTP2_STREAM_WINDOW: u32 = 128 * 1024;
-
-/// The server's HTTP/2 (TLS by ALPN, clear text by prior knowledge, as the
-/// nodes reach each other) beside HTTP/1.1, on one listener.
+/// The server's HTTP/2 (TLS by ALPN, clear text by prior knowledge) beside
+/// HTTP/1.1, on one listener.
 pub fn serve_http2<A>(server: &mut axum_server::Server<A>) {
     server
         .http_builder()
@@ -392,19 +392,11 @@ pub fn serve_http2<A>(server: &mut axum_server::Server<A>) {
 
 /// The client one node reaches the others with: for the operations of the
 /// cluster (`timeout`, 30 s), or for the requests it forwards, which may be
-/// long polls (none). It speaks HTTP/2 only (every node serves it), and
-/// pings an idle connection, so that one to a node that vanished without a
-/// word is found dead within seconds rather than at the next request.
+/// long polls (none). Its connections stay open between requests.
 pub fn peer_client(timeout: Option<Duration>) -> reqwest::Result<reqwest::Client> {
     let mut builder = outbound::client_builder(Proxies::Ignored)
         .connect_timeout(Duration::from_secs(1))
-        .redirect(reqwest::redirect::Policy::none())
-        .http2_prior_knowledge()
-        .http2_initial_stream_window_size(HTTP2_STREAM_WINDOW)
-        .http2_initial_connection_window_size(HTTP2_STREAMS * HTTP2_STREAM_WINDOW)
-        .http2_keep_alive_interval(Duration::from_secs(1))
-        .http2_keep_alive_timeout(Duration::from_secs(3))
-        .http2_keep_alive_while_idle(true);
+        .redirect(reqwest::redirect::Policy::none());
     if let Some(timeout) = timeout {
         builder = builder.timeout(timeout);
     }

@@ -119,6 +119,20 @@ impl TestServer {
         str_field(&results[0], "task_id")
     }
 
+    /// Creates `n` tasks, 25 a call; their ids.
+    pub async fn create_many(&self, key: &str, n: usize) -> std::collections::HashSet<String> {
+        let mut ids = std::collections::HashSet::new();
+        for start in (0..n).step_by(25) {
+            let items: Vec<Value> = (start..n.min(start + 25))
+                .map(|i| json!({ "title": format!("task {i}") }))
+                .collect();
+            for result in self.create_tasks(key, json!(items)).await {
+                ids.insert(str_field(&result, "task_id"));
+            }
+        }
+        ids
+    }
+
     /// Creates one task with just a title.
     pub async fn new_task(&self, key: &str, title: &str) -> String {
         self.create_task(key, json!({ "title": title })).await
@@ -338,6 +352,31 @@ impl TestServer {
         )
         .await
     }
+}
+
+/// `n` long-poll claims (`wait_seconds` 30) sent at once to `base_url`
+/// through `http`, each resolving to the id of the task it claimed.
+pub fn long_polls(
+    http: &reqwest::Client,
+    base_url: &str,
+    key: &str,
+    n: usize,
+) -> Vec<tokio::task::JoinHandle<String>> {
+    (0..n)
+        .map(|_| {
+            let claim = http
+                .post(format!("{base_url}/tasks/claim"))
+                .header("x-api-key", key)
+                .json(&json!({ "wait_seconds": 30 }))
+                .send();
+            tokio::spawn(async move {
+                let answer = claim.await.expect("a long poll is answered");
+                assert_eq!(answer.status(), StatusCode::OK);
+                let task: Value = answer.json().await.expect("a JSON answer");
+                str_field(&task, "task_id")
+            })
+        })
+        .collect()
 }
 
 /// A string field of a JSON object, panicking with the object when absent.
