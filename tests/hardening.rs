@@ -124,15 +124,21 @@ backend_tests!(
     }
 );
 
+/// A client that speaks HTTP/2 in clear text (prior knowledge): one
+/// connection carries every request it sends.
+fn http2_client() -> reqwest::Client {
+    taskq::install_crypto_provider();
+    reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .expect("an HTTP/2 client")
+}
+
 backend_tests!(
     http2_clients_are_served_beside_http1_ones,
     |srv| async move {
         let org = srv.create_org("dev").await;
-        taskq::install_crypto_provider();
-        let h2 = reqwest::Client::builder()
-            .http2_prior_knowledge()
-            .build()
-            .expect("an HTTP/2 client");
+        let h2 = http2_client();
         let call = |path: &str, body: Value| {
             h2.post(format!("{}{path}", srv.base_url))
                 .header("x-api-key", &org.owner_key)
@@ -162,12 +168,7 @@ backend_tests!(
     |srv| async move {
         const POLLS: usize = 300;
         let org = srv.create_org("dev").await;
-        taskq::install_crypto_provider();
-        // One connection carries every request of this client.
-        let h2 = reqwest::Client::builder()
-            .http2_prior_knowledge()
-            .build()
-            .expect("an HTTP/2 client");
+        let h2 = http2_client();
         let polls = long_polls(&h2, &srv.base_url, &org.owner_key, POLLS);
         eventually(
             Duration::from_secs(20),
@@ -207,26 +208,8 @@ backend_tests!(a_413_closes_its_connection, |srv| async move {
         .build()
         .expect("client");
     let url = format!("{}/tasks", srv.base_url);
-    let huge = format!(
-        r#"{{"tasks": [{{"title": "{}"}}]}}"#,
-        "x".repeat(3 * 1024 * 1024)
-    );
     for round in 0..20 {
-        let response = http
-            .post(&url)
-            .header("x-api-key", &org.owner_key)
-            .header("content-type", "application/json")
-            .body(huge.clone())
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("round {round}: the oversized request failed: {e}"));
-        assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
-        assert_eq!(
-            response.headers().get("connection").map(|v| v.as_bytes()),
-            Some(&b"close"[..])
-        );
-        let body: Value = response.json().await.expect("a JSON error");
-        assert!(body["error"].is_string(), "{body}");
+        assert_oversized_refused(&http, &url, &org.owner_key).await;
         // The next request on the same client is answered, never lost.
         let response = http
             .post(&url)

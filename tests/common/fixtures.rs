@@ -354,6 +354,30 @@ impl TestServer {
     }
 }
 
+/// POSTs a create of over 2 MiB to `url` through `http` and asserts the
+/// refusal: 413, a JSON error, and `Connection: close`.
+pub async fn assert_oversized_refused(http: &reqwest::Client, url: &str, key: &str) {
+    let huge = format!(
+        r#"{{"tasks": [{{"title": "{}"}}]}}"#,
+        "x".repeat(3 * 1024 * 1024)
+    );
+    let answer = http
+        .post(url)
+        .header("x-api-key", key)
+        .header("content-type", "application/json")
+        .body(huge)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("the oversized request failed: {e}"));
+    assert_eq!(answer.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        answer.headers().get("connection").map(|v| v.as_bytes()),
+        Some(&b"close"[..])
+    );
+    let body: Value = answer.json().await.expect("a JSON error");
+    assert!(body["error"].is_string(), "{body}");
+}
+
 /// `n` long-poll claims (`wait_seconds` 30) sent at once to `base_url`
 /// through `http`, each resolving to the id of the task it claimed.
 pub fn long_polls(
