@@ -1808,11 +1808,11 @@ async fn hundreds_of_forwarded_long_polls_hold_back_no_other_request() {
     );
 
     let created = cluster.node(owner).create_many(&org.owner_key, POLLS).await;
-    let mut claimed = HashSet::new();
-    for poll in polls {
-        claimed.insert(poll.await.expect("a long poll's task"));
-    }
-    assert_eq!(claimed, created, "each long poll claimed a task of its own");
+    assert_eq!(
+        claimed(polls).await,
+        created,
+        "each long poll claimed a task of its own"
+    );
 }
 
 /// A body longer than a forwarding node keeps for a second try is streamed

@@ -191,11 +191,11 @@ backend_tests!(
             "the list was answered only once long polls had ended"
         );
         let created = srv.create_many(&org.owner_key, POLLS).await;
-        let mut claimed = std::collections::HashSet::new();
-        for poll in polls {
-            claimed.insert(poll.await.expect("a long poll's task"));
-        }
-        assert_eq!(claimed, created, "each long poll claimed a task of its own");
+        assert_eq!(
+            claimed(polls).await,
+            created,
+            "each long poll claimed a task of its own"
+        );
     }
 );
 

@@ -152,8 +152,7 @@ bench)
     read -r r0 f0 c0 < "$dir/traffic.$i"
     read -r r1 f1 c1 < <(traffic_of "${ports[$i]}")
     read -r rc fc cc < "$dir/carried.$i"
-    if [ "$rc" != 0 ]; then r1=$((r1 + rc)) f1=$((f1 + fc)) c1=$((c1 + cc)); fi
-    echo "node $i requests $((r1 - r0)) forwarded $((f1 - f0)) commits $((c1 - c0))"
+    echo "node $i requests $((r1 + rc - r0)) forwarded $((f1 + fc - f0)) commits $((c1 + cc - c0))"
   done
   ;;
 failover)

@@ -40,7 +40,7 @@ use futures_util::StreamExt as _;
 use taskq_actors::domain::OrgId;
 use taskq_actors::{parse_org_id, EngineError, PeerAnswer, PeerCall, PeerOp, Peers, Placement};
 
-use super::error::{ApiError, ORG_MOVING_HEADER};
+use super::error::{close_if_body_unread, ApiError, ORG_MOVING_HEADER};
 use super::extract::{Operator, MAX_BODY_BYTES};
 use super::operation::Access;
 use super::AppState;
@@ -339,9 +339,8 @@ async fn send(
             response = response.header(name, value);
         }
     }
-    if answer.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        // As the owner's own: the rest of the body was not read.
-        response = response.header(axum::http::header::CONNECTION, "close");
+    if let Some(headers) = response.headers_mut() {
+        close_if_body_unread(answer.status(), headers);
     }
     Ok(response
         .body(Body::from_stream(answer.bytes_stream()))

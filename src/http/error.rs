@@ -106,11 +106,17 @@ impl IntoResponse for ApiError {
         if self.org_moving {
             headers.insert(ORG_MOVING_HEADER, HeaderValue::from_static("1"));
         }
-        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
-            // The rest of the body was not read: the connection cannot carry
-            // another request, and the client must know before it tries.
-            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-        }
+        close_if_body_unread(self.status, headers);
         response
+    }
+}
+
+/// After a 413 the rest of the body was not read: the connection cannot
+/// carry another request, and the client must know before it tries. Also
+/// for a 413 relayed from an org's owner (`cluster.rs`), whose own
+/// `Connection` header is of its hop only.
+pub fn close_if_body_unread(status: StatusCode, headers: &mut axum::http::HeaderMap) {
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
 }

@@ -403,6 +403,17 @@ pub fn long_polls(
         .collect()
 }
 
+/// The ids the long polls of [`long_polls`] claimed, once all answered.
+pub async fn claimed(
+    polls: Vec<tokio::task::JoinHandle<String>>,
+) -> std::collections::HashSet<String> {
+    let mut ids = std::collections::HashSet::new();
+    for poll in polls {
+        ids.insert(poll.await.expect("a long poll's task"));
+    }
+    ids
+}
+
 /// A string field of a JSON object, panicking with the object when absent.
 pub fn str_field(v: &Value, key: &str) -> String {
     v[key]
