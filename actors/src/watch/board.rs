@@ -1,15 +1,15 @@
 //! The board's own stream: what its open pages need to stay current, and
 //! no more. Every page of an org on the org's full event stream received
 //! every event and fetched itself again in bursts; here each org with a
-//! board open has one feed, a single subscriber of the org's live events
-//! (`hub`), which gathers the tasks that changed and, at most once a
-//! [`WINDOW_MS`], renders one `changed` notice: the org's change mark, the
-//! changed tasks' ids (up to [`MAX_IDS`]) and the open tasks per status as
-//! the org's actor last published them. The notice is rendered once and
-//! shared by every board of the org (an `Arc<str>` in a `watch` channel),
-//! so a slow board holds up nobody and, when it reads again, gets the
-//! latest notice only. An org without a board open has no feed; a feed
-//! ends with its last board.
+//! board open has one feed, which takes the tasks the org's commits
+//! changed (`changes`, gathered by the writer in place) and, at most once
+//! a [`WINDOW_MS`], renders one `changed` notice: the org's change mark,
+//! the changed tasks' ids (up to `changes::MAX_IDS`) and the open tasks per
+//! status as the org's actor last published them. The notice is rendered
+//! once and shared by every board of the org (an `Arc<str>` in a `watch`
+//! channel), so a slow board holds up nobody and, when it reads again,
+//! gets the latest notice only. An org without a board open has no feed;
+//! a feed ends with its last board.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -20,7 +20,8 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 
-use super::hub::{EventHub, LiveEnd};
+use super::changes::Window;
+use super::hub::EventHub;
 use super::stream::KEEP_ALIVE_MS;
 use crate::clock::Clock;
 use crate::domain::open::StatusCounts;
@@ -29,62 +30,18 @@ use crate::domain::{OrgId, TaskId};
 /// At most one notice per org in this long.
 pub const WINDOW_MS: u64 = 500;
 
-/// Changed tasks a notice names at most; beyond, it says there were more.
-pub const MAX_IDS: usize = 100;
-
 /// The hub hears of a commit before the org's actor publishes what it
 /// changed (its mark and counts): a notice whose mark has not moved since
 /// the last waits this long, up to [`SETTLE_TRIES`] times, for the actor.
 const SETTLE_STEP: Duration = Duration::from_millis(5);
 const SETTLE_TRIES: u32 = 20;
 
-/// The tasks changed since the last notice.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Window {
-    tasks: Vec<TaskId>,
-    /// More changed than are named, or changes went unseen.
-    more: bool,
-    /// Anything changed at all.
-    changed: bool,
-}
-
-impl Window {
-    /// A change of `task`: named once, up to [`MAX_IDS`].
-    pub fn add(&mut self, task: TaskId) {
-        self.changed = true;
-        if self.tasks.contains(&task) {
-            return;
-        }
-        if self.tasks.len() < MAX_IDS {
-            self.tasks.push(task);
-        } else {
-            self.more = true;
-        }
-    }
-
-    /// Changes happened that the window cannot name.
-    pub fn lost(&mut self) {
-        self.changed = true;
-        self.more = true;
-    }
-
-    pub fn is_empty(&self) -> bool {
-        !self.changed
-    }
-
-    /// When a window holding changes may be sent: at once after a quiet
-    /// spell, else one [`WINDOW_MS`] after the last notice.
-    pub fn due(last_sent: Option<Instant>, now: Instant) -> Instant {
-        match last_sent {
-            Some(at) => (at + Duration::from_millis(WINDOW_MS)).max(now),
-            None => now,
-        }
-    }
-
-    /// The notice's data, and an empty window in its place.
-    pub fn take(&mut self, mark: String, counts: StatusCounts) -> Arc<str> {
-        let window = std::mem::take(self);
-        notice(mark, window.tasks, window.more, counts)
+/// When changes may be sent: at once after a quiet spell, else one
+/// [`WINDOW_MS`] after the last notice.
+pub fn due(last_sent: Option<Instant>, now: Instant) -> Instant {
+    match last_sent {
+        Some(at) => (at + Duration::from_millis(WINDOW_MS)).max(now),
+        None => now,
     }
 }
 
@@ -105,8 +62,13 @@ struct Counts {
     blocked: usize,
 }
 
+/// The notice of a window's changes.
+fn notice_of(window: Window, mark: String, counts: StatusCounts) -> Arc<str> {
+    notice(mark, window.tasks, window.more, counts)
+}
+
 /// A notice's data as compact JSON, on one line.
-pub fn notice(mark: String, tasks: Vec<TaskId>, more: bool, c: StatusCounts) -> Arc<str> {
+fn notice(mark: String, tasks: Vec<TaskId>, more: bool, c: StatusCounts) -> Arc<str> {
     let notice = Notice {
         mark,
         tasks,
@@ -204,8 +166,8 @@ impl BoardFeeds {
     }
 }
 
-/// One org's feed: gathers its live events into windows and sends each
-/// as a notice, until no board reads it or the live events end.
+/// One org's feed: sends the org's changes as a notice, at most one a
+/// [`WINDOW_MS`], until no board reads it or the changes end.
 async fn feed(
     feeds: Arc<BoardFeeds>,
     org: OrgId,
@@ -213,58 +175,70 @@ async fn feed(
     state: OrgState,
     notices: Notices,
 ) {
-    let mut live = hub.subscribe_edits(org);
-    let mut window = Window::default();
+    let changes = hub.watch_changes(org);
     let mut last_sent: Option<Instant> = None;
     let mut last_mark = state(org).0;
-    let (mut settling, mut held_until) = (0, None::<Instant>);
-    let mut ended = false;
     loop {
-        let due = (!window.is_empty()).then(|| {
-            Window::due(last_sent, Instant::now()).max(held_until.unwrap_or(Instant::now()))
-        });
+        if changes.has_ended() {
+            feeds.retire(org, &notices, true);
+            break;
+        }
+        if changes.is_empty() {
+            // A change gathered after this look wakes it all the same.
+            tokio::select! {
+                biased;
+                () = notices.closed() => {
+                    if feeds.retire(org, &notices, false) {
+                        break;
+                    }
+                }
+                () = changes.woken() => {}
+            }
+            continue;
+        }
+        let at = due(last_sent, Instant::now());
+        let Some(sent) = settled(&state, org, &last_mark, at, &notices).await else {
+            if feeds.retire(org, &notices, false) {
+                break;
+            }
+            continue;
+        };
+        last_mark.clone_from(&sent.0);
+        let data = notice_of(changes.take(), sent.0.clone(), sent.1);
+        notices.send_replace(Some(Sent {
+            mark: sent.0.as_str().into(),
+            data,
+        }));
+        last_sent = Some(Instant::now());
+    }
+    hub.unwatch_changes(org, &changes);
+}
+
+/// The org's mark and counts for a notice due `at`: read once the org's
+/// actor has published what the changes did (its mark moved since
+/// `last_mark`), or after [`SETTLE_TRIES`]; `None` if the last board went
+/// meanwhile.
+async fn settled(
+    state: &OrgState,
+    org: OrgId,
+    last_mark: &str,
+    mut at: Instant,
+    notices: &Notices,
+) -> Option<(String, StatusCounts)> {
+    let mut settling = 0;
+    loop {
         tokio::select! {
             biased;
-            () = notices.closed() => {
-                if feeds.retire(org, &notices, false) {
-                    break;
-                }
-            }
-            received = live.recv() => match received {
-                Ok(entry) => {
-                    entry.events.iter().for_each(|e| window.add(e.task));
-                    entry.edited.iter().for_each(|task| window.add(*task));
-                }
-                Err(LiveEnd::Behind) => {
-                    window.lost();
-                    drop(live);
-                    live = hub.subscribe_edits(org);
-                }
-                Err(LiveEnd::Closed) => {
-                    ended = true;
-                    break;
-                }
-            },
-            () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
-                let (mark, counts) = state(org);
-                if mark == last_mark && settling < SETTLE_TRIES {
-                    settling += 1;
-                    held_until = Some(Instant::now() + SETTLE_STEP);
-                    continue;
-                }
-                (settling, held_until) = (0, None);
-                last_mark.clone_from(&mark);
-                let sent = Sent { mark: mark.as_str().into(), data: window.take(mark, counts) };
-                notices.send_replace(Some(sent));
-                last_sent = Some(Instant::now());
-            }
+            () = notices.closed() => return None,
+            () = tokio::time::sleep_until(at) => {}
         }
+        let (mark, counts) = state(org);
+        if mark != last_mark || settling == SETTLE_TRIES {
+            return Some((mark, counts));
+        }
+        settling += 1;
+        at = Instant::now() + SETTLE_STEP;
     }
-    if ended {
-        feeds.retire(org, &notices, true);
-    }
-    drop(live);
-    hub.unsubscribed(org);
 }
 
 /// What a board's stream sends next.
@@ -343,26 +317,22 @@ fn in_ms(ms: i64) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    use super::super::changes::MAX_IDS;
     use super::*;
 
     #[test]
-    fn a_window_names_each_task_once_up_to_the_cap() {
+    fn a_notice_names_the_windows_tasks_and_the_open_counts() {
         let mut window = Window::default();
-        assert!(window.is_empty());
         let first = TaskId::new_v7();
-        window.add(first);
-        window.add(first);
-        for _ in 1..MAX_IDS {
-            window.add(TaskId::new_v7());
+        for task in std::iter::once(first).chain((0..MAX_IDS).map(|_| TaskId::new_v7())) {
+            window.add(task);
         }
-        assert!(!window.more);
-        window.add(first);
-        assert!(!window.more, "a task named already is no more");
-        window.add(TaskId::new_v7());
-        assert!(window.more);
-        assert_eq!(window.tasks.len(), MAX_IDS);
-        let data = window.take("m.1".into(), StatusCounts::default());
-        assert!(window.is_empty());
+        let counts = StatusCounts {
+            pending: 3,
+            in_progress: 2,
+            ..StatusCounts::default()
+        };
+        let data = notice_of(window, "m.1".into(), counts);
         let v: serde_json::Value = serde_json::from_str(&data).unwrap();
         assert_eq!(v["tasks"].as_array().unwrap().len(), MAX_IDS);
         assert_eq!(v["tasks"][0], first.to_string());
@@ -370,52 +340,34 @@ mod tests {
             (v["more"].clone(), v["mark"].clone()),
             (true.into(), "m.1".into())
         );
-    }
-
-    #[test]
-    fn unseen_changes_are_more() {
-        let mut window = Window::default();
-        window.lost();
-        assert!(!window.is_empty());
-        let counts = StatusCounts {
-            pending: 3,
-            in_progress: 2,
-            ..StatusCounts::default()
-        };
-        let v: serde_json::Value = serde_json::from_str(&window.take("m".into(), counts)).unwrap();
-        assert_eq!(v["more"], true);
-        assert_eq!(v["tasks"], serde_json::json!([]));
         assert_eq!(
             v["counts"],
             serde_json::json!({"pending": 3, "paused": 0, "in_progress": 2, "feedback": 0, "blocked": 0})
+        );
+        let v: serde_json::Value = serde_json::from_str(&missed("m.2".into(), counts)).unwrap();
+        assert_eq!(
+            (v["more"].clone(), v["tasks"].clone()),
+            (true.into(), serde_json::json!([]))
         );
     }
 
     #[test]
     fn a_window_is_sent_at_once_after_quiet_and_else_a_window_after_the_last() {
         let now = Instant::now();
-        assert_eq!(Window::due(None, now), now);
+        assert_eq!(due(None, now), now);
         let long_ago = now - Duration::from_secs(5);
-        assert_eq!(Window::due(Some(long_ago), now), now);
+        assert_eq!(due(Some(long_ago), now), now);
         let just = now - Duration::from_millis(100);
         assert_eq!(
-            Window::due(Some(just), now),
+            due(Some(just), now),
             just + Duration::from_millis(WINDOW_MS)
         );
     }
 
-    #[tokio::test]
-    async fn one_feed_per_org_while_boards_read_it() {
-        let hub = Arc::new(EventHub::default());
-        let feeds = Arc::new(BoardFeeds::default());
-        let state: OrgState = Arc::new(|_| ("m".to_owned(), StatusCounts::default()));
-        let org = OrgId::new_v7();
-        let mut one = feeds.subscribe(org, &hub, &state);
-        let mut two = feeds.subscribe(org, &hub, &state);
-        assert_eq!(feeds.open(), 1);
-        let task = TaskId::new_v7();
-        // The feed subscribes to the hub when it starts: publish until it
-        // has (a board on a quiet org waits as long as it must).
+    /// Commits of `task` published until aborted: the feed watches the
+    /// org's changes once it has started, and a board on a quiet org
+    /// waits as long as it must.
+    fn publishing(hub: &Arc<EventHub>, org: OrgId, task: TaskId) -> tokio::task::JoinHandle<()> {
         let batch = crate::store::WriteBatch::new(
             org,
             vec![crate::store::WriteOp::InsertEvents(vec![
@@ -430,15 +382,26 @@ mod tests {
                 },
             ])],
         );
-        let publish = {
-            let hub = Arc::clone(&hub);
-            tokio::spawn(async move {
-                loop {
-                    hub.publish(&[&batch], 1);
-                    tokio::task::yield_now().await;
-                }
-            })
-        };
+        let hub = Arc::clone(hub);
+        tokio::spawn(async move {
+            loop {
+                hub.publish(&[&batch], 1);
+                tokio::task::yield_now().await;
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn one_feed_per_org_while_boards_read_it() {
+        let hub = Arc::new(EventHub::default());
+        let feeds = Arc::new(BoardFeeds::default());
+        let state: OrgState = Arc::new(|_| ("m".to_owned(), StatusCounts::default()));
+        let org = OrgId::new_v7();
+        let mut one = feeds.subscribe(org, &hub, &state);
+        let mut two = feeds.subscribe(org, &hub, &state);
+        assert_eq!(feeds.open(), 1);
+        let task = TaskId::new_v7();
+        let publish = publishing(&hub, org, task);
         one.changed().await.unwrap();
         two.changed().await.unwrap();
         publish.abort();
@@ -455,5 +418,26 @@ mod tests {
         }
         assert_eq!(feeds.open(), 0, "the feed ends with its last board");
         assert_eq!(feeds.noticed(org), None);
+    }
+
+    #[tokio::test]
+    async fn a_feed_ends_with_its_org_cut_off_and_its_boards_streams_with_it() {
+        let hub = Arc::new(EventHub::default());
+        let feeds = Arc::new(BoardFeeds::default());
+        let state: OrgState = Arc::new(|_| ("m".to_owned(), StatusCounts::default()));
+        let org = OrgId::new_v7();
+        let mut board = feeds.subscribe(org, &hub, &state);
+        let publish = publishing(&hub, org, TaskId::new_v7());
+        board.changed().await.unwrap();
+        publish.abort();
+        hub.cut_off(org);
+        // A notice of the last changes may come first; then they end.
+        let ended = async { while board.changed().await.is_ok() {} };
+        tokio::time::timeout(Duration::from_secs(10), ended)
+            .await
+            .expect("the notices end");
+        assert_eq!(feeds.open(), 0);
+        let _again = feeds.subscribe(org, &hub, &state);
+        assert_eq!(feeds.open(), 1, "a board that comes back starts a feed");
     }
 }

@@ -3,12 +3,12 @@
 //! commit gave its events.
 //!
 //! An org nobody watches has no channel, and a commit then costs the
-//! writer one atomic load (`watched`). Once a board watches an org, its
-//! entries also name the tasks a commit edited without an event (`edited`),
-//! which a board shows as much as a move. A commit sends its org's streams
+//! writer one atomic load (`watched`). A commit sends its org's streams
 //! one shared entry (`CommitEvents`), not one message per event, and each
 //! event's §7 body is rendered once, by the first stream that sends it
-//! (`FeedEvent::data`), however many streams the org has.
+//! (`FeedEvent::data`), however many streams the org has. An org with a
+//! board open has no entries built for its board: the writer adds the
+//! tasks each commit changed to the org's `Changes` in place.
 //!
 //! A stream may fall [`BUFFER`] events behind the live ones, counted in
 //! events, not in entries: each org counts the events it has published,
@@ -35,6 +35,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::{broadcast, watch};
 
+use super::changes::Changes;
 use crate::api::{EventBody, EventData, EventKind, Timestamp, TransitionData};
 use crate::domain::watch::event_name;
 use crate::domain::webhooks::EventType;
@@ -125,10 +126,6 @@ impl FeedEvent {
 #[derive(Debug)]
 pub struct CommitEvents {
     pub events: Vec<FeedEvent>,
-    /// The tasks it changed without an event (an edit, a removal), when a
-    /// board watches the org (`subscribe_edits`); the event stream has no
-    /// use for them.
-    pub edited: Vec<TaskId>,
     /// The org's events published up to this entry's last, counted from
     /// its channel's opening.
     published_through: u64,
@@ -139,9 +136,14 @@ pub struct CommitEvents {
 struct Feed {
     sender: broadcast::Sender<Arc<CommitEvents>>,
     published: Arc<AtomicU64>,
-    /// Whether entries carry the tasks edited without an event; set by the
-    /// first board's subscription, for the channel's life.
-    edits: bool,
+}
+
+/// An org's changed tasks, and the board feeds that take them (one, but
+/// for the moment one feed ends as the next starts).
+#[derive(Debug)]
+struct Boards {
+    changes: Arc<Changes>,
+    feeds: usize,
 }
 
 /// A stream's receiver of its org's entries.
@@ -194,7 +196,9 @@ impl Live {
 #[derive(Debug)]
 pub struct EventHub {
     orgs: Mutex<HashMap<OrgId, Feed>>,
-    /// How many orgs have a channel.
+    /// The changed tasks of the orgs with a board open.
+    boards: Mutex<HashMap<OrgId, Boards>>,
+    /// How many orgs have a channel, plus how many have a board open.
     watched: AtomicUsize,
     /// Set when the server stops: every stream ends and none starts.
     closed: AtomicBool,
@@ -216,6 +220,7 @@ impl EventHub {
     pub fn with_buffer(buffer: usize) -> Self {
         Self {
             orgs: Mutex::default(),
+            boards: Mutex::default(),
             watched: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             streams: Mutex::default(),
@@ -228,20 +233,14 @@ impl EventHub {
         self.orgs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn boards(&self) -> std::sync::MutexGuard<'_, HashMap<OrgId, Boards>> {
+        self.boards.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The org's live events from now on. Subscribe before reading the
     /// history a stream replays, so that nothing commits in between
     /// unseen.
     pub fn subscribe(&self, org: OrgId) -> Live {
-        self.subscribe_as(org, false)
-    }
-
-    /// The org's live events and its tasks edited without an event (the
-    /// boards' feed).
-    pub fn subscribe_edits(&self, org: OrgId) -> Live {
-        self.subscribe_as(org, true)
-    }
-
-    fn subscribe_as(&self, org: OrgId, edits: bool) -> Live {
         let mut orgs = self.orgs();
         let buffer = self.buffer as u64;
         if self.closed.load(Ordering::SeqCst) {
@@ -257,14 +256,46 @@ impl EventHub {
             Feed {
                 sender: broadcast::channel(self.buffer).0,
                 published: Arc::default(),
-                edits: false,
             }
         });
-        feed.edits |= edits;
         Live {
             receiver: feed.sender.subscribe(),
             published: Arc::clone(&feed.published),
             buffer,
+        }
+    }
+
+    /// The tasks the org's commits change from now on, for its board
+    /// feed; given back with `unwatch_changes`.
+    pub fn watch_changes(&self, org: OrgId) -> Arc<Changes> {
+        let mut boards = self.boards();
+        if self.closed.load(Ordering::SeqCst) {
+            return Changes::ended();
+        }
+        let watched = boards.entry(org).or_insert_with(|| {
+            self.watched.fetch_add(1, Ordering::SeqCst);
+            Boards {
+                changes: Arc::default(),
+                feeds: 0,
+            }
+        });
+        watched.feeds += 1;
+        Arc::clone(&watched.changes)
+    }
+
+    /// A board feed of the org ended: its changes go when it was the last.
+    pub fn unwatch_changes(&self, org: OrgId, changes: &Arc<Changes>) {
+        let mut boards = self.boards();
+        let Some(watched) = boards.get_mut(&org) else {
+            return;
+        };
+        if !Arc::ptr_eq(&watched.changes, changes) {
+            return;
+        }
+        watched.feeds -= 1;
+        if watched.feeds == 0 {
+            boards.remove(&org);
+            self.watched.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -288,34 +319,27 @@ impl EventHub {
             return;
         }
         let orgs = self.orgs();
-        let mut entries: Vec<Pending> = Vec::new();
+        let boards = self.boards();
+        let mut entries: Vec<(OrgId, Vec<FeedEvent>)> = Vec::new();
         let mut id = first_id;
         for batch in batches {
+            if let Some(watched) = boards.get(&batch.org) {
+                watched.changes.gather(&batch.ops);
+            }
             let feed = orgs.get(&batch.org);
-            let edits = feed.is_some_and(|f| f.edits);
             for op in &batch.ops {
-                let edited = match op {
-                    WriteOp::InsertEvents(events) => {
-                        if feed.is_some() && !events.is_empty() {
-                            let (_, feed, _) = pending_of(&mut entries, batch.org);
-                            feed.extend((id..).zip(events).map(|(id, e)| FeedEvent::new(id, e)));
-                        }
-                        id += events.len() as i64;
-                        continue;
-                    }
-                    WriteOp::UpdateHeader { header, .. } => std::slice::from_ref(&header.task_id),
-                    WriteOp::SetContent { task_id, .. } => std::slice::from_ref(task_id),
-                    WriteOp::PruneTasks { task_ids, .. } => task_ids.as_slice(),
-                    _ => continue,
+                let WriteOp::InsertEvents(events) = op else {
+                    continue;
                 };
-                if edits && !edited.is_empty() {
-                    pending_of(&mut entries, batch.org)
-                        .2
-                        .extend_from_slice(edited);
+                if feed.is_some() && !events.is_empty() {
+                    events_of(&mut entries, batch.org)
+                        .extend((id..).zip(events).map(|(id, e)| FeedEvent::new(id, e)));
                 }
+                id += events.len() as i64;
             }
         }
-        for (org, events, edited) in entries {
+        drop(boards);
+        for (org, events) in entries {
             let Some(feed) = orgs.get(&org) else { continue };
             let count = events.len() as u64;
             // Counted before it is sent, so that no stream takes an entry
@@ -323,7 +347,6 @@ impl EventHub {
             let through = feed.published.fetch_add(count, Ordering::AcqRel) + count;
             let _ = feed.sender.send(Arc::new(CommitEvents {
                 events,
-                edited,
                 published_through: through,
             }));
         }
@@ -332,7 +355,13 @@ impl EventHub {
     /// Ends the org's streams (after those events already sent): its
     /// commit failed, or this node no longer owns it.
     pub fn cut_off(&self, org: OrgId) {
-        if self.orgs().remove(&org).is_some() {
+        let mut orgs = self.orgs();
+        let mut boards = self.boards();
+        if orgs.remove(&org).is_some() {
+            self.watched.fetch_sub(1, Ordering::SeqCst);
+        }
+        if let Some(watched) = boards.remove(&org) {
+            watched.changes.end();
             self.watched.fetch_sub(1, Ordering::SeqCst);
         }
     }
@@ -340,9 +369,14 @@ impl EventHub {
     /// The server is stopping: every stream ends, and no new one starts.
     pub fn close(&self) {
         let mut orgs = self.orgs();
+        let mut boards = self.boards();
         self.closed.store(true, Ordering::SeqCst);
-        self.watched.fetch_sub(orgs.len(), Ordering::SeqCst);
+        self.watched
+            .fetch_sub(orgs.len() + boards.len(), Ordering::SeqCst);
         orgs.clear();
+        boards
+            .drain()
+            .for_each(|(_, watched)| watched.changes.end());
     }
 
     /// A place among the key's open streams, or `None` when it holds
@@ -389,20 +423,17 @@ impl Drop for StreamPermit {
     }
 }
 
-/// An org's entry as a commit gathers it: its events and the tasks it
-/// edited without one.
-type Pending = (OrgId, Vec<FeedEvent>, Vec<TaskId>);
-
-/// The org's entry among those gathered so far, added when missing.
-fn pending_of(entries: &mut Vec<Pending>, org: OrgId) -> &mut Pending {
-    let at = match entries.iter().position(|(o, ..)| *o == org) {
+/// The org's events among those a commit gathered so far, added when
+/// missing.
+fn events_of(entries: &mut Vec<(OrgId, Vec<FeedEvent>)>, org: OrgId) -> &mut Vec<FeedEvent> {
+    let at = match entries.iter().position(|(o, _)| *o == org) {
         Some(at) => at,
         None => {
-            entries.push((org, Vec::new(), Vec::new()));
+            entries.push((org, Vec::new()));
             entries.len() - 1
         }
     };
-    &mut entries[at]
+    &mut entries[at].1
 }
 
 #[cfg(test)]
@@ -484,6 +515,37 @@ mod tests {
         assert_eq!(slow.try_recv().unwrap_err(), LiveEnd::Behind);
         assert_eq!(keeping_up.try_recv().unwrap().unwrap().events.len(), 2);
         assert!(keeping_up.try_recv().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_boards_changes_gather_its_commits_and_end_with_its_org_cut_off() {
+        let hub = EventHub::default();
+        let (org, other) = (OrgId::new_v7(), OrgId::new_v7());
+        let changes = hub.watch_changes(org);
+        let mut stream = hub.subscribe(other);
+        let (a, b) = (TaskId::new_v7(), TaskId::new_v7());
+        let mine = WriteBatch::new(org, vec![WriteOp::InsertEvents(vec![created(a)])]);
+        let theirs = WriteBatch::new(other, vec![WriteOp::InsertEvents(vec![created(b)])]);
+        hub.publish(&[&mine, &theirs], 7);
+        assert_eq!(changes.take().tasks, [a]);
+        assert_eq!(
+            ids(&mut stream),
+            [vec![(8, b)]],
+            "ids counted past the board's org"
+        );
+        let again = hub.watch_changes(org);
+        assert!(Arc::ptr_eq(&changes, &again), "one org, one gathering");
+        hub.unwatch_changes(org, &again);
+        hub.publish(&[&mine], 9);
+        assert_eq!(changes.take().tasks, [a], "kept while a feed watches");
+        hub.cut_off(org);
+        assert!(changes.has_ended());
+        hub.unwatch_changes(org, &changes);
+        drop(stream);
+        hub.unsubscribed(other);
+        assert_eq!(hub.watched.load(Ordering::SeqCst), 0);
+        hub.close();
+        assert!(hub.watch_changes(org).has_ended());
     }
 
     #[test]
