@@ -368,20 +368,9 @@ mod tests {
     /// org's changes once it has started, and a board on a quiet org
     /// waits as long as it must.
     fn publishing(hub: &Arc<EventHub>, org: OrgId, task: TaskId) -> tokio::task::JoinHandle<()> {
-        let batch = crate::store::WriteBatch::new(
-            org,
-            vec![crate::store::WriteOp::InsertEvents(vec![
-                crate::domain::StoredEvent {
-                    task_id: task,
-                    from_status: None,
-                    to_status: crate::domain::TaskStatus::Pending,
-                    agent_id: "bot".into(),
-                    at: 1,
-                    note: None,
-                    lease_expired: false,
-                },
-            ])],
-        );
+        let events = vec![super::super::created(task)];
+        let batch =
+            crate::store::WriteBatch::new(org, vec![crate::store::WriteOp::InsertEvents(events)]);
         let hub = Arc::clone(hub);
         tokio::spawn(async move {
             loop {
@@ -391,12 +380,16 @@ mod tests {
         })
     }
 
+    /// A hub, its board feeds, an org's state that never moves from `m`,
+    /// and the org.
+    fn feeds() -> (Arc<EventHub>, Arc<BoardFeeds>, OrgState, OrgId) {
+        let state: OrgState = Arc::new(|_| ("m".to_owned(), StatusCounts::default()));
+        (Arc::default(), Arc::default(), state, OrgId::new_v7())
+    }
+
     #[tokio::test]
     async fn one_feed_per_org_while_boards_read_it() {
-        let hub = Arc::new(EventHub::default());
-        let feeds = Arc::new(BoardFeeds::default());
-        let state: OrgState = Arc::new(|_| ("m".to_owned(), StatusCounts::default()));
-        let org = OrgId::new_v7();
+        let (hub, feeds, state, org) = feeds();
         let mut one = feeds.subscribe(org, &hub, &state);
         let mut two = feeds.subscribe(org, &hub, &state);
         assert_eq!(feeds.open(), 1);
@@ -422,10 +415,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_feed_ends_with_its_org_cut_off_and_its_boards_streams_with_it() {
-        let hub = Arc::new(EventHub::default());
-        let feeds = Arc::new(BoardFeeds::default());
-        let state: OrgState = Arc::new(|_| ("m".to_owned(), StatusCounts::default()));
-        let org = OrgId::new_v7();
+        let (hub, feeds, state, org) = feeds();
         let mut board = feeds.subscribe(org, &hub, &state);
         let publish = publishing(&hub, org, TaskId::new_v7());
         board.changed().await.unwrap();

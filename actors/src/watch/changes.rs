@@ -130,18 +130,9 @@ impl Changes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{StoredEvent, TaskStatus};
 
     fn created(task: TaskId) -> WriteOp {
-        WriteOp::InsertEvents(vec![StoredEvent {
-            task_id: task,
-            from_status: None,
-            to_status: TaskStatus::Pending,
-            agent_id: "bot".into(),
-            at: 1,
-            note: None,
-            lease_expired: false,
-        }])
+        WriteOp::InsertEvents(vec![super::super::created(task)])
     }
 
     #[test]

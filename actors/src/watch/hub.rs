@@ -438,20 +438,9 @@ fn events_of(entries: &mut Vec<(OrgId, Vec<FeedEvent>)>, org: OrgId) -> &mut Vec
 
 #[cfg(test)]
 mod tests {
+    use super::super::created;
     use super::*;
-    use crate::domain::{StoredEvent, TaskId, TaskStatus};
-
-    fn created(task: TaskId) -> StoredEvent {
-        StoredEvent {
-            task_id: task,
-            from_status: None,
-            to_status: TaskStatus::Pending,
-            agent_id: "bot".into(),
-            at: 1,
-            note: None,
-            lease_expired: false,
-        }
-    }
+    use crate::domain::TaskId;
 
     fn ids(live: &mut Live) -> Vec<Vec<(i64, TaskId)>> {
         std::iter::from_fn(|| live.try_recv().unwrap())
