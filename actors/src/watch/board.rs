@@ -38,7 +38,7 @@ const SETTLE_TRIES: u32 = 20;
 
 /// When changes may be sent: at once after a quiet spell, else one
 /// [`WINDOW_MS`] after the last notice.
-pub fn due(last_sent: Option<Instant>, now: Instant) -> Instant {
+fn due(last_sent: Option<Instant>, now: Instant) -> Instant {
     match last_sent {
         Some(at) => (at + Duration::from_millis(WINDOW_MS)).max(now),
         None => now,
@@ -62,17 +62,13 @@ struct Counts {
     blocked: usize,
 }
 
-/// The notice of a window's changes.
-fn notice_of(window: Window, mark: String, counts: StatusCounts) -> Arc<str> {
-    notice(mark, window.tasks, window.more, counts)
-}
-
-/// A notice's data as compact JSON, on one line.
-fn notice(mark: String, tasks: Vec<TaskId>, more: bool, c: StatusCounts) -> Arc<str> {
+/// The notice of a window's changes: its data as compact JSON, on one
+/// line.
+fn notice(window: Window, mark: String, c: StatusCounts) -> Arc<str> {
     let notice = Notice {
         mark,
-        tasks,
-        more,
+        tasks: window.tasks,
+        more: window.more,
         counts: Counts {
             pending: c.pending,
             paused: c.paused,
@@ -88,7 +84,11 @@ fn notice(mark: String, tasks: Vec<TaskId>, more: bool, c: StatusCounts) -> Arc<
 /// The notice of a page made before changes it did not see: which, it
 /// cannot say.
 pub fn missed(mark: String, counts: StatusCounts) -> Arc<str> {
-    notice(mark, Vec::new(), true, counts)
+    let unnamed = Window {
+        tasks: Vec::new(),
+        more: true,
+    };
+    notice(unnamed, mark, counts)
 }
 
 /// The org's change mark and open tasks per status, read from memory.
@@ -197,18 +197,17 @@ async fn feed(
             continue;
         }
         let at = due(last_sent, Instant::now());
-        let Some(sent) = settled(&state, org, &last_mark, at, &notices).await else {
+        let Some((mark, counts)) = settled(&state, org, &last_mark, at, &notices).await else {
             if feeds.retire(org, &notices, false) {
                 break;
             }
             continue;
         };
-        last_mark.clone_from(&sent.0);
-        let data = notice_of(changes.take(), sent.0.clone(), sent.1);
         notices.send_replace(Some(Sent {
-            mark: sent.0.as_str().into(),
-            data,
+            mark: mark.as_str().into(),
+            data: notice(changes.take(), mark.clone(), counts),
         }));
+        last_mark = mark;
         last_sent = Some(Instant::now());
     }
     hub.unwatch_changes(org, &changes);
@@ -332,7 +331,7 @@ mod tests {
             in_progress: 2,
             ..StatusCounts::default()
         };
-        let data = notice_of(window, "m.1".into(), counts);
+        let data = notice(window, "m.1".into(), counts);
         let v: serde_json::Value = serde_json::from_str(&data).unwrap();
         assert_eq!(v["tasks"].as_array().unwrap().len(), MAX_IDS);
         assert_eq!(v["tasks"][0], first.to_string());

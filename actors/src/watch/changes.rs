@@ -22,19 +22,16 @@ use crate::store::WriteOp;
 pub const MAX_IDS: usize = 100;
 
 /// The tasks changed since the last notice.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct Window {
     pub tasks: Vec<TaskId>,
     /// More changed than are named.
     pub more: bool,
-    /// Anything changed at all.
-    changed: bool,
 }
 
 impl Window {
     /// A change of `task`: named once, up to [`MAX_IDS`].
     pub fn add(&mut self, task: TaskId) {
-        self.changed = true;
         if self.more || self.tasks.contains(&task) {
             return;
         }
@@ -47,7 +44,7 @@ impl Window {
 
     /// The tasks a commit's writes change: those it records an event of,
     /// and those it edits or removes without one.
-    pub fn add_writes(&mut self, ops: &[WriteOp]) {
+    fn add_writes(&mut self, ops: &[WriteOp]) {
         for op in ops {
             match op {
                 WriteOp::InsertEvents(events) => events.iter().for_each(|e| self.add(e.task_id)),
@@ -60,7 +57,7 @@ impl Window {
     }
 
     pub fn is_empty(&self) -> bool {
-        !self.changed
+        self.tasks.is_empty() && !self.more
     }
 }
 

@@ -138,8 +138,8 @@ struct Feed {
     published: Arc<AtomicU64>,
 }
 
-/// An org's changed tasks, and the board feeds that take them (one, but
-/// for the moment one feed ends as the next starts).
+/// An org's changed tasks, and how many board feeds take them: one, or
+/// two while one ends as the next starts.
 #[derive(Debug)]
 struct Boards {
     changes: Arc<Changes>,
