@@ -1856,4 +1856,25 @@ async fn long_bodies_sent_through_another_node_reach_the_owner_whole() {
     for _ in 0..3 {
         assert_oversized_refused(&http, &format!("{}/tasks", front.base_url), &org.owner_key).await;
     }
+
+    // Without a declared length, the body is refused once it passes the
+    // bound, with the same answer.
+    let chunks = std::iter::once(br#"{"tasks": [{"title": ""#.to_vec())
+        .chain(std::iter::repeat_n(vec![b'x'; 64 * 1024], 48))
+        .map(Ok::<_, std::io::Error>);
+    let answer = http
+        .post(format!("{}/tasks", front.base_url))
+        .header("x-api-key", &org.owner_key)
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+            chunks,
+        )))
+        .send()
+        .await
+        .expect("the unsized oversized request is answered");
+    assert_eq!(answer.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        answer.headers().get("connection").map(|v| v.as_bytes()),
+        Some(&b"close"[..])
+    );
 }

@@ -21,11 +21,18 @@
 //!
 //! The forwarding node reads no more of a request than the org's key or
 //! session; its body goes on as it came, kept for a second try only when it
-//! is short ([`KEPT_BODY_BYTES`]). Nodes reach each other over HTTP/1.1
+//! is short ([`KEPT_BODY_BYTES`]). A body over the API's bound is refused
+//! where it arrives (declared so, or once it passes the bound), as the
+//! owner would refuse it: an owner that answers 413 before reading a long
+//! body closes the connection under it, and the forwarding node may see
+//! the connection fail before the answer arrives, so relaying the owner's
+//! 413 is a race. Nodes reach each other over HTTP/1.1
 //! connections kept open between requests ([`peer_client`]): HTTP/2's one
 //! multiplexed connection cost the forwarding node more CPU per request
 //! (decision 0021).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -41,7 +48,7 @@ use taskq_actors::domain::OrgId;
 use taskq_actors::{parse_org_id, EngineError, PeerAnswer, PeerCall, PeerOp, Peers, Placement};
 
 use super::error::{close_if_body_unread, ApiError, ORG_MOVING_HEADER};
-use super::extract::{Operator, MAX_BODY_BYTES};
+use super::extract::{body_too_large, Operator, MAX_BODY_BYTES};
 use super::operation::Access;
 use super::AppState;
 use crate::outbound::{self, Proxies};
@@ -161,16 +168,26 @@ async fn forward_to_owner(
         Ok(Placement::Moving) => return moving(),
         Err(e) => return ApiError::from(e).into_response(),
     };
+    if declared_length(&parts).is_some_and(|length| length > MAX_BODY_BYTES) {
+        // Read up to the bound first, as a node alone does: answering at
+        // once, with all of it unread, resets the connection under the
+        // client's writing, and the answer may never reach it.
+        let _ = axum::body::to_bytes(body, MAX_BODY_BYTES).await;
+        return body_too_large().into_response();
+    }
     let body = match kept_or_streamed(body).await {
         Ok(Outgoing::Kept(bytes)) => bytes,
         Ok(Outgoing::Streamed(body)) => {
             // Too long to keep for a second try: the answer, `org moving`
             // included, is the client's to act on.
             state.engine.count_forward();
-            let body = reqwest::Body::wrap_stream(body.into_data_stream());
-            return forward(&state, org, &url, &parts, body)
-                .await
-                .unwrap_or_else(moving);
+            let (body, over) = bounded(body);
+            let answer = forward(&state, org, &url, &parts, body).await;
+            return match answer {
+                _ if over.load(Ordering::SeqCst) => body_too_large().into_response(),
+                Some(answer) => answer,
+                None => moving(),
+            };
         }
         Err(e) => {
             return ApiError::bad_request(format!("reading the request body: {e}")).into_response()
@@ -222,6 +239,30 @@ async fn kept_or_streamed(body: Body) -> Result<Outgoing, axum::Error> {
         1 => kept.swap_remove(0),
         _ => Bytes::from(kept.concat()),
     }))
+}
+
+/// The length a request's `Content-Length` declares, if it does.
+fn declared_length(parts: &Parts) -> Option<usize> {
+    let value = parts.headers.get(axum::http::header::CONTENT_LENGTH)?;
+    value.to_str().ok()?.parse().ok()
+}
+
+/// A streamed body as it goes to the owner, ended with an error once it
+/// is over [`MAX_BODY_BYTES`] (the flag then set): the rest is not sent.
+fn bounded(body: Body) -> (reqwest::Body, Arc<AtomicBool>) {
+    let over = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&over);
+    let mut length = 0;
+    let chunks = body.into_data_stream().map(move |chunk| {
+        let chunk = chunk?;
+        length += chunk.len();
+        if length > MAX_BODY_BYTES {
+            flag.store(true, Ordering::SeqCst);
+            return Err(axum::Error::new("request body too large"));
+        }
+        Ok(chunk)
+    });
+    (reqwest::Body::wrap_stream(chunks), over)
 }
 
 /// The owner's answer to a forwarded request; `None` when it was not the
@@ -367,7 +408,7 @@ pub async fn peer(
     let peer = state.engine.peer_of(token)?;
     let body = axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES)
         .await
-        .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request body too large"))?;
+        .map_err(|_| body_too_large())?;
     let op: PeerOp = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("malformed peer operation: {e}")))?;
     Ok(Json(state.engine.run_peer_op(&peer, op).await?))

@@ -52,7 +52,7 @@ pub async fn mcp_gate(
     let body = if parts.method == axum::http::Method::POST {
         let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
             .await
-            .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request body too large"))?;
+            .map_err(|_| body_too_large())?;
         serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
             .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))?;
         axum::body::Body::from(bytes)
@@ -86,6 +86,11 @@ pub async fn mcp_gate(
 
 /// The largest request body, as everywhere in the API.
 pub(super) const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+
+/// 413: the body is over [`MAX_BODY_BYTES`] (its connection closes with it).
+pub(super) fn body_too_large() -> ApiError {
+    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
+}
 
 /// Proof that the request carries the operator token.
 pub struct Operator;
