@@ -204,10 +204,10 @@ fn lower_priority() {
 }
 
 // The black-box tests' gate, so that one rule says what a missing
-// `TASKQ_TEST_EMBEDDINGS_MODEL_DIR` does (a note, or under
-// `TASKQ_TEST_REQUIRE_ALL=1` a failure).
+// `TASKQ_TEST_EMBEDDINGS_MODEL_DIR` does (the test built as ignored, or
+// failing when it runs without it).
 #[cfg(test)]
-#[path = "../../tests/common/environment.rs"]
+#[path = "../../tests/it/common/environment.rs"]
 mod environment;
 
 #[cfg(test)]
@@ -218,16 +218,12 @@ mod tests {
     use super::*;
 
     /// The model named by `TASKQ_TEST_EMBEDDINGS_MODEL_DIR`, loaded once
-    /// for every test here; `None` (the test is skipped) when it is unset.
-    fn embedder() -> Option<&'static BuiltinEmbedder> {
+    /// for every test here (`taskq_test_env = "model"`).
+    fn embedder() -> &'static BuiltinEmbedder {
         static EMBEDDER: OnceLock<BuiltinEmbedder> = OnceLock::new();
-        let dir = environment::env_or_skip(
-            "TASKQ_TEST_EMBEDDINGS_MODEL_DIR",
-            "a test of the builtin model",
-        )?;
-        Some(EMBEDDER.get_or_init(|| {
-            BuiltinEmbedder::load(Path::new(&dir)).expect("loading the test model")
-        }))
+        let dir = environment::need("TASKQ_TEST_EMBEDDINGS_MODEL_DIR");
+        EMBEDDER
+            .get_or_init(|| BuiltinEmbedder::load(Path::new(&dir)).expect("loading the test model"))
     }
 
     fn texts(texts: &[&str]) -> Vec<String> {
@@ -239,8 +235,12 @@ mod tests {
     }
 
     #[tokio::test]
+    #[cfg_attr(
+        not(taskq_test_env = "model"),
+        ignore = "needs TASKQ_TEST_EMBEDDINGS_MODEL_DIR (all-MiniLM-L6-v2's folder)"
+    )]
     async fn gives_sentence_transformers_reference_vector() {
-        let Some(embedder) = embedder() else { return };
+        let embedder = embedder();
         let vectors = embedder
             .embed(texts(&["This is an example sentence"]))
             .await
@@ -255,8 +255,12 @@ mod tests {
     }
 
     #[tokio::test]
+    #[cfg_attr(
+        not(taskq_test_env = "model"),
+        ignore = "needs TASKQ_TEST_EMBEDDINGS_MODEL_DIR (all-MiniLM-L6-v2's folder)"
+    )]
     async fn padding_a_batch_changes_no_vector() {
-        let Some(embedder) = embedder() else { return };
+        let embedder = embedder();
         let batch = texts(&[
             "Fix the login page",
             "",
@@ -275,8 +279,12 @@ mod tests {
     }
 
     #[tokio::test]
+    #[cfg_attr(
+        not(taskq_test_env = "model"),
+        ignore = "needs TASKQ_TEST_EMBEDDINGS_MODEL_DIR (all-MiniLM-L6-v2's folder)"
+    )]
     async fn paraphrases_are_nearer_than_unrelated_texts() {
-        let Some(embedder) = embedder() else { return };
+        let embedder = embedder();
         let v = embedder
             .embed(texts(&[
                 "Reset the password of a user who is locked out",
@@ -310,7 +318,7 @@ mod tests {
     #[tokio::test]
     #[ignore = "a measurement, not a check"]
     async fn time_batches() {
-        let Some(embedder) = embedder() else { return };
+        let embedder = embedder();
         let titles: Vec<String> = (0..32)
             .map(|i| format!("Fix flaky test number {i} in the billing service's CI pipeline"))
             .collect();

@@ -427,10 +427,12 @@ async fn log_turns_and_rows_settle_sqlite() {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(taskq_test_env = "postgres"),
+    ignore = "needs TASKQ_TEST_POSTGRES_URL (a PostgreSQL server)"
+)]
 async fn log_turns_and_rows_settle_postgres() {
-    let Some(scratch) = ScratchDatabase::create().await else {
-        return;
-    };
+    let scratch = ScratchDatabase::create().await;
     let store = Store::connect(&scratch.url, &StoreOptions::default())
         .await
         .unwrap();
