@@ -17,7 +17,7 @@ use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 
 use crate::crypto::{Keyring, OrgCipher};
-use crate::domain::account::{Encryption, LimitKey, Limits, OrgRecord};
+use crate::domain::account::{Encryption, LimitKey, Limits, OrgRecord, StoredOrg};
 use crate::domain::OrgId;
 use crate::error::EngineError;
 use crate::store::Store;
@@ -40,6 +40,16 @@ impl OrgEntry {
 
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+}
+
+/// The record of an org that is not deleted: `NotFound` for an id the
+/// store does not hold, `OrgDeleting` while a deleted org's rows remain.
+pub fn live(found: Option<StoredOrg>) -> Result<OrgRecord, EngineError> {
+    match found {
+        Some(StoredOrg::Live(record)) => Ok(record),
+        Some(StoredOrg::Deleting) => Err(EngineError::OrgDeleting),
+        None => Err(EngineError::NotFound("organization not found".into())),
     }
 }
 
@@ -71,16 +81,13 @@ impl OrgDirectory {
         *self.keyring.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(keyring);
     }
 
-    /// The org's entry, loading it on first use; `NotFound` for no such org.
+    /// The org's entry, loading it on first use; `NotFound` for no such
+    /// org, `OrgDeleting` while a deleted org's rows are removed.
     pub async fn get(&self, org: OrgId) -> Result<Arc<OrgEntry>, EngineError> {
         if let Some(e) = self.entries.get(&org) {
             return Ok(e.clone());
         }
-        let record = self
-            .store
-            .get_org(org)
-            .await?
-            .ok_or_else(|| EngineError::NotFound("organization not found".into()))?;
+        let record = live(self.store.find_org(org).await?)?;
         let loaded = Arc::new(self.entry_for(record, 0)?);
         Ok(self.entries.entry(org).or_insert(loaded).clone())
     }

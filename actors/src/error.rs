@@ -143,6 +143,10 @@ pub enum EngineError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// An operator's call on an org whose deletion is under way (CONTRACT
+    /// §11): only reading it and deleting it again are answered.
+    #[error("organization is being deleted")]
+    OrgDeleting,
     #[error("task_id already exists")]
     TaskIdExists(TaskId),
     /// A data-key route on an org whose keys the server manages.
@@ -228,9 +232,10 @@ impl EngineError {
             EngineError::UpgradeRequired(_) => ErrorCode::UpgradeRequired,
             EngineError::Limit(_) => ErrorCode::LimitExceeded,
             EngineError::NotFound(_) => ErrorCode::NotFound,
-            EngineError::Conflict(_) | EngineError::TaskIdExists(_) | EngineError::ManagedKeys => {
-                ErrorCode::Conflict
-            }
+            EngineError::Conflict(_)
+            | EngineError::OrgDeleting
+            | EngineError::TaskIdExists(_)
+            | EngineError::ManagedKeys => ErrorCode::Conflict,
             EngineError::CiphertextBinding { .. } => ErrorCode::Corrupt,
             EngineError::FilterUnavailable
             | EngineError::EmbedderUnavailable

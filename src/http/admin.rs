@@ -98,6 +98,31 @@ pub async fn purge_deleted(
     Ok(Json(serde_json::json!({ "purged": orgs })))
 }
 
+/// Test hook: how many more steps the removals of deleted orgs' rows may
+/// take before they wait; `null` lets them run.
+#[cfg(feature = "test-hooks")]
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RemovalHold {
+    #[schemars(range(min = 0))]
+    steps: Option<u64>,
+}
+
+#[cfg(feature = "test-hooks")]
+impl taskq_actors::api::Decode for RemovalHold {}
+
+/// Test hook: holds the removals of deleted orgs' rows after `steps` more
+/// steps, or lets them run.
+#[cfg(feature = "test-hooks")]
+pub async fn hold_removals(
+    State(state): State<AppState>,
+    _: Operator,
+    AdminBody(hold): AdminBody<RemovalHold>,
+) -> Answer<serde_json::Value> {
+    state.engine.hold_removals(hold.steps);
+    Ok(Json(serde_json::json!({ "steps": hold.steps })))
+}
+
 /// Test hook: how a simulated store outage should be.
 #[cfg(feature = "test-hooks")]
 #[derive(serde::Deserialize, schemars::JsonSchema)]

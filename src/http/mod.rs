@@ -127,6 +127,7 @@ pub fn router(state: AppState) -> Router {
                 post(admin::start_paced_sweep),
             )
             .route("/admin/test/purge", post(admin::purge_deleted))
+            .route("/admin/test/purge/hold", post(admin::hold_removals))
             .route("/admin/test/store", post(admin::store_outage))
     };
 

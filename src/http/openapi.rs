@@ -107,7 +107,7 @@ fn error_description(status: u16) -> &'static str {
         401 => "Missing, unknown or revoked key (or operator token)",
         403 => "Not allowed: the caller's role, a suspended org, a blocked member, or a feature outside the plan (`upgrade: true`)",
         404 => "No such resource (or, for operator routes, no operator token configured)",
-        409 => "Conflicts with the current state (an existing name or id, a rule of the org's state)",
+        409 => "Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted)",
         413 => "The request body is over 2 MiB; the connection is closed",
         429 => "A rate, monthly or tier limit refused the request (per-minute limits send `Retry-After`), or, on operator routes, too many wrong operator tokens came from the caller's address (with `Retry-After`)",
         500 => "A stored value failed its integrity check (`code: ciphertext_binding_failure`)",

@@ -503,6 +503,253 @@ backend_tests!(
     }
 );
 
+/// Holds the removals of deleted orgs' rows after `steps` more steps, or
+/// (`None`) lets them run.
+async fn hold_removals(srv: &TestServer, steps: Option<u64>) {
+    let (status, body) = srv
+        .admin(
+            Method::POST,
+            "/admin/test/purge/hold",
+            Some(json!({ "steps": steps })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+/// The org's tasks and events as the database holds them.
+async fn remaining(srv: &TestServer, org_id: &str) -> Value {
+    json!({
+        "tasks": rows(srv, "tasks", "org_id", org_id).await,
+        "events": rows(srv, "task_events", "org_id", org_id).await,
+    })
+}
+
+/// Every route under `/admin/orgs/{org_id}` but GET and DELETE, with a
+/// body it takes, so that only the org's state decides its answer; the
+/// test hook that crashes an org's actor is one of them.
+fn other_org_routes(org: &Org) -> Vec<(Method, &'static str, String, Option<Value>)> {
+    let path = format!("/admin/orgs/{}", org.org_id);
+    let email = &org.owner_email;
+    vec![
+        (
+            Method::PATCH,
+            "/admin/orgs/{org_id}",
+            path.clone(),
+            Some(json!({ "seats": 3 })),
+        ),
+        (
+            Method::GET,
+            "/admin/orgs/{org_id}/export",
+            format!("{path}/export"),
+            None,
+        ),
+        (
+            Method::POST,
+            "/admin/orgs/{org_id}/members",
+            format!("{path}/members"),
+            Some(json!({ "email": "late@example.com", "role": "user" })),
+        ),
+        (
+            Method::POST,
+            "/admin/orgs/{org_id}/members/{email}/keys",
+            format!("{path}/members/{email}/keys"),
+            Some(json!({})),
+        ),
+        (
+            Method::POST,
+            "/admin/orgs/{org_id}/idp",
+            format!("{path}/idp"),
+            Some(json!({ "enrolled": true })),
+        ),
+        (
+            Method::POST,
+            "/admin/orgs/{org_id}/idp/sync",
+            format!("{path}/idp/sync"),
+            Some(json!({ "teams": {} })),
+        ),
+        (
+            Method::POST,
+            "/admin/orgs/{org_id}/recompute",
+            format!("{path}/recompute"),
+            Some(json!({ "reports": ["insights"] })),
+        ),
+        (
+            Method::POST,
+            "/admin/orgs/{org_id}/crash",
+            format!("{path}/crash"),
+            None,
+        ),
+    ]
+}
+
+/// The routes of the OpenAPI document under `/admin/orgs/{org_id}`, as
+/// `METHOD path`.
+async fn documented_org_routes(srv: &TestServer) -> Vec<String> {
+    let (status, text) = srv.raw(Method::GET, "/openapi.json", &[], None).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let document: Value = serde_json::from_str(&text).expect("the document");
+    let mut routes: Vec<String> = document["paths"]
+        .as_object()
+        .expect("paths")
+        .iter()
+        .filter(|(path, _)| path.starts_with("/admin/orgs/{org_id}"))
+        .flat_map(|(path, item)| {
+            item.as_object()
+                .expect("a path item")
+                .keys()
+                .map(move |method| format!("{} {path}", method.to_uppercase()))
+        })
+        .collect();
+    routes.sort();
+    routes
+}
+
+backend_tests!(
+    a_deleted_org_answers_while_its_rows_are_removed_and_is_gone_after,
+    |backend: Backend| async move {
+        let srv = TestServer::builder(backend)
+            .env("TASKQ_WEBHOOKS_ALLOW_PRIVATE", "1")
+            .start()
+            .await;
+        let org = srv.create_org("pro").await;
+        let other = srv.create_org("pro").await;
+        let key = &org.owner_key;
+        let path = format!("/admin/orgs/{}", org.org_id);
+
+        // The routes this test calls are every route the document has
+        // under the org's path (the crash hook is not in the document).
+        let mut listed: Vec<String> = other_org_routes(&org)
+            .iter()
+            .filter(|(_, template, _, _)| !template.ends_with("/crash"))
+            .map(|(method, template, _, _)| format!("{method} {template}"))
+            .chain([
+                "GET /admin/orgs/{org_id}".into(),
+                "DELETE /admin/orgs/{org_id}".into(),
+            ])
+            .collect();
+        listed.sort();
+        assert_eq!(listed, documented_org_routes(&srv).await);
+
+        // More tasks than a step of the removal takes from a table (1,000).
+        srv.create_many(key, 1100).await;
+        srv.add_member(&org, "agent@example.com", "user").await;
+        srv.create_tags(key, json!([{ "name": "ops" }])).await;
+        let (status, body) = srv
+            .post(
+                key,
+                "/schedules",
+                json!({ "name": "nightly", "cron": "0 3 * * *", "timezone": "UTC",
+                    "task": { "title": "nightly" } }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let (status, body) = srv
+            .post(
+                key,
+                "/webhooks",
+                json!({ "url": "http://127.0.0.1:9/hook", "events": ["*"] }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let kept = srv.new_task(&other.owner_key, "elsewhere").await;
+
+        hold_removals(&srv, Some(0)).await;
+        let (status, body) = srv.admin(Method::DELETE, &path, None).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        assert_eq!(body, json!({ "org_id": org.org_id, "deleting": true }));
+
+        // Held before its first step: everything is left.
+        let (status, body) = srv.admin(Method::GET, &path, None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let before = remaining(&srv, &org.org_id).await;
+        assert_eq!(before["tasks"], 1100, "{before}");
+        assert_eq!(
+            body,
+            json!({ "org_id": org.org_id, "deleting": true, "remaining": before })
+        );
+
+        // One step: the counts fall with the rows.
+        hold_removals(&srv, Some(1)).await;
+        let body = eventually(Duration::from_secs(30), "a step of the removal", || async {
+            let (status, body) = srv.admin(Method::GET, &path, None).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            (body["remaining"] != before).then_some(body)
+        })
+        .await;
+        let left = remaining(&srv, &org.org_id).await;
+        assert_eq!(
+            body,
+            json!({ "org_id": org.org_id, "deleting": true, "remaining": left })
+        );
+        let tasks_left = left["tasks"].as_i64().expect("a count");
+        assert!((1..1100).contains(&tasks_left), "{left}");
+
+        let (status, body) = srv.admin(Method::DELETE, &path, None).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "a repeated delete: {body}");
+        assert_eq!(body, json!({ "org_id": org.org_id, "deleting": true }));
+        for (method, _, route, request) in other_org_routes(&org) {
+            let (status, body) = srv.admin(method.clone(), &route, request).await;
+            assert_eq!(status, StatusCode::CONFLICT, "{method} {route}: {body}");
+            assert_eq!(
+                body,
+                json!({ "error": "organization is being deleted" }),
+                "{method} {route}"
+            );
+        }
+        assert_eq!(
+            remaining(&srv, &org.org_id).await,
+            left,
+            "refused calls changed nothing"
+        );
+
+        // Let it run: at the first 404 nothing of the org is left.
+        hold_removals(&srv, None).await;
+        eventually(Duration::from_secs(60), "the removal's end", || async {
+            let (status, body) = srv.admin(Method::GET, &path, None).await;
+            match status {
+                StatusCode::NOT_FOUND => Some(()),
+                StatusCode::OK => {
+                    assert_eq!(body["deleting"], true, "{body}");
+                    None
+                }
+                _ => panic!("GET {path} while the removal runs: {status} {body}"),
+            }
+        })
+        .await;
+        let held: Vec<_> = rows_of_org(&srv, &org.org_id)
+            .await
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        assert!(
+            held.is_empty(),
+            "rows of the deleted org at its first 404: {held:?}"
+        );
+        for (method, _, route, request) in
+            other_org_routes(&org)
+                .into_iter()
+                .chain([(Method::DELETE, "", path.clone(), None)])
+        {
+            let (status, body) = srv.admin(method.clone(), &route, request).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{method} {route}: {body}");
+        }
+
+        // Its id cannot be given to a new org.
+        let (status, body) = srv
+            .admin(
+                Method::POST,
+                "/admin/orgs",
+                Some(json!({ "org_id": org.org_id, "name": "again", "owner_email": "again@example.com" })),
+            )
+            .await;
+        assert_bad_request(status, &body, "org_id");
+        let (status, body) = srv.admin(Method::GET, &path, None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+
+        assert!(srv.task_exists(&other.owner_key, &kept).await);
+    }
+);
+
 /// `GET /admin/orgs/{id}/export`: the content type and the parsed lines.
 async fn export(srv: &TestServer, org_id: &str) -> Vec<Value> {
     export_text(srv, org_id)

@@ -189,6 +189,27 @@ pub struct OrgDetail {
     pub stored: StoredCounts,
 }
 
+/// `GET /admin/orgs/{org_id}` answer: the org, or, while its deletion
+/// runs, what is left of it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum OrgAnswer {
+    Org(OrgDetail),
+    Deleting(OrgBeingDeleted),
+}
+
+/// An org whose deletion is under way, and what is left of it. Once its
+/// rows are gone the org answers 404.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct OrgBeingDeleted {
+    #[serde(flatten)]
+    pub org: OrgDeleting,
+    /// Its tasks and events still stored, counted exactly when asked (as
+    /// `stored` is for an org not deleted): they fall as the removal goes,
+    /// a batch at a time.
+    pub remaining: StoredCounts,
+}
+
 /// What the store holds of an org: its tasks (finished ones included,
 /// until retention removes them) and their history's events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
@@ -211,7 +232,17 @@ pub struct OrgDeleting {
     pub org_id: OrgId,
     /// Always `true`: its keys are refused and its data key is destroyed;
     /// its rows are being removed.
-    pub deleting: bool,
+    #[schemars(extend("const" = true))]
+    deleting: bool,
+}
+
+impl OrgDeleting {
+    pub fn new(org_id: OrgId) -> Self {
+        Self {
+            org_id,
+            deleting: true,
+        }
+    }
 }
 
 /// `POST /admin/orgs` answer: the org and its owner's first key.

@@ -252,6 +252,16 @@ pub struct WrappedDek {
     pub bytes: Vec<u8>,
 }
 
+/// An org's row: the org, or the mark of its deletion while its other
+/// rows are removed. An id with no row was never an org's, or its
+/// removal has finished.
+#[derive(Debug, Clone)]
+pub enum StoredOrg {
+    Live(OrgRecord),
+    /// Its keys and data key are gone; its rows are being removed.
+    Deleting,
+}
+
 #[derive(Debug, Clone)]
 pub struct OrgRecord {
     pub org_id: OrgId,

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use super::Engine;
 use crate::api::{
     AddMember, AddedMember, CreateKey, CreateOrg, CreatedOrg, IssuedKey, KeyCreated, KeyList,
-    KeyView, OrgDetail, OrgView, OwnerKey, PatchOrg, ResetKey, Timestamp,
+    KeyView, OrgAnswer, OrgBeingDeleted, OrgDeleting, OrgDetail, OrgView, OwnerKey, PatchOrg,
+    ResetKey, StoredCounts, Timestamp,
 };
 use crate::directory::OrgEntry;
 use crate::domain::account::{
@@ -81,22 +82,28 @@ impl Engine {
         Ok(created)
     }
 
+    /// The org's record as stored now; `OrgDeleting` while its deletion runs.
     pub(super) async fn org_record(&self, org: OrgId) -> Result<OrgRecord, EngineError> {
-        self.inner
-            .store
-            .get_org(org)
-            .await?
-            .ok_or_else(|| EngineError::NotFound("organization not found".into()))
+        crate::directory::live(self.stored(self.inner.store.find_org(org).await)?)
     }
 
-    /// `GET /admin/orgs/{id}`.
-    pub async fn get_org(&self, org: OrgId) -> Result<OrgDetail, EngineError> {
-        let org_view = OrgView::from(&self.org_record(org).await?);
-        let stored = self.count_stored(org).await?;
-        Ok(OrgDetail {
-            org: org_view,
-            stored,
-        })
+    /// `GET /admin/orgs/{id}`: the org, or what is left of it while its
+    /// deletion runs.
+    pub async fn get_org(&self, org: OrgId) -> Result<OrgAnswer, EngineError> {
+        match self.org_record(org).await {
+            Ok(record) => Ok(OrgAnswer::Org(OrgDetail {
+                org: OrgView::from(&record),
+                stored: self.count_stored(org).await?,
+            })),
+            Err(EngineError::OrgDeleting) => {
+                let (tasks, events) = self.stored(self.inner.store.stored_counts(org).await)?;
+                Ok(OrgAnswer::Deleting(OrgBeingDeleted {
+                    org: OrgDeleting::new(org),
+                    remaining: StoredCounts { tasks, events },
+                }))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// `PATCH /admin/orgs/{id}`.

@@ -6,9 +6,13 @@
 //! and board sessions removed) and takes no message after it; the engine
 //! then forgets the org's entry, cipher and authentications, so from the
 //! answer on its keys are refused and nothing can open what it stored. A
-//! deleted org is never loaded again: the store reads it as absent. Its
-//! rows then go a batch at a time through the writer, its own row last.
-//! A restart resumes a removal that did not finish.
+//! deleted org is never loaded again: the store reads it as being deleted
+//! (`StoredOrg::Deleting`), which the operator's `GET` shows with what is
+//! left of it, a repeated `DELETE` answers as the first did, and every
+//! other operator route refuses (409). Its rows then go a batch at a time
+//! through the writer, its own row last; from then on the org answers 404
+//! as an id that never was. A restart resumes a removal that did not
+//! finish.
 
 use std::time::Duration;
 
@@ -26,22 +30,25 @@ const RESUME_EVERY: Duration = Duration::from_secs(60);
 const BETWEEN_STEPS: Duration = Duration::from_millis(20);
 
 impl Engine {
-    /// `DELETE /admin/orgs/{id}`.
+    /// `DELETE /admin/orgs/{id}`; again while its rows are removed, the
+    /// same answer.
     pub async fn delete_org(&self, org: OrgId) -> Result<OrgDeleting, EngineError> {
-        let deleting = OrgDeleting {
-            org_id: org,
-            deleting: true,
+        match self.inner.directory.get(org).await {
+            Err(EngineError::OrgDeleting) => return Ok(OrgDeleting::new(org)),
+            found => found?,
         };
-        if self.stored(self.inner.store.org_deleting(org).await)? {
-            return Ok(deleting);
-        }
-        self.inner.directory.get(org).await?;
         if org == self.feedback_org().org_id {
             return Err(EngineError::Conflict(
                 "the feedback org cannot be deleted while it receives feedback".into(),
             ));
         }
-        self.request(org, |reply| OrgMsg::Delete { reply }).await?;
+        if let Err(e) = self.request(org, |reply| OrgMsg::Delete { reply }).await {
+            // A DELETE racing this one shredded the org first.
+            return match self.org_record(org).await {
+                Err(EngineError::OrgDeleting) => Ok(OrgDeleting::new(org)),
+                _ => Err(e),
+            };
+        }
         self.inner.directory.forget(org);
         self.forget_org(org);
         let engine = self.clone();
@@ -50,7 +57,7 @@ impl Engine {
                 tracing::warn!(org_id = %org, error = %e, "removing a deleted org's rows; resumed later");
             }
         });
-        Ok(deleting)
+        Ok(OrgDeleting::new(org))
     }
 
     /// Resumes, every `RESUME_EVERY`, the removal of deleted orgs' rows.
@@ -79,6 +86,7 @@ impl Engine {
 
     async fn purge_org(&self, org: OrgId, pause: Duration) -> Result<(), EngineError> {
         loop {
+            self.removal_step_allowed().await;
             self.write_directly(org, WriteOp::PurgeOrg).await?;
             if !self.stored(self.inner.store.org_rows_left(org).await)? {
                 break;
@@ -108,4 +116,63 @@ impl Engine {
             Err(_) => Err(EngineError::Internal("the writer stopped".into())),
         }
     }
+}
+
+/// Test hook: how many more steps the removals of deleted orgs' rows may
+/// take before they wait, so a test can look at an org while its removal
+/// runs; `None` (as at start): as many as they need.
+#[cfg(feature = "test-hooks")]
+pub(super) struct RemovalHold(tokio::sync::watch::Sender<Option<u64>>);
+
+#[cfg(feature = "test-hooks")]
+impl Default for RemovalHold {
+    fn default() -> Self {
+        Self(tokio::sync::watch::Sender::new(None))
+    }
+}
+
+#[cfg(feature = "test-hooks")]
+impl RemovalHold {
+    /// Waits until a step is allowed, and takes it.
+    async fn step(&self) {
+        let mut allowance = self.0.subscribe();
+        loop {
+            // Errs only once the sender is gone, and `self` holds it.
+            let _ = allowance.wait_for(|a| *a != Some(0)).await.map(drop);
+            let mut taken = false;
+            self.0.send_if_modified(|a| match a {
+                None => {
+                    taken = true;
+                    false
+                }
+                Some(0) => false,
+                Some(n) => {
+                    *n -= 1;
+                    taken = true;
+                    true
+                }
+            });
+            if taken {
+                return;
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Test hook: the removals of deleted orgs' rows take `steps` more
+    /// steps, then wait until this is called again; `None` lets them run.
+    /// The test hook that runs the removals at once waits too.
+    #[cfg(feature = "test-hooks")]
+    pub fn hold_removals(&self, steps: Option<u64>) {
+        self.inner.removal_hold.0.send_replace(steps);
+    }
+
+    #[cfg(feature = "test-hooks")]
+    async fn removal_step_allowed(&self) {
+        self.inner.removal_hold.step().await;
+    }
+
+    #[cfg(not(feature = "test-hooks"))]
+    async fn removal_step_allowed(&self) {}
 }

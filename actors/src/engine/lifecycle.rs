@@ -317,6 +317,8 @@ impl Engine {
                 heartbeat: std::sync::Mutex::new(None),
                 #[cfg(feature = "test-hooks")]
                 rewrap_pause_after: config.rewrap_pause_after,
+                #[cfg(feature = "test-hooks")]
+                removal_hold: Default::default(),
             }),
         };
         if let Some(cluster) = &engine.inner.cluster {

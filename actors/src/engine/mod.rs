@@ -147,6 +147,8 @@ struct Inner {
     local_node: Arc<(String, String, i64)>,
     #[cfg(feature = "test-hooks")]
     rewrap_pause_after: Option<u64>,
+    #[cfg(feature = "test-hooks")]
+    removal_hold: deletion::RemovalHold,
 }
 
 /// One request counted against its org's bound until it is dropped.

@@ -1,9 +1,9 @@
 //! Accounts: orgs, their members and API keys, and the org administration
 //! records (tags, teams and team memberships).
 
-use super::rows::{KeyRow, MemberRow, MembershipRow, OrgIdRow, OrgRow, TagRow, TeamRow};
+use super::rows::{FoundOrgRow, KeyRow, MemberRow, MembershipRow, OrgIdRow, TagRow, TeamRow};
 use super::{records, Arg, Result, Store, WriteBatch, WriteOp};
-use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord};
+use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord, StoredOrg};
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::{KeyId, OrgId};
 
@@ -26,16 +26,25 @@ impl Store {
         self.apply(&[&batch]).await
     }
 
-    pub async fn get_org(&self, org: OrgId) -> Result<Option<OrgRecord>> {
-        let row: Option<OrgRow> = self
+    /// The org, or the mark of its deletion while its rows are removed.
+    pub async fn find_org(&self, org: OrgId) -> Result<Option<StoredOrg>> {
+        let row: Option<FoundOrgRow> = self
             .fetch_optional(
                 "SELECT org_id, name, tier, encryption, seats, suspended, limits, wrapped_dek, \
-                 master_key_id, created_at, idp_enrolled, retention_days FROM orgs WHERE org_id = $1 \
-                 AND deleted_at IS NULL",
+                 master_key_id, created_at, idp_enrolled, retention_days, deleted_at FROM orgs \
+                 WHERE org_id = $1",
                 vec![Arg::Text(org.to_string())],
             )
             .await?;
-        row.map(OrgRecord::try_from).transpose()
+        row.map(StoredOrg::try_from).transpose()
+    }
+
+    /// The org, unless it is deleted.
+    pub async fn get_org(&self, org: OrgId) -> Result<Option<OrgRecord>> {
+        Ok(match self.find_org(org).await? {
+            Some(StoredOrg::Live(record)) => Some(record),
+            Some(StoredOrg::Deleting) | None => None,
+        })
     }
 
     /// The first org with this name, if any (used for the feedback org).

@@ -24,17 +24,6 @@ impl Store {
         records(rows)
     }
 
-    /// Whether the org is marked deleted (its row is still there).
-    pub async fn org_deleting(&self, org: OrgId) -> Result<bool> {
-        let row: Option<OrgIdRow> = self
-            .fetch_optional(
-                "SELECT org_id FROM orgs WHERE org_id = $1 AND deleted_at IS NOT NULL",
-                vec![Arg::Text(org.to_string())],
-            )
-            .await?;
-        Ok(row.is_some())
-    }
-
     /// Whether a table with many rows an org still holds one of this org.
     pub async fn org_rows_left(&self, org: OrgId) -> Result<bool> {
         for (table, _) in BATCHED {

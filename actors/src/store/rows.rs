@@ -5,7 +5,7 @@
 
 use super::StoreError;
 use crate::domain::account::{
-    Encryption, KeyRecord, MemberRecord, OrgRecord, Role, Tier, WrappedDek,
+    Encryption, KeyRecord, MemberRecord, OrgRecord, Role, StoredOrg, Tier, WrappedDek,
 };
 use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::retry::RetryPolicy;
@@ -98,6 +98,14 @@ pub struct OrgRow {
     pub created_at: i64,
     pub idp_enrolled: i64,
     pub retention_days: Option<i64>,
+}
+
+/// An org's row with its deletion mark.
+#[derive(sqlx::FromRow)]
+pub struct FoundOrgRow {
+    #[sqlx(flatten)]
+    pub org: OrgRow,
+    pub deleted_at: Option<i64>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -382,6 +390,16 @@ impl TryFrom<OrgRow> for OrgRecord {
             retention_days: r.retention_days,
             created_at: r.created_at,
         })
+    }
+}
+
+impl TryFrom<FoundOrgRow> for StoredOrg {
+    type Error = StoreError;
+    fn try_from(r: FoundOrgRow) -> Result<Self, StoreError> {
+        match r.deleted_at {
+            Some(_) => Ok(StoredOrg::Deleting),
+            None => r.org.try_into().map(StoredOrg::Live),
+        }
     }
 }
 

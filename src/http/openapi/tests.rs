@@ -69,6 +69,7 @@ fn the_router_registers_nothing_outside_the_table() {
             "/admin/test/retention",
             "/admin/test/retention/paced",
             "/admin/test/purge",
+            "/admin/test/purge/hold",
             "/admin/test/store",
             "/internal/peer",
             "/mcp"

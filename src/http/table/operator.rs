@@ -21,9 +21,9 @@ pub(super) fn operations() -> Vec<Operation> {
             .errors(&[403, 409])
             .operator(|s: S, (): (), r: CreateOrg| async move { s.engine.create_org(r).await }),
         Operation::get("/admin/orgs/{org_id}")
-            .doc("get_org", "operator", "An org with its effective limits, and how many tasks and events the store holds of it")
+            .doc("get_org", "operator", "An org with its effective limits, and how many tasks and events the store holds of it; while its deletion runs, how many are left")
             .access(Operator)
-            .answer::<OrgDetail>(200, "The org")
+            .answer::<OrgAnswer>(200, "The org, or, while its deletion runs, `deleting: true` and what is left of it")
             .operator(|s: S, org: String, _: NoArguments| async move { s.engine.get_org(parse_org_id(&org)?).await }),
         Operation::patch("/admin/orgs/{org_id}")
             .doc("patch_org", "operator", "Change an org's tier, seats, suspension or limits")
@@ -35,13 +35,14 @@ pub(super) fn operations() -> Vec<Operation> {
         Operation::delete("/admin/orgs/{org_id}")
             .doc("delete_org", "operator", "Delete an org: its keys are refused and its data key destroyed at once, its rows removed in the background")
             .access(Operator)
-            .answer::<OrgDeleting>(202, "The org is being deleted")
+            .answer::<OrgDeleting>(202, "The org is being deleted (again while its rows are removed)")
             .errors(&[409])
             .operator(|s: S, org: String, _: NoArguments| async move { s.engine.delete_org(parse_org_id(&org)?).await }),
         Operation::get("/admin/orgs/{org_id}/export")
             .doc("export_org", "operator", "Everything an org holds, one JSON object a line: org, tags, teams, members, schedules, webhooks, tasks with their history")
             .access(Operator)
             .ndjson(200, "The org's records, streamed")
+            .errors(&[409])
             .handler(admin::export_org),
         Operation::post("/admin/orgs/{org_id}/members")
             .doc("add_member", "operator", "Add an active member and issue its first key")
@@ -75,6 +76,7 @@ pub(super) fn operations() -> Vec<Operation> {
             .access(Operator)
             .body()
             .answer::<IdpEnrollment>(200, "The enrollment")
+            .errors(&[409])
             .operator(|s: S, org: String, r: IdpEnrollment| async move { s.engine.set_idp_enrollment(parse_org_id(&org)?, r).await }),
         Operation::post("/admin/orgs/{org_id}/idp/sync")
             .doc("idp_sync", "operator", "The identity provider's view of team membership")
@@ -88,7 +90,7 @@ pub(super) fn operations() -> Vec<Operation> {
             .access(Operator)
             .body()
             .answer::<Recomputed>(200, "The reports computed (those that apply to the org's plan and encryption)")
-            .errors(&[503])
+            .errors(&[409, 503])
             .operator(|s: S, org: String, r: Recompute| async move { s.engine.recompute(parse_org_id(&org)?, r).await }),
         Operation::post("/admin/master-key/rotate")
             .doc("rotate_master_key", "operator", "Make a new master key current and re-wrap every data key")
