@@ -416,7 +416,7 @@ export abstract class Operations {
     >;
   }
 
-  /** GET /admin/orgs/{org_id}: An org with its effective limits, and how many tasks and events the store holds of it. */
+  /** GET /admin/orgs/{org_id}: An org with its effective limits, and how many tasks and events the store holds of it; while its deletion runs, how many are left. */
   get_org(org_id: string, options?: CallOptions): Promise<Answer<"get_org">> {
     return this.invoke(OPERATIONS.get_org, [org_id], undefined, undefined, options) as Promise<
       Answer<"get_org">

@@ -775,7 +775,7 @@ export type paths = {
             path?: never;
             cookie?: never;
         };
-        /** An org with its effective limits, and how many tasks and events the store holds of it */
+        /** An org with its effective limits, and how many tasks and events the store holds of it; while its deletion runs, how many are left */
         get: operations["get_org"];
         put?: never;
         post?: never;
@@ -2885,6 +2885,11 @@ export type components = {
             api_key: string;
         };
         /**
+         * @description `GET /admin/orgs/{org_id}` answer: the org, or, while its deletion
+         *     runs, what is left of it.
+         */
+        OrgAnswer: components["schemas"]["OrgDetail"] | components["schemas"]["OrgBeingDeleted"];
+        /**
          * @description `GET /admin/orgs/{org_id}` answer: the org, and what the store holds
          *     of it.
          */
@@ -2918,6 +2923,26 @@ export type components = {
             /** Format: int64 */
             events: number;
         };
+        /**
+         * @description An org whose deletion is under way, and what is left of it. Once its
+         *     rows are gone the org answers 404.
+         */
+        OrgBeingDeleted: {
+            /** Format: uuid */
+            org_id: string;
+            /**
+             * @description Always `true`: its keys are refused and its data key is destroyed;
+             *     its rows are being removed.
+             * @constant
+             */
+            deleting: true;
+            /**
+             * @description Its tasks and events still stored, counted exactly when asked (as
+             *     `stored` is for an org not deleted): they fall as the removal goes,
+             *     a batch at a time.
+             */
+            remaining: components["schemas"]["StoredCounts"];
+        };
         /** @description An org as the operator sees it, with its effective limits. */
         OrgView: {
             /** Format: uuid */
@@ -2945,8 +2970,9 @@ export type components = {
             /**
              * @description Always `true`: its keys are refused and its data key is destroyed;
              *     its rows are being removed.
+             * @constant
              */
-            deleting: boolean;
+            deleting: true;
         };
         /**
          * @description `POST /admin/orgs/{org_id}/members` answer. `seated` tells, on plans
@@ -3447,8 +3473,10 @@ export type KeyView = components['schemas']['KeyView'];
 export type CreatedOrg = components['schemas']['CreatedOrg'];
 export type Limits = components['schemas']['Limits'];
 export type OwnerKey = components['schemas']['OwnerKey'];
+export type OrgAnswer = components['schemas']['OrgAnswer'];
 export type OrgDetail = components['schemas']['OrgDetail'];
 export type StoredCounts = components['schemas']['StoredCounts'];
+export type OrgBeingDeleted = components['schemas']['OrgBeingDeleted'];
 export type OrgView = components['schemas']['OrgView'];
 export type OrgDeleting = components['schemas']['OrgDeleting'];
 export type AddedMember = components['schemas']['AddedMember'];
@@ -3729,7 +3757,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -4533,7 +4561,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -4615,7 +4643,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -5078,7 +5106,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -5178,7 +5206,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -5278,7 +5306,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -5441,7 +5469,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -5734,7 +5762,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -5997,7 +6025,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -6100,7 +6128,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -6199,7 +6227,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -6672,7 +6700,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -6814,7 +6842,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7219,7 +7247,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7398,7 +7426,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7452,13 +7480,13 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The org */
+            /** @description The org, or, while its deletion runs, `deleting: true` and what is left of it */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["OrgDetail"];
+                    "application/json": components["schemas"]["OrgAnswer"];
                 };
             };
             /** @description Malformed JSON, a body or query of the wrong shape, or a bad path parameter; `error` names the field */
@@ -7524,7 +7552,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The org is being deleted */
+            /** @description The org is being deleted (again while its rows are removed) */
             202: {
                 headers: {
                     [name: string]: unknown;
@@ -7560,7 +7588,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7645,7 +7673,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7728,6 +7756,15 @@ export interface operations {
             };
             /** @description No such resource (or, for operator routes, no operator token configured) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7820,7 +7857,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -7925,7 +7962,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -8161,6 +8198,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description The request body is over 2 MiB; the connection is closed */
             413: {
                 headers: {
@@ -8255,7 +8301,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -8349,6 +8395,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description The request body is over 2 MiB; the connection is closed */
             413: {
                 headers: {
@@ -8431,7 +8486,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state) */
+            /** @description Conflicts with the current state (an existing name or id, a rule of the org's state, an org being deleted) */
             409: {
                 headers: {
                     [name: string]: unknown;

@@ -272,9 +272,9 @@ class SyncOperations(SyncTransport):
         """POST /admin/orgs: Create an org with its owner and the owner's first key."""
         return cast("models.CreatedOrg", self._invoke(OPERATIONS["create_org"], path=(), body=body))
 
-    def get_org(self, org_id: str) -> models.OrgDetail:
-        """GET /admin/orgs/{org_id}: An org with its effective limits, and how many tasks and events the store holds of it."""
-        return cast("models.OrgDetail", self._invoke(OPERATIONS["get_org"], path=(org_id, )))
+    def get_org(self, org_id: str) -> models.OrgAnswer:
+        """GET /admin/orgs/{org_id}: An org with its effective limits, and how many tasks and events the store holds of it; while its deletion runs, how many are left."""
+        return cast("models.OrgAnswer", self._invoke(OPERATIONS["get_org"], path=(org_id, )))
 
     def patch_org(self, org_id: str, body: models.PatchOrg) -> models.OrgView:
         """PATCH /admin/orgs/{org_id}: Change an org's tier, seats, suspension or limits."""
@@ -524,9 +524,9 @@ class AsyncOperations(AsyncTransport):
         """POST /admin/orgs: Create an org with its owner and the owner's first key."""
         return cast("models.CreatedOrg", await self._invoke(OPERATIONS["create_org"], path=(), body=body))
 
-    async def get_org(self, org_id: str) -> models.OrgDetail:
-        """GET /admin/orgs/{org_id}: An org with its effective limits, and how many tasks and events the store holds of it."""
-        return cast("models.OrgDetail", await self._invoke(OPERATIONS["get_org"], path=(org_id, )))
+    async def get_org(self, org_id: str) -> models.OrgAnswer:
+        """GET /admin/orgs/{org_id}: An org with its effective limits, and how many tasks and events the store holds of it; while its deletion runs, how many are left."""
+        return cast("models.OrgAnswer", await self._invoke(OPERATIONS["get_org"], path=(org_id, )))
 
     async def patch_org(self, org_id: str, body: models.PatchOrg) -> models.OrgView:
         """PATCH /admin/orgs/{org_id}: Change an org's tier, seats, suspension or limits."""

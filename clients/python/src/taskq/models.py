@@ -550,6 +550,12 @@ class StoredCounts(TypedDict):
     events: int
 
 
+class OrgBeingDeleted(TypedDict):
+    org_id: str
+    deleting: Literal[True]
+    remaining: StoredCounts
+
+
 class OrgView(TypedDict):
     org_id: str
     name: str
@@ -564,7 +570,7 @@ class OrgView(TypedDict):
 
 class OrgDeleting(TypedDict):
     org_id: str
-    deleting: bool
+    deleting: Literal[True]
 
 
 class AddedMember(TypedDict):
@@ -1109,6 +1115,9 @@ class TeamDetail(TypedDict):
     created_by: str
     created_at: str
     members: List[TeamMemberView]
+
+
+OrgAnswer: TypeAlias = Union[OrgDetail, OrgBeingDeleted]
 
 
 class ClusterView(TypedDict):
