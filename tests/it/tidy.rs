@@ -657,3 +657,180 @@ fn the_map_test_reads_what_it_means_to() {
     assert!(is_test_file("actors/src/store/tests.rs") && is_test_file("tests/it/tidy.rs"));
     assert!(!is_test_file("actors/src/store/mod.rs"));
 }
+
+// ---- the Markdown links ----
+//
+// The README, the map and everything under `docs/` link to one another by
+// relative paths and `#anchor`s; a moved file or a renamed heading must
+// not leave a link that leads nowhere on GitHub.
+
+/// The Markdown files whose relative links are checked.
+fn linking_markdown_files() -> Vec<String> {
+    let mut files = vec!["README.md".to_string(), "ARCHITECTURE.md".to_string()];
+    files.extend(
+        files_under("docs")
+            .into_iter()
+            .filter(|f| f.ends_with(".md")),
+    );
+    files
+}
+
+/// The anchor GitHub gives a heading: its text in lower case, without
+/// the characters that are not letters, digits, `-`, `_` or spaces, the
+/// spaces as `-`.
+fn github_anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// What a Markdown file links to and what it can be linked to at.
+struct MarkdownLinks {
+    /// Every link's and image's destination as written, with its line.
+    destinations: Vec<(usize, String)>,
+    /// Its headings' anchors; a repeated heading's are `-1`, `-2`, ...
+    anchors: BTreeSet<String>,
+}
+
+fn markdown_links(text: &str) -> MarkdownLinks {
+    use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+    let mut destinations = Vec::new();
+    let mut anchors = BTreeSet::new();
+    let mut repeats: BTreeMap<String, usize> = BTreeMap::new();
+    let mut heading: Option<String> = None;
+    for (event, range) in Parser::new_ext(text, Options::ENABLE_TABLES).into_offset_iter() {
+        match event {
+            Event::Start(Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. }) => {
+                let line = text[..range.start].matches('\n').count() + 1;
+                destinations.push((line, dest_url.into_string()));
+            }
+            Event::Start(Tag::Heading { .. }) => heading = Some(String::new()),
+            Event::Text(part) | Event::Code(part) => {
+                if let Some(heading) = heading.as_mut() {
+                    heading.push_str(&part);
+                }
+            }
+            Event::End(TagEnd::Heading(_)) => {
+                let anchor = github_anchor(&heading.take().unwrap_or_default());
+                let seen = repeats.entry(anchor.clone()).or_insert(0);
+                anchors.insert(match *seen {
+                    0 => anchor,
+                    n => format!("{anchor}-{n}"),
+                });
+                *seen += 1;
+            }
+            _ => {}
+        }
+    }
+    MarkdownLinks {
+        destinations,
+        anchors,
+    }
+}
+
+/// The repository-relative path a relative link of `from` names, or
+/// `None` when it climbs out of the repository. A leading `/` is the
+/// repository's root, as on GitHub.
+fn link_target(from: &str, path: &str) -> Option<String> {
+    let mut parts: Vec<&str> = if path.starts_with('/') {
+        Vec::new()
+    } else {
+        from.split('/').collect()
+    };
+    if !path.starts_with('/') {
+        parts.pop();
+    }
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            part => parts.push(part),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+/// Why a link of `from` leads nowhere, if it does; links with a scheme
+/// (`https:`, `mailto:`) are not this test's.
+fn broken_link(from: &str, destination: &str) -> Option<String> {
+    let scheme = destination
+        .split_once(':')
+        .is_some_and(|(head, _)| !head.is_empty() && head.chars().all(|c| c.is_ascii_alphabetic()));
+    if scheme || destination.is_empty() {
+        return None;
+    }
+    let (path, anchor) = destination
+        .split_once('#')
+        .map_or((destination, None), |(path, anchor)| (path, Some(anchor)));
+    let target = if path.is_empty() {
+        from.to_string()
+    } else {
+        match link_target(from, path) {
+            Some(target) => target,
+            None => return Some("climbs out of the repository".to_string()),
+        }
+    };
+    if !root().join(&target).exists() {
+        return Some(format!("names `{target}`, which does not exist"));
+    }
+    match anchor {
+        Some(anchor) if target.ends_with(".md") => {
+            let anchors = markdown_links(&read(&target)).anchors;
+            (!anchors.contains(anchor)).then(|| format!("names no heading of `{target}`"))
+        }
+        _ => None,
+    }
+}
+
+#[test]
+fn every_relative_markdown_link_leads_somewhere() {
+    let broken: Vec<String> = linking_markdown_files()
+        .into_iter()
+        .flat_map(|file| {
+            markdown_links(&read(&file))
+                .destinations
+                .into_iter()
+                .filter_map(move |(line, destination)| {
+                    broken_link(&file, &destination).map(|why| {
+                        format!(
+                            "link ({file}:{line}): `{destination}` {why}: point it at the file \
+                             (and heading, by GitHub's anchor) where the text is now"
+                        )
+                    })
+                })
+        })
+        .collect();
+    assert!(broken.is_empty(), "\n{}\n", broken.join("\n"));
+}
+
+#[test]
+fn the_link_test_reads_what_it_means_to() {
+    assert_eq!(
+        github_anchor("Forwarding: what a forwarded request costs; a node's restart"),
+        "forwarding-what-a-forwarded-request-costs-a-nodes-restart"
+    );
+    assert_eq!(github_anchor("`GET /events` and µs"), "get-events-and-µs");
+    let text = "# A *b*\n\n## A b\n\n[x](../y.md#a-b) ![i](p.png)\n\n```md\n[not](a link)\n```\n";
+    let links = markdown_links(text);
+    assert_eq!(links.anchors, ["a-b", "a-b-1"].map(String::from).into());
+    assert_eq!(
+        links.destinations,
+        [(5, "../y.md#a-b".to_string()), (5, "p.png".to_string())]
+    );
+    assert_eq!(
+        link_target("docs/guide/x.md", "../perf.md").as_deref(),
+        Some("docs/perf.md")
+    );
+    assert_eq!(link_target("README.md", "/docs/").as_deref(), Some("docs"));
+    assert_eq!(link_target("README.md", "../x.md"), None);
+    assert_eq!(broken_link("README.md", "https://example.com/x.md"), None);
+    assert_eq!(broken_link("README.md", "#set-up"), None);
+    assert!(broken_link("README.md", "#no-such-heading").is_some());
+    assert!(broken_link("README.md", "docs/guide/no-such-file.md").is_some());
+}
