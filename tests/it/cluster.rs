@@ -1090,19 +1090,19 @@ async fn behind_nginx_round_robin_every_request_is_answered_by_its_owner() {
 }
 
 /// The `map`, the `hash` line and what follows a `server`'s address in the
-/// README's nginx example.
-fn readme_ring() -> (String, String, String) {
-    let readme = include_str!("../../README.md");
-    let start = readme
+/// guide's nginx example (`docs/guide/several-nodes.md`).
+fn guide_ring() -> (String, String, String) {
+    let guide = include_str!("../../docs/guide/several-nodes.md");
+    let start = guide
         .find("map $http_x_api_key")
-        .expect("the README's nginx example maps the API key");
-    let len = readme[start..].find("\n}\n").expect("the map's end") + 2;
+        .expect("the guide's nginx example maps the API key");
+    let len = guide[start..].find("\n}\n").expect("the map's end") + 2;
     let line = |starts: &str| {
-        readme
+        guide
             .lines()
             .map(str::trim)
             .find(|l| l.starts_with(starts))
-            .unwrap_or_else(|| panic!("no `{starts}` line in the README's nginx example"))
+            .unwrap_or_else(|| panic!("no `{starts}` line in the guide's nginx example"))
     };
     let hash = line("hash ");
     assert!(hash.contains("consistent"), "{hash}");
@@ -1113,7 +1113,7 @@ fn readme_ring() -> (String, String, String) {
         .and_then(|(_, rest)| rest.split_once(' '))
         .map_or("", |(_, params)| params);
     (
-        readme[start..start + len].to_owned(),
+        guide[start..start + len].to_owned(),
         hash.to_owned(),
         params.to_owned(),
     )
@@ -1143,7 +1143,7 @@ async fn traffic(cluster: &Cluster) -> Vec<[u64; 3]> {
     all
 }
 
-/// nginx configured as the README says, hashing the org in the key onto
+/// nginx configured as the guide says, hashing the org in the key onto
 /// its consistent ring: once the nodes have settled, every request reaches
 /// its org's owner at once, and no node forwards any.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1154,7 +1154,7 @@ async fn traffic(cluster: &Cluster) -> Vec<[u64; 3]> {
 async fn behind_nginx_hashing_the_key_s_org_no_request_is_forwarded() {
     let nginx = need("TASKQ_TEST_NGINX");
     let cluster = Cluster::start(3).await;
-    let (map, hash, params) = readme_ring();
+    let (map, hash, params) = guide_ring();
     let (nginx, base) = nginx_before(&nginx, &cluster, &map, &hash, &params).await;
     let http = reqwest::Client::new();
     let admin = &cluster.node(0).admin_token;

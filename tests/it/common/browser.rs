@@ -16,8 +16,8 @@ pub const CHROMEDRIVER_ENV: &str = "TASKQ_TEST_CHROMEDRIVER";
 pub const CHROMIUM_ENV: &str = "TASKQ_TEST_CHROMIUM";
 pub const AXE_ENV: &str = "TASKQ_TEST_AXE_JS";
 const ARTIFACTS_ENV: &str = "TASKQ_TEST_ARTIFACTS";
-/// Where the screenshots of the views also go (the README's, under
-/// `docs/board/`), when set.
+/// Where the screenshots of the views also go (those `docs/guide/board.md`
+/// shows, under `docs/board/`), when set.
 const SCREENSHOTS_ENV: &str = "TASKQ_BOARD_SCREENSHOTS";
 
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
