@@ -57,9 +57,8 @@ pub use clock::{Clock, SystemClock};
 pub use cluster::{ClusterConfig, Placement};
 pub use domain::account::Caller;
 pub use engine::{
-    mark_covers, parse_org_id, Engine, EngineConfig, Peer, PeerAnswer, PeerCall, PeerOp, Peers,
-    StoreOptions, BOARD_SESSION, FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT, OPERATOR_SESSION,
-    ORG_STRIKE_LIMIT,
+    parse_org_id, Engine, EngineConfig, Peer, PeerAnswer, PeerCall, PeerOp, Peers, StoreOptions,
+    BOARD_SESSION, FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT, OPERATOR_SESSION, ORG_STRIKE_LIMIT,
 };
 pub use error::{EngineError, ErrorBody, ErrorCode, LimitExceeded, LimitKind, ValidationError};
 pub use stats::WriterTotals;

@@ -10,6 +10,7 @@ pub mod feedback;
 pub mod history;
 mod ids;
 pub mod lease;
+pub mod mark;
 pub mod open;
 pub mod order;
 pub mod period;

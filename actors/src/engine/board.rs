@@ -8,16 +8,17 @@
 //! again, so a revoked key, a lost seat or a changed role takes effect on
 //! the next request, as it does on the API.
 //!
-//! The change mark is a token that changes whenever the org's open tasks
-//! do (the org actor's published version). The board's stream
-//! (`watch_board`) sends it with each notice, and a page without the
-//! stream polls it. Both read only memory and are not counted against the
-//! org's limits; the pages and cards the script then fetches are.
+//! The change mark (`domain::mark`) changes whenever the org's open tasks
+//! do (the org actor's version). The board's stream (`watch_board`) sends
+//! it with each notice, and a page without the stream polls it. Both read
+//! only memory and are not counted against the org's limits; the pages
+//! and cards the script then fetches are.
 
 use std::sync::Arc;
 
 use super::Engine;
 use crate::domain::account::Caller;
+use crate::domain::mark::{ChangeMark, MarkedCounts};
 use crate::domain::open::StatusCounts;
 use crate::domain::OrgId;
 use crate::error::EngineError;
@@ -93,11 +94,11 @@ impl Engine {
         )
     }
 
-    /// A token that changes whenever the org's open tasks change (created,
+    /// A mark that changes whenever the org's open tasks change (created,
     /// moved, edited, claimed, expired): the org actor's published version,
-    /// named by the actor that published it. `idle` while no actor of the
+    /// named by the actor that published it. Idle while no actor of the
     /// org runs here (nothing of it can change until one starts).
-    pub fn org_change_mark(&self, org: OrgId) -> String {
+    pub fn org_change_mark(&self, org: OrgId) -> ChangeMark {
         change_mark(&self.inner.routes, &self.inner.snapshots, org)
     }
 
@@ -116,7 +117,7 @@ impl Engine {
     pub fn watch_board(
         &self,
         caller: &Caller,
-        since: Option<&str>,
+        since: Option<ChangeMark>,
     ) -> Result<BoardStream, EngineError> {
         let org = caller.org_id;
         if let Some(cluster) = &self.inner.cluster {
@@ -130,8 +131,8 @@ impl Engine {
             .board_feeds
             .subscribe(org, hub, &self.inner.board_state);
         let first = since.and_then(|since| {
-            let (mark, counts) = (self.inner.board_state)(org);
-            (mark != since).then(|| crate::watch::missed(mark, counts))
+            let now = (self.inner.board_state)(org);
+            (now.mark != since).then(|| crate::watch::missed(now))
         });
         Ok(BoardStream::new(
             notices,
@@ -148,8 +149,8 @@ impl Engine {
 
     /// The mark of the last notice the org's boards were sent here, while
     /// a board of the org streams here: what is read from now on shows
-    /// every change the notices up to it named (`mark_covers`).
-    pub fn board_noticed_mark(&self, org: OrgId) -> Option<Arc<str>> {
+    /// every change the notices up to it named (`ChangeMark::covers`).
+    pub fn board_noticed_mark(&self, org: OrgId) -> Option<ChangeMark> {
         self.inner.board_feeds.noticed(org)
     }
 
@@ -159,29 +160,13 @@ impl Engine {
     }
 }
 
-fn change_mark(routes: &Routes, snapshots: &OrgSnapshots, org: OrgId) -> String {
+fn change_mark(routes: &Routes, snapshots: &OrgSnapshots, org: OrgId) -> ChangeMark {
     match routes.get(&org) {
-        Some(route) => format!(
-            "{}.{}",
-            route.actor.get_id().pid(),
-            snapshots.version(org).unwrap_or(0)
-        ),
-        None => "idle".to_owned(),
-    }
-}
-
-/// Whether a read made once the notice of mark `read_after` was sent shows
-/// every change that the notices up to mark `wanted` named: both marks of
-/// the same actor (a version counts within one actor's run only), and
-/// `wanted` not later. A mark that does not read as one covers nothing.
-pub fn mark_covers(read_after: &str, wanted: &str) -> bool {
-    let version = |mark: &str| {
-        let (actor, version) = mark.rsplit_once('.')?;
-        Some((actor.to_owned(), version.parse::<u64>().ok()?))
-    };
-    match (version(read_after), version(wanted)) {
-        (Some((a, read)), Some((b, wanted))) => a == b && wanted <= read,
-        _ => false,
+        Some(route) => ChangeMark::At {
+            actor: route.actor.get_id().pid(),
+            version: snapshots.version(org).unwrap_or(0),
+        },
+        None => ChangeMark::Idle,
     }
 }
 
@@ -189,27 +174,8 @@ pub fn mark_covers(read_after: &str, wanted: &str) -> bool {
 /// tasks per status, from memory.
 pub(super) fn org_state(routes: &Routes, snapshots: &Arc<OrgSnapshots>) -> OrgState {
     let (routes, snapshots) = (routes.clone(), Arc::clone(snapshots));
-    Arc::new(move |org| {
-        (
-            change_mark(&routes, &snapshots, org),
-            snapshots.counts(org).unwrap_or_default(),
-        )
+    Arc::new(move |org| MarkedCounts {
+        mark: change_mark(&routes, &snapshots, org),
+        counts: snapshots.counts(org).unwrap_or_default(),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::mark_covers;
-
-    #[test]
-    fn a_read_covers_the_notices_up_to_its_own_of_the_same_actor() {
-        assert!(mark_covers("7.40", "7.40"));
-        assert!(mark_covers("7.40", "7.3"));
-        assert!(!mark_covers("7.40", "7.41"));
-        assert!(!mark_covers("8.40", "7.3"), "another actor's versions");
-        for bad in ["idle", "7.", "7.x", "", "7.-1"] {
-            assert!(!mark_covers("7.40", bad), "{bad}");
-            assert!(!mark_covers(bad, "7.1"), "{bad}");
-        }
-    }
 }

@@ -45,7 +45,7 @@ use ractor::rpc::CallResult;
 use ractor::{ActorId, ActorRef};
 
 pub use admin::{parse_org_id, OPERATOR_SESSION};
-pub use board::{mark_covers, BOARD_SESSION};
+pub use board::BOARD_SESSION;
 pub use feedback::{FEEDBACK_ORG_NAME, MEMBER_STRIKE_LIMIT, ORG_STRIKE_LIMIT};
 pub use lifecycle::EngineConfig;
 pub use peers::{Peer, PeerAnswer, PeerCall, PeerOp, Peers};

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::OrgState;
 use crate::api::{note_bytes, Text};
+use crate::domain::mark::{ChangeMark, MarkedCounts};
 use crate::domain::webhooks::OutboxEvent;
 use crate::domain::{ContentField, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus};
 use crate::store::{WriteBatch, WriteOp};
@@ -202,10 +203,20 @@ impl Work {
         if self.save_usage {
             ops.push(WriteOp::SaveUsage(state.usage_snapshot()));
         }
+        // The mark the engine names the org by while this actor runs (its
+        // route's actor and published version), as of this batch.
+        let marked = MarkedCounts {
+            mark: ChangeMark::At {
+                actor: state.myself.get_id().pid(),
+                version: state.open.version(),
+            },
+            counts: state.open.counts(),
+        };
         WriteBatch {
             org: state.org,
             ops,
             fence: state.fence.clone(),
+            marked: Some(marked),
         }
     }
 }

@@ -187,6 +187,7 @@ async fn round_trip(store: &Store) {
             WriteOp::SaveUsage(usage.clone()),
         ],
         fence: None,
+        marked: None,
     };
     store.apply(&[&batch]).await.unwrap();
 
@@ -283,6 +284,7 @@ async fn failed_commit(store: &Store) {
         org: org_id,
         ops,
         fence: None,
+        marked: None,
     };
     // A task created, and the org's requests counted to `requests`.
     let created = |header: &TaskHeader, requests| {
@@ -332,6 +334,7 @@ async fn later_changes(store: &Store) {
         org,
         ops: vec![WriteOp::InsertTasks(vec![task.clone()])],
         fence: None,
+        marked: None,
     };
     store
         .apply(&[&insert(first_org, &first), &insert(second_org, &second)])
@@ -387,6 +390,7 @@ async fn later_changes(store: &Store) {
             WriteOp::InsertEvents(events[..2].to_vec()),
         ],
         fence: None,
+        marked: None,
     };
     let retitle = WriteBatch {
         org: second_org,
@@ -396,6 +400,7 @@ async fn later_changes(store: &Store) {
             value: Some(b"new title".to_vec()),
         }],
         fence: None,
+        marked: None,
     };
     let complete = WriteBatch {
         org: first_org,
@@ -409,6 +414,7 @@ async fn later_changes(store: &Store) {
             WriteOp::InsertEvents(events[2..].to_vec()),
         ],
         fence: None,
+        marked: None,
     };
     store.apply(&[&claim, &retitle, &complete]).await.unwrap();
 
@@ -463,6 +469,7 @@ async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
         org,
         ops: vec![WriteOp::InsertTasks(tasks.clone())],
         fence: None,
+        marked: None,
     }])
     .await;
     let moved = |i: usize, status, was_finished| {
@@ -482,6 +489,7 @@ async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
             moved(2, TaskStatus::Completed, false),
         ],
         fence: None,
+        marked: None,
     };
     apply(vec![finish]).await;
     let listed = |after, query: ListTasks| async move {
@@ -531,11 +539,13 @@ async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
         org,
         ops: vec![moved(i, TaskStatus::Pending, true)],
         fence: None,
+        marked: None,
     };
     let claim = WriteBatch {
         org,
         ops: vec![moved(0, TaskStatus::InProgress, false)],
         fence: None,
+        marked: None,
     };
     apply(vec![reopen(0), claim, reopen(1)]).await;
     assert_eq!(
@@ -567,6 +577,7 @@ async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
             WriteOp::InsertEvents(vec![event(TaskStatus::Completed, 50)]),
         ],
         fence: None,
+        marked: None,
     }])
     .await;
     let unsettled = |ops| async move {
@@ -575,6 +586,7 @@ async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
                 org,
                 ops,
                 fence: None,
+                marked: None,
             }])
             .await
             .unwrap();
@@ -725,6 +737,7 @@ async fn claims_move_no_task_row_to_another_page_sqlite() {
         org,
         ops: vec![WriteOp::InsertTasks(tasks.clone())],
         fence: None,
+        marked: None,
     };
     store.apply(&[&created]).await.unwrap();
     let before = task_leaves(&store).await;
@@ -740,6 +753,7 @@ async fn claims_move_no_task_row_to_another_page_sqlite() {
             })
             .collect(),
         fence: None,
+        marked: None,
     };
     store.apply(&[&claims]).await.unwrap();
     assert_eq!(task_leaves(&store).await, before);
@@ -850,6 +864,7 @@ async fn append_events(store: &Store, org: OrgId, events: &[(TaskId, i64)]) {
             org,
             ops: vec![WriteOp::InsertEvents(events.iter().map(reopened).collect())],
             fence: None,
+            marked: None,
         }])
         .await
         .unwrap();
@@ -1083,6 +1098,7 @@ pub(super) async fn commit_ops(store: &Store, org: OrgId, ops: Vec<WriteOp>) {
             org,
             ops,
             fence: None,
+            marked: None,
         }])
         .await
         .unwrap();

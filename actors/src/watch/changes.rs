@@ -8,15 +8,19 @@
 //! few comparisons per task, with no entry built, sent or woken for, and
 //! an org changing thousands of times a second wakes its feed a few times
 //! a second. What is gathered is bounded ([`MAX_IDS`] ids, then only
-//! "more"), however long the feed waits.
+//! "more"), however long the feed waits. Each commit of an org's actor
+//! carries the org's change mark and open counts as of its message, and
+//! the window keeps the last: a notice tells the state its last commit
+//! left, without waiting for the actor to publish it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+use crate::domain::mark::MarkedCounts;
 use crate::domain::TaskId;
-use crate::store::WriteOp;
+use crate::store::{WriteBatch, WriteOp};
 
 /// Changed tasks a notice names at most; beyond, it says there were more.
 pub const MAX_IDS: usize = 100;
@@ -27,6 +31,9 @@ pub struct Window {
     pub tasks: Vec<TaskId>,
     /// More changed than are named.
     pub more: bool,
+    /// The org's mark and open counts as of the last commit gathered
+    /// that carried them.
+    pub marked: Option<MarkedCounts>,
 }
 
 impl Window {
@@ -76,11 +83,14 @@ impl Changes {
         self.window.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Adds the tasks a committed batch changed.
-    pub fn gather(&self, ops: &[WriteOp]) {
+    /// Adds the tasks a committed batch changed, and the mark it carries.
+    pub fn gather(&self, batch: &WriteBatch) {
         let mut window = self.window();
         let was_empty = window.is_empty();
-        window.add_writes(ops);
+        window.add_writes(&batch.ops);
+        if batch.marked.is_some() {
+            window.marked = batch.marked;
+        }
         let woke = was_empty && !window.is_empty();
         drop(window);
         if woke {
@@ -126,7 +136,9 @@ impl Changes {
 
 #[cfg(test)]
 mod tests {
+    use super::super::creation;
     use super::*;
+    use crate::domain::OrgId;
 
     fn created(task: TaskId) -> WriteOp {
         WriteOp::InsertEvents(vec![super::super::created(task)])
@@ -178,20 +190,34 @@ mod tests {
     #[tokio::test]
     async fn the_feed_is_woken_when_changes_arrive_and_when_they_end() {
         let changes = Changes::default();
-        let task = TaskId::new_v7();
-        changes.gather(&[created(task)]);
-        changes.gather(&[created(TaskId::new_v7())]);
+        let (org, task) = (OrgId::new_v7(), TaskId::new_v7());
+        changes.gather(&creation(org, task, 1));
+        changes.gather(&creation(org, TaskId::new_v7(), 2));
         // The wake was kept for a feed that was not waiting yet.
         changes.woken().await;
         let window = changes.take();
         assert_eq!(window.tasks.len(), 2);
         assert!(changes.is_empty());
-        changes.gather(&[created(task)]);
+        changes.gather(&creation(org, task, 3));
         changes.woken().await;
         assert_eq!(changes.take().tasks, [task]);
         changes.end();
         changes.woken().await;
         assert!(changes.has_ended());
         assert!(Changes::ended().has_ended());
+    }
+
+    #[test]
+    fn a_window_tells_the_mark_its_last_commit_carried() {
+        let changes = Changes::default();
+        let (org, task) = (OrgId::new_v7(), TaskId::new_v7());
+        changes.gather(&creation(org, task, 4));
+        changes.gather(&creation(org, task, 5));
+        // A write no actor made (it carries no mark) leaves the last one.
+        changes.gather(&WriteBatch::new(org, vec![created(TaskId::new_v7())]));
+        let window = changes.take();
+        assert_eq!(window.marked, creation(org, task, 5).marked);
+        assert_eq!(window.tasks.len(), 2);
+        assert_eq!(changes.take().marked, None, "taken with its window");
     }
 }

@@ -324,7 +324,7 @@ impl EventHub {
         let mut id = first_id;
         for batch in batches {
             if let Some(watched) = boards.get(&batch.org) {
-                watched.changes.gather(&batch.ops);
+                watched.changes.gather(batch);
             }
             let feed = orgs.get(&batch.org);
             for op in &batch.ops {

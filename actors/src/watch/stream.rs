@@ -13,21 +13,14 @@
 //! already committed.
 
 use std::collections::VecDeque;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
-
-use tokio::sync::watch;
-use tokio::time::{Instant, Sleep};
 
 use super::hub::{CommitEvents, EventHub, FeedEvent, Live, StreamPermit};
+use super::keep_alive::KeepAlive;
 use crate::clock::Clock;
 use crate::domain::watch::StreamFilter;
 use crate::domain::OrgId;
 use crate::store::Store;
-
-/// How long a stream stays silent before it sends a comment (CONTRACT §10).
-pub const KEEP_ALIVE_MS: i64 = 15_000;
 
 /// Events read from the store at a time while replaying.
 const REPLAY_PAGE: i64 = 500;
@@ -71,13 +64,7 @@ pub struct EventStream {
     last_id: i64,
     /// The live events ended (sent what came before the end first).
     ended: bool,
-    clock: Arc<dyn Clock>,
-    clock_moves: watch::Receiver<u64>,
-    /// When the stream last sent something, by the engine's clock.
-    sent_at: i64,
-    /// Wakes the stream to look whether its keep-alive is due: one timer
-    /// for the stream's life, moved on only when it fires early.
-    keep_alive: Pin<Box<Sleep>>,
+    keep_alive: KeepAlive,
     _permit: StreamPermit,
 }
 
@@ -103,8 +90,7 @@ impl EventStream {
             clock,
             permit,
         } = opening;
-        let clock_moves = hub.clock_moves();
-        let sent_at = clock.now_ms();
+        let keep_alive = KeepAlive::new(&hub, clock);
         Self {
             org,
             store,
@@ -116,10 +102,7 @@ impl EventStream {
             taken: None,
             last_id: after.unwrap_or(0),
             ended: false,
-            clock,
-            clock_moves,
-            sent_at,
-            keep_alive: Box::pin(tokio::time::sleep(in_ms(KEEP_ALIVE_MS))),
+            keep_alive,
             _permit: permit,
         }
     }
@@ -176,28 +159,16 @@ impl EventStream {
             if self.ended {
                 return None;
             }
-            let quiet = self.clock.now_ms() - self.sent_at;
-            if quiet >= KEEP_ALIVE_MS {
-                self.sent_at = self.clock.now_ms();
-                return Some(StreamItem::KeepAlive);
-            }
             let live = self.live.as_mut()?;
             tokio::select! {
                 received = live.recv() => match received {
                     Ok(entry) => self.taken = Some((entry, 0)),
                     Err(_) => self.ended = true,
                 },
-                () = self.keep_alive.as_mut() => {
-                    // Sent something since it was set: due later.
-                    let quiet = self.clock.now_ms() - self.sent_at;
-                    let due = Instant::now() + in_ms(KEEP_ALIVE_MS - quiet);
-                    self.keep_alive.as_mut().reset(due);
-                }
-                moved = self.clock_moves.changed() => {
-                    if moved.is_err() {
-                        // The hub is gone with the engine.
-                        return None;
-                    }
+                due = self.keep_alive.due() => {
+                    // `None`: the hub is gone with the engine.
+                    due?;
+                    return Some(StreamItem::KeepAlive);
                 }
             }
         }
@@ -258,7 +229,7 @@ impl EventStream {
     }
 
     fn sent(&mut self, out: Outgoing) -> StreamItem {
-        self.sent_at = self.clock.now_ms();
+        self.keep_alive.sent();
         StreamItem::Events(out.events)
     }
 }
@@ -268,10 +239,6 @@ impl EventStream {
 struct Outgoing {
     events: Vec<StreamEvent>,
     bytes: usize,
-}
-
-fn in_ms(ms: i64) -> Duration {
-    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
 impl Drop for EventStream {

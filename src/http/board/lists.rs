@@ -6,8 +6,8 @@
 //! therefore kept a few seconds, stamped with the mark of the org's last
 //! notice sent before it was read; the script says which notice it fetches
 //! for (`X-Board-Mark`), and a list stamped at or after that mark shows
-//! every change the notice named (`mark_covers`), so the page is made from
-//! it. The stamp is the server's own, never the client's: a list read
+//! every change the notice named (`ChangeMark::covers`), so the page is
+//! made from it. The stamp is the server's own, never the client's: a list read
 //! before a notice is never served for it. A page asked without the header
 //! (a navigation, a form's redirect, the poll without the stream) is read
 //! afresh. A shared list is still counted against the org's limits as the
@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
+use taskq_actors::domain::mark::ChangeMark;
 use taskq_actors::domain::OrgId;
-use taskq_actors::mark_covers;
 
 use super::model::Card;
 
@@ -39,7 +39,7 @@ pub struct Listed {
 }
 
 struct Kept {
-    read_after: Arc<str>,
+    read_after: ChangeMark,
     at: Instant,
     /// The order in which lists were kept (the first to go when full).
     seq: u64,
@@ -56,9 +56,10 @@ pub struct SharedLists {
     shared: AtomicU64,
 }
 
-/// The notice a request fetches for, if it names one.
-pub fn wanted(headers: &HeaderMap) -> Option<&str> {
-    headers.get(MARK_HEADER)?.to_str().ok()
+/// The notice a request fetches for, if it names one that reads as a
+/// mark.
+pub fn wanted(headers: &HeaderMap) -> Option<ChangeMark> {
+    headers.get(MARK_HEADER)?.to_str().ok()?.parse().ok()
 }
 
 impl SharedLists {
@@ -68,10 +69,10 @@ impl SharedLists {
 
     /// A list of the org for `query` that shows every change the notices
     /// up to `wanted` named.
-    pub fn get(&self, org: OrgId, query: &str, wanted: &str) -> Option<Arc<Listed>> {
+    pub fn get(&self, org: OrgId, query: &str, wanted: ChangeMark) -> Option<Arc<Listed>> {
         let kept = self.kept();
         let found = kept.0.get(&(org, query.to_owned()))?;
-        let covers = found.at.elapsed() < KEPT && mark_covers(&found.read_after, wanted);
+        let covers = found.at.elapsed() < KEPT && found.read_after.covers(&wanted);
         covers.then(|| {
             self.shared.fetch_add(1, Ordering::Relaxed);
             Arc::clone(&found.listed)
@@ -85,14 +86,14 @@ impl SharedLists {
 
     /// Keeps a list read after the notice of mark `read_after`, unless a
     /// later one is kept.
-    pub fn put(&self, org: OrgId, query: String, read_after: Arc<str>, listed: Arc<Listed>) {
+    pub fn put(&self, org: OrgId, query: String, read_after: ChangeMark, listed: Arc<Listed>) {
         let mut guard = self.kept();
         let (kept, next) = &mut *guard;
         let now = Instant::now();
         kept.retain(|_, k| now.duration_since(k.at) < KEPT);
         let key = (org, query);
         if let Some(old) = kept.get(&key) {
-            if old.read_after != read_after && mark_covers(&old.read_after, &read_after) {
+            if old.read_after != read_after && old.read_after.covers(&read_after) {
                 return;
             }
         } else if kept.len() >= MOST {
@@ -121,6 +122,10 @@ impl SharedLists {
 mod tests {
     use super::*;
 
+    const fn at(actor: u64, version: u64) -> ChangeMark {
+        ChangeMark::At { actor, version }
+    }
+
     fn listed(n: usize) -> Arc<Listed> {
         Arc::new(Listed {
             cards: Vec::with_capacity(n),
@@ -132,34 +137,50 @@ mod tests {
     fn a_list_serves_the_notices_up_to_its_stamp_and_the_same_query_only() {
         let lists = SharedLists::default();
         let org = OrgId::new_v7();
-        lists.put(org, "limit=200".into(), "3.10".into(), listed(1));
-        assert!(lists.get(org, "limit=200", "3.10").is_some());
-        assert!(lists.get(org, "limit=200", "3.9").is_some());
+        lists.put(org, "limit=200".into(), at(3, 10), listed(1));
+        assert!(lists.get(org, "limit=200", at(3, 10)).is_some());
+        assert!(lists.get(org, "limit=200", at(3, 9)).is_some());
         assert!(
-            lists.get(org, "limit=200", "3.11").is_none(),
+            lists.get(org, "limit=200", at(3, 11)).is_none(),
             "a later notice"
         );
         assert!(
-            lists.get(org, "limit=200", "4.1").is_none(),
+            lists.get(org, "limit=200", at(4, 1)).is_none(),
             "another actor"
         );
-        assert!(lists.get(org, "limit=200&status=done", "3.1").is_none());
+        assert!(lists.get(org, "limit=200&status=done", at(3, 1)).is_none());
         let other = OrgId::new_v7();
-        assert!(lists.get(other, "limit=200", "3.1").is_none());
+        assert!(lists.get(other, "limit=200", at(3, 1)).is_none());
         assert_eq!(lists.shared_total(), 2);
+    }
+
+    #[test]
+    fn a_fetch_wants_the_notice_its_header_names_when_it_is_a_mark() {
+        let header = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(MARK_HEADER, value.parse().unwrap());
+            wanted(&headers)
+        };
+        assert_eq!(header("3.10"), Some(at(3, 10)));
+        assert_eq!(header("idle"), Some(ChangeMark::Idle));
+        assert_eq!(header("garbage"), None);
+        assert_eq!(header("3.x"), None);
+        assert_eq!(wanted(&HeaderMap::new()), None);
     }
 
     #[test]
     fn the_latest_list_is_kept() {
         let lists = SharedLists::default();
         let org = OrgId::new_v7();
-        lists.put(org, "q".into(), "3.10".into(), listed(1));
-        lists.put(org, "q".into(), "3.8".into(), listed(2));
-        let kept = lists.get(org, "q", "3.10").expect("the later list stays");
-        assert_eq!(kept.next_cursor.as_deref(), Some("1"));
-        lists.put(org, "q".into(), "3.12".into(), listed(3));
+        lists.put(org, "q".into(), at(3, 10), listed(1));
+        lists.put(org, "q".into(), at(3, 8), listed(2));
         let kept = lists
-            .get(org, "q", "3.12")
+            .get(org, "q", at(3, 10))
+            .expect("the later list stays");
+        assert_eq!(kept.next_cursor.as_deref(), Some("1"));
+        lists.put(org, "q".into(), at(3, 12), listed(3));
+        let kept = lists
+            .get(org, "q", at(3, 12))
             .expect("a later list replaces it");
         assert_eq!(kept.next_cursor.as_deref(), Some("3"));
     }
@@ -169,12 +190,14 @@ mod tests {
         let lists = SharedLists::default();
         let org = OrgId::new_v7();
         for i in 0..MOST + 10 {
-            lists.put(org, format!("q{i}"), "1.1".into(), listed(i));
+            lists.put(org, format!("q{i}"), at(1, 1), listed(0));
         }
         assert_eq!(lists.kept().0.len(), MOST);
-        assert!(lists.get(org, &format!("q{}", MOST + 9), "1.1").is_some());
+        assert!(lists
+            .get(org, &format!("q{}", MOST + 9), at(1, 1))
+            .is_some());
         assert!(
-            lists.get(org, "q0", "1.1").is_none(),
+            lists.get(org, "q0", at(1, 1)).is_none(),
             "the oldest went first"
         );
     }

@@ -21,6 +21,7 @@ use axum::Json;
 use futures_util::stream::{self, Stream};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use taskq_actors::domain::mark::ChangeMark;
 use taskq_actors::{BoardItem, BoardStream, Engine};
 
 use super::super::ApiError;
@@ -31,14 +32,14 @@ use super::{session, AppState};
 pub struct LiveQuery {
     /// The mark the page was made at: when it is not the org's mark any
     /// more, the stream's first event says so.
-    pub mark: Option<String>,
+    pub mark: Option<ChangeMark>,
 }
 
 /// The org's change mark.
 #[derive(Serialize, JsonSchema)]
 pub struct LiveMark {
     /// Changes whenever the org's open tasks change.
-    pub mark: String,
+    pub mark: ChangeMark,
 }
 
 pub async fn mark(
@@ -54,11 +55,10 @@ pub async fn mark(
     };
     let org = session.caller.org_id;
     if wants_stream(&headers) {
-        // A query that does not read asks nothing of the stream.
+        // A query that does not read (a mark that is not one) asks
+        // nothing of the stream.
         let since = query.ok().and_then(|Query(q)| q.mark);
-        let stream = state
-            .engine
-            .watch_board(&session.caller, since.as_deref())?;
+        let stream = state.engine.watch_board(&session.caller, since)?;
         return Ok((
             [
                 (header::CONTENT_TYPE, "text/event-stream"),

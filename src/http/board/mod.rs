@@ -169,7 +169,7 @@ fn chrome(state: &AppState, session: &Session, nav: &'static str) -> pages::Chro
             taskq_actors::domain::account::Role::Admin | taskq_actors::domain::account::Role::Owner
         ),
         nav,
-        mark: state.engine.org_change_mark(session.caller.org_id),
+        mark: Some(state.engine.org_change_mark(session.caller.org_id)),
     }
 }
 

@@ -10,6 +10,7 @@
 use askama::Template;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use taskq_actors::domain::mark::ChangeMark;
 use taskq_actors::domain::TaskStatus;
 
 use super::model::{Column, Found, Task};
@@ -35,8 +36,8 @@ pub struct Chrome {
     /// Which part of the board the page belongs to.
     pub nav: &'static str,
     /// The org's change mark when the page was made (the script polls for
-    /// another).
-    pub mark: String,
+    /// another); none on a page without a session.
+    pub mark: Option<ChangeMark>,
 }
 
 impl Chrome {
@@ -52,7 +53,7 @@ impl Chrome {
             role: "",
             is_admin: false,
             nav: "",
-            mark: String::new(),
+            mark: None,
         }
     }
 }

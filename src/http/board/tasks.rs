@@ -9,6 +9,7 @@ use axum::response::Response;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::json;
 use taskq_actors::api::{ItemError, SearchAnswer, TaskDetail, UpdateResult};
+use taskq_actors::domain::mark::ChangeMark;
 
 use super::super::extract::query_pairs;
 use super::calls::{call, Input, CREATE_TASKS, GET_TASKS, LIST_TASKS, SEARCH_TASKS, UPDATE_TASKS};
@@ -141,7 +142,7 @@ async fn listed(
     state: &AppState,
     caller: &taskq_actors::Caller,
     query: Vec<(String, String)>,
-    wanted: Option<&str>,
+    wanted: Option<ChangeMark>,
 ) -> Result<Arc<Listed>, BoardError> {
     let org = caller.org_id;
     let key = query

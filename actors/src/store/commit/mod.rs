@@ -17,6 +17,7 @@ use super::{Result, Store};
 use crate::crypto::SealedSecret;
 use crate::domain::account::{KeyRecord, MemberRecord, OrgRecord};
 use crate::domain::admin::{Membership, Tag, Team};
+use crate::domain::mark::MarkedCounts;
 use crate::domain::schedule::ScheduleRecord;
 use crate::domain::usage::Usage;
 use crate::domain::webhooks::{Endpoint, OutboxEvent};
@@ -132,6 +133,10 @@ pub struct WriteBatch {
     /// Whose actor wrote it, on PostgreSQL (`None` on SQLite, which has
     /// one server, and for an org's creation).
     pub fence: Option<Fence>,
+    /// The org's change mark and open tasks per status once the message
+    /// that wrote it was applied, for the org's boards: a notice of this
+    /// commit tells them (`None` for writes no org actor made).
+    pub marked: Option<MarkedCounts>,
 }
 
 impl WriteBatch {
@@ -140,6 +145,7 @@ impl WriteBatch {
             org,
             ops,
             fence: None,
+            marked: None,
         }
     }
 }

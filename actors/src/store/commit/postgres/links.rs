@@ -251,6 +251,7 @@ mod tests {
                 WriteOp::InsertEvents(vec![event(open.task_id)]),
             ],
             fence: None,
+            marked: None,
         };
         let plan = CommitPlan::new(&[&created]);
         let linked = links.link(&plan, 1);
@@ -274,6 +275,7 @@ mod tests {
                 WriteOp::InsertEvents(vec![event(open.task_id)]),
             ],
             fence: None,
+            marked: None,
         };
         let plan = CommitPlan::new(&[&finished]);
         let linked = links.link(&plan, 1);
