@@ -7,18 +7,22 @@
 //! notice sent before it was read; the script says which notice it fetches
 //! for (`X-Board-Mark`), and a list stamped at or after that mark shows
 //! every change the notice named (`ChangeMark::covers`), so the page is
-//! made from it. The stamp is the server's own, never the client's: a list read
-//! before a notice is never served for it. A page asked without the header
-//! (a navigation, a form's redirect, the poll without the stream) is read
-//! afresh. A shared list is still counted against the org's limits as the
-//! read it stands for.
+//! made from it. The stamp is the server's own, never the client's: a list
+//! read before a notice is never served for it. A page asked without the
+//! header, or with one that is not a mark (a navigation, a form's
+//! redirect, the poll without the stream), is read afresh. A shared list is
+//! still counted against the org's limits as the read it stands for. The
+//! lists are kept in a `moka` cache: its time to live and bound are the
+//! few seconds and the number of lists.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::HeaderMap;
+use moka::ops::compute::Op;
+use moka::policy::EvictionPolicy;
+use moka::sync::Cache;
 use taskq_actors::domain::mark::ChangeMark;
 use taskq_actors::domain::OrgId;
 
@@ -30,7 +34,7 @@ pub const MARK_HEADER: &str = "x-board-mark";
 /// How long a list is kept for the boards that fetch after it.
 const KEPT: Duration = Duration::from_secs(10);
 /// Lists kept at most, over every org and filter.
-const MOST: usize = 64;
+const MOST: u64 = 64;
 
 /// What a page lists: its cards, open work first, and the next page.
 pub struct Listed {
@@ -38,22 +42,35 @@ pub struct Listed {
     pub next_cursor: Option<String>,
 }
 
+#[derive(Clone)]
 struct Kept {
     read_after: ChangeMark,
-    at: Instant,
-    /// The order in which lists were kept (the first to go when full).
-    seq: u64,
     listed: Arc<Listed>,
 }
 
 type Key = (OrgId, String);
 
-/// The lists kept, by org and the list's own query.
-#[derive(Default)]
+/// The lists kept, by org and the list's own query, each for [`KEPT`];
+/// when there are [`MOST`], the least recently used goes first.
 pub struct SharedLists {
-    kept: Mutex<(HashMap<Key, Kept>, u64)>,
+    kept: Cache<Key, Kept>,
     /// Pages made from a list another page read (`/metrics`).
     shared: AtomicU64,
+}
+
+impl Default for SharedLists {
+    fn default() -> Self {
+        Self {
+            kept: Cache::builder()
+                .max_capacity(MOST)
+                .time_to_live(KEPT)
+                // A list just read is the likeliest to be shared: none is
+                // refused a place for being new, as TinyLFU would.
+                .eviction_policy(EvictionPolicy::lru())
+                .build(),
+            shared: AtomicU64::new(0),
+        }
+    }
 }
 
 /// The notice a request fetches for, if it names one that reads as a
@@ -63,19 +80,13 @@ pub fn wanted(headers: &HeaderMap) -> Option<ChangeMark> {
 }
 
 impl SharedLists {
-    fn kept(&self) -> std::sync::MutexGuard<'_, (HashMap<Key, Kept>, u64)> {
-        self.kept.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// A list of the org for `query` that shows every change the notices
     /// up to `wanted` named.
     pub fn get(&self, org: OrgId, query: &str, wanted: ChangeMark) -> Option<Arc<Listed>> {
-        let kept = self.kept();
-        let found = kept.0.get(&(org, query.to_owned()))?;
-        let covers = found.at.elapsed() < KEPT && found.read_after.covers(&wanted);
-        covers.then(|| {
+        let found = self.kept.get(&(org, query.to_owned()))?;
+        found.read_after.covers(&wanted).then(|| {
             self.shared.fetch_add(1, Ordering::Relaxed);
-            Arc::clone(&found.listed)
+            found.listed
         })
     }
 
@@ -87,34 +98,17 @@ impl SharedLists {
     /// Keeps a list read after the notice of mark `read_after`, unless a
     /// later one is kept.
     pub fn put(&self, org: OrgId, query: String, read_after: ChangeMark, listed: Arc<Listed>) {
-        let mut guard = self.kept();
-        let (kept, next) = &mut *guard;
-        let now = Instant::now();
-        kept.retain(|_, k| now.duration_since(k.at) < KEPT);
-        let key = (org, query);
-        if let Some(old) = kept.get(&key) {
-            if old.read_after != read_after && old.read_after.covers(&read_after) {
-                return;
+        self.kept.entry((org, query)).and_compute_with(|old| {
+            let later_kept = old.is_some_and(|old| {
+                let old = old.value().read_after;
+                old != read_after && old.covers(&read_after)
+            });
+            if later_kept {
+                Op::Nop
+            } else {
+                Op::Put(Kept { read_after, listed })
             }
-        } else if kept.len() >= MOST {
-            let oldest = kept
-                .iter()
-                .min_by_key(|(_, k)| k.seq)
-                .map(|(key, _)| key.clone());
-            if let Some(oldest) = oldest {
-                kept.remove(&oldest);
-            }
-        }
-        *next += 1;
-        kept.insert(
-            key,
-            Kept {
-                read_after,
-                at: now,
-                seq: *next,
-                listed,
-            },
-        );
+        });
     }
 }
 
@@ -192,7 +186,8 @@ mod tests {
         for i in 0..MOST + 10 {
             lists.put(org, format!("q{i}"), at(1, 1), listed(0));
         }
-        assert_eq!(lists.kept().0.len(), MOST);
+        lists.kept.run_pending_tasks();
+        assert_eq!(lists.kept.entry_count(), MOST);
         assert!(lists
             .get(org, &format!("q{}", MOST + 9), at(1, 1))
             .is_some());
