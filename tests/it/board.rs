@@ -525,6 +525,7 @@ async fn sessions_work_on_every_node() {
     let key: Vec<u8> = (0..32).map(|_| rand_byte()).collect();
     let key = base64::engine::general_purpose::STANDARD.encode(key);
     let first = TestServer::builder(Backend::Postgres)
+        .nodes(2)
         .env("TASKQ_MASTER_KEY", &key)
         .start()
         .await;

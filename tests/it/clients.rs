@@ -641,6 +641,7 @@ async fn workers_ride_out_the_owner_killed_in_a_three_node_cluster() {
     // Each node names its own address to clients: a worker sent to a node
     // that is not the owner goes to the owner after its first answers.
     let first = TestServer::builder(Backend::Postgres)
+        .nodes(3)
         .env("TASKQ_MASTER_KEY", &master_key)
         .env("TASKQ_PUBLIC_URL", "advertise")
         .start()

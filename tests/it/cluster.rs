@@ -27,7 +27,7 @@ impl Cluster {
     /// `each` adds what node `i` is started with.
     async fn start_with(n: usize, each: impl Fn(usize, Builder) -> Builder) -> Cluster {
         let key = base64_key();
-        let first = each(0, TestServer::builder(Backend::Postgres))
+        let first = each(0, TestServer::builder(Backend::Postgres).nodes(n as u32))
             .env("TASKQ_MASTER_KEY", &key)
             .start()
             .await;

@@ -17,6 +17,17 @@ use super::need;
 /// the PostgreSQL variants of the tests may create databases on.
 pub const POSTGRES_ENV: &str = "TASKQ_TEST_POSTGRES_URL";
 
+/// How many PostgreSQL servers the tests run at once. Each opens up to a
+/// dozen connections (a node of a cluster as many), and PostgreSQL's
+/// default `max_connections` is 100: past it a server under test fails to
+/// start, or answers 503, for a reason that is not the test's. A server
+/// holds its share until it is dropped; the first node of a cluster holds
+/// its nodes' shares (`Builder::nodes`), taken at once so that two
+/// clusters starting together never wait on each other.
+const POSTGRES_SERVERS_AT_ONCE: usize = 6;
+static POSTGRES_SERVERS: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(POSTGRES_SERVERS_AT_ONCE);
+
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a server may take to exit after SIGTERM.
@@ -41,6 +52,8 @@ pub struct Builder {
     joins: Option<(String, String)>,
     /// A store the test made and owns (`on_database`).
     database: Option<String>,
+    /// The nodes of the cluster this server is the first of (1 alone).
+    nodes: u32,
 }
 
 impl Builder {
@@ -55,6 +68,14 @@ impl Builder {
     /// proxy the test controls; the database is still created directly.
     pub fn postgres_through(mut self, addr: &str) -> Self {
         self.postgres_through = Some(addr.to_string());
+        self
+    }
+
+    /// Makes this server the first of a cluster of `nodes` on PostgreSQL:
+    /// it holds the share of the servers at once that the others, started
+    /// `joining` it, then need not take.
+    pub fn nodes(mut self, nodes: u32) -> Self {
+        self.nodes = nodes;
         self
     }
 
@@ -84,6 +105,15 @@ impl Builder {
     }
 
     pub async fn start(self) -> TestServer {
+        let postgres_share = match (self.backend, &self.joins) {
+            (Backend::Postgres, None) => Some(
+                POSTGRES_SERVERS
+                    .acquire_many(self.nodes.min(POSTGRES_SERVERS_AT_ONCE as u32))
+                    .await
+                    .expect("the semaphore is never closed"),
+            ),
+            _ => None,
+        };
         let dir = tempfile::Builder::new()
             .prefix("taskq-test-")
             .tempdir()
@@ -145,6 +175,7 @@ impl Builder {
             process: None,
             http,
             pg_cleanup,
+            _postgres_share: postgres_share,
         };
         srv.spawn().await;
         srv
@@ -262,6 +293,8 @@ pub struct TestServer {
     process: Option<ServerProcess>,
     pub(super) http: reqwest::Client,
     pg_cleanup: Option<PostgresDatabase>,
+    /// Released last, once the server has stopped (`POSTGRES_SERVERS`).
+    _postgres_share: Option<tokio::sync::SemaphorePermit<'static>>,
 }
 
 impl TestServer {
@@ -274,6 +307,7 @@ impl TestServer {
             postgres_through: None,
             joins: None,
             database: None,
+            nodes: 1,
         }
     }
 
