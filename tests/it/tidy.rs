@@ -1,6 +1,9 @@
 //! Keeps ARCHITECTURE.md true: reads files only, starts no server.
 //!
-//! - every path the code map names exists, and every module is on the map;
+//! - every path the code map names exists, and every module of every folder
+//!   is on the map (a folder as a whole, or module by module);
+//! - the map says what the engine's crate exports;
+//! - every relative link of the Markdown files leads somewhere;
 //! - every invariant names a test that exists;
 //! - the boundaries the map states hold over the code's `crate::` and
 //!   crate paths;
@@ -238,8 +241,9 @@ fn declared_modules(rel: &str) -> Vec<String> {
 }
 
 /// The modules directly inside a folder: its non-test `.rs` files other
-/// than `mod.rs`, and its subfolders that have a `mod.rs`.
-fn folder_modules(rel: &str) -> Vec<String> {
+/// than `mod.rs` (and, in a crate's own folder, `lib.rs` and `main.rs`),
+/// and its subfolders that have a `mod.rs`.
+fn folder_modules(rel: &str, crate_folder: bool) -> Vec<String> {
     let mut out = Vec::new();
     let Ok(entries) = fs::read_dir(root().join(rel)) else {
         return out;
@@ -252,12 +256,39 @@ fn folder_modules(rel: &str) -> Vec<String> {
                 out.push(name);
             }
         } else if let Some(stem) = name.strip_suffix(".rs") {
-            if stem != "mod" && !is_test_file(&format!("{rel}/{name}")) {
+            let root_file = crate_folder && matches!(stem, "lib" | "main");
+            if stem != "mod" && !root_file && !is_test_file(&format!("{rel}/{name}")) {
                 out.push(stem.to_string());
             }
         }
     }
     out.sort();
+    out
+}
+
+/// Every folder of the workspace's crates that holds modules, a crate's
+/// own `src/` first, with whether it is that crate folder.
+fn module_folders() -> Vec<(String, bool)> {
+    fn walk(rel: String, crate_folder: bool, out: &mut Vec<(String, bool)>) {
+        let Ok(entries) = fs::read_dir(root().join(&rel)) else {
+            return;
+        };
+        let mut folders: Vec<String> = entries
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| name != "tests")
+            .collect();
+        folders.sort();
+        out.push((rel.clone(), crate_folder));
+        for folder in folders {
+            walk(format!("{rel}/{folder}"), false, out);
+        }
+    }
+    let mut out = Vec::new();
+    for crate_folder in ["src", "actors/src", "bench/src", "process/src"] {
+        walk(crate_folder.to_string(), true, &mut out);
+    }
     out
 }
 
@@ -272,39 +303,72 @@ fn every_module_is_on_the_code_map() {
         })
         .map(|p| p.strip_suffix(".rs").map(str::to_string).unwrap_or(p))
         .collect();
-    // (folder, module, where it is declared)
-    let mut modules: Vec<(String, String, String)> = Vec::new();
-    for (crate_root, folder) in [
-        ("src/lib.rs", "src"),
-        ("src/main.rs", "src"),
-        ("actors/src/lib.rs", "actors/src"),
-    ] {
-        if !root().join(crate_root).exists() {
-            continue;
-        }
-        for module in declared_modules(crate_root) {
-            modules.push((folder.into(), module, crate_root.into()));
-        }
-    }
-    let mut folders: Vec<String> = vec!["src/http".into()];
-    for module in folder_modules("actors/src") {
-        if root().join("actors/src").join(&module).is_dir() {
-            folders.push(format!("actors/src/{module}"));
-        }
-    }
-    for folder in folders {
-        for module in folder_modules(&folder) {
-            modules.push((folder.clone(), module, format!("{folder}/")));
+    // A folder is mapped as a whole (its path on the map, none of its
+    // modules) or module by module (each of them on the map).
+    let mut missing = Vec::new();
+    for (folder, crate_folder) in module_folders() {
+        let modules = folder_modules(&folder, crate_folder);
+        let by_module = modules
+            .iter()
+            .any(|m| named.contains(&format!("{folder}/{m}")));
+        let as_a_whole = named.contains(&folder) && !by_module;
+        for module in modules {
+            if !as_a_whole && !named.contains(&format!("{folder}/{module}")) {
+                missing.push(format!(
+                    "code map: module `{folder}/{module}` is not on ARCHITECTURE.md's code map: \
+                     add it to the line of `{folder}/` that names its neighbours, saying what it \
+                     is (a folder is mapped as a whole, by its path alone, or module by module)"
+                ));
+            }
         }
     }
-    let missing: Vec<String> = modules
-        .into_iter()
-        .filter(|(folder, module, _)| !named.contains(&format!("{folder}/{module}")))
-        .map(|(folder, module, declared)| {
+    assert!(missing.is_empty(), "\n{}\n", missing.join("\n"));
+}
+
+/// The map's paragraph on `actors/src/lib.rs` names each module the
+/// engine's crate makes public and each private one it re-exports from:
+/// a module made public, or a name of a private one let out, moves the map.
+#[test]
+fn the_engine_s_exports_are_the_map_s() {
+    let map = read("ARCHITECTURE.md");
+    let paragraph: String = map
+        .split("\n\n")
+        .find(|p| p.contains("`actors/src/lib.rs` exports"))
+        .expect("tidy: ARCHITECTURE.md has a paragraph saying what `actors/src/lib.rs` exports")
+        .to_string();
+    let lib = read("actors/src/lib.rs");
+    let public: Vec<String> = code_lines(&lib)
+        .filter_map(|(_, l)| {
+            l.strip_prefix("pub mod ")?
+                .strip_suffix(';')
+                .map(str::to_string)
+        })
+        .collect();
+    let private: BTreeSet<String> = code_lines(&lib)
+        .filter_map(|(_, l)| {
+            l.strip_prefix("mod ")?
+                .strip_suffix(';')
+                .map(str::to_string)
+        })
+        .collect();
+    let re_exported: BTreeSet<String> = code_lines(&lib)
+        .filter_map(|(_, l)| {
+            l.strip_prefix("pub use ")?
+                .split("::")
+                .next()
+                .map(str::to_string)
+        })
+        .filter(|head| private.contains(head))
+        .collect();
+    let missing: Vec<String> = public
+        .iter()
+        .map(|m| (m, "makes public"))
+        .chain(re_exported.iter().map(|m| (m, "re-exports names of")))
+        .filter(|(m, _)| !paragraph.contains(&format!("`{m}`")))
+        .map(|(m, what)| {
             format!(
-                "code map: module `{module}` ({declared}) is not on ARCHITECTURE.md's code map: \
-                 add a line naming `{folder}/{module}.rs` (or `{folder}/{module}/`) that says \
-                 what it is and what it is not"
+                "code map: `actors/src/lib.rs` {what} `{m}`, which the map's paragraph on \
+                 it does not name: name it there, or keep it private"
             )
         })
         .collect();

@@ -246,7 +246,6 @@ impl Engine {
     pub fn clock_moved(&self) {
         self.inner.hub.clock_moved();
         for route in self.inner.routes.iter() {
-            let _ = route.actor.cast(OrgMsg::LeaseTick);
             let _ = route.actor.cast(OrgMsg::TimeTick);
         }
     }

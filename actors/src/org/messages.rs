@@ -238,9 +238,9 @@ pub enum OrgMsg {
     },
 
     // Internal, reply-less.
-    LeaseTick,
-    /// The earliest waiting task or schedule tick may be due; also sent to
-    /// every running actor when a test moves the clock.
+    /// The earliest lease expiry, waiting task or schedule tick may be due
+    /// (`time.rs`); also sent to every running actor when a test moves the
+    /// clock.
     TimeTick,
     /// A waiting claim's or wait's time may have run out.
     WaitElapsed,

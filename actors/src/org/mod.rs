@@ -136,10 +136,9 @@ pub struct OrgState {
     task_waits: waiters::TaskWaits,
     /// While a retention sweep runs: what tasks written since it began name.
     sweep_pins: Option<crate::domain::retention::SweepPins>,
-    /// When the armed lease timer fires, if one is armed.
-    lease_timer_at: Option<i64>,
-    /// When the armed time timer (waiting tasks, schedules) fires.
-    time_timer_at: Option<i64>,
+    /// When the armed timer (leases, waiting tasks, schedules) fires, if
+    /// one is armed.
+    timer_at: Option<i64>,
     last_active: Instant,
     retiring: bool,
     /// The org is deleted: every later message is dropped unanswered, so
@@ -194,8 +193,7 @@ impl Actor for OrgActor {
             content: content::ContentCache::new(self.deps.content_budget.clone()),
             members: HashMap::new(),
             keys: HashMap::new(),
-            lease_timer_at: None,
-            time_timer_at: None,
+            timer_at: None,
             tags: BTreeMap::new(),
             teams: BTreeMap::new(),
             memberships: BTreeMap::new(),
@@ -262,8 +260,9 @@ impl Actor for OrgActor {
             .collect();
         state.usage = records.usage.unwrap_or_default();
         tracing::info!(org_id = %org, open_tasks = state.open.len(), "org actor started");
+        // Leases that ran out and ticks missed while nobody served the org
+        // come first.
         self.expire_leases(state).await?;
-        // Ticks missed while nobody served the org fire first.
         myself.send_message(OrgMsg::TimeTick)?;
         // Also replaces what a predecessor that failed left behind.
         self.publish(state);
@@ -298,7 +297,6 @@ impl Actor for OrgActor {
         if !matches!(
             msg,
             OrgMsg::IdleTick
-                | OrgMsg::LeaseTick
                 | OrgMsg::TimeTick
                 | OrgMsg::WaitElapsed
                 | OrgMsg::ReleaseWaiters
@@ -518,10 +516,6 @@ impl Actor for OrgActor {
                 reply,
             } => self.prune(state, task_ids, cutoff, reply),
             OrgMsg::Delete { reply } => self.delete(&myself, state, reply).await,
-            OrgMsg::LeaseTick => {
-                state.lease_timer_at = None;
-                self.expire_leases(state).await?;
-            }
             OrgMsg::TimeTick => self.time_passed(state).await?,
             OrgMsg::WaitElapsed => self.answer_elapsed_waiters(state),
             OrgMsg::ReleaseWaiters => self.release_waiters(state),
@@ -558,8 +552,7 @@ impl Actor for OrgActor {
         state.open.release_due(self.now());
         self.serve_waiters(state).await;
         self.release_settled_waits(state);
-        self.arm_lease_timer(&myself, state);
-        self.arm_time_timer(&myself, state);
+        self.arm_timer(&myself, state);
         self.publish(state);
         Ok(())
     }

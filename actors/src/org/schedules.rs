@@ -1,6 +1,6 @@
 //! Schedules inside the org actor: it holds the org's schedules (their
 //! templates sealed), is the one writer of their rows, and fires their
-//! ticks from its time timer (`time`).
+//! ticks from its one timer (`time`).
 //!
 //! Exactly once per tick rests on two things. A tick's task is committed in
 //! the same batch as the schedule's new `last_run_at` and `next_run_at`, so
