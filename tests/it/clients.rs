@@ -9,13 +9,17 @@
 //! with `kill -9` losing its task to another within the lease, SIGTERM
 //! finishing or releasing what runs, a rate-limited org and a cluster whose
 //! owner dies answering 429 and 503 while the workers finish everything.
+//! And each library installed from its folder as the guide says, into an
+//! app of a user's outside the repository, whose worker script imports it
+//! by its package name and completes a task.
 //!
 //! Runs when `TASKQ_TEST_CLIENTS_PYTHON` names a Python with
 //! `clients/python/requirements-test.txt` installed and
-//! `TASKQ_TEST_CLIENTS_NODE` names node, with `npm ci` and `npm run
-//! build:test` done in `clients/typescript` (`.ci/run` does all of it);
-//! skipped with a note otherwise. The tests take turns (one lock): their
-//! timings are the contract's and the machine is small.
+//! `TASKQ_TEST_CLIENTS_NODE` names node, with npm beside it and `npm ci`
+//! and `npm run build:test` done in `clients/typescript` (`.ci/run` does
+//! all of it; the installs reach PyPI and the npm registry for what their
+//! caches lack); skipped with a note otherwise. The tests take turns (one
+//! lock): their timings are the contract's and the machine is small.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -362,6 +366,228 @@ async fn each_librarys_suite_passes_against_the_server() {
         .await;
     for lang in BOTH {
         run_suite(&runtimes, lang, &srv).await;
+    }
+}
+
+// ------------------------------------------------------ installed as a user would
+
+/// A worker script as a user writes one: the library imported by its
+/// package name, each task greeted, the worker stopped once it completed one.
+const PYTHON_APP: &str = r#"import os
+
+import taskq
+
+client = taskq.Client(os.environ["TASKQ_URL"], os.environ["TASKQ_API_KEY"])
+
+
+def greet(task):
+    return {"greeting": "hello, " + task["title"]}
+
+
+def stop_after_one(event):
+    if event.kind == "completed":
+        worker.stop()
+
+
+worker = taskq.Worker(client, greet, on_event=stop_after_one)
+worker.run()
+"#;
+
+/// The same in TypeScript's package, as an ES module.
+const TYPESCRIPT_APP: &str = r#"import { Client, Worker } from "@taskq/client";
+
+const client = new Client({ baseUrl: process.env.TASKQ_URL, apiKey: process.env.TASKQ_API_KEY });
+const worker = new Worker({
+  client,
+  handler: async (task) => ({ greeting: `hello, ${task.title}` }),
+  onEvent: (event) => {
+    if (event.kind === "completed") worker.stop();
+  },
+});
+await worker.run();
+"#;
+
+/// What the TypeScript client's build leaves in its folder (ignored by
+/// git): a fresh checkout has none of it.
+const TYPESCRIPT_BUILT: [&str; 3] = ["node_modules", "dist", "dist-test"];
+
+/// How long an install may take (it may download what no cache holds), and
+/// a worker script to complete its one task.
+const INSTALL_LIMIT: Duration = Duration::from_secs(180);
+const WORK_LIMIT: Duration = Duration::from_secs(60);
+
+/// A user's app in a temporary folder of its own, outside the repository,
+/// with one library installed in it.
+struct UserApp {
+    dir: tempfile::TempDir,
+    /// The interpreter that runs the app's script: the venv's Python, node.
+    interpreter: PathBuf,
+    script: PathBuf,
+}
+
+impl UserApp {
+    /// A fresh venv made by the given Python, `pip install clients/python`
+    /// into it, and the script beside it.
+    async fn python(runtimes: &Runtimes) -> UserApp {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let venv = dir.path().join("venv");
+        let mut make_venv = tokio::process::Command::new(&runtimes.python);
+        make_venv.args(["-m", "venv"]).arg(&venv);
+        finish(make_venv, "python -m venv", INSTALL_LIMIT).await;
+        let mut install = tokio::process::Command::new(venv.join("bin/pip"));
+        install
+            .args(["install", "--disable-pip-version-check", "--no-input"])
+            .arg(clients_dir().join("python"));
+        finish(install, "pip install clients/python", INSTALL_LIMIT).await;
+        let script = dir.path().join("worker.py");
+        std::fs::write(&script, PYTHON_APP).expect("write worker.py");
+        UserApp {
+            interpreter: venv.join("bin/python"),
+            script,
+            dir,
+        }
+    }
+
+    /// `npm install <clients/typescript>` into an app of its own, with the
+    /// given node's npm, from the folder as a fresh checkout has it (a copy
+    /// without what earlier builds left there: the install must build it).
+    async fn typescript(runtimes: &Runtimes) -> UserApp {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let checkout = dir.path().join("taskq/clients/typescript");
+        copy_tree(
+            &clients_dir().join("typescript"),
+            &checkout,
+            &TYPESCRIPT_BUILT,
+        );
+        let app = dir.path().join("app");
+        std::fs::create_dir(&app).expect("the app's folder");
+        let manifest = json!({ "name": "greeter", "version": "1.0.0", "private": true });
+        std::fs::write(app.join("package.json"), manifest.to_string()).expect("package.json");
+        let node = PathBuf::from(&runtimes.node);
+        let bin = node.parent().expect("node's folder");
+        // npm beside the given node, and that node for npm and its scripts.
+        let path = std::env::join_paths(std::iter::once(bin.to_path_buf()).chain(
+            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+        ))
+        .expect("PATH");
+        let mut install = tokio::process::Command::new(bin.join("npm"));
+        install
+            .args(["install", "--no-audit", "--no-fund", "--no-update-notifier"])
+            .arg(&checkout)
+            .current_dir(&app)
+            .env("PATH", path);
+        finish(install, "npm install clients/typescript", INSTALL_LIMIT).await;
+        let installed = app.join("node_modules/@taskq/client");
+        for entry in declared_entry_points(&installed) {
+            assert!(
+                installed.join(&entry).is_file(),
+                "@taskq/client declares {entry}, which its install did not make"
+            );
+        }
+        let script = app.join("worker.mjs");
+        std::fs::write(&script, TYPESCRIPT_APP).expect("write worker.mjs");
+        UserApp {
+            interpreter: node,
+            script,
+            dir,
+        }
+    }
+
+    /// Runs the app's worker script against `url` with `key` until it exits.
+    async fn work(&self, url: &str, key: &str) {
+        let mut command = tokio::process::Command::new(&self.interpreter);
+        command
+            .arg(&self.script)
+            .current_dir(self.dir.path())
+            .env("TASKQ_URL", url)
+            .env("TASKQ_API_KEY", key);
+        finish(command, &self.script.display().to_string(), WORK_LIMIT).await;
+    }
+}
+
+/// Runs `command` to its end (within `limit`) and checks that it
+/// succeeded, showing its output otherwise.
+async fn finish(mut command: tokio::process::Command, what: &str, limit: Duration) {
+    command.stdin(Stdio::null()).kill_on_drop(true);
+    let output = tokio::time::timeout(limit, command.output())
+        .await
+        .unwrap_or_else(|_| panic!("{what} ran for over {limit:?}"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Copies the folder `from` to `to`, but for the entries of its top level
+/// named in `skip`.
+fn copy_tree(from: &Path, to: &Path, skip: &[&str]) {
+    std::fs::create_dir_all(to).expect("create a folder");
+    for entry in std::fs::read_dir(from).expect("read a folder") {
+        let entry = entry.expect("a directory entry");
+        if skip.iter().any(|s| entry.file_name() == *s) {
+            continue;
+        }
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("a file type").is_dir() {
+            copy_tree(&entry.path(), &target, &[]);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy a file");
+        }
+    }
+}
+
+/// The files an installed package's `package.json` names for importers:
+/// `main`, `types` and every target of `exports`.
+fn declared_entry_points(package: &Path) -> Vec<String> {
+    fn targets(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::String(path) => out.push(path.clone()),
+            Value::Object(map) => map.values().for_each(|v| targets(v, out)),
+            Value::Array(items) => items.iter().for_each(|v| targets(v, out)),
+            _ => {}
+        }
+    }
+    let manifest = std::fs::read_to_string(package.join("package.json"))
+        .unwrap_or_else(|e| panic!("{}: {e}", package.display()));
+    let manifest: Value = serde_json::from_str(&manifest).expect("package.json is JSON");
+    let mut out = Vec::new();
+    for field in ["main", "types", "exports"] {
+        targets(&manifest[field], &mut out);
+    }
+    assert!(!out.is_empty(), "@taskq/client declares no entry point");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(all(taskq_test_env = "clients_python", taskq_test_env = "clients_node")),
+    ignore = "needs TASKQ_TEST_CLIENTS_PYTHON and TASKQ_TEST_CLIENTS_NODE (the client libraries' runtimes)"
+)]
+async fn each_library_installed_from_its_folder_into_a_fresh_app_completes_a_task() {
+    let runtimes = runtimes();
+    let _turn = TURN.lock().await;
+    let (python, typescript, srv) = tokio::join!(
+        UserApp::python(&runtimes),
+        UserApp::typescript(&runtimes),
+        TestServer::start(Backend::Sqlite)
+    );
+    for (lang, app) in [(Lang::Python, python), (Lang::TypeScript, typescript)] {
+        let org = srv.create_org("dev").await;
+        let key = &org.owner_key;
+        let title = unique("greet");
+        let task = srv.create_task(key, json!({ "title": title })).await;
+        app.work(&srv.base_url, key).await;
+        let done = srv.get_task(key, &task).await;
+        assert_eq!(done["status"], "completed", "{lang:?}: {done}");
+        assert_eq!(
+            done["output"],
+            json!({ "greeting": format!("hello, {title}") }),
+            "{lang:?}: {done}"
+        );
     }
 }
 
