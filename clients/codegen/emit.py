@@ -99,7 +99,7 @@ def parse_operation(path: str, method: str, raw: Dict[str, Any]) -> Optional[Ope
         elif "text/html" in content:
             return None
         elif "text/event-stream" in content:
-            # A stream that never ends is read with an SSE client (README).
+            # A stream that never ends is read with an SSE client (docs/guide/watching.md).
             return None
         else:
             kinds.add("empty")

@@ -221,7 +221,7 @@ fn receivers(answers: &mut SchemaGenerator) -> Value {
             "post": {
                 "operationId": "task_event",
                 "summary": "A task's transition (or a test event) sent to a webhook endpoint",
-                "description": "Sent for every event type the endpoint subscribed to, signed as Standard Webhooks sign (`v1,` and the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}` under the secret's bytes; two signatures, space-separated, while a rotated-out secret still signs). A task's events arrive in order; an event is sent again until a 2xx answer comes (see the README's retry schedule). Never carries a task's content.",
+                "description": "Sent for every event type the endpoint subscribed to, signed as Standard Webhooks sign (`v1,` and the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}` under the secret's bytes; two signatures, space-separated, while a rotated-out secret still signs). A task's events arrive in order; an event is sent again until a 2xx answer comes (see the guide's retry schedule, docs/guide/webhooks.md). Never carries a task's content.",
                 "parameters": [
                     header("webhook-id", "The event's id: the same on every attempt"),
                     header("webhook-timestamp", "Unix seconds of this attempt"),

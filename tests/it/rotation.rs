@@ -454,3 +454,70 @@ backend_tests!(
         );
     }
 );
+
+backend_tests!(
+    orgs_created_while_a_rotation_runs_are_all_wrapped_by_the_new_key,
+    |srv| async move {
+        // Operators keep creating orgs (a data key wrapped by the current
+        // master key each) while the rotation moves every wrap and drops
+        // the old key: none may be left wrapped by a key the server no
+        // longer holds.
+        let (stop, stopped) = watch::channel(false);
+        let creators: Vec<_> = (0..4)
+            .map(|i| {
+                let (base, token, stopped) = (
+                    srv.base_url.clone(),
+                    srv.admin_token.clone(),
+                    stopped.clone(),
+                );
+                tokio::spawn(async move {
+                    let http = reqwest::Client::new();
+                    let mut created = 0;
+                    while !*stopped.borrow() {
+                        let answer = http
+                            .post(format!("{base}/admin/orgs"))
+                            .bearer_auth(&token)
+                            .json(&json!({
+                                "name": format!("during {i}.{created}"),
+                                "owner_email": format!("owner{i}.{created}@example.com"),
+                            }))
+                            .send()
+                            .await
+                            .expect("POST /admin/orgs");
+                        assert_eq!(answer.status(), StatusCode::CREATED);
+                        created += 1;
+                    }
+                    created
+                })
+            })
+            .collect();
+        // Some orgs before the rotation starts, more while it runs.
+        eventually(
+            Duration::from_secs(20),
+            "orgs are being created",
+            || async { (wraps(&srv).await.len() >= 8).then_some(()) },
+        )
+        .await;
+        let (_, new_key) = new_key_file(&srv, "new.key");
+        let (status, rotated) = rotate(&srv, new_key).await;
+        stop.send(true).unwrap();
+        let mut created = 0;
+        for creator in creators {
+            created += creator.await.expect("a creator");
+        }
+        assert_eq!(status, StatusCode::OK, "{rotated}");
+        assert_eq!(rotated["previous_keys_retired"], true, "{rotated}");
+        let current = rotated["master_key_id"].as_str().expect("the new key's id");
+        let wraps = wraps(&srv).await;
+        assert!(
+            wraps.len() >= created,
+            "{} wraps, {created} orgs",
+            wraps.len()
+        );
+        let stale: Vec<_> = wraps
+            .iter()
+            .filter(|(_, key)| key.as_deref() != Some(current))
+            .collect();
+        assert!(stale.is_empty(), "wrapped by a retired key: {stale:?}");
+    }
+);

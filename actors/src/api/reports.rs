@@ -89,9 +89,9 @@ pub struct Insights {
     pub available: bool,
     pub computed_at: Timestamp,
     pub window_days: u32,
-    /// In progress far longer than the org's usual cycle time (README).
+    /// In progress far longer than the org's usual cycle time (docs/guide/reports.md).
     pub stuck: Signal,
-    /// Open tasks that keep going back to pending (README).
+    /// Open tasks that keep going back to pending (docs/guide/reports.md).
     pub churning: Signal,
     pub throughput: Throughput,
     pub cycle_times: CycleTimes,

@@ -27,8 +27,8 @@ impl Engine {
     /// `POST /admin/orgs`.
     pub async fn create_org(&self, request: CreateOrg) -> Result<CreatedOrg, EngineError> {
         self.refuse_if_blocked(&request.owner_email).await?;
-        // The wrap is stored before a rotation can change the keyring.
-        let _gate = self.inner.wrap_gate.read().await;
+        // A rotation waits for this wrap to be stored.
+        let _wrap = self.inner.wraps.enter();
         let now = self.now();
         let org_id = OrgId::new_v7();
         let record = OrgRecord {

@@ -244,7 +244,7 @@ impl Engine {
                 Ok(beat) => {
                     self.inner.writers.share_among(beat.members);
                     if let Some(id) = &beat.master_key {
-                        self.follow_master_key(cluster, id).await;
+                        self.follow_master_key(id);
                     }
                     beat.lapsed
                 }
@@ -273,19 +273,27 @@ impl Engine {
     }
 
     /// A rotation through another node made the key `id` current: this
-    /// node makes new wraps with it too, once no wrap of its own is being
-    /// made with the old one. The next heartbeat tells the rotating node.
-    async fn follow_master_key(&self, cluster: &Cluster, id: &str) {
+    /// node makes new wraps with it too, and once no wrap of its own made
+    /// with the old one is still to be stored, a heartbeat tells the
+    /// rotating node.
+    fn follow_master_key(&self, id: &str) {
         if self.keyring().current().id() == id {
             return;
         }
-        let _gate = self.inner.wrap_gate.write().await;
         let ring = self.keyring();
         match ring.with_current(id) {
             Some(next) => {
-                cluster.hold_keys(&next);
-                self.inner.directory.set_keyring(next);
+                self.inner.directory.set_keyring(next.clone());
                 tracing::info!(master_key_id = %id, "the cluster's master key changed: new wraps use it");
+                // The heartbeat says so once no wrap that may have read the
+                // old key is still to be stored; it does not wait for them.
+                let (engine, cluster) = (self.clone(), self.inner.cluster.clone());
+                tokio::spawn(async move {
+                    engine.inner.wraps.settled().await;
+                    if let Some(cluster) = cluster {
+                        cluster.hold_keys(&next);
+                    }
+                });
             }
             None if !ring.holds(id) => tracing::error!(
                 master_key_id = %id,

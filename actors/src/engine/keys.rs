@@ -6,8 +6,9 @@
 //! key under the current key, one org per statement, each conditional on the
 //! wrap it read. A crash at any point leaves every wrap naming a key the
 //! keyring holds; running the rotation again finishes it. The previous keys
-//! are dropped only when the store holds no wrap by them, checked while no
-//! org is being created, so no wrap by a dropped key can appear later.
+//! are dropped only when the store holds no wrap by them, counted once no
+//! wrap that may have read an old key is still in flight (`wraps`), on
+//! any node, so no wrap by a dropped key can appear later.
 //! Webhook signing secrets are sealed by the master key itself (a BYOK org
 //! has no data key) and move the same way: re-sealed by the current key,
 //! each conditional on the seal read, and counted with the wraps, so the
@@ -129,23 +130,22 @@ impl Engine {
         if self.backend() == "postgres" {
             self.stored(self.inner.store.set_cluster_master_key(&current).await)?;
         }
-        {
-            // No org is created with the old key once this returns.
-            let _gate = self.inner.wrap_gate.write().await;
-            if let Some(cluster) = &self.inner.cluster {
-                cluster.hold_keys(&keyring);
-            }
-            self.inner.directory.set_keyring(keyring);
+        // New wraps use the new key; once the ones that may have read the
+        // old key are stored, the heartbeat may say this node wraps with it.
+        self.inner.directory.set_keyring(keyring.clone());
+        self.inner.wraps.settled().await;
+        if let Some(cluster) = &self.inner.cluster {
+            cluster.hold_keys(&keyring);
         }
         let everywhere = self.until_every_node_makes_wraps_with(&current).await?;
         tracing::info!(master_key_id = %current, "master key rotation: re-wrapping data keys");
         let mut rewrapped = 0;
-        // A wrap created just before the swap may commit after a pass
-        // passed its id: a few passes find it.
+        // Every wrap by an old key is stored by now (on every node, once
+        // `everywhere`), but a pass racing a crash-resumed one may leave
+        // one behind: a few passes find it.
         for _ in 0..3 {
             rewrapped += self.rewrap_all(&current).await?;
             self.reseal_webhook_secrets(&current).await?;
-            let gate = self.inner.wrap_gate.write().await;
             if everywhere && self.inner.store.count_wraps_not_under(&current).await? == 0 {
                 let ring = self.keyring();
                 let retired = ring.previous().len();
@@ -154,7 +154,6 @@ impl Engine {
                     cluster.hold_keys(&kept);
                 }
                 self.inner.directory.set_keyring(kept);
-                drop(gate);
                 tracing::info!(
                     master_key_id = %current,
                     rewrapped,

@@ -295,7 +295,7 @@ impl Engine {
                 org_in_flight: config.org_in_flight.max(1),
                 feedback_filter: config.feedback_filter,
                 feedback: OnceLock::new(),
-                wrap_gate: tokio::sync::RwLock::new(()),
+                wraps: Default::default(),
                 webhooks_allow_private: config.webhooks_allow_private,
                 local_node: Arc::new((
                     cluster.as_ref().map_or_else(

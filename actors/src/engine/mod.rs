@@ -34,6 +34,7 @@ mod stats;
 mod tasks;
 mod watch;
 mod webhooks;
+mod wraps;
 mod writer_load;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -123,9 +124,8 @@ struct Inner {
     /// The feedback org and the system caller that files feedback there,
     /// settled once at start.
     feedback: OnceLock<(OrgId, Caller)>,
-    /// Held shared while an org's data key is wrapped and stored, and
-    /// exclusively while the keyring changes.
-    wrap_gate: tokio::sync::RwLock<()>,
+    /// Wraps by the master key in flight, which a rotation waits for.
+    wraps: wraps::Wraps,
     /// Webhook URLs may lead to any address (tests, private networks).
     webhooks_allow_private: bool,
     /// This node's place among several on one PostgreSQL.

@@ -117,7 +117,7 @@ impl Engine {
         }
         // A secret sealed by the current master key commits before a
         // rotation counts what is left under the old one.
-        let _gate = self.inner.wrap_gate.read().await;
+        let _wrap = self.inner.wraps.enter();
         let (endpoint, secret) = self
             .webhook_request(caller, |reply| WebhookMsg::Create {
                 caller: caller.clone(),
@@ -145,7 +145,7 @@ impl Engine {
         caller: &Caller,
         webhook: &str,
     ) -> Result<WebhookSecret, EngineError> {
-        let _gate = self.inner.wrap_gate.read().await;
+        let _wrap = self.inner.wraps.enter();
         let secret = self
             .webhook_request(caller, |reply| WebhookMsg::RotateSecret {
                 caller: caller.clone(),

@@ -1,7 +1,7 @@
 //! Insights: an org's flow over the last thirty days, computed from task
 //! histories alone, so the same histories always give the same report.
 //!
-//! Every figure is defined here precisely, because the README quotes these
+//! Every figure is defined here precisely, because docs/guide/reports.md quotes these
 //! definitions and an operator reading a report must be able to check it:
 //!
 //! - A task's cycle time runs from its first move to `in_progress` (or its

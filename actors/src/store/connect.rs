@@ -228,7 +228,7 @@ fn pending_migrations(migrator: &Migrator, applied: &[i64]) -> Vec<String> {
 }
 
 /// Migrations run before the server answers anything, and one that
-/// rewrites a large table takes minutes (README, "Upgrades"): the log says
+/// rewrites a large table takes minutes (docs/guide/configuration.md, "Upgrades"): the log says
 /// which ones run before they start and how long they took, so that a
 /// silent start is not taken for a hang.
 struct MigrationRun(Option<(usize, Instant)>);

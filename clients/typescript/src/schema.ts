@@ -1295,7 +1295,7 @@ export type webhooks = {
         put?: never;
         /**
          * A task's transition (or a test event) sent to a webhook endpoint
-         * @description Sent for every event type the endpoint subscribed to, signed as Standard Webhooks sign (`v1,` and the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}` under the secret's bytes; two signatures, space-separated, while a rotated-out secret still signs). A task's events arrive in order; an event is sent again until a 2xx answer comes (see the README's retry schedule). Never carries a task's content.
+         * @description Sent for every event type the endpoint subscribed to, signed as Standard Webhooks sign (`v1,` and the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}` under the secret's bytes; two signatures, space-separated, while a rotated-out secret still signs). A task's events arrive in order; an event is sent again until a 2xx answer comes (see the guide's retry schedule, docs/guide/webhooks.md). Never carries a task's content.
          */
         post: operations["task_event"];
         delete?: never;
@@ -2394,9 +2394,9 @@ export type components = {
             computed_at: string;
             /** Format: uint32 */
             window_days: number;
-            /** @description In progress far longer than the org's usual cycle time (README). */
+            /** @description In progress far longer than the org's usual cycle time (docs/guide/reports.md). */
             stuck: components["schemas"]["Signal"];
-            /** @description Open tasks that keep going back to pending (README). */
+            /** @description Open tasks that keep going back to pending (docs/guide/reports.md). */
             churning: components["schemas"]["Signal"];
             throughput: components["schemas"]["Throughput"];
             cycle_times: components["schemas"]["CycleTimes"];

@@ -511,7 +511,7 @@ async fn hostile_content_runs_nothing() {
 
 /// Page weight of each view and the time to first render of a board of
 /// 1,000 tasks (Navigation and Paint Timing), for docs/perf.md. Run by
-/// hand: `cargo test --features test-hooks --test board -- --ignored`.
+/// hand: `cargo test --features test-hooks --test it board::chromium::measure_the_board -- --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn measure_the_board() {

@@ -13,7 +13,7 @@ use crate::store::commit::{CommitPlan, EventChain};
 ///
 /// A commit statement that numbered its own events and looked up each
 /// task's latest cost PostgreSQL more than the index it replaced (see
-/// docs/perf.md, twentieth step). So the writers number events before the
+/// docs/perf/history/, twentieth step). So the writers number events before the
 /// statement, from one counter for all lanes, and remember each task's
 /// latest event from the commits they made; the statement binds every id
 /// and link. An org's batches all commit on one lane, in order, so what a
