@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context as _};
 use serde::Serialize;
-use taskq_process::ServerProcess;
+use taskq_process::{sse, ServerProcess};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -374,7 +374,8 @@ impl Board {
                 return;
             }
         };
-        let mut buffer = String::new();
+        let mut parser = sse::Parser::default();
+        let mut notices = Vec::new();
         let (mut allowance, mut counted) = (REFETCH_BURST, Instant::now());
         // When the page is to be fetched again, if it is.
         let mut refetch: Option<tokio::time::Instant> = None;
@@ -392,7 +393,11 @@ impl Board {
                     continue;
                 }
                 chunk = body.chunk() => match chunk {
-                    Ok(Some(bytes)) => buffer.push_str(&String::from_utf8_lossy(&bytes)),
+                    Ok(Some(bytes)) => parser.feed(&bytes, |item| {
+                        if let sse::Item::Event(e) = item {
+                            notices.push(e.data);
+                        }
+                    }),
                     failed => {
                         self.counts.errors.fetch_add(1, Ordering::Relaxed);
                         *self.counts.why.lock().expect("not poisoned")
@@ -401,12 +406,8 @@ impl Board {
                     }
                 },
             }
-            while let Some(end) = buffer.find("\n\n") {
-                let block: String = buffer.drain(..end + 2).collect();
-                let Some(data) = block.lines().find_map(|l| l.strip_prefix("data: ")) else {
-                    continue;
-                };
-                let Ok(notice) = serde_json::from_str::<serde_json::Value>(data) else {
+            for data in notices.drain(..) {
+                let Ok(notice) = serde_json::from_str::<serde_json::Value>(&data) else {
                     self.counts.errors.fetch_add(1, Ordering::Relaxed);
                     continue;
                 };

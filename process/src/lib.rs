@@ -15,6 +15,9 @@
 //! re-exports it as `taskq::process`.
 //!
 //! Errors are returned, not printed: each caller words its own messages.
+//! [`sse`] reads the server's event streams, for the same two callers.
+
+pub mod sse;
 
 use std::ffi::OsStr;
 use std::io;

@@ -1,8 +1,9 @@
-//! Reading a Server-Sent Events body as it arrives: lines split across
-//! chunks are joined, and an event is dispatched at its blank line with
-//! its id and the `timestamp` of its data. Only what the bench counts is
-//! read; the data's JSON is not parsed as a whole (a stream's reader must
-//! keep up with every event of its org).
+//! What the bench reads of an event stream: each event's id and the
+//! `timestamp` of its data, through the reader the tests use too
+//! (`taskq_process::sse`). The data's JSON is not parsed as a whole (a
+//! stream's reader must keep up with every event of its org).
+
+use taskq_process::sse::{Item, Parser};
 
 /// One event of the stream, as far as the bench reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,66 +15,19 @@ pub(super) struct SseEvent {
 }
 
 #[derive(Default)]
-pub(super) struct SseParser {
-    /// The start of a line whose end has not arrived.
-    partial: Vec<u8>,
-    id: Option<i64>,
-    has_data: bool,
-    timestamp_ms: Option<i64>,
-}
+pub(super) struct SseParser(Parser);
 
 impl SseParser {
     /// Reads `chunk`, calling `on_event` for every event it completes.
-    pub(super) fn feed(&mut self, mut chunk: &[u8], mut on_event: impl FnMut(SseEvent)) {
-        while let Some(at) = chunk.iter().position(|&b| b == b'\n') {
-            let line = &chunk[..at];
-            chunk = &chunk[at + 1..];
-            if self.partial.is_empty() {
-                self.line(line, &mut on_event);
-            } else {
-                let mut joined = std::mem::take(&mut self.partial);
-                joined.extend_from_slice(line);
-                self.line(&joined, &mut on_event);
-                joined.clear();
-                self.partial = joined;
-            }
-        }
-        self.partial.extend_from_slice(chunk);
-    }
-
-    fn line(&mut self, line: &[u8], on_event: &mut impl FnMut(SseEvent)) {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
-            if std::mem::take(&mut self.has_data) {
+    pub(super) fn feed(&mut self, chunk: &[u8], mut on_event: impl FnMut(SseEvent)) {
+        self.0.feed(chunk, |item| {
+            if let Item::Event(e) = item {
                 on_event(SseEvent {
-                    id: self.id,
-                    timestamp_ms: self.timestamp_ms.take(),
+                    id: e.id.and_then(|id| id.parse().ok()),
+                    timestamp_ms: timestamp_in(e.data.as_bytes()),
                 });
             }
-            return;
-        }
-        if line[0] == b':' {
-            return;
-        }
-        let (field, value) = match line.iter().position(|&b| b == b':') {
-            Some(at) => {
-                let value = &line[at + 1..];
-                (&line[..at], value.strip_prefix(b" ").unwrap_or(value))
-            }
-            None => (line, &b""[..]),
-        };
-        match field {
-            b"id" => {
-                self.id = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
-            }
-            b"data" => {
-                self.has_data = true;
-                if self.timestamp_ms.is_none() {
-                    self.timestamp_ms = timestamp_in(value);
-                }
-            }
-            _ => {}
-        }
+        });
     }
 }
 

@@ -1,9 +1,13 @@
 //! A Server-Sent Events reader for `GET /events`: opens a stream with a
 //! key, a query and perhaps a `Last-Event-ID`, and reads it event by event
-//! (comments included), as a browser's `EventSource` would parse it,
+//! (comments included) with the parser the load tool uses too
+//! (`taskq::process::sse`, as a browser's `EventSource` parses a stream),
 //! counting the body chunks it was sent in.
 
+use std::collections::VecDeque;
 use std::time::Duration;
+
+use taskq::process::sse;
 
 use super::{StatusCode, TestServer, Value};
 
@@ -17,6 +21,7 @@ pub enum SseItem {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SseEvent {
+    /// The stream's last `id:`, as `EventSource` keeps it.
     pub id: Option<String>,
     /// `None`: an unnamed event (`message` to a browser).
     pub event: Option<String>,
@@ -38,7 +43,9 @@ impl SseEvent {
 
 pub struct SseStream {
     response: reqwest::Response,
-    buffer: String,
+    parser: sse::Parser,
+    /// What the chunks read so far completed and was not taken yet.
+    ready: VecDeque<SseItem>,
     chunks: usize,
 }
 
@@ -55,11 +62,7 @@ impl TestServer {
             .unwrap_or_default()
             .to_owned();
         assert!(kind.starts_with("text/event-stream"), "{kind}");
-        SseStream {
-            response,
-            buffer: String::new(),
-            chunks: 0,
-        }
+        SseStream::of(response)
     }
 
     /// `GET /events?{query}` as it answers.
@@ -85,7 +88,8 @@ impl SseStream {
     pub fn of(response: reqwest::Response) -> SseStream {
         SseStream {
             response,
-            buffer: String::new(),
+            parser: sse::Parser::default(),
+            ready: VecDeque::new(),
             chunks: 0,
         }
     }
@@ -94,12 +98,8 @@ impl SseStream {
     /// Panics when nothing comes within `within`.
     pub async fn next(&mut self, within: Duration) -> Option<SseItem> {
         loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                let block: String = self.buffer.drain(..end + 2).collect();
-                if let Some(item) = parse(&block) {
-                    return Some(item);
-                }
-                continue;
+            if let Some(item) = self.ready.pop_front() {
+                return Some(item);
             }
             let chunk = tokio::time::timeout(within, self.response.chunk())
                 .await
@@ -107,7 +107,9 @@ impl SseStream {
             match chunk {
                 Ok(Some(bytes)) => {
                     self.chunks += 1;
-                    self.buffer.push_str(&String::from_utf8_lossy(&bytes));
+                    let ready = &mut self.ready;
+                    self.parser
+                        .feed(&bytes, |item| ready.push_back(item.into()));
                 }
                 Ok(None) | Err(_) => return None,
             }
@@ -158,23 +160,20 @@ impl SseStream {
     }
 }
 
-fn parse(block: &str) -> Option<SseItem> {
-    let (mut id, mut event, mut data, mut comment) = (None, None, Vec::new(), None);
-    for line in block.lines() {
-        if let Some(text) = line.strip_prefix(':') {
-            comment = Some(text.trim().to_owned());
-        } else if let Some(v) = line.strip_prefix("id:") {
-            id = Some(v.trim_start().to_owned());
-        } else if let Some(v) = line.strip_prefix("event:") {
-            event = Some(v.trim_start().to_owned());
-        } else if let Some(v) = line.strip_prefix("data:") {
-            data.push(v.strip_prefix(' ').unwrap_or(v).to_owned());
+impl From<sse::Item> for SseItem {
+    /// An event's data is JSON on every stream of the server.
+    fn from(item: sse::Item) -> Self {
+        match item {
+            sse::Item::Comment(text) => SseItem::Comment(text),
+            sse::Item::Event(e) => {
+                let data =
+                    serde_json::from_str(&e.data).unwrap_or_else(|err| panic!("{err}: {}", e.data));
+                SseItem::Event(SseEvent {
+                    id: e.id,
+                    event: e.event,
+                    data,
+                })
+            }
         }
     }
-    if !data.is_empty() {
-        let text = data.join("\n");
-        let data = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-        return Some(SseItem::Event(SseEvent { id, event, data }));
-    }
-    comment.map(SseItem::Comment)
 }
