@@ -18,13 +18,20 @@ mod ui;
 mod watch;
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::StatusCode;
+use axum::response::Response;
 use axum::routing::post;
 use axum::{Json, Router};
 use schemars::JsonSchema;
 use serde::Serialize;
 use taskq_actors::Engine;
+use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
+use tower_http::trace::TraceLayer;
+use tower_layer::Stack;
+use tracing::Span;
 
 pub use operation::{Arguments, MemberCall, Operation, Reply};
 pub use table::operations;
@@ -156,6 +163,52 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         })
-        .layer(metrics::Track::new(state.clone()))
+        .layer(Stack::new(
+            metrics::Track::new(state.clone()),
+            request_log(),
+        ))
+        .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
         .with_state(state)
+}
+
+/// [`request_log`]'s layer: its span and its one event.
+type RequestLog = TraceLayer<
+    SharedClassifier<ServerErrorsAsFailures>,
+    fn(&Request) -> Span,
+    (),
+    fn(&Response, Duration, &Span),
+    (),
+    (),
+    (),
+>;
+
+/// Each request logged once answered, at debug level
+/// (`RUST_LOG=taskq=debug`): method and route template on the span, status
+/// and time on the event. Failures are not logged again here: `ApiError`
+/// logs the internal ones, and a refusal is no failure of the server.
+fn request_log() -> RequestLog {
+    TraceLayer::new_for_http()
+        .make_span_with(request_span as fn(&Request) -> Span)
+        .on_request(())
+        .on_response(log_answer as fn(&Response, Duration, &Span))
+        .on_body_chunk(())
+        .on_eos(())
+        .on_failure(())
+}
+
+fn request_span(request: &Request) -> Span {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str);
+    tracing::debug_span!(target: "taskq::http", "request", method = %request.method(), route)
+}
+
+fn log_answer(response: &Response, elapsed: Duration, _: &Span) {
+    tracing::debug!(
+        target: "taskq::http",
+        status = response.status().as_u16(),
+        elapsed_ms = elapsed.as_secs_f64() * 1e3,
+        "answered"
+    );
 }
