@@ -196,6 +196,24 @@ pub fn due_at(run_at: Option<Timestamp>, delay_seconds: Option<u32>, now: i64) -
     }
 }
 
+/// Where a create item stands in its request, for the fields its refusals
+/// name: `tasks[i].title` in a `POST /tasks` call, `task.title` in a
+/// schedule's template (and in the refusal of a tick made from it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemPath {
+    InCall(usize),
+    Template,
+}
+
+impl ItemPath {
+    pub fn field(self, name: &str) -> String {
+        match self {
+            Self::InCall(i) => format!("tasks[{i}].{name}"),
+            Self::Template => format!("task.{name}"),
+        }
+    }
+}
+
 impl NewTask {
     /// A task with just a title and the defaults.
     pub fn titled(title: impl Into<String>) -> Self {
@@ -215,6 +233,42 @@ impl NewTask {
             delay_seconds: None,
             retry: None,
         }
+    }
+
+    /// The rules of one item, whatever request holds it: timing and retry
+    /// consistent, sizes in bytes; repeated tags and blockers dropped.
+    pub fn check_item(&mut self, at: ItemPath) -> Result<()> {
+        let f = |name: &str| at.field(name);
+        if self.run_at.is_some() && self.delay_seconds.is_some() {
+            return Err(err(
+                &f("delay_seconds"),
+                "run_at and delay_seconds cannot both be given",
+            ));
+        }
+        if self.retry.is_some_and(|r| r.policy().is_none()) {
+            return Err(err(
+                &f("retry.max_backoff_seconds"),
+                "must be at least backoff_seconds",
+            ));
+        }
+        check_text_bytes(Some(&self.title), || f("title"))?;
+        check_text_bytes(self.description.as_ref(), || f("description"))?;
+        check_object_bytes(self.metadata.as_ref(), || f("metadata"))?;
+        if let Some(tags) = self.tags.as_mut() {
+            dedup(tags);
+        }
+        dedup(&mut self.blocked_by);
+        Ok(())
+    }
+
+    /// A managed org refuses client envelopes in any content field.
+    pub fn check_content(&self, policy: ContentPolicy, at: ItemPath) -> Result<()> {
+        if policy == ContentPolicy::ClientEncrypted {
+            return Ok(());
+        }
+        check_text(Some(&self.title), || at.field("title"))?;
+        check_text(self.description.as_ref(), || at.field("description"))?;
+        check_object(self.metadata.as_ref(), || at.field("metadata"))
     }
 }
 
@@ -236,42 +290,9 @@ impl Decode for CreateTasks {
                     return Err(err(&f("ref"), format!("duplicate ref '{r}' in this call")));
                 }
             }
-            if t.run_at.is_some() && t.delay_seconds.is_some() {
-                return Err(err(
-                    &f("delay_seconds"),
-                    "run_at and delay_seconds cannot both be given",
-                ));
-            }
-            if t.retry.is_some_and(|r| r.policy().is_none()) {
-                return Err(err(
-                    &f("retry.max_backoff_seconds"),
-                    "must be at least backoff_seconds",
-                ));
-            }
-            check_text_bytes(Some(&t.title), || f("title"))?;
-            check_text_bytes(t.description.as_ref(), || f("description"))?;
-            check_object_bytes(t.metadata.as_ref(), || f("metadata"))?;
-            if let Some(tags) = t.tags.as_mut() {
-                dedup(tags);
-            }
-            dedup(&mut t.blocked_by);
+            t.check_item(ItemPath::InCall(i))?;
         }
         check_ref_graph(&self.tasks)
-    }
-}
-
-impl CreateTasks {
-    /// A managed org refuses client envelopes in any content field.
-    pub fn check_content(&self, policy: ContentPolicy) -> Result<()> {
-        if policy == ContentPolicy::ClientEncrypted {
-            return Ok(());
-        }
-        for (i, t) in self.tasks.iter().enumerate() {
-            check_text(Some(&t.title), || format!("tasks[{i}].title"))?;
-            check_text(t.description.as_ref(), || format!("tasks[{i}].description"))?;
-            check_object(t.metadata.as_ref(), || format!("tasks[{i}].metadata"))?;
-        }
-        Ok(())
     }
 }
 
@@ -395,17 +416,20 @@ mod tests {
     #[test]
     fn managed_orgs_refuse_client_envelopes() {
         let body = json!({"tasks": [{"title": {"__service_enc__": {"v": 1}}}]});
-        let decoded = CreateTasks::decode(&body).unwrap();
-        assert!(decoded.check_content(ContentPolicy::Managed).is_err());
+        let decoded = CreateTasks::decode(&body).unwrap().tasks.remove(0);
+        let at = ItemPath::InCall(0);
+        assert!(decoded.check_content(ContentPolicy::Managed, at).is_err());
         assert!(decoded
-            .check_content(ContentPolicy::ClientEncrypted)
+            .check_content(ContentPolicy::ClientEncrypted, at)
             .is_ok());
         let meta = json!({"tasks": [{"title": "t", "metadata": {"__service_enc__": {}}}]});
-        let e = CreateTasks::decode(&meta)
-            .unwrap()
-            .check_content(ContentPolicy::Managed)
-            .unwrap_err();
+        let item = CreateTasks::decode(&meta).unwrap().tasks.remove(0);
+        let e = item.check_content(ContentPolicy::Managed, at).unwrap_err();
         assert!(e.0.starts_with("tasks[0].metadata"), "{e}");
+        let e = item
+            .check_content(ContentPolicy::Managed, ItemPath::Template)
+            .unwrap_err();
+        assert!(e.0.starts_with("task.metadata: "), "{e}");
         let other = json!({"tasks": [{"title": {"other": 1}}]});
         assert!(CreateTasks::decode(&other).unwrap_err().0.contains("title"));
     }

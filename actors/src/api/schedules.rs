@@ -9,8 +9,9 @@ use serde_json::Value;
 
 use super::decode::Result;
 use super::integers::Integers;
-use super::{CreateTasks, Decode, NewTask, Timestamp, ValidationError, NAME_PATTERN};
+use super::{Decode, ItemPath, NewTask, Timestamp, ValidationError, NAME_PATTERN};
 use crate::domain::schedule::{CronSpec, Zone};
+use crate::domain::ScheduleId;
 
 /// The paid feature of the schedule routes.
 pub const SCHEDULES: &str = "schedules";
@@ -99,8 +100,12 @@ fn field_error(field: &str, message: &str) -> ValidationError {
 pub fn read_template(template: &Value) -> Result<NewTask> {
     // A template is a create item, read with JSON Schema's integers as one.
     let mut task: NewTask = serde_path_to_error::deserialize(Integers(template)).map_err(|e| {
-        let path = e.path().to_string();
-        ValidationError::field(format!("task.{path}"), e.into_inner().to_string())
+        let field = match e.path().to_string() {
+            // The template itself, not one of its fields.
+            root if root == "." => "task".to_owned(),
+            path => ItemPath::Template.field(&path),
+        };
+        ValidationError::field(field, e.into_inner().to_string())
     })?;
     check_template(&mut task)?;
     Ok(task)
@@ -109,29 +114,23 @@ pub fn read_template(template: &Value) -> Result<NewTask> {
 fn check_template(task: &mut NewTask) -> Result<()> {
     if task.task_id.is_some() {
         return Err(ValidationError::field(
-            "task.task_id",
+            ItemPath::Template.field("task_id"),
             "not allowed in a schedule",
         ));
     }
     if task.reference.is_some() {
         return Err(ValidationError::field(
-            "task.ref",
+            ItemPath::Template.field("ref"),
             "not allowed in a schedule",
         ));
     }
     if !task.blocked_by.is_empty() {
         return Err(ValidationError::field(
-            "task.blocked_by",
+            ItemPath::Template.field("blocked_by"),
             "not allowed in a schedule",
         ));
     }
-    let mut call = CreateTasks {
-        tasks: vec![task.clone()],
-    };
-    call.validate()
-        .map_err(|e| ValidationError::new(e.0.replacen("tasks[0].", "task.", 1)))?;
-    *task = call.tasks.remove(0);
-    Ok(())
+    task.check_item(ItemPath::Template)
 }
 
 impl Decode for CreateSchedule {
@@ -160,7 +159,7 @@ impl Decode for PatchSchedule {
 /// A schedule as clients see it.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct ScheduleView {
-    pub schedule_id: uuid::Uuid,
+    pub schedule_id: ScheduleId,
     pub name: String,
     pub cron: String,
     pub timezone: String,
@@ -232,18 +231,25 @@ mod tests {
             ),
         ] {
             let e = refused(base(json!({"task": {"title": "t", field: value}})));
-            assert!(e.starts_with("task"), "{field}: {e}");
+            assert!(e.starts_with(&format!("task.{field}: ")), "{e}");
         }
         let e = refused(base(json!({"task": {"title": "t", "priority": 9}})));
-        assert!(e.contains("priority"), "{e}");
+        assert!(e.starts_with("task.priority: "), "{e}");
+        // The rules of a create item name the template's fields too.
         let e = refused(base(
             json!({"task": {"title": "t", "run_at": "2030-01-01T00:00:00Z",
                                              "delay_seconds": 5}}),
         ));
-        assert!(
-            e.starts_with("task.delay_seconds") || e.contains("task"),
-            "{e}"
+        assert_eq!(e, "task.delay_seconds: cannot be given with run_at");
+        let e = refused(base(json!({"task": {"title": "t",
+            "retry": {"max_retries": 1, "backoff_seconds": 60, "max_backoff_seconds": 30}}})));
+        assert_eq!(
+            e,
+            "task.retry.max_backoff_seconds: must be at least backoff_seconds"
         );
+        // A template that is not an object is refused as `task` itself.
+        let e = refused(base(json!({"task": "t"})));
+        assert!(e.starts_with("task: "), "{e}");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use uuid::Uuid;
 
 use super::{Object, Text, Timestamp};
-use crate::domain::{TaskId, TaskStatus};
+use crate::domain::{ScheduleId, TaskId, TaskStatus};
 
 /// `POST /tasks` answer.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -144,7 +144,7 @@ pub struct TaskView {
     /// Failures retried so far.
     pub retries: u8,
     /// The schedule whose tick created it.
-    pub schedule_id: Option<Uuid>,
+    pub schedule_id: Option<ScheduleId>,
     /// That tick's time.
     pub scheduled_for: Option<Timestamp>,
 }
@@ -377,7 +377,7 @@ mod tests {
                 max_backoff_seconds: 600,
             }),
             retries: 1,
-            schedule_id: Some(Uuid::now_v7()),
+            schedule_id: Some(ScheduleId::new_v7()),
             scheduled_for: Some(Timestamp(1_700_000_000_000)),
         }
     }

@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 pub use crate::domain::account::WrappedDek;
-use crate::domain::{OrgId, TaskId, ID_TEXT_LEN};
+use crate::domain::{OrgId, ScheduleId, TaskId, ID_TEXT_LEN};
 
 mod webhooks;
 
@@ -270,6 +270,26 @@ impl std::fmt::Debug for OrgCipher {
     }
 }
 
+/// What a sealed value belongs to within its org: a task (its content
+/// fields), or a schedule (its template). The id takes one place in the
+/// associated data for both, which is where templates were always bound,
+/// so stored ones still open; the field names keep the two kinds apart.
+pub trait Holder: Copy {
+    fn encode<'b>(&self, buf: &'b mut [u8; ID_TEXT_LEN]) -> &'b str;
+}
+
+impl Holder for TaskId {
+    fn encode<'b>(&self, buf: &'b mut [u8; ID_TEXT_LEN]) -> &'b str {
+        TaskId::encode(self, buf)
+    }
+}
+
+impl Holder for ScheduleId {
+    fn encode<'b>(&self, buf: &'b mut [u8; ID_TEXT_LEN]) -> &'b str {
+        ScheduleId::encode(self, buf)
+    }
+}
+
 impl OrgCipher {
     fn managed(org: OrgId, dek: &[u8; 32]) -> Self {
         Self {
@@ -286,23 +306,23 @@ impl OrgCipher {
         self.cipher.is_some()
     }
 
-    /// `taskq/v1/{org}/{task}/{field}`: binds a ciphertext to its place.
+    /// `taskq/v1/{org}/{holder}/{field}`: binds a ciphertext to its place.
     /// Built by hand, as it is for every field of every task answered or
     /// stored; the bytes must never change, or stored content stops opening.
-    fn aad(&self, task: TaskId, field: &str) -> String {
+    fn aad(&self, holder: impl Holder, field: &str) -> String {
         let mut aad = String::with_capacity(AAD_PREFIX.len() + 2 * (ID_TEXT_LEN + 1) + field.len());
         aad.push_str(AAD_PREFIX);
         aad.push_str(self.org.encode(&mut [0; ID_TEXT_LEN]));
         aad.push('/');
-        aad.push_str(task.encode(&mut [0; ID_TEXT_LEN]));
+        aad.push_str(holder.encode(&mut [0; ID_TEXT_LEN]));
         aad.push('/');
         aad.push_str(field);
         aad
     }
 
-    pub fn seal(&self, task: TaskId, field: &str, plaintext: &[u8]) -> Vec<u8> {
+    pub fn seal(&self, holder: impl Holder, field: &str, plaintext: &[u8]) -> Vec<u8> {
         match &self.cipher {
-            Some(c) => seal_with(c, self.aad(task, field).as_bytes(), plaintext),
+            Some(c) => seal_with(c, self.aad(holder, field).as_bytes(), plaintext),
             None => {
                 let mut out = Vec::with_capacity(plaintext.len() + 1);
                 out.push(PLAIN);
@@ -312,9 +332,14 @@ impl OrgCipher {
         }
     }
 
-    pub fn open(&self, task: TaskId, field: &str, stored: &[u8]) -> Result<Vec<u8>, CryptoError> {
+    pub fn open(
+        &self,
+        holder: impl Holder,
+        field: &str,
+        stored: &[u8],
+    ) -> Result<Vec<u8>, CryptoError> {
         match (&self.cipher, stored.first()) {
-            (Some(c), _) => open_with(c, self.aad(task, field).as_bytes(), stored),
+            (Some(c), _) => open_with(c, self.aad(holder, field).as_bytes(), stored),
             (None, Some(&PLAIN)) => Ok(stored[1..].to_vec()),
             (None, _) => Err(CryptoError::Binding),
         }
@@ -423,6 +448,15 @@ mod tests {
         assert_eq!(cipher.aad(task, "output"), old);
         let sealed = seal_with(cipher.cipher.as_ref().unwrap(), old.as_bytes(), b"{}");
         assert_eq!(cipher.open(task, "output", &sealed).unwrap(), b"{}");
+        // A schedule's template is bound where its id always stood.
+        let schedule = ScheduleId::new_v7();
+        let old = format!("taskq/v1/{org}/{schedule}/schedule_task");
+        assert_eq!(cipher.aad(schedule, "schedule_task"), old);
+        let sealed = seal_with(cipher.cipher.as_ref().unwrap(), old.as_bytes(), b"{}");
+        assert_eq!(
+            cipher.open(schedule, "schedule_task", &sealed).unwrap(),
+            b"{}"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::error::RuleError;
-use super::{KeyId, OrgId};
+use super::{KeyId, OrgId, ScheduleId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -489,13 +489,67 @@ mod tests {
     }
 }
 
-/// Who is calling: an authenticated key of a member of one org.
+/// Who is calling: a member of one org, through one of its keys or through
+/// the service acting for it.
 #[derive(Debug, Clone)]
 pub struct Caller {
     pub org_id: OrgId,
-    pub key_id: KeyId,
+    pub principal: Principal,
     /// The key's name: the assignee of the tasks it claims.
     pub key_name: String,
     pub email: String,
     pub role: Role,
+}
+
+impl Caller {
+    /// The key it calls with; none when the service acts for the member.
+    pub fn key_id(&self) -> Option<KeyId> {
+        match self.principal {
+            Principal::Key(key) => Some(key),
+            Principal::Schedule(_) | Principal::Feedback => None,
+        }
+    }
+}
+
+/// What a caller acts as: an API key, or the service itself for a named
+/// reason. Logs and limits held per caller name it, so work the service
+/// does for a member is never mistaken for one of the member's keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Principal {
+    /// An API key, authenticated.
+    Key(KeyId),
+    /// The schedule ticked: its task is created with its creator's rights.
+    Schedule(ScheduleId),
+    /// The service's feedback intake, filing feedback in its own org.
+    Feedback,
+}
+
+impl std::fmt::Display for Principal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Key(key) => write!(f, "key {key}"),
+            Self::Schedule(schedule) => write!(f, "schedule {schedule} ticked"),
+            Self::Feedback => f.write_str("feedback intake"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod principal_tests {
+    use super::*;
+
+    #[test]
+    fn a_principal_says_what_acts() {
+        let key: KeyId = "0190a0c2-7f3e-7c1a-9b2d-3e4f5a6b7c8d".parse().unwrap();
+        let schedule: ScheduleId = "0190a0c2-7f3e-7c1a-9b2d-3e4f5a6b7c8e".parse().unwrap();
+        assert_eq!(
+            Principal::Key(key).to_string(),
+            "key 0190a0c2-7f3e-7c1a-9b2d-3e4f5a6b7c8d"
+        );
+        assert_eq!(
+            Principal::Schedule(schedule).to_string(),
+            "schedule 0190a0c2-7f3e-7c1a-9b2d-3e4f5a6b7c8e ticked"
+        );
+        assert_eq!(Principal::Feedback.to_string(), "feedback intake");
+    }
 }

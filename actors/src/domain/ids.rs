@@ -94,6 +94,11 @@ uuid_id!(
     /// An API key's public identifier (the secret is separate).
     KeyId
 );
+uuid_id!(
+    /// A schedule: names the tasks its ticks create and binds its sealed
+    /// template.
+    ScheduleId
+);
 
 impl TaskId {
     /// A client-minted id must already be canonical: lowercase and hyphenated.

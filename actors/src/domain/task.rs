@@ -3,7 +3,7 @@
 use uuid::Uuid;
 
 use super::retry::RetryPolicy;
-use super::{TaskId, TaskStatus};
+use super::{ScheduleId, TaskId, TaskStatus};
 
 /// A claim's time-limited hold on a task. `lease_id` fences late writers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +43,7 @@ pub struct TaskHeader {
 /// The schedule and tick a task was created for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scheduled {
-    pub schedule_id: Uuid,
+    pub schedule_id: ScheduleId,
     pub scheduled_for: i64,
 }
 

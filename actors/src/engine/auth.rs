@@ -17,7 +17,7 @@ use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 
 use super::Engine;
-use crate::domain::account::{Caller, KeyRecord, Role};
+use crate::domain::account::{Caller, KeyRecord, Principal, Role};
 use crate::domain::{KeyId, OrgId};
 use crate::error::EngineError;
 use crate::org::{parse_api_key, OrgMsg};
@@ -142,7 +142,7 @@ impl Engine {
         }
         Ok(Caller {
             org_id: entry.key.org_id,
-            key_id,
+            principal: Principal::Key(key_id),
             key_name: entry.key.name.clone(),
             email: entry.key.email.clone(),
             role: entry.role,

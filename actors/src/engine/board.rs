@@ -42,7 +42,7 @@ impl Engine {
                 .open_board_session(
                     &crate::crypto::hash_secret(&id),
                     caller.org_id,
-                    caller.key_id,
+                    caller.key_id().ok_or(EngineError::InvalidApiKey)?,
                     now + BOARD_SESSION.as_millis() as i64,
                     now,
                 )

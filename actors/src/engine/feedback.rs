@@ -11,9 +11,9 @@ use crate::api::{
     CreateOrg, CreateTasks, FeedbackFiled, FeedbackKind, FeedbackOrg, NewTag, NewTask, PatchOrg,
     SendFeedback, Text, UnblockMember, Unblocked,
 };
-use crate::domain::account::{Caller, Encryption, LimitKey, Role, SettingsChange, Tier};
+use crate::domain::account::{Caller, Encryption, LimitKey, Principal, Role, SettingsChange, Tier};
 use crate::domain::usage::RequestKind;
-use crate::domain::{KeyId, OrgId};
+use crate::domain::OrgId;
 use crate::error::EngineError;
 use crate::filter::Verdict;
 use crate::org::OrgMsg;
@@ -63,7 +63,7 @@ impl Engine {
             .ok_or_else(|| EngineError::Internal("the feedback org has no owner".into()))?;
         let caller = Caller {
             org_id: org,
-            key_id: KeyId(uuid::Uuid::nil()),
+            principal: Principal::Feedback,
             key_name: "feedback".into(),
             email: owner.email,
             role: Role::Owner,

@@ -2,13 +2,12 @@
 //! the org's actor, which owns the org's schedules and fires their ticks;
 //! the answer's template is opened here, off the actor's turn.
 
-use uuid::Uuid;
-
 use super::Engine;
 use crate::api::{CreateSchedule, PatchSchedule, ScheduleList, ScheduleView, Timestamp, SCHEDULES};
 use crate::crypto::OrgCipher;
 use crate::domain::account::Caller;
 use crate::domain::schedule::ScheduleRecord;
+use crate::domain::ScheduleId;
 use crate::error::EngineError;
 use crate::org::{open_template, OrgMsg, Reply, ScheduleMsg};
 
@@ -29,7 +28,7 @@ pub(super) fn view(cipher: &OrgCipher, s: &ScheduleRecord) -> Result<ScheduleVie
 }
 
 /// A schedule id from a path: one that does not parse names no schedule.
-fn schedule_id(text: &str) -> Result<Uuid, EngineError> {
+fn schedule_id(text: &str) -> Result<ScheduleId, EngineError> {
     text.parse()
         .map_err(|_| EngineError::NotFound("schedule not found".into()))
 }

@@ -43,7 +43,11 @@ impl Engine {
             }
         }
         self.admit(caller, RequestKind::Read).await?;
-        let Some(permit) = self.inner.hub.admit_stream(caller.key_id) else {
+        let Some(permit) = self
+            .inner
+            .hub
+            .admit_stream(caller.key_id().ok_or(EngineError::InvalidApiKey)?)
+        else {
             let entry = self.inner.directory.get(org).await?;
             return Err(EngineError::Limit(LimitExceeded {
                 kind: LimitKind::Streams,

@@ -90,7 +90,7 @@ impl OrgState {
 
     /// The caller's key is live here, whatever its authentication saw.
     pub(super) fn require_live_key(&self, caller: &Caller) -> Result<(), EngineError> {
-        match self.keys.get(&caller.key_id) {
+        match caller.key_id().and_then(|key| self.keys.get(&key)) {
             Some(k) if k.active => Ok(()),
             _ => Err(EngineError::InvalidApiKey),
         }

@@ -22,10 +22,9 @@ use crate::domain::retention::Referrer;
 use crate::domain::schedule::ScheduleRecord;
 use crate::domain::usage::RequestKind;
 use crate::domain::webhooks::Endpoint;
-use crate::domain::{KeyId, Lease, StoredTask, TaskHeader, TaskId};
+use crate::domain::{KeyId, Lease, ScheduleId, StoredTask, TaskHeader, TaskId};
 use crate::error::EngineError;
 use crate::writer::Commit;
-use uuid::Uuid;
 
 /// What the actor answers: the result, and the commit of whatever it wrote
 /// (usage included, also when the request failed), which the caller awaits
@@ -276,7 +275,7 @@ pub enum ScheduleMsg {
     },
     Get {
         caller: Caller,
-        schedule: Uuid,
+        schedule: ScheduleId,
         reply: Reply<ScheduleRecord>,
     },
     Create {
@@ -286,13 +285,13 @@ pub enum ScheduleMsg {
     },
     Patch {
         caller: Caller,
-        schedule: Uuid,
+        schedule: ScheduleId,
         patch: PatchSchedule,
         reply: Reply<ScheduleRecord>,
     },
     Delete {
         caller: Caller,
-        schedule: Uuid,
+        schedule: ScheduleId,
         reply: Reply<()>,
     },
 }

@@ -60,7 +60,7 @@ use crate::domain::open::OpenTasks;
 use crate::domain::schedule::ScheduleRecord;
 use crate::domain::usage::Usage;
 use crate::domain::webhooks::Endpoint;
-use crate::domain::{KeyId, OrgId};
+use crate::domain::{KeyId, OrgId, ScheduleId};
 use crate::error::EngineError;
 use crate::health::StoreHealth;
 use crate::stats::OrgSnapshots;
@@ -126,7 +126,7 @@ pub struct OrgState {
     /// Webhook endpoints, active or not, without their secrets.
     webhooks: Vec<Endpoint>,
     /// Schedules, active or not, by id; their templates sealed.
-    schedules: BTreeMap<uuid::Uuid, ScheduleRecord>,
+    schedules: BTreeMap<ScheduleId, ScheduleRecord>,
     /// This month's counters.
     usage: Usage,
     buckets: limits::Buckets,

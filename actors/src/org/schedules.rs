@@ -11,17 +11,17 @@
 //! task: an open one is seen here, a finished one is refused by the store
 //! as an existing id, and neither makes a second task.
 
-use serde_json::Value;
-use uuid::Uuid;
-
 use super::work::Work;
 use super::{OrgActor, OrgState, ScheduleMsg};
-use crate::api::{read_template, read_timing, CreateSchedule, CreateTasks, PatchSchedule};
-use crate::domain::account::{Caller, LimitKey};
+use crate::api::{
+    read_template, read_timing, CreateSchedule, CreateTasks, ItemPath, PatchSchedule,
+};
+use crate::domain::account::{Caller, LimitKey, Principal};
 use crate::domain::schedule::{tick_task_id, ScheduleRecord};
-use crate::domain::{KeyId, Scheduled, TaskId};
+use crate::domain::{ScheduleId, Scheduled};
 use crate::error::{EngineError, LimitKind};
 use crate::store::WriteOp;
+use serde_json::Value;
 
 /// The field a schedule's sealed template is bound to.
 const TEMPLATE_FIELD: &str = "schedule_task";
@@ -45,28 +45,20 @@ impl OrgState {
             .min()
     }
 
-    fn schedule(&self, id: Uuid) -> Result<&ScheduleRecord, EngineError> {
+    fn schedule(&self, id: ScheduleId) -> Result<&ScheduleRecord, EngineError> {
         self.schedules.get(&id).ok_or_else(not_found)
     }
 
     /// Seals a template's JSON, bound to the schedule.
-    fn seal_template(&self, id: Uuid, template: &Value) -> Vec<u8> {
+    fn seal_template(&self, id: ScheduleId, template: &Value) -> Vec<u8> {
         let bytes = serde_json::to_vec(template).expect("JSON values serialize");
-        self.entry.cipher.seal(TaskId(id), TEMPLATE_FIELD, &bytes)
+        self.entry.cipher.seal(id, TEMPLATE_FIELD, &bytes)
     }
 
     /// A managed org refuses client envelopes in a template, as in a create.
     fn check_template_content(&self, template: &Value) -> Result<(), EngineError> {
-        let call = CreateTasks {
-            tasks: vec![read_template(template)?],
-        };
-        call.check_content(self.content_policy()).map_err(|e| {
-            EngineError::Invalid(crate::error::ValidationError::new(e.0.replacen(
-                "tasks[0].",
-                "task.",
-                1,
-            )))
-        })
+        let item = read_template(template)?;
+        Ok(item.check_content(self.content_policy(), ItemPath::Template)?)
     }
 }
 
@@ -76,7 +68,7 @@ pub fn open_template(
     s: &ScheduleRecord,
 ) -> Result<Value, EngineError> {
     let bytes = cipher
-        .open(TaskId(s.schedule_id), TEMPLATE_FIELD, &s.task)
+        .open(s.schedule_id, TEMPLATE_FIELD, &s.task)
         .map_err(|_| {
             EngineError::Internal(format!(
                 "schedule {}: its template does not open",
@@ -151,7 +143,7 @@ impl OrgActor {
         }
         state.check_template_content(&request.task)?;
         let (cron, zone) = read_timing(&request.cron, &request.timezone)?;
-        let id = Uuid::now_v7();
+        let id = ScheduleId::new_v7();
         let mut record = ScheduleRecord {
             schedule_id: id,
             name: request.name,
@@ -177,7 +169,7 @@ impl OrgActor {
         state: &mut OrgState,
         work: &mut Work,
         caller: &Caller,
-        id: Uuid,
+        id: ScheduleId,
         patch: PatchSchedule,
     ) -> Result<ScheduleRecord, EngineError> {
         state.require_admin(caller)?;
@@ -219,7 +211,7 @@ impl OrgActor {
     /// gone) is skipped: the schedule records why and moves on.
     pub(super) async fn fire_schedules(&self, state: &mut OrgState) -> Result<(), EngineError> {
         let now = self.now();
-        let due: Vec<(Uuid, i64)> = state
+        let due: Vec<(ScheduleId, i64)> = state
             .schedules
             .values()
             .filter_map(|s| s.due_tick(now).map(|tick| (s.schedule_id, tick)))
@@ -231,9 +223,9 @@ impl OrgActor {
                 Ok(()) => None,
                 Err(e) => {
                     work.discard_changes();
-                    let why = e.body().error.replacen("tasks[0].", "task.", 1);
-                    tracing::warn!(org_id = %state.org, schedule_id = %id, tick, error = %why,
-                        "a schedule's tick made no task");
+                    let why = e.body().error;
+                    tracing::warn!(org_id = %state.org, caller = %Principal::Schedule(id), tick,
+                        error = %why, "a schedule's tick made no task");
                     Some(why)
                 }
             };
@@ -256,7 +248,7 @@ impl OrgActor {
         &self,
         state: &mut OrgState,
         work: &mut Work,
-        id: Uuid,
+        id: ScheduleId,
         tick: i64,
     ) -> Result<(), EngineError> {
         let schedule = state.schedule(id)?;
@@ -272,7 +264,7 @@ impl OrgActor {
         })?;
         let caller = Caller {
             org_id: state.org,
-            key_id: KeyId(Uuid::nil()),
+            principal: Principal::Schedule(id),
             key_name: creator.email.clone(),
             email: creator.email.clone(),
             role: creator.role,

@@ -8,8 +8,8 @@ use std::collections::{HashMap, HashSet};
 use super::work::Work;
 use super::{OrgActor, OrgState};
 use crate::api::{
-    due_at, merge_metadata, BlockerRef, ContentPolicy, CreateTasks, CreatedItem, ItemError, Object,
-    TaskUpdate, Text, Timestamp, UpdateResult, UpdateTasks,
+    due_at, merge_metadata, BlockerRef, ContentPolicy, CreateTasks, CreatedItem, ItemError,
+    ItemPath, Object, TaskUpdate, Text, Timestamp, UpdateResult, UpdateTasks,
 };
 use crate::domain::account::{Caller, Encryption};
 use crate::domain::lease;
@@ -65,7 +65,15 @@ impl OrgActor {
         request: CreateTasks,
         origin: Option<Scheduled>,
     ) -> Result<Vec<CreatedItem>, EngineError> {
-        request.check_content(state.content_policy())?;
+        // A tick's one item is its schedule's template: refusals name
+        // `task.<field>`, as the schedule's own did.
+        let at = |i| match origin {
+            Some(_) => ItemPath::Template,
+            None => ItemPath::InCall(i),
+        };
+        for (i, item) in request.tasks.iter().enumerate() {
+            item.check_content(state.content_policy(), at(i))?;
+        }
         let items = request.tasks;
         let now = self.now();
         let ids: Vec<TaskId> = items
@@ -101,12 +109,12 @@ impl OrgActor {
         let mut resolved: Vec<Vec<TaskId>> = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
             if let Some(tags) = &item.tags {
-                state.check_vocabulary(&format!("tasks[{i}].tags"), tags)?;
+                state.check_vocabulary(&at(i).field("tags"), tags)?;
             }
             if let Some(p) = item.parent {
                 if !in_call.contains(&p) && work.header(state, p).is_none() {
                     return Err(ValidationError::field(
-                        format!("tasks[{i}].parent_task_id"),
+                        at(i).field("parent_task_id"),
                         format!("unknown task {p}"),
                     )
                     .into());
@@ -115,7 +123,7 @@ impl OrgActor {
             if let Some(a) = &item.assignee {
                 if !state.is_assignable(a) {
                     return Err(ValidationError::field(
-                        format!("tasks[{i}].assignee"),
+                        at(i).field("assignee"),
                         format!("'{a}' is not an active member of this org"),
                     )
                     .into());
@@ -129,7 +137,7 @@ impl OrgActor {
                 };
                 if !in_call.contains(&id) && work.header(state, id).is_none() {
                     return Err(ValidationError::field(
-                        format!("tasks[{i}].blocked_by"),
+                        at(i).field("blocked_by"),
                         format!("unknown task {id}"),
                     )
                     .into());

@@ -32,8 +32,8 @@ use super::tasks::SYSTEM_AGENT;
 use super::work::Work;
 use super::{Admission, Claimed, OrgActor, OrgMsg, OrgState, Outcome, Reply};
 use crate::api::{ClaimRequest, Text, WaitTasks, WaitUntil};
-use crate::domain::account::Caller;
-use crate::domain::{KeyId, TaskId, TaskStatus};
+use crate::domain::account::{Caller, Principal};
+use crate::domain::{TaskId, TaskStatus};
 use crate::error::{EngineError, LimitExceeded, LimitKind};
 use crate::writer::Commit;
 
@@ -93,7 +93,7 @@ pub const WAITS_PER_KEY: usize = 25;
 /// A wait for tasks: the tasks found when it came, and which of them are
 /// finished.
 pub(super) struct TaskWait {
-    key: KeyId,
+    key: Principal,
     until: WaitUntil,
     found: Vec<TaskId>,
     finished: HashSet<TaskId>,
@@ -137,7 +137,7 @@ impl TaskWaits {
         self.waits.is_empty()
     }
 
-    fn held_by(&self, key: KeyId) -> usize {
+    fn held_by(&self, key: Principal) -> usize {
         self.waits.iter().filter(|w| w.key == key).count()
     }
 
@@ -286,7 +286,7 @@ impl OrgActor {
             self.finish(state, slot, work, Ok(()), reply);
             return;
         }
-        if state.task_waits.held_by(caller.key_id) >= WAITS_PER_KEY {
+        if state.task_waits.held_by(caller.principal) >= WAITS_PER_KEY {
             let refused = EngineError::Limit(LimitExceeded {
                 kind: LimitKind::Waits,
                 limit: WAITS_PER_KEY as i64,
@@ -300,7 +300,7 @@ impl OrgActor {
         let usage = (!work.is_empty()).then(|| slot.submit(work.into_batch(state)));
         let wait = Duration::from_secs(u64::from(request.wait_seconds));
         state.task_waits.push(TaskWait {
-            key: caller.key_id,
+            key: caller.principal,
             until: request.until,
             found,
             finished,
@@ -434,7 +434,7 @@ mod tests {
         let (tx, rx) = oneshot::channel();
         let caller = Caller {
             org_id: OrgId::new_v7(),
-            key_id: KeyId::new_v7(),
+            principal: Principal::Key(KeyId::new_v7()),
             key_name: name.to_owned(),
             email: format!("{name}@example.com"),
             role: Role::User,
@@ -512,7 +512,7 @@ mod tests {
     fn task_wait(until: WaitUntil, found: &[TaskId]) -> (TaskWait, oneshot::Receiver<Outcome<()>>) {
         let (tx, rx) = oneshot::channel();
         let wait = TaskWait {
-            key: KeyId::new_v7(),
+            key: Principal::Key(KeyId::new_v7()),
             until,
             found: found.to_vec(),
             finished: HashSet::new(),

@@ -3,12 +3,10 @@
 //! among the account statements of a commit), a tick's `last_run_at` in
 //! the same commit as the tick's task.
 
-use sqlx::FromRow;
-use uuid::Uuid;
-
 use super::{Result, Store, StoreError};
 use crate::domain::schedule::{CronSpec, ScheduleRecord, Zone};
 use crate::domain::OrgId;
+use sqlx::FromRow;
 
 #[derive(FromRow)]
 struct ScheduleRow {
@@ -34,8 +32,8 @@ impl TryFrom<ScheduleRow> for ScheduleRecord {
         Ok(ScheduleRecord {
             schedule_id: r
                 .schedule_id
-                .parse::<Uuid>()
-                .map_err(|e| corrupt(e.to_string()))?,
+                .parse()
+                .map_err(|()| corrupt("its id is not a UUID".into()))?,
             cron: CronSpec::parse(&r.cron).map_err(corrupt)?,
             zone: Zone::parse(&r.timezone).map_err(corrupt)?,
             name: r.name,

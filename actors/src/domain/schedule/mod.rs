@@ -11,6 +11,13 @@
 //! (`0 0 31 2 *`) is refused when it is written, not discovered as a
 //! schedule that silently never runs.
 //!
+//! There is one grammar, croner's: it parses the pattern, and these
+//! restrictions are checked on what it read (the day fields' extensions,
+//! which days exist). The text is checked only for what croner's reading
+//! cannot show: names and `?`, which it rewrites before it parses, and an
+//! empty list item, which it skips. Its refusals are given to the field
+//! they are about, with croner's words.
+//!
 //! Ticks are wall-clock times in the schedule's zone: `0 9 * * 1-5` in
 //! `Europe/Berlin` is 09:00 in Berlin all year, 07:00 or 08:00 UTC. They
 //! are computed on the zone's local clock (croner on a naive date and time,
@@ -33,11 +40,12 @@
 
 use chrono::{DateTime, LocalResult, NaiveDateTime, SubsecRound, TimeDelta, TimeZone};
 use chrono_tz::Tz;
+use croner::errors::CronError;
 use croner::parser::{CronParser, Seconds, Year};
-use croner::Cron;
+use croner::{Cron, CronComponent, CronPattern};
 use uuid::Uuid;
 
-use super::TaskId;
+use super::{ScheduleId, TaskId};
 
 /// A validated five-field cron pattern (minute hour day-of-month month
 /// day-of-week) and its text.
@@ -50,8 +58,8 @@ pub struct CronSpec {
 
 impl CronSpec {
     /// Only the five standard fields, each `*`, a number, a range `a-b`, a
-    /// step `*/n` or `a-b/n`, or a comma-separated list of those, with
-    /// numbers in range (minute 0-59, hour 0-23, day 1-31, month 1-12,
+    /// step `*/n` or `a-b/n`, or a comma-separated list of those, as croner
+    /// reads them (minute 0-59, hour 0-23, day 1-31, month 1-12,
     /// day-of-week 0-7 with 0 and 7 both Sunday). Anything else, and a
     /// pattern that can never match, is an error that says what is wrong,
     /// phrased to follow `cron: `.
@@ -69,21 +77,14 @@ impl CronSpec {
                 "expected five fields (minute hour day-of-month month day-of-week), found {count}"
             ));
         };
-        let mut values = [0u64; 5];
-        for ((field, written), value) in FIELDS.iter().zip(fields).zip(&mut values) {
-            *value = field.values(written)?;
+        for (field, written) in FIELDS.iter().zip(fields) {
+            field.check_text(written)?;
         }
-        check_some_day_exists(fields, values)?;
-
         let text = fields.join(" ");
-        let cron = CronParser::builder()
-            .seconds(Seconds::Disallowed)
-            .year(Year::Disallowed)
-            .dom_and_dow(false)
-            .alternative_weekdays(false)
-            .build()
+        let cron = parser()
             .parse(&text)
-            .map_err(|error| format!("cannot be evaluated: {error}"))?;
+            .map_err(|error| refusal(fields, &error))?;
+        check_parsed(&cron.pattern, fields)?;
         Ok(Self { text, cron })
     }
 
@@ -161,9 +162,9 @@ pub fn latest_tick(cron: &CronSpec, zone: &Zone, after_ms: i64, until_ms: i64) -
 /// under [`TICK_NAMESPACE`] of the schedule id's 16 bytes followed by the
 /// tick's milliseconds as 8 big-endian bytes. A tick fired twice derives
 /// one id; these ids are not time-ordered as minted ones (v7) are.
-pub fn tick_task_id(schedule_id: Uuid, tick_ms: i64) -> TaskId {
+pub fn tick_task_id(schedule_id: ScheduleId, tick_ms: i64) -> TaskId {
     let mut name = [0u8; 24];
-    name[..16].copy_from_slice(schedule_id.as_bytes());
+    name[..16].copy_from_slice(schedule_id.0.as_bytes());
     name[16..].copy_from_slice(&tick_ms.to_be_bytes());
     TaskId(Uuid::new_v5(&TICK_NAMESPACE, &name))
 }
@@ -176,122 +177,128 @@ pub const TICK_NAMESPACE: Uuid = Uuid::from_u128(0x9546c207_2e8b_4b70_ad28_746a4
 /// IANA database is a whole day (Samoa skipped 30 December 2011).
 const LONGEST_GAP_MINUTES: u32 = 48 * 60;
 
-/// One of the five fields: its name in messages and its range.
+/// croner's parser for the five standard fields: no seconds and no year,
+/// a day matching either restricted day field (POSIX), Sunday 0 and 7, and
+/// no `5/15` shorthand for `5-59/15`.
+fn parser() -> CronParser {
+    CronParser::builder()
+        .seconds(Seconds::Disallowed)
+        .year(Year::Disallowed)
+        .dom_and_dow(false)
+        .alternative_weekdays(false)
+        .build()
+}
+
+/// Why a name, `?`, `L`, `W`, `#` or `+` is refused wherever it appears.
+const UNSUPPORTED: &str =
+    "names, `?`, `L`, `W`, `#` and `+` are not supported: write numbers, `*`, ranges, steps and lists";
+
+/// One of the five fields: its name in messages, its range, and where
+/// croner's reading of it is.
 struct Field {
     name: &'static str,
-    min: u32,
-    max: u32,
+    min: u16,
+    max: u16,
+    parsed: fn(&CronPattern) -> &CronComponent,
 }
 
 const FIELDS: [Field; 5] = [
-    Field::new("minute", 0, 59),
-    Field::new("hour", 0, 23),
-    Field::new("day-of-month", 1, 31),
-    Field::new("month", 1, 12),
-    Field::new("day-of-week", 0, 7),
+    Field::new("minute", 0, 59, |p| &p.minutes),
+    Field::new("hour", 0, 23, |p| &p.hours),
+    Field::new("day-of-month", 1, 31, |p| &p.days),
+    Field::new("month", 1, 12, |p| &p.months),
+    Field::new("day-of-week", 0, 7, |p| &p.days_of_week),
 ];
 
 impl Field {
-    const fn new(name: &'static str, min: u32, max: u32) -> Self {
-        Self { name, min, max }
-    }
-
-    /// The values `written` stands for, as bits; an error says which part
-    /// of which field is wrong.
-    fn values(&self, written: &str) -> Result<u64, String> {
-        let refuse = |reason: String| format!("{} field `{written}`: {reason}", self.name);
-        let mut values = 0u64;
-        for item in written.split(',') {
-            if item.is_empty() {
-                return Err(refuse("a list item is empty".into()));
-            }
-            let (range, step) = match item.split_once('/') {
-                Some((range, step)) => (range, Some(step)),
-                None => (item, None),
-            };
-            let (low, high) = if range == "*" {
-                (self.min, self.max)
-            } else if let Some((low, high)) = range.split_once('-') {
-                let (low, high) = (
-                    self.number(low).map_err(refuse)?,
-                    self.number(high).map_err(refuse)?,
-                );
-                if low > high {
-                    return Err(refuse(format!("range `{range}` runs backwards")));
-                }
-                (low, high)
-            } else {
-                let value = self.number(range).map_err(refuse)?;
-                if let Some(step) = step {
-                    return Err(refuse(format!(
-                        "a step follows `*` or a range, as in `*/{step}` or `{value}-{}/{step}`",
-                        self.max
-                    )));
-                }
-                (value, value)
-            };
-            let step = match step {
-                None => 1,
-                Some(step) => self.step(step).map_err(refuse)?,
-            };
-            for value in (low..=high).step_by(step as usize) {
-                values |= 1 << value;
-            }
-        }
-        Ok(values)
-    }
-
-    fn number(&self, text: &str) -> Result<u32, String> {
-        if text.is_empty() {
-            return Err("a number is missing".into());
-        }
-        if !is_digits(text) {
-            return Err(format!(
-                "`{text}` is not a number (names, `?`, `L`, `W` and `#` are not supported)"
-            ));
-        }
-        match text.parse() {
-            Ok(value) if (self.min..=self.max).contains(&value) => Ok(value),
-            _ => Err(format!(
-                "`{text}` is out of range {}-{}",
-                self.min, self.max
-            )),
+    const fn new(
+        name: &'static str,
+        min: u16,
+        max: u16,
+        parsed: fn(&CronPattern) -> &CronComponent,
+    ) -> Self {
+        Self {
+            name,
+            min,
+            max,
+            parsed,
         }
     }
 
-    fn step(&self, text: &str) -> Result<u32, String> {
-        if text.is_empty() {
-            return Err("a step is missing after `/`".into());
+    fn refuse(&self, written: &str, reason: impl std::fmt::Display) -> String {
+        format!("{} field `{written}`: {reason}", self.name)
+    }
+
+    /// What croner's reading cannot show, so the text is checked: croner
+    /// turns names (`MON`, `JAN`) into numbers and `?` into `*` before it
+    /// parses, and skips an empty list item.
+    fn check_text(&self, written: &str) -> Result<(), String> {
+        if written.contains(|c: char| c.is_ascii_alphabetic() || c == '?') {
+            return Err(self.refuse(written, UNSUPPORTED));
         }
-        match text.parse() {
-            Ok(step) if is_digits(text) && (1..=self.max).contains(&step) => Ok(step),
-            _ => Err(format!(
-                "step `{text}` is not a number from 1 to {}",
-                self.max
-            )),
+        if written.split(',').any(str::is_empty) {
+            return Err(self.refuse(written, "a list item is empty"));
         }
+        Ok(())
     }
 }
 
-/// Decimal digits only: no sign, which `str::parse` would take.
-fn is_digits(text: &str) -> bool {
-    text.bytes().all(|byte| byte.is_ascii_digit())
+/// croner's refusal of a pattern, said of the field it is about: croner
+/// does not name it, so each field is parsed alone, the others `*`.
+fn refusal(fields: [&str; 5], error: &CronError) -> String {
+    for (i, field) in FIELDS.iter().enumerate() {
+        let mut alone = ["*"; 5];
+        alone[i] = fields[i];
+        if let Err(error) = parser().parse(&alone.join(" ")) {
+            let reason = format!(
+                "{} (the field takes {}-{})",
+                croner_reason(&error),
+                field.min,
+                field.max
+            );
+            return field.refuse(fields[i], reason);
+        }
+    }
+    format!("cannot be read: {}", croner_reason(error))
 }
 
-/// Refuses a pattern whose days of the month fall in none of its months
-/// (`31` in `2,4`). Only a bare `*` day-of-week leaves the day-of-month
-/// alone to choose days; a restricted day-of-week matches some day of every
-/// month. February counts its 29th, which leap years have.
-fn check_some_day_exists(fields: [&str; 5], values: [u64; 5]) -> Result<(), String> {
-    const DAYS_IN_MONTH: [u32; 12] = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+/// croner's own words for a refusal, without its category and full stop.
+fn croner_reason(error: &CronError) -> String {
+    let words = match error {
+        CronError::ComponentError(words)
+        | CronError::InvalidPattern(words)
+        | CronError::IllegalCharacters(words) => words.clone(),
+        other => other.to_string(),
+    };
+    words.trim_end_matches('.').to_owned()
+}
+
+/// The contract's restrictions, on croner's reading: none of croner's
+/// extensions (`#` in the day-of-week, a `+` before it asking both day
+/// fields to match), and a day that exists. A pattern whose days of the
+/// month fall in none of its months (`31` in `2,4`) can never fire; only
+/// a bare `*` day-of-week leaves the day-of-month alone to choose days,
+/// since a restricted day-of-week matches some day of every month.
+/// February counts its 29th, which leap years have.
+fn check_parsed(pattern: &CronPattern, fields: [&str; 5]) -> Result<(), String> {
+    const DAYS_IN_MONTH: [u16; 12] = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    for (field, written) in FIELDS.iter().zip(fields) {
+        if (field.parsed)(pattern).has_modifiers() {
+            return Err(field.refuse(written, UNSUPPORTED));
+        }
+    }
     let [.., day_of_month, month, day_of_week] = fields;
-    if day_of_week != "*" {
+    if pattern.matches_dom_and_dow() {
+        return Err(FIELDS[4].refuse(day_of_week, UNSUPPORTED));
+    }
+    if !pattern.is_dow_wildcard() {
         return Ok(());
     }
-    let [_, _, days, months, _] = values;
-    let some_day_exists = (1..=12u32)
-        .filter(|month| months & (1 << month) != 0)
-        .any(|month| days & ((1u64 << (DAYS_IN_MONTH[month as usize - 1] + 1)) - 1) != 0);
+    let days = pattern.days.values();
+    let some_day_exists = pattern.months.values().into_iter().any(|month| {
+        days.iter()
+            .any(|&day| day <= DAYS_IN_MONTH[usize::from(month) - 1])
+    });
     if some_day_exists {
         Ok(())
     } else {
@@ -345,7 +352,7 @@ fn first_instant(zone: &Zone, local: NaiveDateTime) -> Option<i64> {
 /// template of the tasks it creates, and where it stands.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScheduleRecord {
-    pub schedule_id: Uuid,
+    pub schedule_id: ScheduleId,
     pub name: String,
     pub cron: CronSpec,
     pub zone: Zone,

@@ -67,6 +67,10 @@ fn the_five_standard_fields_are_accepted_and_their_text_kept() {
         ("0 0 29 2 *", "0 0 29 2 *"),
         ("0 0 31 2 1", "0 0 31 2 1"),
         ("*/59 */23 */31 */12 */7", "*/59 */23 */31 */12 */7"),
+        // A step past the range's end keeps only its start, as croner and
+        // POSIX crons read it.
+        ("*/60 * * * *", "*/60 * * * *"),
+        ("0-30/100 * * * *", "0-30/100 * * * *"),
         ("  0\t9  * * 1-5 ", "0 9 * * 1-5"),
     ] {
         let parsed = CronSpec::parse(written).map(|spec| spec.text().to_owned());
@@ -76,38 +80,46 @@ fn the_five_standard_fields_are_accepted_and_their_text_kept() {
 
 #[test]
 fn anything_else_is_refused_saying_what_is_wrong() {
+    // Field counts, nicknames, names, `?`, `L`, `W` and empty list items
+    // are seen in the text; `#` and `+` in croner's reading; the rest are
+    // croner's refusals, in its words, given to their field.
     let table = "
         |expected five fields (minute hour day-of-month month day-of-week), found 0
         * * * *|expected five fields (minute hour day-of-month month day-of-week), found 4
         0 * * * * *|expected five fields (minute hour day-of-month month day-of-week), found 6
         0 0 1 1 * 2030|expected five fields (minute hour day-of-month month day-of-week), found 6
         @daily|nicknames such as `@daily` are not supported: write the five fields (minute hour day-of-month month day-of-week), e.g. `0 0 * * *` for daily
-        60 * * * *|minute field `60`: `60` is out of range 0-59
-        99999999999 * * * *|minute field `99999999999`: `99999999999` is out of range 0-59
-        * 24 * * *|hour field `24`: `24` is out of range 0-23
-        * * 0 * *|day-of-month field `0`: `0` is out of range 1-31
-        * * 32 * *|day-of-month field `32`: `32` is out of range 1-31
-        * * * 13 *|month field `13`: `13` is out of range 1-12
-        * * * * 8|day-of-week field `8`: `8` is out of range 0-7
-        * * * JAN *|month field `JAN`: `JAN` is not a number (names, `?`, `L`, `W` and `#` are not supported)
-        * * * * MON|day-of-week field `MON`: `MON` is not a number (names, `?`, `L`, `W` and `#` are not supported)
-        * * ? * *|day-of-month field `?`: `?` is not a number (names, `?`, `L`, `W` and `#` are not supported)
-        * * L * *|day-of-month field `L`: `L` is not a number (names, `?`, `L`, `W` and `#` are not supported)
-        * * 15W * *|day-of-month field `15W`: `15W` is not a number (names, `?`, `L`, `W` and `#` are not supported)
-        * * * * 5#3|day-of-week field `5#3`: `5#3` is not a number (names, `?`, `L`, `W` and `#` are not supported)
-        * * * * 5L|day-of-week field `5L`: `5L` is not a number (names, `?`, `L`, `W` and `#` are not supported)
-        1.5 * * * *|minute field `1.5`: `1.5` is not a number (names, `?`, `L`, `W` and `#` are not supported)
-        -5 * * * *|minute field `-5`: a number is missing
-        1- * * * *|minute field `1-`: a number is missing
-        1-2-3 * * * *|minute field `1-2-3`: `2-3` is not a number (names, `?`, `L`, `W` and `#` are not supported)
-        5-1 * * * *|minute field `5-1`: range `5-1` runs backwards
-        * * * * 7-0|day-of-week field `7-0`: range `7-0` runs backwards
-        */0 * * * *|minute field `*/0`: step `0` is not a number from 1 to 59
-        */60 * * * *|minute field `*/60`: step `60` is not a number from 1 to 59
-        */+5 * * * *|minute field `*/+5`: step `+5` is not a number from 1 to 59
-        */2/3 * * * *|minute field `*/2/3`: step `2/3` is not a number from 1 to 59
-        * */ * * *|hour field `*/`: a step is missing after `/`
-        5/15 * * * *|minute field `5/15`: a step follows `*` or a range, as in `*/15` or `5-59/15`
+        60 * * * *|minute field `60`: Number out of bounds (the field takes 0-59)
+        99999999999 * * * *|minute field `99999999999`: Invalid number (the field takes 0-59)
+        * 24 * * *|hour field `24`: Number out of bounds (the field takes 0-23)
+        * * 0 * *|day-of-month field `0`: Number out of bounds (the field takes 1-31)
+        * * 32 * *|day-of-month field `32`: Number out of bounds (the field takes 1-31)
+        * * * 13 *|month field `13`: Number out of bounds (the field takes 1-12)
+        * * * * 8|day-of-week field `8`: Number out of bounds (the field takes 0-7)
+        * * * JAN *|month field `JAN`: names, `?`, `L`, `W`, `#` and `+` are not supported: write numbers, `*`, ranges, steps and lists
+        * * * * MON|day-of-week field `MON`: names, `?`, `L`, `W`, `#` and `+` are not supported: write numbers, `*`, ranges, steps and lists
+        * * * * JUL|day-of-week field `JUL`: names, `?`, `L`, `W`, `#` and `+` are not supported: write numbers, `*`, ranges, steps and lists
+        * * ? * *|day-of-month field `?`: names, `?`, `L`, `W`, `#` and `+` are not supported: write numbers, `*`, ranges, steps and lists
+        * * L * *|day-of-month field `L`: names, `?`, `L`, `W`, `#` and `+` are not supported: write numbers, `*`, ranges, steps and lists
+        * * LW * *|day-of-month field `LW`: names, `?`, `L`, `W`, `#` and `+` are not supported: write numbers, `*`, ranges, steps and lists
+        * * 15W * *|day-of-month field `15W`: names, `?`, `L`, `W`, `#` and `+` are not supported: write numbers, `*`, ranges, steps and lists
+        * * * * 5#3|day-of-week field `5#3`: names, `?`, `L`, `W`, `#` and `+` are not supported: write numbers, `*`, ranges, steps and lists
+        * * * * 1-5#2|day-of-week field `1-5#2`: names, `?`, `L`, `W`, `#` and `+` are not supported: write numbers, `*`, ranges, steps and lists
+        * * * * 5L|day-of-week field `5L`: names, `?`, `L`, `W`, `#` and `+` are not supported: write numbers, `*`, ranges, steps and lists
+        0 0 1 * +1|day-of-week field `+1`: names, `?`, `L`, `W`, `#` and `+` are not supported: write numbers, `*`, ranges, steps and lists
+        * * * * 1#6|day-of-week field `1#6`: Nth specifier out of bounds (the field takes 0-7)
+        5#3 * * * *|minute field `5#3`: CronPattern contains illegal character '#' in part '5#3' (the field takes 0-59)
+        1.5 * * * *|minute field `1.5`: CronPattern contains illegal character '.' in part '1.5' (the field takes 0-59)
+        */+5 * * * *|minute field `*/+5`: CronPattern contains illegal character '+' in part '*/+5' (the field takes 0-59)
+        -5 * * * *|minute field `-5`: Invalid start of range (the field takes 0-59)
+        1- * * * *|minute field `1-`: Invalid end of range (the field takes 0-59)
+        1-2-3 * * * *|minute field `1-2-3`: Invalid range syntax (the field takes 0-59)
+        5-1 * * * *|minute field `5-1`: Range out of bounds (the field takes 0-59)
+        * * * * 7-0|day-of-week field `7-0`: Range out of bounds (the field takes 0-7)
+        */0 * * * *|minute field `*/0`: Step cannot be zero (the field takes 0-59)
+        */2/3 * * * *|minute field `*/2/3`: Invalid stepped range syntax (the field takes 0-59)
+        * */ * * *|hour field `*/`: Invalid step (the field takes 0-23)
+        5/15 * * * *|minute field `5/15`: Invalid step syntax: single number steps like \"5/15\" are not allowed. Use \"*/15\" for wildcard steps or \"X-Y/15\" for range steps (the field takes 0-59)
         1,,2 * * * *|minute field `1,,2`: a list item is empty
         1, * * * *|minute field `1,`: a list item is empty
         0 0 31 2 *|never matches: day-of-month `31` does not occur in month `2`
@@ -121,6 +133,12 @@ fn anything_else_is_refused_saying_what_is_wrong() {
         assert_eq!(
             CronSpec::parse(written),
             Err(message.to_owned()),
+            "{written:?}"
+        );
+        // The route names the field, as CONTRACT §9 asks.
+        assert_eq!(
+            crate::api::read_timing(written, "UTC").map(|_| ()),
+            Err(crate::error::ValidationError::field("cron", message)),
             "{written:?}"
         );
     }
@@ -146,6 +164,7 @@ fn steps_lists_and_ranges_pick_their_minutes() {
         */15 * * * *|UTC|2026-01-01T00:07:30.250Z|2026-01-01T00:15:00Z 2026-01-01T00:30:00Z 2026-01-01T00:45:00Z 2026-01-01T01:00:00Z
         0,30 9,17 * * *|UTC|2026-01-01T09:00:00Z|2026-01-01T09:30:00Z 2026-01-01T17:00:00Z 2026-01-01T17:30:00Z 2026-01-02T09:00:00Z
         10-40/15 * * * *|UTC|2026-01-01T00:00:00Z|2026-01-01T00:10:00Z 2026-01-01T00:25:00Z 2026-01-01T00:40:00Z 2026-01-01T01:10:00Z
+        */60 * * * *|UTC|2026-01-01T00:07:00Z|2026-01-01T01:00:00Z 2026-01-01T02:00:00Z
         0 22-23,2-6/2 * * *|UTC|2026-01-01T12:00:00Z|2026-01-01T22:00:00Z 2026-01-01T23:00:00Z 2026-01-02T02:00:00Z 2026-01-02T04:00:00Z 2026-01-02T06:00:00Z 2026-01-02T22:00:00Z
         ",
     );
@@ -355,8 +374,8 @@ fn there_is_no_tick_past_the_search_bound() {
 
 #[test]
 fn a_tick_names_one_task() {
-    let schedule = Uuid::parse_str("0190f3a2-7b1c-7d4e-8a5b-3c2d1e0f9a8b").unwrap();
-    let other_schedule = Uuid::parse_str("0190f3a2-7b1c-7d4e-8a5b-3c2d1e0f9a8c").unwrap();
+    let schedule: ScheduleId = "0190f3a2-7b1c-7d4e-8a5b-3c2d1e0f9a8b".parse().unwrap();
+    let other_schedule: ScheduleId = "0190f3a2-7b1c-7d4e-8a5b-3c2d1e0f9a8c".parse().unwrap();
     let tick = ms("2026-04-01T08:00:00Z");
     // SHA-1 of the namespace and the name, as RFC 9562 §5.5 builds it.
     let pinned = "fe69a098-cf9c-529e-a35f-7b3e999f67e4";
@@ -376,7 +395,7 @@ fn a_tick_names_one_task() {
 fn a_record_fires_its_latest_due_tick_once_and_rearms() {
     let minute = 60_000;
     let mut s = ScheduleRecord {
-        schedule_id: Uuid::nil(),
+        schedule_id: ScheduleId(Uuid::nil()),
         name: "n".into(),
         cron: cron("* * * * *"),
         zone: Zone::utc(),

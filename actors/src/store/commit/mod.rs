@@ -21,7 +21,9 @@ use crate::domain::mark::MarkedCounts;
 use crate::domain::schedule::ScheduleRecord;
 use crate::domain::usage::Usage;
 use crate::domain::webhooks::{Endpoint, OutboxEvent};
-use crate::domain::{ContentField, KeyId, OrgId, StoredEvent, StoredTask, TaskHeader, TaskId};
+use crate::domain::{
+    ContentField, KeyId, OrgId, ScheduleId, StoredEvent, StoredTask, TaskHeader, TaskId,
+};
 
 mod accounts;
 mod postgres;
@@ -101,7 +103,7 @@ pub enum WriteOp {
     DeleteWebhook(String),
     /// A schedule as it now stands (new, changed, or fired).
     UpsertSchedule(Box<ScheduleRecord>),
-    DeleteSchedule(uuid::Uuid),
+    DeleteSchedule(ScheduleId),
     /// A delivery worker's turns at an endpoint's log or outbox rows (on
     /// SQLite, whose one write lock the worker must not take itself): the
     /// cursor moves, rows delivered go, rows to retry get their next
