@@ -253,6 +253,24 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_pattern_is_named_cron_with_croner_s_reason() {
+        for written in [
+            "60 * * * *",
+            "* * * * MON",
+            "0 0 31 2 *",
+            "@daily",
+            "1,,2 * * * *",
+        ] {
+            let reason = CronSpec::parse(written).unwrap_err();
+            assert_eq!(
+                read_timing(written, "UTC").map(|_| ()),
+                Err(ValidationError::field("cron", &reason)),
+                "{written:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_patch_changes_at_least_one_field() {
         assert!(PatchSchedule::decode(&json!({})).is_err());
         let p = PatchSchedule::decode(&json!({"active": false})).unwrap();
