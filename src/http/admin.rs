@@ -123,6 +123,13 @@ pub async fn hold_removals(
     Ok(Json(serde_json::json!({ "steps": hold.steps })))
 }
 
+/// Test hook: how many reads of the store the webhook delivery worker has
+/// made, so a test can tell that an idle worker reads nothing.
+#[cfg(feature = "test-hooks")]
+pub async fn delivery_reads(State(state): State<AppState>, _: Operator) -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "reads": state.engine.delivery_reads() }))
+}
+
 /// Test hook: how a simulated store outage should be.
 #[cfg(feature = "test-hooks")]
 #[derive(serde::Deserialize, schemars::JsonSchema)]

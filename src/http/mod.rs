@@ -23,6 +23,8 @@ use std::time::Duration;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::StatusCode;
 use axum::response::Response;
+#[cfg(feature = "test-hooks")]
+use axum::routing::get;
 use axum::routing::post;
 use axum::{Json, Router};
 use schemars::JsonSchema;
@@ -136,6 +138,7 @@ pub fn router(state: AppState) -> Router {
             .route("/admin/test/purge", post(admin::purge_deleted))
             .route("/admin/test/purge/hold", post(admin::hold_removals))
             .route("/admin/test/store", post(admin::store_outage))
+            .route("/admin/test/deliveries", get(admin::delivery_reads))
     };
 
     // What the nodes of a cluster ask of each other: not part of the API,

@@ -203,6 +203,57 @@ backend_tests!(
 );
 
 backend_tests!(
+    a_delivery_follows_its_commit_and_an_idle_worker_reads_nothing,
+    needs(
+        "webhooks_python",
+        "needs TASKQ_TEST_WEBHOOKS_PYTHON (a Python with standardwebhooks)"
+    ),
+    |backend: Backend| async move {
+        let Watched { rx, srv, org, .. } =
+            Watched::start(backend, "dev", ("ok", "idle"), json!(["task.created"])).await;
+        let key = &org.owner_key;
+        let first = srv.new_task(key, "first").await;
+        rx.until("idle", "the first creation", |got| {
+            has(got, "task.created", &first, "pending")
+        })
+        .await;
+        // Spells longer than a poll's one second: a long poll of another
+        // org's empty queue, which commits nothing.
+        let other = srv.create_org("dev").await;
+        let idle = || async {
+            let claimed = srv
+                .claim(&other.owner_key, json!({ "wait_seconds": 2 }))
+                .await;
+            assert!(claimed.is_none(), "{claimed:?}");
+        };
+        // The first delivery settles, and the worker looks once more.
+        idle().await;
+        let before = delivery_reads(&srv).await;
+        idle().await;
+        assert_eq!(
+            delivery_reads(&srv).await,
+            before,
+            "an idle worker reads nothing"
+        );
+        let second = srv.new_task(key, "second").await;
+        rx.until("idle", "the second creation, woken by its commit", |got| {
+            has(got, "task.created", &second, "pending")
+        })
+        .await;
+        assert!(delivery_reads(&srv).await > before);
+    }
+);
+
+/// How many reads of the store the delivery worker has made.
+async fn delivery_reads(srv: &TestServer) -> u64 {
+    let (status, body) = srv
+        .admin(reqwest::Method::GET, "/admin/test/deliveries", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["reads"].as_u64().expect("a count")
+}
+
+backend_tests!(
     a_task_s_later_event_waits_behind_its_earlier_one_s_retries,
     needs(
         "webhooks_python",

@@ -16,6 +16,7 @@
 
 use std::time::Duration;
 
+use super::writer_load::{Pacer, Pacing};
 use super::Engine;
 use crate::api::OrgDeleting;
 use crate::domain::OrgId;
@@ -26,8 +27,17 @@ use crate::store::{WriteBatch, WriteOp};
 /// How often the engine looks for deleted orgs whose rows remain (after a
 /// restart, or a removal that failed).
 const RESUME_EVERY: Duration = Duration::from_secs(60);
-/// The pause between two steps of a removal, so other writes pass.
-const BETWEEN_STEPS: Duration = Duration::from_millis(20);
+/// The pause between two steps of a removal, so other writes pass; longer
+/// while the writers are busy with others' work. A step is one `PurgeOrg`
+/// batch, whatever the load.
+const PACED: Pacing = Pacing {
+    step: 1,
+    pause: Duration::from_millis(20),
+    busy_step: 1,
+    busy_pause: Duration::from_millis(100),
+};
+/// The test hook's removal: at once.
+const AT_ONCE: Pacing = Pacing::unpaced(1);
 
 impl Engine {
     /// `DELETE /admin/orgs/{id}`; again while its rows are removed, the
@@ -53,7 +63,7 @@ impl Engine {
         self.forget_org(org);
         let engine = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = engine.purge_org(org, BETWEEN_STEPS).await {
+            if let Err(e) = engine.purge_org(org, PACED).await {
                 tracing::warn!(org_id = %org, error = %e, "removing a deleted org's rows; resumed later");
             }
         });
@@ -64,7 +74,7 @@ impl Engine {
     pub(super) async fn purge_periodically(self) {
         loop {
             tokio::time::sleep(RESUME_EVERY).await;
-            if let Err(e) = self.purge(BETWEEN_STEPS).await {
+            if let Err(e) = self.purge(PACED).await {
                 tracing::warn!(error = %e, "removing deleted orgs' rows; resumed later");
             }
         }
@@ -73,27 +83,29 @@ impl Engine {
     /// Removes every deleted org's rows now (the test hook's way to await
     /// the removal).
     pub async fn purge_deleted_orgs(&self) -> Result<usize, EngineError> {
-        self.purge(Duration::ZERO).await
+        self.purge(AT_ONCE).await
     }
 
-    async fn purge(&self, pause: Duration) -> Result<usize, EngineError> {
+    async fn purge(&self, pacing: Pacing) -> Result<usize, EngineError> {
         let orgs = self.stored(self.inner.store.deleting_orgs().await)?;
         for org in &orgs {
-            self.purge_org(*org, pause).await?;
+            self.purge_org(*org, pacing).await?;
         }
         Ok(orgs.len())
     }
 
-    async fn purge_org(&self, org: OrgId, pause: Duration) -> Result<(), EngineError> {
+    async fn purge_org(&self, org: OrgId, pacing: Pacing) -> Result<(), EngineError> {
+        let mut pacer = Pacer::new(pacing);
+        let mut steps = 0;
         loop {
             self.removal_step_allowed().await;
+            let pace = pacer.pace(self, steps);
             self.write_directly(org, WriteOp::PurgeOrg).await?;
+            steps += 1;
             if !self.stored(self.inner.store.org_rows_left(org).await)? {
                 break;
             }
-            if !pause.is_zero() {
-                tokio::time::sleep(pause).await;
-            }
+            Pacer::pause(pace).await;
         }
         // Steps racing (a resumed removal and the first) may both get here.
         self.write_directly(org, WriteOp::PurgeOrg).await?;

@@ -281,6 +281,7 @@ impl Engine {
                 board_feeds: Arc::default(),
                 board_state: super::board::org_state(&routes, &snapshots),
                 background_tasks: std::sync::Mutex::new(Vec::new()),
+                deliveries: OnceLock::new(),
                 directory,
                 supervisor,
                 routes,
@@ -382,6 +383,11 @@ impl Engine {
         }
         for t in std::mem::take(&mut *self.inner.background_tasks.lock().expect("not poisoned")) {
             t.abort();
+        }
+        if let Some(deliveries) = self.inner.deliveries.get() {
+            // Before the store's own: SQLite removes its WAL file when the
+            // last connection to the database closes.
+            deliveries.close().await;
         }
         self.inner.writers.close().await;
         self.inner.store.close().await;

@@ -94,6 +94,8 @@ struct Inner {
     board_state: crate::watch::OrgState,
     /// The embedding worker and the store watcher, aborted at shutdown.
     background_tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The webhook delivery worker's pool, once it runs.
+    deliveries: OnceLock<Arc<deliveries::DeliveryPool>>,
     directory: Arc<OrgDirectory>,
     supervisor: ActorRef<SupervisorMsg>,
     /// Read-only here: only the supervisor writes it.

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::writer_load::WriterLoad;
+use super::writer_load::{Pacer, Pacing};
 use super::Engine;
 use crate::domain::retention::{cutoff, pinned};
 use crate::domain::{OrgId, TaskId};
@@ -20,20 +20,25 @@ const SWEEP_EVERY: Duration = Duration::from_secs(600);
 /// Tasks removed in one write: small, so a commit that carries them stays
 /// short beside the claims in it.
 const PAGE: usize = 100;
-/// The pause between pages of a background sweep.
-const BETWEEN_PAGES: Duration = Duration::from_millis(20);
-/// While the writers are busy with others' work, at most this many tasks
-/// a write and one write per [`BUSY_PAUSE`]: a floor, so an org that
-/// stays busy still loses its expired tasks.
-const TRICKLE: usize = 50;
-const BUSY_PAUSE: Duration = Duration::from_millis(100);
+/// A background sweep's pages, and the pause after each: while the
+/// writers are busy with others' work, at most 50 tasks a write and one
+/// write per 100 ms, so an org that stays busy still loses its expired
+/// tasks.
+const PACED: Pacing = Pacing {
+    step: PAGE,
+    pause: Duration::from_millis(20),
+    busy_step: 50,
+    busy_pause: Duration::from_millis(100),
+};
+/// The test hook's sweep: at once.
+const AT_ONCE: Pacing = Pacing::unpaced(PAGE);
 
 impl Engine {
     /// Runs the sweep every `SWEEP_EVERY` until the engine stops.
     pub(super) async fn sweep_periodically(self) {
         loop {
             tokio::time::sleep(SWEEP_EVERY).await;
-            if let Err(e) = self.sweep(BETWEEN_PAGES).await {
+            if let Err(e) = self.sweep(PACED).await {
                 tracing::warn!(error = %e, "retention sweep stopped early; it runs again later");
             }
         }
@@ -42,7 +47,7 @@ impl Engine {
     /// One sweep of every org, at once: answers how many tasks it removed
     /// (the test hook's way to await it).
     pub async fn sweep_retention(&self) -> Result<usize, EngineError> {
-        self.sweep(Duration::ZERO).await
+        self.sweep(AT_ONCE).await
     }
 
     /// One sweep of every org in the background, paced as the periodic
@@ -50,14 +55,14 @@ impl Engine {
     pub fn start_paced_sweep(&self) {
         let engine = self.clone();
         tokio::spawn(async move {
-            match engine.sweep(BETWEEN_PAGES).await {
+            match engine.sweep(PACED).await {
                 Ok(removed) => tracing::info!(removed, "paced retention sweep done"),
                 Err(e) => tracing::warn!(error = %e, "paced retention sweep stopped early"),
             }
         });
     }
 
-    async fn sweep(&self, pause: Duration) -> Result<usize, EngineError> {
+    async fn sweep(&self, pacing: Pacing) -> Result<usize, EngineError> {
         let orgs = self.stored(self.inner.store.retained_orgs().await)?;
         let mut removed = 0;
         for (org, days) in orgs {
@@ -66,21 +71,16 @@ impl Engine {
                     continue;
                 }
             }
-            removed += self.sweep_org(org, days, pause).await?;
+            removed += self.sweep_org(org, days, pacing).await?;
         }
         Ok(removed)
     }
 
-    async fn sweep_org(
-        &self,
-        org: OrgId,
-        days: i64,
-        pause: Duration,
-    ) -> Result<usize, EngineError> {
+    async fn sweep_org(&self, org: OrgId, days: i64, pacing: Pacing) -> Result<usize, EngineError> {
         let cutoff = cutoff(self.now(), days);
         self.request(org, |reply| OrgMsg::SweepBegins { reply })
             .await?;
-        let swept = self.sweep_pages(org, cutoff, pause).await;
+        let swept = self.sweep_pages(org, cutoff, pacing).await;
         self.request(org, |reply| OrgMsg::SweepEnds { reply })
             .await?;
         swept
@@ -92,7 +92,7 @@ impl Engine {
         &self,
         org: OrgId,
         cutoff: i64,
-        pause: Duration,
+        pacing: Pacing,
     ) -> Result<usize, EngineError> {
         let store = &self.inner.store;
         let referrers = self.stored(store.referrers(org, cutoff).await)?;
@@ -104,12 +104,11 @@ impl Engine {
         .await?;
         let mut after: Option<TaskId> = None;
         let mut removed = 0;
-        let mut load = WriterLoad::default();
+        let mut pacer = Pacer::new(pacing);
         let mut writes = 0;
         loop {
-            let busy = !pause.is_zero() && load.busy_now(self, writes);
-            let limit = if busy { TRICKLE } else { PAGE };
-            let page = self.stored(store.eligible_tasks(org, cutoff, after, limit).await)?;
+            let pace = pacer.pace(self, writes);
+            let page = self.stored(store.eligible_tasks(org, cutoff, after, pace.limit).await)?;
             let Some(last) = page.last().copied() else {
                 return Ok(removed);
             };
@@ -125,11 +124,7 @@ impl Engine {
                     })
                     .await?;
             }
-            if pause.is_zero() {
-                tokio::task::yield_now().await;
-            } else {
-                tokio::time::sleep(if busy { BUSY_PAUSE } else { pause }).await;
-            }
+            Pacer::pause(pace).await;
         }
     }
 }

@@ -180,6 +180,8 @@ impl Work {
                 state.content.forget(*id);
             }
         }
+        let wakes_deliveries = !self.outbox.is_empty()
+            || (!self.events.is_empty() && state.webhooks.iter().any(|e| e.active));
         let mut ops = Vec::with_capacity(4 + self.changed.len() + self.content.len());
         ops.extend(self.accounts);
         if !self.inserted.is_empty() {
@@ -217,6 +219,7 @@ impl Work {
             ops,
             fence: state.fence.clone(),
             marked: Some(marked),
+            wakes_deliveries,
         }
     }
 }

@@ -205,7 +205,9 @@ pub use events::LoggedEvent;
 pub use keys::ClientDek;
 pub use migrate::{migrate_store, Continued, CopyProgress, Migrated, TableCount};
 pub use reports::ReportKey;
-pub use webhooks::{AfterAttempt, DeliveryRecord, DueRow, NewRow, Settled, Target, Turn, LOG_KEPT};
+pub use webhooks::{
+    AfterAttempt, DeliveryRecord, DueLog, DueRow, NewRow, Settled, Target, Turn, LOG_KEPT,
+};
 
 /// A row type that both backends can decode.
 trait BackendRow: Send + Unpin + for<'r> FromRow<'r, SqliteRow> + for<'r> FromRow<'r, PgRow> {}

@@ -188,6 +188,7 @@ async fn round_trip(store: &Store) {
         ],
         fence: None,
         marked: None,
+        wakes_deliveries: false,
     };
     store.apply(&[&batch]).await.unwrap();
 
@@ -285,6 +286,7 @@ async fn failed_commit(store: &Store) {
         ops,
         fence: None,
         marked: None,
+        wakes_deliveries: false,
     };
     // A task created, and the org's requests counted to `requests`.
     let created = |header: &TaskHeader, requests| {
@@ -335,6 +337,7 @@ async fn later_changes(store: &Store) {
         ops: vec![WriteOp::InsertTasks(vec![task.clone()])],
         fence: None,
         marked: None,
+        wakes_deliveries: false,
     };
     store
         .apply(&[&insert(first_org, &first), &insert(second_org, &second)])
@@ -391,6 +394,7 @@ async fn later_changes(store: &Store) {
         ],
         fence: None,
         marked: None,
+        wakes_deliveries: false,
     };
     let retitle = WriteBatch {
         org: second_org,
@@ -401,6 +405,7 @@ async fn later_changes(store: &Store) {
         }],
         fence: None,
         marked: None,
+        wakes_deliveries: false,
     };
     let complete = WriteBatch {
         org: first_org,
@@ -415,6 +420,7 @@ async fn later_changes(store: &Store) {
         ],
         fence: None,
         marked: None,
+        wakes_deliveries: false,
     };
     store.apply(&[&claim, &retitle, &complete]).await.unwrap();
 
@@ -470,6 +476,7 @@ async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
         ops: vec![WriteOp::InsertTasks(tasks.clone())],
         fence: None,
         marked: None,
+        wakes_deliveries: false,
     }])
     .await;
     let moved = |i: usize, status, was_finished| {
@@ -490,6 +497,7 @@ async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
         ],
         fence: None,
         marked: None,
+        wakes_deliveries: false,
     };
     apply(vec![finish]).await;
     let listed = |after, query: ListTasks| async move {
@@ -540,12 +548,14 @@ async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
         ops: vec![moved(i, TaskStatus::Pending, true)],
         fence: None,
         marked: None,
+        wakes_deliveries: false,
     };
     let claim = WriteBatch {
         org,
         ops: vec![moved(0, TaskStatus::InProgress, false)],
         fence: None,
         marked: None,
+        wakes_deliveries: false,
     };
     apply(vec![reopen(0), claim, reopen(1)]).await;
     assert_eq!(
@@ -578,6 +588,7 @@ async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
         ],
         fence: None,
         marked: None,
+        wakes_deliveries: false,
     }])
     .await;
     let unsettled = |ops| async move {
@@ -587,6 +598,7 @@ async fn finished_and_reopened(store: &Store, settle_each_commit: bool) {
                 ops,
                 fence: None,
                 marked: None,
+                wakes_deliveries: false,
             }])
             .await
             .unwrap();
@@ -738,6 +750,7 @@ async fn claims_move_no_task_row_to_another_page_sqlite() {
         ops: vec![WriteOp::InsertTasks(tasks.clone())],
         fence: None,
         marked: None,
+        wakes_deliveries: false,
     };
     store.apply(&[&created]).await.unwrap();
     let before = task_leaves(&store).await;
@@ -754,6 +767,7 @@ async fn claims_move_no_task_row_to_another_page_sqlite() {
             .collect(),
         fence: None,
         marked: None,
+        wakes_deliveries: false,
     };
     store.apply(&[&claims]).await.unwrap();
     assert_eq!(task_leaves(&store).await, before);
@@ -865,6 +879,7 @@ async fn append_events(store: &Store, org: OrgId, events: &[(TaskId, i64)]) {
             ops: vec![WriteOp::InsertEvents(events.iter().map(reopened).collect())],
             fence: None,
             marked: None,
+            wakes_deliveries: false,
         }])
         .await
         .unwrap();
@@ -1099,6 +1114,7 @@ pub(super) async fn commit_ops(store: &Store, org: OrgId, ops: Vec<WriteOp>) {
             ops,
             fence: None,
             marked: None,
+            wakes_deliveries: false,
         }])
         .await
         .unwrap();

@@ -22,6 +22,11 @@
 //! a stream loses nothing: the client resumes by id and the rest comes
 //! from the store.
 //!
+//! The hub also wakes the webhook delivery worker: a commit whose batch
+//! gives it work (`WriteBatch::wakes_deliveries`) rings
+//! [`EventHub::deliveries`], so the worker waits for commits rather than
+//! polling the store, and an idle server reads nothing for webhooks.
+//!
 //! The writer publishes an org's commits in commit order (one lane per
 //! org), and only commits it knows to have landed. A commit that failed
 //! may have landed all the same (an answer lost with the connection), so
@@ -33,7 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, watch, Notify};
 
 use super::changes::Changes;
 use crate::api::{EventBody, EventData, EventKind, Timestamp, TransitionData};
@@ -207,6 +212,9 @@ pub struct EventHub {
     /// Moved by a test that moves the clock: streams look again at when
     /// their keep-alive is due.
     clock_moves: watch::Sender<u64>,
+    /// Rung by commits that give the delivery worker work (one permit
+    /// kept while it is not waiting, so none is missed).
+    deliveries: Notify,
     buffer: usize,
 }
 
@@ -225,6 +233,7 @@ impl EventHub {
             closed: AtomicBool::new(false),
             streams: Mutex::default(),
             clock_moves: watch::Sender::new(0),
+            deliveries: Notify::new(),
             buffer: buffer.max(1),
         }
     }
@@ -315,6 +324,9 @@ impl EventHub {
     /// entry per org. The commit numbered its events from `first_id` on,
     /// batch after batch, in the order of their writes.
     pub(crate) fn publish(&self, batches: &[&WriteBatch], first_id: i64) {
+        if batches.iter().any(|b| b.wakes_deliveries) {
+            self.deliveries.notify_one();
+        }
         if self.watched.load(Ordering::SeqCst) == 0 {
             return;
         }
@@ -355,6 +367,8 @@ impl EventHub {
     /// Ends the org's streams (after those events already sent): its
     /// commit failed, or this node no longer owns it.
     pub fn cut_off(&self, org: OrgId) {
+        // What may have landed may be the worker's to deliver.
+        self.deliveries.notify_one();
         let mut orgs = self.orgs();
         let mut boards = self.boards();
         if orgs.remove(&org).is_some() {
@@ -401,6 +415,12 @@ impl EventHub {
 
     pub fn clock_moves(&self) -> watch::Receiver<u64> {
         self.clock_moves.subscribe()
+    }
+
+    /// Waits until a commit gave the delivery worker work since it last
+    /// looked.
+    pub async fn deliveries(&self) {
+        self.deliveries.notified().await;
     }
 }
 
@@ -535,6 +555,28 @@ mod tests {
         assert_eq!(hub.watched.load(Ordering::SeqCst), 0);
         hub.close();
         assert!(hub.watch_changes(org).has_ended());
+    }
+
+    #[tokio::test]
+    async fn a_commit_with_work_for_webhooks_wakes_the_worker_watched_or_not() {
+        let hub = EventHub::default();
+        let org = OrgId::new_v7();
+        let mut quiet = WriteBatch::new(
+            org,
+            vec![WriteOp::InsertEvents(vec![created(TaskId::new_v7())])],
+        );
+        hub.publish(&[&quiet], 1);
+        async fn woken(hub: &EventHub) -> bool {
+            use std::future::Future;
+            let mut waiting = std::pin::pin!(hub.deliveries());
+            std::future::poll_fn(|cx| std::task::Poll::Ready(waiting.as_mut().poll(cx).is_ready()))
+                .await
+        }
+        assert!(!woken(&hub).await, "an org without endpoints wakes nothing");
+        quiet.wakes_deliveries = true;
+        hub.publish(&[&quiet], 2);
+        assert!(woken(&hub).await, "kept for the worker until it waits");
+        assert!(!woken(&hub).await, "once");
     }
 
     #[test]

@@ -24,6 +24,14 @@
 //! worker reads the shared store, a worker also holds what it takes on
 //! the database's clock (`store::webhooks::outbox`).
 //!
+//! The worker waits for work rather than polling for it: a commit that
+//! gives it some (events of an org with an active endpoint, a test event)
+//! rings the hub's `deliveries`, a turn that ends gives its room back, and
+//! the one timer is for the soonest retry an outbox row waits for (on
+//! PostgreSQL, or another worker's hold running out). So an idle server
+//! reads nothing for webhooks. While the writers are busy with others'
+//! work it trickles, paced by `writer_load` as the other background work.
+//!
 //! At least once: an event leaves the log's cursor or the outbox only
 //! once its receiver answered 2xx to each of its types (or the endpoint is
 //! disabled or deleted). An endpoint that answers 410, or whose event is
@@ -40,14 +48,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::writer_load::WriterLoad;
+use super::writer_load::{Pacer, Pacing};
 use super::{Engine, PeerOp};
 use crate::background::Background;
 use crate::domain::OrgId;
 use crate::error::EngineError;
 use crate::store::{
-    AfterAttempt, DueRow, Settled, Store, StoreError, StoreOptions, Target, Turn, WriteBatch,
-    WriteOp,
+    AfterAttempt, DueLog, DueRow, LoggedEvent, Settled, Store, StoreError, StoreOptions, Target,
+    Turn, WriteBatch, WriteOp,
 };
 use crate::webhook_sender::{WebhookSender, DELIVERY_TIMEOUT};
 use ledger::{Ledger, Taken};
@@ -58,16 +66,22 @@ use turn::{newest, Lane, LogTurn};
 const READ: usize = 256;
 /// Endpoints with events waiting looked at per look.
 const LOGS_READ: i64 = 64;
-/// While the writers are busy with other work (`writer_load`), at most this many
-/// entries and rows per [`BUSY_POLL`]: a floor, so a server that stays
+/// Entries and rows per look: while the writers are busy with other work
+/// (`writer_load`), at most 16 per 100 ms, a floor, so a server that stays
 /// busy still delivers.
-const TRICKLE: usize = 16;
-const BUSY_POLL: Duration = Duration::from_millis(100);
-/// How soon a worker that found nothing looks again: at first soon, then
-/// less and less often while nothing comes, so an idle server spends next
-/// to nothing on it.
-const FIRST_IDLE_POLL: Duration = Duration::from_millis(100);
-const LAST_IDLE_POLL: Duration = Duration::from_secs(1);
+const PACING: Pacing = Pacing {
+    step: READ,
+    pause: Duration::ZERO,
+    busy_step: 16,
+    busy_pause: Duration::from_millis(100),
+};
+/// How soon to look again at something due that could not be taken (its
+/// endpoint had no request to spare): not at once, so that is no spin.
+const DUE_AGAIN: Duration = Duration::from_millis(50);
+/// How soon to look again after the store failed a look: doubling up to
+/// the last.
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const LAST_RETRY: Duration = Duration::from_secs(5);
 /// How long a PostgreSQL worker holds what it took, on the database's
 /// clock. A stream that could not finish its next entry before then
 /// leaves it (and the rest) as rows, due at once.
@@ -81,12 +95,35 @@ const CONNECTIONS: u32 = 2;
 const KEEP_LOG_MS: i64 = 7 * 24 * 3_600_000;
 const PRUNE_EVERY_MS: i64 = 3_600_000;
 
+/// What the engine keeps of its delivery worker: its pool, closed at
+/// shutdown (a SQLite connection left open keeps the WAL file), and how
+/// many reads it has made of the store.
+pub(super) struct DeliveryPool {
+    store: Store,
+    reads: AtomicU64,
+}
+
+impl DeliveryPool {
+    pub(super) async fn close(&self) {
+        self.store.close().await;
+    }
+}
+
+impl Engine {
+    /// Test hook: how many reads of the store the delivery worker has made.
+    #[cfg(feature = "test-hooks")]
+    pub fn delivery_reads(&self) -> u64 {
+        (self.inner.deliveries.get()).map_or(0, |d| d.reads.load(Ordering::Relaxed))
+    }
+}
+
 /// The worker's state, shared by its loop and its turns.
 struct Worker {
     engine: Engine,
     sender: Arc<dyn WebhookSender>,
     /// Its own pool, opened from its thread.
     store: Store,
+    pool: Arc<DeliveryPool>,
     /// The server's own runtime: what must not run at the worker's
     /// priority (an org actor it may start, the log's pruning) runs there.
     main: tokio::runtime::Handle,
@@ -108,10 +145,18 @@ impl Engine {
             max_connections: CONNECTIONS,
             ..options.clone()
         };
+        let store = Store::connect_lazy(database_url, &options)?;
+        let pool = Arc::new(DeliveryPool {
+            store: store.clone(),
+            reads: AtomicU64::new(0),
+        });
+        // Set once: one worker per engine.
+        let _ = self.inner.deliveries.set(pool.clone());
         let worker = Arc::new(Worker {
             engine: self.clone(),
             sender,
-            store: Store::connect_lazy(database_url, &options)?,
+            store,
+            pool,
             main: tokio::runtime::Handle::current(),
             ledger: Arc::default(),
             own_batches: AtomicU64::new(0),
@@ -123,18 +168,13 @@ impl Engine {
 impl Worker {
     async fn run(self: Arc<Self>) {
         let mut pruned_at = 0;
-        let mut idle = FIRST_IDLE_POLL;
-        let mut load = WriterLoad::default();
+        let mut retry = FIRST_RETRY;
+        let mut pacer = Pacer::new(PACING);
+        let hub = self.engine.inner.hub.clone();
+        let mut clock_moves = hub.clock_moves();
         loop {
-            let busy = load.busy_now(&self.engine, self.own_batches.load(Ordering::Relaxed));
-            let limit = if busy { TRICKLE } else { READ };
-            let started = match self.start_due(limit).await {
-                Ok(started) => started,
-                Err(e) => {
-                    tracing::warn!(error = %e, "webhook deliveries: reading the outbox failed");
-                    0
-                }
-            };
+            let pace = pacer.pace(&self.engine, self.own_batches.load(Ordering::Relaxed));
+            let looked = self.start_due(pace.limit).await;
             let now = self.engine.now();
             if now - pruned_at >= PRUNE_EVERY_MS {
                 pruned_at = now;
@@ -142,15 +182,46 @@ impl Worker {
                 self.main
                     .spawn(async move { engine.prune_deliveries(now).await });
             }
-            if busy {
-                tokio::time::sleep(BUSY_POLL).await;
-            } else if started == 0 {
-                tokio::select! {
-                    _ = self.ledger.given_back() => {}
-                    _ = tokio::time::sleep(idle) => idle = (idle * 2).min(LAST_IDLE_POLL),
+            let wait = match looked {
+                // As much as it could take: more may be waiting.
+                Ok(started) if started >= pace.limit => {
+                    Pacer::pause(pace).await;
+                    continue;
                 }
-            } else {
-                idle = FIRST_IDLE_POLL;
+                Ok(_) => {
+                    retry = FIRST_RETRY;
+                    self.next_due(now).await
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "webhook deliveries: reading the outbox failed");
+                    let wait = retry;
+                    retry = (retry * 2).min(LAST_RETRY);
+                    Some(wait)
+                }
+            };
+            let prune_in = Duration::from_millis((pruned_at + PRUNE_EVERY_MS - now).max(0) as u64);
+            let wait = wait.map_or(prune_in, |w| w.min(prune_in));
+            tokio::select! {
+                () = hub.deliveries() => {}
+                () = self.ledger.given_back() => {}
+                // A test moved the clock: a retry may be due.
+                Ok(()) = clock_moves.changed() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// How long until something the worker could not take now may be
+    /// due (`None`: only a commit or a turn's end brings more).
+    async fn next_due(&self, now: i64) -> Option<Duration> {
+        let (rows, endpoints) = (self.ledger.rows(), self.ledger.busy_endpoints());
+        match self.read(self.store.next_delivery_in(now, &rows, &endpoints).await) {
+            Ok(None) => None,
+            Ok(Some(ms)) if ms <= 0 => Some(DUE_AGAIN),
+            Ok(Some(ms)) => Some(Duration::from_millis(ms as u64)),
+            Err(e) => {
+                tracing::warn!(error = %e, "webhook deliveries: reading the outbox failed");
+                Some(LAST_RETRY)
             }
         }
     }
@@ -165,7 +236,9 @@ impl Worker {
         Ok(from_logs + self.start_rows(room - from_logs).await?)
     }
 
+    /// A read of the worker's, counted.
     fn read<T>(&self, result: Result<T, StoreError>) -> Result<T, EngineError> {
+        self.pool.reads.fetch_add(1, Ordering::Relaxed);
         self.engine.stored(result)
     }
 
@@ -185,73 +258,112 @@ impl Worker {
         if room == 0 {
             return Ok(0);
         }
-        let skip = self.ledger.busy_endpoints();
-        let due = self.read(self.store.take_due_logs(LOGS_READ, &skip, HOLD_MS).await)?;
+        let due = self.select_logs().await?;
+        let mut planned = Vec::new();
         let mut left = room;
         let mut started = 0;
-        for log in due {
-            let Ok(org) = log.org_id.parse::<OrgId>() else {
-                continue;
-            };
-            let target = self.read(self.store.webhook_target(org, &log.webhook_id).await)?;
-            let Some(target) = target.filter(|t| t.active) else {
-                // Deleted or disabled meanwhile: its cursor goes with it.
-                continue;
-            };
+        for (log, target) in due {
             // Each endpoint's share of what is left, so one with a long
             // backlog does not take the whole room.
             let share = left.clamp(1, READ);
             let events = self.read(
                 self.store
-                    .org_events_after(org, log.cursor, share as i64)
+                    .org_events_after(log.org_id, log.cursor, share as i64)
                     .await,
             )?;
-            let turn = LogTurn::new(log.cursor, &events, &target.subscription);
-            let streams = self
-                .ledger
-                .free_streams(&log.webhook_id)
-                .min(turn.entries.len());
-            let Some(taken) = self
-                .ledger
-                .take_log(&log.webhook_id, turn.entries.len(), streams)
-            else {
+            let Some(plan) = self.plan_log(log, target, &events) else {
                 continue;
             };
-            let tasks: Vec<&str> = turn.entries.iter().map(|e| e.task_key.as_str()).collect();
-            let waiting = if tasks.is_empty() {
-                HashSet::new()
-            } else {
-                self.read(
-                    self.store
-                        .waiting_webhook_tasks(&log.webhook_id, &tasks)
-                        .await,
-                )?
-            };
-            left = left.saturating_sub(turn.entries.len());
-            started += turn.entries.len().max(1);
-            let stream = Stream {
-                org,
-                webhook: log.webhook_id,
-                target,
-                deadline: self.deadline(),
-            };
-            tokio::spawn(self.clone().deliver_log(stream, turn, waiting, taken));
+            let entries = plan.turn.entries.len();
+            left = left.saturating_sub(entries);
+            started += entries.max(1);
+            planned.push(plan);
             if left == 0 {
                 break;
             }
         }
+        let waiting = self.waiting_tasks(&planned).await?;
+        for plan in planned {
+            let waiting = waiting.get(&plan.stream.webhook).cloned();
+            tokio::spawn(self.clone().deliver_log(plan, waiting.unwrap_or_default()));
+        }
         Ok(started)
+    }
+
+    /// The endpoints with events waiting that are active still, each with
+    /// where its events go.
+    async fn select_logs(&self) -> Result<Vec<(DueLog, Target)>, EngineError> {
+        let skip = self.ledger.busy_endpoints();
+        let due = self.read(self.store.take_due_logs(LOGS_READ, &skip, HOLD_MS).await)?;
+        if due.is_empty() {
+            return Ok(Vec::new());
+        }
+        let asked: Vec<_> = (due.iter())
+            .map(|d| (d.org_id, d.webhook_id.as_str()))
+            .collect();
+        let mut targets = self.read(self.store.webhook_targets(&asked).await)?;
+        Ok(due
+            .into_iter()
+            .filter_map(|log| {
+                // Deleted or disabled meanwhile: its cursor goes with it.
+                let target = targets.remove(&log.webhook_id)?;
+                target.active.then_some((log, target))
+            })
+            .collect())
+    }
+
+    /// The turn at an endpoint over `events` (its log after its cursor),
+    /// with the requests it takes of the ledger; `None` when the endpoint
+    /// has none to spare or its log is in a turn already.
+    fn plan_log(&self, log: DueLog, target: Target, events: &[LoggedEvent]) -> Option<Planned> {
+        let turn = LogTurn::new(log.cursor, events, &target.subscription);
+        let streams = self
+            .ledger
+            .free_streams(&log.webhook_id)
+            .min(turn.entries.len());
+        let taken = self
+            .ledger
+            .take_log(&log.webhook_id, turn.entries.len(), streams)?;
+        Some(Planned {
+            stream: Stream {
+                org: log.org_id,
+                webhook: log.webhook_id,
+                target,
+                deadline: self.deadline(),
+            },
+            turn,
+            taken,
+        })
+    }
+
+    /// Of the planned turns' tasks, those with an earlier event waiting in
+    /// an outbox row of their endpoint, by endpoint: one read for all.
+    async fn waiting_tasks(
+        &self,
+        planned: &[Planned],
+    ) -> Result<HashMap<String, HashSet<String>>, EngineError> {
+        let asked: Vec<(&str, Vec<&str>)> = planned
+            .iter()
+            .filter(|p| !p.turn.entries.is_empty())
+            .map(|p| {
+                let tasks = p.turn.entries.iter().map(|e| e.task_key.as_str());
+                (p.stream.webhook.as_str(), tasks.collect())
+            })
+            .collect();
+        if asked.is_empty() {
+            return Ok(HashMap::new());
+        }
+        self.read(self.store.waiting_webhook_tasks(&asked).await)
     }
 
     /// A turn at an endpoint's log: its entries over the streams it took,
     /// then one settle of the whole turn.
-    async fn deliver_log(
-        self: Arc<Self>,
-        stream: Stream,
-        turn: LogTurn,
-        waiting: HashSet<String>,
-        taken: Taken,
-    ) {
+    async fn deliver_log(self: Arc<Self>, plan: Planned, waiting: HashSet<String>) {
+        let Planned {
+            stream,
+            turn,
+            taken,
+        } = plan;
         let org = stream.org;
         let shared = Arc::new((stream, turn, waiting));
         let mut lanes = tokio::task::JoinSet::new();
@@ -311,12 +423,19 @@ impl Worker {
                 .or_default()
                 .push(row);
         }
+        let by_endpoint: Vec<(OrgId, String, Vec<DueRow>)> = (by_endpoint.into_iter())
+            .filter_map(|(webhook, rows)| {
+                let org = rows.first()?.org_id.parse().ok()?;
+                Some((org, webhook, rows))
+            })
+            .collect();
+        let asked: Vec<_> = (by_endpoint.iter())
+            .map(|(org, webhook, _)| (*org, webhook.as_str()))
+            .collect();
+        let mut targets = self.read(self.store.webhook_targets(&asked).await)?;
         let mut started = 0;
-        for (webhook, rows) in by_endpoint {
-            let Some(org) = rows.first().and_then(|r| r.org_id.parse::<OrgId>().ok()) else {
-                continue;
-            };
-            let target = self.read(self.store.webhook_target(org, &webhook).await)?;
+        for (org, webhook, rows) in by_endpoint {
+            let target = targets.remove(&webhook);
             let streams = self.ledger.free_streams(&webhook).min(rows.len());
             let mut split: Vec<Vec<DueRow>> = vec![Vec::new(); streams];
             for (i, row) in rows.into_iter().enumerate() {
@@ -434,6 +553,13 @@ impl Worker {
             tracing::warn!(org_id = %org, error = %e, "recording a webhook delivery failed");
         }
     }
+}
+
+/// A turn at an endpoint's log as planned, and what it took.
+struct Planned {
+    stream: Stream,
+    turn: LogTurn,
+    taken: Taken,
 }
 
 /// A turn's endpoint, and until when it may send (PostgreSQL).

@@ -139,6 +139,9 @@ pub struct WriteBatch {
     /// that wrote it was applied, for the org's boards: a notice of this
     /// commit tells them (`None` for writes no org actor made).
     pub marked: Option<MarkedCounts>,
+    /// Whether it gives the webhook delivery worker work once committed:
+    /// events of an org with an active endpoint, or a test event.
+    pub wakes_deliveries: bool,
 }
 
 impl WriteBatch {
@@ -148,6 +151,7 @@ impl WriteBatch {
             ops,
             fence: None,
             marked: None,
+            wakes_deliveries: false,
         }
     }
 }

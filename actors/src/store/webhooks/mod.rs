@@ -9,6 +9,8 @@
 //! only an event that fails, or that must wait behind its task's earlier
 //! event, becomes an outbox row of its own, and so does a test event.
 
+use std::collections::HashMap;
+
 use sqlx::FromRow;
 
 use super::{Arg, Result, Store, StoreError};
@@ -21,7 +23,7 @@ mod outbox;
 mod tests;
 
 pub(super) use outbox::{settle_in, SettleArgs};
-pub use outbox::{AfterAttempt, DueRow, NewRow, Settled, Turn, LOG_KEPT};
+pub use outbox::{AfterAttempt, DueLog, DueRow, NewRow, Settled, Turn, LOG_KEPT};
 
 /// An endpoint's `events` column: the names it subscribed to.
 fn subscription(events: &str) -> Result<Subscription> {
@@ -68,6 +70,8 @@ pub struct Target {
 
 #[derive(FromRow)]
 struct TargetRow {
+    org_id: String,
+    webhook_id: String,
     url: String,
     active: i64,
     events: String,
@@ -122,40 +126,68 @@ impl Store {
 
     /// An endpoint's address and secrets; `None` once it is deleted.
     pub async fn webhook_target(&self, org: OrgId, webhook: &str) -> Result<Option<Target>> {
-        let row: Option<TargetRow> = self
-            .fetch_optional(
-                "SELECT url, active, events, secret, secret_key_id, previous_secret, \
-                 previous_secret_key_id, previous_until FROM webhooks \
-                 WHERE org_id = $1 AND webhook_id = $2",
-                vec![Arg::Text(org.to_string()), Arg::Text(webhook.to_owned())],
+        Ok(self
+            .webhook_targets(&[(org, webhook)])
+            .await?
+            .remove(webhook))
+    }
+
+    /// The addresses and secrets of those of the endpoints (each of its
+    /// org) that are not deleted, by endpoint, in one read.
+    pub async fn webhook_targets(
+        &self,
+        endpoints: &[(OrgId, &str)],
+    ) -> Result<HashMap<String, Target>> {
+        let orgs: Vec<String> = endpoints.iter().map(|(o, _)| o.to_string()).collect();
+        let ids: Vec<&str> = endpoints.iter().map(|(_, w)| *w).collect();
+        let orgs = serde_json::to_string(&orgs).expect("ids serialize");
+        let ids = serde_json::to_string(&ids).expect("ids serialize");
+        let rows: Vec<TargetRow> = self
+            .fetch_all(
+                &format!(
+                    "SELECT org_id, webhook_id, url, active, events, secret, secret_key_id, \
+                     previous_secret, previous_secret_key_id, previous_until FROM webhooks \
+                     WHERE org_id IN ({}) AND webhook_id IN ({})",
+                    outbox::listed(self, 1),
+                    outbox::listed(self, 2)
+                ),
+                vec![Arg::Text(orgs), Arg::Text(ids)],
             )
             .await?;
-        row.map(|r| {
-            Ok(Target {
-                subscription: subscription(&r.events)?,
-                url: r.url,
-                active: r.active != 0,
-                secret: SealedSecret {
-                    master_key_id: r.secret_key_id,
-                    bytes: r.secret,
-                },
-                previous: match (
-                    r.previous_secret,
-                    r.previous_secret_key_id,
-                    r.previous_until,
-                ) {
-                    (Some(bytes), Some(master_key_id), Some(until)) => Some((
-                        SealedSecret {
-                            master_key_id,
-                            bytes,
-                        },
-                        until,
-                    )),
-                    _ => None,
-                },
+        let asked = |org: &str, webhook: &str| {
+            endpoints
+                .iter()
+                .any(|(o, w)| *w == webhook && o.to_string() == org)
+        };
+        rows.into_iter()
+            .filter(|r| asked(&r.org_id, &r.webhook_id))
+            .map(|r| {
+                let target = Target {
+                    subscription: subscription(&r.events)?,
+                    url: r.url,
+                    active: r.active != 0,
+                    secret: SealedSecret {
+                        master_key_id: r.secret_key_id,
+                        bytes: r.secret,
+                    },
+                    previous: match (
+                        r.previous_secret,
+                        r.previous_secret_key_id,
+                        r.previous_until,
+                    ) {
+                        (Some(bytes), Some(master_key_id), Some(until)) => Some((
+                            SealedSecret {
+                                master_key_id,
+                                bytes,
+                            },
+                            until,
+                        )),
+                        _ => None,
+                    },
+                };
+                Ok((r.webhook_id, target))
             })
-        })
-        .transpose()
+            .collect()
     }
 
     /// The endpoint's latest `limit` attempts, newest first.

@@ -14,7 +14,7 @@
 //! keeps what it took in memory instead. A row's schedule
 //! (`next_attempt_at`) is on the engine's clock, apart from its hold.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use sqlx::FromRow;
@@ -32,12 +32,19 @@ pub const LOG_KEPT: i64 = 100;
 const PG_NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
 
 /// An endpoint whose org has events after its cursor, as a worker takes it.
-#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DueLog {
     pub webhook_id: String,
-    pub org_id: String,
+    pub org_id: OrgId,
     /// The last event of the org the endpoint has been through.
     pub cursor: i64,
+}
+
+#[derive(FromRow)]
+struct DueLogRow {
+    webhook_id: String,
+    org_id: String,
+    cursor: i64,
 }
 
 /// An outbox row that is due, as a worker reads it.
@@ -245,7 +252,7 @@ impl SettleArgs {
 }
 
 /// A JSON array bound as `$n`, as a set of rows to select from.
-fn listed(store: &Store, n: u8) -> String {
+pub(super) fn listed(store: &Store, n: u8) -> String {
     match store {
         Store::Sqlite(_) => format!("SELECT value FROM json_each(${n})"),
         Store::Postgres(..) => format!("SELECT value FROM json_array_elements_text(${n}::json)"),
@@ -296,7 +303,16 @@ impl Store {
         if matches!(self, Store::Postgres(..)) {
             args.push(Arg::Int(hold_ms));
         }
-        self.fetch_all(&sql, args).await
+        let rows: Vec<DueLogRow> = self.fetch_all(&sql, args).await?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(DueLog {
+                    org_id: super::super::rows::org_id(&r.org_id)?,
+                    webhook_id: r.webhook_id,
+                    cursor: r.cursor,
+                })
+            })
+            .collect()
     }
 
     /// Up to `limit` rows due at `now` and not in `skip`, at most
@@ -367,29 +383,87 @@ impl Store {
             .collect())
     }
 
-    /// Of `tasks`, those with an event of the endpoint waiting in an
-    /// outbox row: their later events wait behind it.
-    pub async fn waiting_webhook_tasks(
+    /// How long from `now` until there may be something to take that
+    /// could not be taken just now, in milliseconds (0 or less: at once),
+    /// or `None` when only a commit can bring more: the soonest retry of
+    /// an outbox row first of its task (neither in `skip_rows` nor of an
+    /// endpoint in `skip_endpoints`), and on PostgreSQL also when another
+    /// worker's hold of such a row, or of a cursor with events waiting,
+    /// runs out (on the database's clock).
+    pub async fn next_delivery_in(
         &self,
-        webhook: &str,
-        tasks: &[&str],
-    ) -> Result<HashSet<String>> {
-        let sql = format!(
-            "SELECT DISTINCT task_key FROM webhook_outbox WHERE webhook_id = $1 \
-             AND task_key IN ({})",
-            listed(self, 2)
+        now: i64,
+        skip_rows: &[i64],
+        skip_endpoints: &[String],
+    ) -> Result<Option<i64>> {
+        let heads = format!(
+            "FROM webhook_outbox o WHERE o.outbox_id NOT IN ({rows}) \
+             AND o.webhook_id NOT IN ({endpoints}) \
+             AND NOT EXISTS (SELECT 1 FROM webhook_outbox p WHERE p.webhook_id = o.webhook_id \
+               AND p.task_key = o.task_key AND p.outbox_id < o.outbox_id)",
+            rows = listed_ints(self, 2),
+            endpoints = listed(self, 3)
         );
-        let tasks = serde_json::to_string(tasks).expect("keys serialize");
+        let sql = match self {
+            Store::Sqlite(_) => format!("SELECT MIN(o.next_attempt_at) - $1 {heads}"),
+            Store::Postgres(..) => format!(
+                "SELECT MIN(w) FROM (SELECT GREATEST(o.next_attempt_at - $1, \
+                   o.held_until - {PG_NOW_MS}) AS w {heads} \
+                 UNION ALL SELECT c.held_until - {PG_NOW_MS} FROM webhook_cursors c \
+                   WHERE c.held_until > {PG_NOW_MS} AND c.webhook_id NOT IN ({endpoints}) \
+                   AND EXISTS (SELECT 1 FROM task_events e \
+                     WHERE e.org_id = c.org_id AND e.event_id > c.event_id)) soonest",
+                endpoints = listed(self, 3)
+            ),
+        };
+        let rows = serde_json::to_string(skip_rows).expect("ids serialize");
+        let endpoints = serde_json::to_string(skip_endpoints).expect("ids serialize");
         let sql = sql.as_str();
         Ok(on_pool!(self, pool => {
-            sqlx::query_scalar::<_, String>(sql)
-                .bind(webhook)
+            sqlx::query_scalar::<_, Option<i64>>(sql)
+                .bind(now)
+                .bind(&rows)
+                .bind(&endpoints)
+                .fetch_one(pool)
+                .await?
+        }))
+    }
+
+    /// Of each endpoint's `tasks`, those with an event of the endpoint
+    /// waiting in an outbox row (their later events wait behind it), by
+    /// endpoint; one read for all.
+    pub async fn waiting_webhook_tasks(
+        &self,
+        asked: &[(&str, Vec<&str>)],
+    ) -> Result<HashMap<String, HashSet<String>>> {
+        let sql = format!(
+            "SELECT DISTINCT webhook_id, task_key FROM webhook_outbox \
+             WHERE webhook_id IN ({}) AND task_key IN ({})",
+            listed(self, 1),
+            listed(self, 2)
+        );
+        let webhooks: Vec<&str> = asked.iter().map(|(w, _)| *w).collect();
+        let tasks: Vec<&str> = asked.iter().flat_map(|(_, t)| t.iter().copied()).collect();
+        let webhooks = serde_json::to_string(&webhooks).expect("ids serialize");
+        let tasks = serde_json::to_string(&tasks).expect("keys serialize");
+        let sql = sql.as_str();
+        let found: Vec<(String, String)> = on_pool!(self, pool => {
+            sqlx::query_as(sql)
+                .bind(webhooks)
                 .bind(tasks)
                 .fetch_all(pool)
                 .await?
-        })
-        .into_iter()
-        .collect())
+        });
+        let mut waiting: HashMap<String, HashSet<String>> = HashMap::new();
+        for (webhook, task) in found {
+            let of_it = asked
+                .iter()
+                .any(|(w, t)| *w == webhook && t.contains(&task.as_str()));
+            if of_it {
+                waiting.entry(webhook).or_default().insert(task);
+            }
+        }
+        Ok(waiting)
     }
 
     /// Commits turns on PostgreSQL, on the worker's own connection: their

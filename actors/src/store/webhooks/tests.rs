@@ -3,6 +3,8 @@
 //! on PostgreSQL on the worker's own connection), the rows they leave,
 //! the log kept, and the migration from the outbox's packs.
 
+use std::collections::HashSet;
+
 use uuid::Uuid;
 
 use crate::crypto::SealedSecret;
@@ -164,8 +166,8 @@ async fn log_turns_and_rows_settle(store: &Store) {
     let due = store.take_due_logs(10, &[], 60_000).await.unwrap();
     assert_eq!(due.len(), 1);
     assert_eq!(
-        (due[0].webhook_id.as_str(), due[0].org_id.as_str()),
-        (webhook.as_str(), org.to_string().as_str())
+        (due[0].webhook_id.as_str(), due[0].org_id),
+        (webhook.as_str(), org)
     );
     let cursor = due[0].cursor;
     assert_eq!(cursor, before[1].event_id);
@@ -237,11 +239,21 @@ async fn log_turns_and_rows_settle(store: &Store) {
     );
     let keys = [a.task_id.to_string(), b.task_id.to_string()];
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-    let waiting = store.waiting_webhook_tasks(&webhook, &keys).await.unwrap();
+    let waiting = store
+        .waiting_webhook_tasks(&[(webhook.as_str(), keys.clone()), ("other", keys)])
+        .await
+        .unwrap();
     assert_eq!(
         waiting.into_iter().collect::<Vec<_>>(),
-        [a.task_id.to_string()]
+        [(webhook.clone(), HashSet::from([a.task_id.to_string()]))]
     );
+    assert_eq!(
+        store.next_delivery_in(100, &[], &[]).await.unwrap(),
+        Some(4_950),
+        "the soonest is the claim's retry: the expiry, due before, waits behind it"
+    );
+    let busy = std::slice::from_ref(&webhook);
+    assert_eq!(store.next_delivery_in(100, &[], busy).await.unwrap(), None);
     assert!(
         store
             .take_due_rows(100, 10, 10, &[], 60_000)

@@ -252,6 +252,7 @@ mod tests {
             ],
             fence: None,
             marked: None,
+            wakes_deliveries: false,
         };
         let plan = CommitPlan::new(&[&created]);
         let linked = links.link(&plan, 1);
@@ -276,6 +277,7 @@ mod tests {
             ],
             fence: None,
             marked: None,
+            wakes_deliveries: false,
         };
         let plan = CommitPlan::new(&[&finished]);
         let linked = links.link(&plan, 1);
