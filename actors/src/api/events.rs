@@ -12,58 +12,60 @@ use super::decode::{dedup, Result};
 use super::Timestamp;
 use super::MAX_WAIT_SECONDS;
 pub use crate::domain::watch::WaitUntil;
-use crate::domain::webhooks::EventType;
-use crate::domain::{TaskId, TaskStatus};
-
-/// What an event says happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum EventKind {
-    #[serde(rename = "task.created")]
-    Created,
-    #[serde(rename = "task.claimed")]
-    Claimed,
-    #[serde(rename = "task.completed")]
-    Completed,
-    #[serde(rename = "task.failed")]
-    Failed,
-    #[serde(rename = "task.canceled")]
-    Canceled,
-    #[serde(rename = "task.lease_expired")]
-    LeaseExpired,
-    #[serde(rename = "task.unblocked")]
-    Unblocked,
-    /// Every transition, creation included.
-    #[serde(rename = "task.status_changed")]
-    StatusChanged,
-    /// `POST /webhooks/{webhook_id}/test`.
-    #[serde(rename = "webhook.test")]
-    Test,
-}
-
-impl From<EventType> for EventKind {
-    fn from(t: EventType) -> Self {
-        match t {
-            EventType::Created => EventKind::Created,
-            EventType::Claimed => EventKind::Claimed,
-            EventType::Completed => EventKind::Completed,
-            EventType::Failed => EventKind::Failed,
-            EventType::Canceled => EventKind::Canceled,
-            EventType::LeaseExpired => EventKind::LeaseExpired,
-            EventType::Unblocked => EventKind::Unblocked,
-            EventType::StatusChanged => EventKind::StatusChanged,
-            EventType::Test => EventKind::Test,
-        }
-    }
-}
+pub use crate::domain::webhooks::EventType;
+use crate::domain::webhooks::Transition;
+use crate::domain::{OrgId, TaskId, TaskStatus};
 
 /// A webhook delivery's body, and an event's `data` on the event stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EventBody {
     #[serde(rename = "type")]
-    pub kind: EventKind,
+    pub kind: EventType,
     /// When the change was made.
     pub timestamp: Timestamp,
     pub data: EventData,
+}
+
+impl EventBody {
+    /// The body of a task's transition as an event of type `kind` tells
+    /// it, on the stream and in every webhook delivery alike.
+    pub fn transition(
+        kind: EventType,
+        org: OrgId,
+        task_id: &str,
+        change: &Transition,
+        at: i64,
+    ) -> Self {
+        EventBody {
+            kind,
+            timestamp: Timestamp(at),
+            data: EventData::Transition(TransitionData {
+                org_id: org.to_string(),
+                task_id: task_id.to_owned(),
+                from_status: change.from_status,
+                to_status: change.to_status,
+                agent_id: change.agent_id.clone(),
+            }),
+        }
+    }
+
+    /// The body of a `webhook.test` event sent to `webhook_id`.
+    pub fn test(org: OrgId, webhook_id: &str, at: i64) -> Self {
+        EventBody {
+            kind: EventType::Test,
+            timestamp: Timestamp(at),
+            data: EventData::Test(WebhookPing {
+                org_id: org.to_string(),
+                webhook_id: webhook_id.to_owned(),
+            }),
+        }
+    }
+
+    /// As it is sent: compact JSON on one line (line breaks inside strings
+    /// are escaped), the same bytes on every attempt.
+    pub fn render(&self) -> String {
+        serde_json::to_string(self).expect("an event body of plain data serializes")
+    }
 }
 
 /// What changed: a task's transition, or (for `webhook.test`) the endpoint
@@ -172,7 +174,7 @@ mod tests {
     #[test]
     fn a_body_is_the_contract_s_shape_and_reads_back() {
         let body = EventBody {
-            kind: EventKind::Claimed,
+            kind: EventType::Claimed,
             timestamp: Timestamp(0),
             data: EventData::Transition(TransitionData {
                 org_id: "org".into(),

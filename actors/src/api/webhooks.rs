@@ -14,42 +14,56 @@ pub const WEBHOOKS: &str = "webhooks";
 /// The longest URL an endpoint may have.
 pub const MAX_WEBHOOK_URL: usize = 2048;
 
-/// An event type an endpoint subscribes to, or `*` for every one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum WebhookEvent {
-    #[serde(rename = "*")]
-    All,
-    #[serde(rename = "task.created")]
-    Created,
-    #[serde(rename = "task.claimed")]
-    Claimed,
-    #[serde(rename = "task.completed")]
-    Completed,
-    #[serde(rename = "task.failed")]
-    Failed,
-    #[serde(rename = "task.canceled")]
-    Canceled,
-    #[serde(rename = "task.lease_expired")]
-    LeaseExpired,
-    #[serde(rename = "task.unblocked")]
-    Unblocked,
-    #[serde(rename = "task.status_changed")]
-    StatusChanged,
-}
+/// An event type an endpoint subscribes to, or `*` for every one
+/// (`None`): the one event-type enum's subscribable names, and `*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebhookEvent(pub Option<EventType>);
 
 impl WebhookEvent {
+    /// `*`.
+    pub const ALL: WebhookEvent = WebhookEvent(None);
+
     pub fn as_str(self) -> &'static str {
-        match self {
-            WebhookEvent::All => "*",
-            WebhookEvent::Created => EventType::Created.as_str(),
-            WebhookEvent::Claimed => EventType::Claimed.as_str(),
-            WebhookEvent::Completed => EventType::Completed.as_str(),
-            WebhookEvent::Failed => EventType::Failed.as_str(),
-            WebhookEvent::Canceled => EventType::Canceled.as_str(),
-            WebhookEvent::LeaseExpired => EventType::LeaseExpired.as_str(),
-            WebhookEvent::Unblocked => EventType::Unblocked.as_str(),
-            WebhookEvent::StatusChanged => EventType::StatusChanged.as_str(),
+        self.0.map_or("*", EventType::as_str)
+    }
+
+    /// `*` or a subscribable type's name.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "*" => Some(Self::ALL),
+            _ => EventType::subscribable(name).map(|t| Self(Some(t))),
         }
+    }
+}
+
+impl Serialize for WebhookEvent {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for WebhookEvent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Self::parse(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown event type {name:?}")))
+    }
+}
+
+impl JsonSchema for WebhookEvent {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "WebhookEvent".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = std::iter::once("*")
+            .chain(EventType::SUBSCRIBABLE.iter().map(|t| t.as_str()))
+            .collect();
+        schemars::json_schema!({
+            "type": "string",
+            "enum": names,
+            "description": "An event type an endpoint subscribes to, or `*` for every one.",
+        })
     }
 }
 
@@ -172,7 +186,10 @@ mod tests {
             "events": ["task.completed", "*", "task.completed"],
         }))
         .unwrap();
-        assert_eq!(w.events, [WebhookEvent::Completed, WebhookEvent::All]);
+        assert_eq!(
+            w.events,
+            [WebhookEvent(Some(EventType::Completed)), WebhookEvent::ALL]
+        );
         for url in ["ftp://example.com/x", "https://", "example.com"] {
             assert!(
                 CreateWebhook::decode(&json!({"url": url, "events": ["*"]})).is_err(),

@@ -11,20 +11,43 @@ use sha2::Sha256;
 
 use super::TaskStatus;
 
-/// What a webhook event says happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What an event says happened.
+// The one vocabulary of the event log, the event stream, webhooks and the
+// board, its names as they are sent (`as_str`); the OpenAPI document's
+// `EventKind`, its text as this doc says.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[schemars(rename = "EventKind")]
 pub enum EventType {
+    #[serde(rename = "task.created")]
     Created,
+    #[serde(rename = "task.claimed")]
     Claimed,
+    #[serde(rename = "task.completed")]
     Completed,
+    #[serde(rename = "task.failed")]
     Failed,
+    #[serde(rename = "task.canceled")]
     Canceled,
+    #[serde(rename = "task.lease_expired")]
     LeaseExpired,
+    #[serde(rename = "task.unblocked")]
     Unblocked,
     /// Every transition, creation included.
+    #[serde(rename = "task.status_changed")]
     StatusChanged,
-    /// `POST /webhooks/{id}/test`: sent to that endpoint whatever it
-    /// subscribed to.
+    /// `POST /webhooks/{webhook_id}/test`.
+    // Sent to that endpoint whatever it subscribed to.
+    #[serde(rename = "webhook.test")]
     Test,
 }
 
@@ -55,6 +78,11 @@ impl EventType {
         }
     }
 
+    /// A subscribable type by its name; `None` for any other name.
+    pub fn subscribable(name: &str) -> Option<EventType> {
+        Self::SUBSCRIBABLE.into_iter().find(|t| t.as_str() == name)
+    }
+
     fn bit(self) -> u16 {
         1 << (self as u16)
     }
@@ -76,9 +104,7 @@ impl Subscription {
             mask |= if name == "*" {
                 EventType::SUBSCRIBABLE.iter().fold(0, |m, t| m | t.bit())
             } else {
-                EventType::SUBSCRIBABLE
-                    .iter()
-                    .find(|t| t.as_str() == name)
+                EventType::subscribable(name)
                     .ok_or_else(|| format!("unknown event type {name:?}"))?
                     .bit()
             };
@@ -383,6 +409,20 @@ mod tests {
             types(Some(InProgress), Paused, false),
             ["task.status_changed"]
         );
+    }
+
+    #[test]
+    fn each_type_is_sent_by_its_name() {
+        for t in EventSet::DELIVERY_ORDER {
+            let sent = serde_json::to_string(&t).unwrap();
+            assert_eq!(sent, format!("\"{}\"", t.as_str()));
+            assert_eq!(serde_json::from_str::<EventType>(&sent).unwrap(), t);
+        }
+        assert_eq!(
+            EventType::subscribable("task.failed"),
+            Some(EventType::Failed)
+        );
+        assert_eq!(EventType::subscribable("webhook.test"), None);
     }
 
     #[test]

@@ -41,9 +41,9 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::{broadcast, watch, Notify};
 
 use super::changes::Changes;
-use crate::api::{EventBody, EventData, EventKind, Timestamp, TransitionData};
+use crate::api::EventBody;
 use crate::domain::watch::event_name;
-use crate::domain::webhooks::EventType;
+use crate::domain::webhooks::{EventType, Transition};
 use crate::domain::{KeyId, OrgId, StoredEvent, TaskId, TaskStatus};
 use crate::store::{LoggedEvent, WriteBatch, WriteOp};
 
@@ -59,11 +59,11 @@ pub const STREAMS_PER_KEY: usize = 10;
 pub struct FeedEvent {
     pub id: i64,
     pub task: TaskId,
-    pub from: Option<TaskStatus>,
-    pub to: TaskStatus,
+    pub change: Transition,
     pub lease_expired: bool,
     pub at: i64,
-    pub agent_id: String,
+    /// Its type, most specific first.
+    pub kind: EventType,
     /// Its name on the stream (`None`: an unnamed event, see
     /// `domain::watch::event_name`).
     pub name: Option<&'static str>,
@@ -72,58 +72,54 @@ pub struct FeedEvent {
 
 impl FeedEvent {
     fn new(id: i64, event: &StoredEvent) -> Self {
-        let (from, to, expired) = (event.from_status, event.to_status, event.lease_expired);
-        let name = event_name(from, to, expired);
+        let change = Transition {
+            from_status: event.from_status,
+            to_status: event.to_status,
+            agent_id: event.agent_id.clone(),
+        };
+        Self::of(id, event.task_id, change, event.at, event.lease_expired)
+    }
+
+    fn of(id: i64, task: TaskId, change: Transition, at: i64, lease_expired: bool) -> Self {
+        let kind = event_name(change.from_status, change.to_status, lease_expired);
         Self {
             id,
-            task: event.task_id,
-            from,
-            to,
-            lease_expired: expired,
-            at: event.at,
-            agent_id: event.agent_id.clone(),
-            name: (name != EventType::StatusChanged).then(|| name.as_str()),
+            task,
+            change,
+            lease_expired,
+            at,
+            kind,
+            name: (kind != EventType::StatusChanged).then(|| kind.as_str()),
             data: OnceLock::new(),
         }
     }
 
-    /// An event read back from the log; `None` if its row does not parse.
-    pub fn logged(event: &LoggedEvent) -> Option<Self> {
-        let from = match &event.from_status {
-            Some(s) => Some(TaskStatus::parse(s)?),
-            None => None,
-        };
-        let stored = StoredEvent {
-            task_id: event.task_id.parse().ok()?,
-            from_status: from,
-            to_status: TaskStatus::parse(&event.to_status)?,
-            agent_id: event.agent_id.clone(),
-            at: event.at,
-            note: None,
-            lease_expired: event.lease_expired(),
-        };
-        Some(Self::new(event.event_id, &stored))
+    /// An event read back from the log.
+    pub fn logged(event: &LoggedEvent) -> Self {
+        let change = event.transition.clone();
+        Self::of(
+            event.event_id,
+            event.task_id,
+            change,
+            event.at,
+            event.lease_expired,
+        )
     }
 
-    /// Its §7 body as JSON, on one line (compact JSON escapes line breaks
-    /// inside strings), rendered once.
+    /// Its §7 body as JSON, on one line, rendered once.
     pub fn data(&self, org: OrgId) -> Arc<str> {
         let data = self.data.get_or_init(|| {
-            let body = EventBody {
-                kind: EventKind::from(event_name(self.from, self.to, self.lease_expired)),
-                timestamp: Timestamp(self.at),
-                data: EventData::Transition(TransitionData {
-                    org_id: org.to_string(),
-                    task_id: self.task.to_string(),
-                    from_status: self.from,
-                    to_status: self.to,
-                    agent_id: self.agent_id.clone(),
-                }),
-            };
-            // A body of plain data always serializes.
-            serde_json::to_string(&body).unwrap_or_default().into()
+            let task = self.task.to_string();
+            EventBody::transition(self.kind, org, &task, &self.change, self.at)
+                .render()
+                .into()
         });
         Arc::clone(data)
+    }
+
+    /// Its statuses: `None` as the first for a creation.
+    pub fn statuses(&self) -> (Option<TaskStatus>, TaskStatus) {
+        (self.change.from_status, self.change.to_status)
     }
 }
 

@@ -141,8 +141,7 @@ impl EventStream {
                 if let Some(last) = page.last() {
                     self.last_id = self.last_id.max(last.event_id);
                 }
-                self.backlog
-                    .extend(page.iter().filter_map(FeedEvent::logged));
+                self.backlog.extend(page.iter().map(FeedEvent::logged));
                 continue;
             }
             return self.next_live().await;
@@ -213,10 +212,8 @@ impl EventStream {
         if out.bytes >= SEND_CAP {
             return false;
         }
-        if self
-            .filter
-            .keeps(event.task, event.from, event.to, event.lease_expired)
-        {
+        let (from, to) = event.statuses();
+        if self.filter.keeps(event.task, from, to, event.lease_expired) {
             let data = event.data(self.org);
             out.bytes += data.len();
             out.events.push(StreamEvent {

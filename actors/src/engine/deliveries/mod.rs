@@ -266,11 +266,19 @@ impl Worker {
             // Each endpoint's share of what is left, so one with a long
             // backlog does not take the whole room.
             let share = left.clamp(1, READ);
-            let events = self.read(
-                self.store
-                    .org_events_after(log.org_id, log.cursor, share as i64)
-                    .await,
-            )?;
+            let events = match self
+                .store
+                .org_events_after(log.org_id, log.cursor, share as i64)
+                .await
+            {
+                // The endpoint waits at that row, and the others go on.
+                Err(StoreError::Corrupt(what)) => {
+                    tracing::error!(org_id = %log.org_id, webhook_id = %log.webhook_id,
+                        "webhook deliveries: the event log does not read: {what}");
+                    continue;
+                }
+                read => self.read(read)?,
+            };
             let Some(plan) = self.plan_log(log, target, &events) else {
                 continue;
             };

@@ -6,8 +6,10 @@
 use rand::Rng;
 
 use super::Worker;
-use crate::api::{EventBody, EventData, EventKind, Timestamp, TransitionData, WebhookPing};
-use crate::domain::webhooks::{message_id, next_attempt, signature_header, EventSet, EventType};
+use crate::api::EventBody;
+use crate::domain::webhooks::{
+    log_message_id, message_id, next_attempt, signature_header, EventSet, EventType, Transition,
+};
 use crate::domain::{OrgId, TaskStatus};
 use crate::store::{AfterAttempt, DeliveryRecord, DueRow, LoggedEvent, NewRow, Target};
 use crate::webhook_sender::{Delivery, Sent};
@@ -27,44 +29,29 @@ pub(super) struct Entry {
     /// order (the task's id; a test event's own id).
     pub task_key: String,
     /// `None` for `webhook.test`.
-    pub change: Option<Change>,
+    pub change: Option<Transition>,
     pub created_at: i64,
-}
-
-/// A task's transition, as an event reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Change {
-    pub from_status: Option<TaskStatus>,
-    pub to_status: TaskStatus,
-    pub agent_id: String,
 }
 
 impl Entry {
     /// A logged event as `types` (those of it the endpoint takes).
-    pub(super) fn logged(event: &LoggedEvent, types: EventSet) -> Option<Self> {
-        Some(Entry {
-            event_id: crate::domain::webhooks::log_message_id(event.event_id),
+    pub(super) fn logged(event: &LoggedEvent, types: EventSet) -> Self {
+        Entry {
+            event_id: log_message_id(event.event_id),
             types,
             sent: 0,
             attempts: 0,
-            task_key: event.task_id.clone(),
-            change: Some(Change {
-                from_status: match &event.from_status {
-                    Some(s) => Some(TaskStatus::parse(s)?),
-                    None => None,
-                },
-                to_status: TaskStatus::parse(&event.to_status)?,
-                agent_id: event.agent_id.clone(),
-            }),
+            task_key: event.task_id.to_string(),
+            change: Some(event.transition.clone()),
             created_at: event.at,
-        })
+        }
     }
 
     /// An outbox row; `None` if it names an unknown type or status.
     pub(super) fn row(row: &DueRow) -> Option<Self> {
         let change = match &row.to_status {
             None => None,
-            Some(to) => Some(Change {
+            Some(to) => Some(Transition {
                 from_status: match &row.from_status {
                     Some(s) => Some(TaskStatus::parse(s)?),
                     None => None,
@@ -107,25 +94,13 @@ impl Entry {
     /// statuses of the change, never the task's content. Written from the
     /// entry alone, so every attempt sends the same bytes.
     pub(super) fn body(&self, org: OrgId, webhook_id: &str, event: EventType) -> String {
-        let data = match &self.change {
-            None => EventData::Test(WebhookPing {
-                org_id: org.to_string(),
-                webhook_id: webhook_id.to_owned(),
-            }),
-            Some(c) => EventData::Transition(TransitionData {
-                org_id: org.to_string(),
-                task_id: self.task_key.clone(),
-                from_status: c.from_status,
-                to_status: c.to_status,
-                agent_id: c.agent_id.clone(),
-            }),
-        };
-        let body = EventBody {
-            kind: EventKind::from(event),
-            timestamp: Timestamp(self.created_at),
-            data,
-        };
-        serde_json::to_string(&body).expect("an event body serializes")
+        match &self.change {
+            None => EventBody::test(org, webhook_id, self.created_at),
+            Some(change) => {
+                EventBody::transition(event, org, &self.task_key, change, self.created_at)
+            }
+        }
+        .render()
     }
 }
 
@@ -265,15 +240,19 @@ mod tests {
 
     use super::*;
 
+    const TASK: &str = "0190a0c2-7f3e-7c1a-9b2d-3e4f5a6b7c8d";
+
     fn logged() -> LoggedEvent {
         LoggedEvent {
             event_id: 42,
-            task_id: "task".into(),
-            from_status: Some("pending".into()),
-            to_status: "in_progress".into(),
-            agent_id: "bot".into(),
+            task_id: TASK.parse().unwrap(),
+            transition: Transition {
+                from_status: Some(TaskStatus::Pending),
+                to_status: TaskStatus::InProgress,
+                agent_id: "bot".into(),
+            },
             at: 0,
-            lease_expired: None,
+            lease_expired: false,
         }
     }
 
@@ -282,14 +261,14 @@ mod tests {
         let org = OrgId::new_v7();
         let mut types = EventSet::default();
         types.insert(EventType::Claimed);
-        let entry = Entry::logged(&logged(), types).unwrap();
+        let entry = Entry::logged(&logged(), types);
         assert_eq!(entry.event_id, "evt_42");
         let change: serde_json::Value =
             serde_json::from_str(&entry.body(org, "wh", EventType::Claimed)).unwrap();
         assert_eq!(
             change,
             json!({"type": "task.claimed", "timestamp": "1970-01-01T00:00:00.000Z",
-                   "data": {"org_id": org.to_string(), "task_id": "task",
+                   "data": {"org_id": org.to_string(), "task_id": TASK,
                             "from_status": "pending", "to_status": "in_progress",
                             "agent_id": "bot"}})
         );
@@ -313,7 +292,7 @@ mod tests {
         let entry = Entry {
             sent: 1,
             attempts: 2,
-            ..Entry::logged(&logged(), types).unwrap()
+            ..Entry::logged(&logged(), types)
         };
         let row = entry.clone().into_row(77);
         assert_eq!(row.types, "task.claimed task.status_changed");

@@ -14,7 +14,7 @@ use std::hash::{Hash, Hasher};
 
 use super::send::{Delivered, Entry};
 use super::{Stream, Worker};
-use crate::domain::webhooks::{event_types, EventSet, Subscription};
+use crate::domain::webhooks::{EventSet, Subscription};
 use crate::store::{AfterAttempt, DeliveryRecord, LoggedEvent, NewRow, Turn};
 
 /// The events a turn read: the entries the endpoint takes, in log order,
@@ -29,16 +29,12 @@ pub(super) struct LogTurn {
 impl LogTurn {
     /// The turn over `events` (the log after `from`, in order) for an
     /// endpoint subscribed to `subscription`. An event it takes no type of
-    /// is passed over; one whose statuses do not read is logged and passed
-    /// over too (it cannot be described).
+    /// is passed over.
     pub(super) fn new(from: i64, events: &[LoggedEvent], subscription: &Subscription) -> Self {
-        let mut entries = Vec::new();
-        for event in events {
-            let Some(entry) = entry_of(event, subscription) else {
-                continue;
-            };
-            entries.push(entry);
-        }
+        let entries = events
+            .iter()
+            .filter_map(|event| entry_of(event, subscription))
+            .collect();
         LogTurn {
             from,
             through: events.last().map_or(from, |e| e.event_id),
@@ -71,21 +67,10 @@ impl LogTurn {
 }
 
 fn entry_of(event: &LoggedEvent, subscription: &Subscription) -> Option<Entry> {
-    let entry = Entry::logged(event, EventSet::default());
-    let Some(mut entry) = entry else {
-        tracing::warn!(
-            event_id = event.event_id,
-            "a logged event's statuses do not read"
-        );
-        return None;
-    };
-    let change = entry.change.as_ref()?;
     let mut made = EventSet::default();
-    for t in event_types(change.from_status, change.to_status, event.lease_expired()) {
-        made.insert(t);
-    }
-    entry.types = subscription.takes(made);
-    (!entry.types.is_empty()).then_some(entry)
+    event.types().for_each(|t| made.insert(t));
+    let types = subscription.takes(made);
+    (!types.is_empty()).then(|| Entry::logged(event, types))
 }
 
 /// Which of `streams` streams a task's entries go to: all of them to one,
@@ -167,17 +152,28 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::webhooks::EventType;
+    use crate::domain::webhooks::{EventType, Transition};
+    use crate::domain::{TaskId, TaskStatus};
+
+    /// A task's id, the same for the same name.
+    fn task_id(name: &str) -> TaskId {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        name.hash(&mut h);
+        TaskId(uuid::Uuid::from_u64_pair(h.finish(), 0))
+    }
 
     fn event(event_id: i64, task: &str, from: Option<&str>, to: &str) -> LoggedEvent {
+        let status = |s: &str| TaskStatus::parse(s).unwrap();
         LoggedEvent {
             event_id,
-            task_id: task.into(),
-            from_status: from.map(Into::into),
-            to_status: to.into(),
-            agent_id: "bot".into(),
+            task_id: task_id(task),
+            transition: Transition {
+                from_status: from.map(status),
+                to_status: status(to),
+                agent_id: "bot".into(),
+            },
             at: event_id,
-            lease_expired: None,
+            lease_expired: false,
         }
     }
 
@@ -222,8 +218,7 @@ mod tests {
     #[test]
     fn a_lease_s_expiry_reads_as_one_from_the_log() {
         let expired = LoggedEvent {
-            lease_expired: Some(1),
-            agent_id: "system".into(),
+            lease_expired: true,
             ..event(3, "a", Some("in_progress"), "pending")
         };
         let turn = LogTurn::new(0, &[expired], &subscribed(&["task.lease_expired"]));

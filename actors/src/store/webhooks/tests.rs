@@ -187,20 +187,20 @@ async fn log_turns_and_rows_settle(store: &Store) {
             .is_empty()),
     }
     let events = store.org_events_after(org, cursor, 10).await.unwrap();
-    let seen: Vec<(String, &str, bool)> = events
+    let seen: Vec<(TaskId, TaskStatus, bool)> = events
         .iter()
-        .map(|e| (e.task_id.clone(), e.to_status.as_str(), e.lease_expired()))
+        .map(|e| (e.task_id, e.transition.to_status, e.lease_expired))
         .collect();
     assert_eq!(
         seen,
         [
-            (a.task_id.to_string(), "in_progress", false),
-            (b.task_id.to_string(), "in_progress", false),
-            (a.task_id.to_string(), "pending", true),
+            (a.task_id, TaskStatus::InProgress, false),
+            (b.task_id, TaskStatus::InProgress, false),
+            (a.task_id, TaskStatus::Pending, true),
         ]
     );
     assert!(events.windows(2).all(|w| w[0].event_id < w[1].event_id));
-    assert_eq!(events[0].agent_id, "agent-1");
+    assert_eq!(events[0].transition.agent_id, "agent-1");
     let through = events[2].event_id;
 
     // a's claim failed at its second type, so a's expiry waits behind it;
