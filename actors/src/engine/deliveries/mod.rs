@@ -60,7 +60,7 @@ use crate::store::{
 use crate::webhook_sender::{WebhookSender, DELIVERY_TIMEOUT};
 use ledger::{Ledger, Taken};
 use send::{Delivered, Entry};
-use turn::{newest, Lane, LogTurn};
+use turn::{newest, Lane, LogTurn, Planned, Stream};
 
 /// Entries and rows taken per look at the store, at most.
 const READ: usize = 256;
@@ -561,21 +561,6 @@ impl Worker {
             tracing::warn!(org_id = %org, error = %e, "recording a webhook delivery failed");
         }
     }
-}
-
-/// A turn at an endpoint's log as planned, and what it took.
-struct Planned {
-    stream: Stream,
-    turn: LogTurn,
-    taken: Taken,
-}
-
-/// A turn's endpoint, and until when it may send (PostgreSQL).
-struct Stream {
-    org: OrgId,
-    webhook: String,
-    target: Target,
-    deadline: Option<i64>,
 }
 
 /// A stream of rows' endpoint (`None` once it is deleted).

@@ -12,10 +12,12 @@
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 
+use super::ledger::Taken;
 use super::send::{Delivered, Entry};
-use super::{Stream, Worker};
+use super::Worker;
 use crate::domain::webhooks::{EventSet, Subscription};
-use crate::store::{AfterAttempt, DeliveryRecord, LoggedEvent, NewRow, Turn};
+use crate::domain::OrgId;
+use crate::store::{AfterAttempt, DeliveryRecord, LoggedEvent, NewRow, Target, Turn};
 
 /// The events a turn read: the entries the endpoint takes, in log order,
 /// and the last event read (where the cursor goes).
@@ -71,6 +73,21 @@ fn entry_of(event: &LoggedEvent, subscription: &Subscription) -> Option<Entry> {
     event.types().for_each(|t| made.insert(t));
     let types = subscription.takes(made);
     (!types.is_empty()).then(|| Entry::logged(event, types))
+}
+
+/// A turn at an endpoint's log as planned, and what it took.
+pub(super) struct Planned {
+    pub stream: Stream,
+    pub turn: LogTurn,
+    pub taken: Taken,
+}
+
+/// A turn's endpoint, and until when it may send (PostgreSQL).
+pub(super) struct Stream {
+    pub org: OrgId,
+    pub webhook: String,
+    pub target: Target,
+    pub deadline: Option<i64>,
 }
 
 /// Which of `streams` streams a task's entries go to: all of them to one,
