@@ -71,6 +71,7 @@ fn the_router_registers_nothing_outside_the_table() {
             "/admin/test/purge",
             "/admin/test/purge/hold",
             "/admin/test/store",
+            "/admin/test/deliveries",
             "/internal/peer",
             "/mcp"
         ],
