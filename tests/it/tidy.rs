@@ -337,27 +337,17 @@ fn the_engine_s_exports_are_the_map_s() {
         .expect("tidy: ARCHITECTURE.md has a paragraph saying what `actors/src/lib.rs` exports")
         .to_string();
     let lib = read("actors/src/lib.rs");
-    let public: Vec<String> = code_lines(&lib)
-        .filter_map(|(_, l)| {
-            l.strip_prefix("pub mod ")?
-                .strip_suffix(';')
-                .map(str::to_string)
-        })
-        .collect();
-    let private: BTreeSet<String> = code_lines(&lib)
-        .filter_map(|(_, l)| {
-            l.strip_prefix("mod ")?
-                .strip_suffix(';')
-                .map(str::to_string)
-        })
-        .collect();
-    let re_exported: BTreeSet<String> = code_lines(&lib)
-        .filter_map(|(_, l)| {
-            l.strip_prefix("pub use ")?
-                .split("::")
-                .next()
-                .map(str::to_string)
-        })
+    // What follows `prefix` on each of lib.rs's lines that starts with it,
+    // up to `end`.
+    let items = |prefix: &str, end: &str| -> Vec<String> {
+        code_lines(&lib)
+            .filter_map(|(_, l)| Some(l.strip_prefix(prefix)?.split(end).next()?.to_string()))
+            .collect()
+    };
+    let public = items("pub mod ", ";");
+    let private: BTreeSet<String> = items("mod ", ";").into_iter().collect();
+    let re_exported: BTreeSet<String> = items("pub use ", "::")
+        .into_iter()
         .filter(|head| private.contains(head))
         .collect();
     let missing: Vec<String> = public
