@@ -222,6 +222,11 @@ impl EngineError {
         Self::Invalid(ValidationError::new(message))
     }
 
+    /// A refusal by the org's per-minute write limit.
+    pub fn is_write_limit(&self) -> bool {
+        matches!(self, EngineError::Limit(l) if l.kind == LimitKind::Writes)
+    }
+
     pub fn code(&self) -> ErrorCode {
         match self {
             EngineError::Invalid(_) => ErrorCode::Invalid,

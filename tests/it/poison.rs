@@ -1,10 +1,12 @@
 //! The poison-task guard: a task whose lease runs out `max_attempts` times
 //! is failed with the note `max attempts reached`, and its dependents
 //! cascade as for any failure. The count shows on the task and survives a
-//! restart; a retry starts it over.
+//! restart; a retry starts it over. A lease that ran out while the org's
+//! write limit refused its holder's renewals uses no attempt.
 
 use std::time::Duration;
 
+use crate::common::limits::create_org_with_limits;
 use crate::common::*;
 use serde_json::{json, Value};
 
@@ -125,5 +127,40 @@ backend_tests!(
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0]["attempts"], 1, "{}", listed[0]);
         assert_eq!(listed[0]["max_attempts"], 1);
+    }
+);
+
+backend_tests!(
+    an_expiry_while_the_write_limit_refused_its_renewal_uses_no_attempt,
+    |srv| async move {
+        // Three writes: the create, the claim and one renewal.
+        let org = create_org_with_limits(&srv, "dev", json!({ "writes_per_minute": 3 })).await;
+        let key = org.owner_key.clone();
+        let id = srv
+            .create_task(&key, json!({ "title": "one attempt", "max_attempts": 1 }))
+            .await;
+        let claimed = srv
+            .claim(&key, json!({ "lease_seconds": 2, "include_context": false }))
+            .await
+            .expect("the task");
+        let renewal = json!({ "task_id": id, "lease_id": str_field(&claimed, "lease_id") });
+        srv.update_ok(&key, renewal.clone()).await;
+        let (status, body) = srv.update(&key, json!([renewal])).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+        assert_eq!(body["limit_type"], "write", "{body}");
+
+        // Its holder was alive and trying: back to pending, no attempt
+        // used, where a lease that ran out on its own fails this task.
+        let task = eventually(Duration::from_secs(15), "the lease to run out", || async {
+            let task = srv.get_task(&key, &id).await;
+            (task["status"] != "in_progress").then_some(task)
+        })
+        .await;
+        assert_eq!(task["status"], "pending", "{task}");
+        assert_eq!(task["attempts"], 0, "{task}");
+        assert_eq!(
+            history(&task).last().unwrap()["note"],
+            "lease expired while the org's write limit refused its renewals"
+        );
     }
 );

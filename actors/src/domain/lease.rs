@@ -6,7 +6,9 @@
 //!
 //! A lease that runs out counts as an attempt: a task whose leases keep
 //! running out (a poison task that crashes every agent) is failed once it
-//! has used its `max_attempts`, instead of circling forever.
+//! has used its `max_attempts`, instead of circling forever. A lease whose
+//! holder the org's own write limit was refusing ran out for the limit,
+//! not for the work, and does not count ([`expiry_counts`]).
 
 use std::collections::BTreeSet;
 
@@ -47,8 +49,21 @@ pub enum Expiry {
     Exhausted { attempts: u8 },
 }
 
-/// Counts the expiry of one more lease against the task's attempts.
-pub fn expire(attempts: u8, max_attempts: u8) -> Expiry {
+/// Whether the expiry of `lease` counts against its task's attempts, given
+/// when an update of that lease by its holder was last refused by the
+/// org's per-minute write limit: not when that refusal came within the
+/// lease's last period (`seconds` before it ran out). Its holder was
+/// alive and trying; the org's limit kept its renewal from landing.
+pub fn expiry_counts(lease: &Lease, last_refused_at: Option<i64>) -> bool {
+    last_refused_at.is_none_or(|at| lease.expires_at - at > i64::from(lease.seconds) * 1000)
+}
+
+/// What becomes of a task whose lease ran out: one more attempt used when
+/// the expiry `counts` (see [`expiry_counts`]), back to `pending` otherwise.
+pub fn expire(attempts: u8, max_attempts: u8, counts: bool) -> Expiry {
+    if !counts {
+        return Expiry::Requeue { attempts };
+    }
     let attempts = attempts.saturating_add(1);
     if attempts >= max_attempts.max(1) {
         Expiry::Exhausted { attempts }
@@ -120,17 +135,34 @@ mod tests {
 
     #[test]
     fn the_last_attempt_fails_the_task() {
-        assert_eq!(expire(0, 5), Expiry::Requeue { attempts: 1 });
-        assert_eq!(expire(3, 5), Expiry::Requeue { attempts: 4 });
-        assert_eq!(expire(4, 5), Expiry::Exhausted { attempts: 5 });
-        assert_eq!(expire(0, 1), Expiry::Exhausted { attempts: 1 });
+        assert_eq!(expire(0, 5, true), Expiry::Requeue { attempts: 1 });
+        assert_eq!(expire(3, 5, true), Expiry::Requeue { attempts: 4 });
+        assert_eq!(expire(4, 5, true), Expiry::Exhausted { attempts: 5 });
+        assert_eq!(expire(0, 1, true), Expiry::Exhausted { attempts: 1 });
         // A count past the limit (the limit lowered by hand) still fails,
         // and never wraps around.
-        assert_eq!(expire(9, 5), Expiry::Exhausted { attempts: 10 });
+        assert_eq!(expire(9, 5, true), Expiry::Exhausted { attempts: 10 });
         assert_eq!(
-            expire(u8::MAX, 100),
+            expire(u8::MAX, 100, true),
             Expiry::Exhausted { attempts: u8::MAX }
         );
+    }
+
+    #[test]
+    fn an_expiry_under_the_orgs_write_limit_uses_no_attempt() {
+        // A 30 s lease that ran out at 100 s.
+        let lease = Lease {
+            expires_at: 100_000,
+            ..grant(70_000, 30)
+        };
+        assert!(expiry_counts(&lease, None));
+        // Refused within its last period: the limit, not the work.
+        assert!(!expiry_counts(&lease, Some(70_000)));
+        assert!(!expiry_counts(&lease, Some(99_000)));
+        // Refused longer ago than a whole lease: its holder had time.
+        assert!(expiry_counts(&lease, Some(69_999)));
+        assert_eq!(expire(4, 5, false), Expiry::Requeue { attempts: 4 });
+        assert_eq!(expire(0, 1, false), Expiry::Requeue { attempts: 0 });
     }
 
     #[test]

@@ -114,16 +114,22 @@ impl OrgActor {
             let Some(mut h) = state.open.get(id).cloned() else {
                 continue;
             };
-            if h.lease.is_none_or(|l| l.expires_at > now) {
+            let Some(expired) = h.lease.filter(|l| l.expires_at <= now) else {
                 // Renewed since it was queued: index it again as it is.
                 state.open.put(h);
                 continue;
-            }
-            let (to, note) = match lease::expire(h.attempts, h.max_attempts) {
+            };
+            let counts = lease::expiry_counts(&expired, state.refused.take(id, &expired));
+            let (to, note) = match lease::expire(h.attempts, h.max_attempts, counts) {
                 lease::Expiry::Requeue { attempts } => {
                     h.attempts = attempts;
                     h.assignee = None;
-                    (TaskStatus::Pending, "lease expired")
+                    let note = if counts {
+                        "lease expired"
+                    } else {
+                        "lease expired while the org's write limit refused its renewals"
+                    };
+                    (TaskStatus::Pending, note)
                 }
                 lease::Expiry::Exhausted { attempts } => {
                     h.attempts = attempts;

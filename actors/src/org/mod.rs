@@ -30,6 +30,7 @@ mod content;
 mod deletion;
 mod limits;
 mod messages;
+mod refused;
 mod retention;
 mod schedules;
 mod settings;
@@ -130,6 +131,9 @@ pub struct OrgState {
     /// This month's counters.
     usage: Usage,
     buckets: limits::Buckets,
+    /// Leases whose holders the write limit refused (their expiry uses no
+    /// attempt).
+    refused: refused::RefusedLeases,
     /// Claims waiting for a task (long polls), in arrival order.
     waiters: waiters::Waiters,
     /// Waits for tasks to finish.
@@ -201,6 +205,7 @@ impl Actor for OrgActor {
             schedules: BTreeMap::new(),
             usage: Usage::default(),
             buckets: limits::Buckets::default(),
+            refused: refused::RefusedLeases::default(),
             waiters: waiters::Waiters::default(),
             task_waits: waiters::TaskWaits::default(),
             sweep_pins: None,
@@ -322,9 +327,21 @@ impl Actor for OrgActor {
                 caller,
                 request,
                 reply,
-            } => serve!(self, state, reply, write, |work| {
-                self.update_tasks(state, &mut work, &caller, request).await
-            }),
+            } => match self.begin(state, write) {
+                Err(e) => {
+                    if e.is_write_limit() {
+                        state.refused.note(&state.open, &request.updates, self.now());
+                    }
+                    let _ = reply.send(Outcome {
+                        result: Err(e),
+                        commit: None,
+                    });
+                }
+                Ok((slot, mut work)) => {
+                    let result = self.update_tasks(state, &mut work, &caller, request).await;
+                    self.finish(state, slot, work, result, reply);
+                }
+            },
             OrgMsg::ClaimNext {
                 caller,
                 request,
