@@ -14,7 +14,7 @@ use super::MAX_WAIT_SECONDS;
 pub use crate::domain::watch::WaitUntil;
 pub use crate::domain::webhooks::EventType;
 use crate::domain::webhooks::Transition;
-use crate::domain::{OrgId, TaskId, TaskStatus};
+use crate::domain::{OrgId, TaskId, TaskStatus, WebhookId};
 
 /// A webhook delivery's body, and an event's `data` on the event stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -50,13 +50,13 @@ impl EventBody {
     }
 
     /// The body of a `webhook.test` event sent to `webhook_id`.
-    pub fn test(org: OrgId, webhook_id: &str, at: i64) -> Self {
+    pub fn test(org: OrgId, webhook_id: WebhookId, at: i64) -> Self {
         EventBody {
             kind: EventType::Test,
             timestamp: Timestamp(at),
             data: EventData::Test(WebhookPing {
                 org_id: org.to_string(),
-                webhook_id: webhook_id.to_owned(),
+                webhook_id,
             }),
         }
     }
@@ -96,7 +96,7 @@ pub struct TransitionData {
 #[serde(deny_unknown_fields)]
 pub struct WebhookPing {
     pub org_id: String,
-    pub webhook_id: String,
+    pub webhook_id: WebhookId,
 }
 
 /// `GET /events`: which events, and from where. `Last-Event-ID`, when
@@ -192,11 +192,12 @@ mod tests {
                             "to_status": "in_progress", "agent_id": "bot"}})
         );
         assert_eq!(serde_json::from_value::<EventBody>(value).unwrap(), body);
+        let webhook = WebhookId::new_v7();
         let ping = json!({"type": "webhook.test", "timestamp": "1970-01-01T00:00:00.000Z",
-                          "data": {"org_id": "org", "webhook_id": "wh"}});
+                          "data": {"org_id": "org", "webhook_id": webhook.to_string()}});
         let read: EventBody = serde_json::from_value(ping).unwrap();
         assert!(
-            matches!(read.data, EventData::Test(WebhookPing { ref webhook_id, .. }) if webhook_id == "wh")
+            matches!(read.data, EventData::Test(WebhookPing { webhook_id, .. }) if webhook_id == webhook)
         );
     }
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::decode::Result;
 use super::{Decode, Timestamp, ValidationError, NO_NUL_PATTERN};
 use crate::domain::webhooks::EventType;
+use crate::domain::WebhookId;
 
 /// The paid feature of the webhook routes.
 pub const WEBHOOKS: &str = "webhooks";
@@ -109,7 +110,7 @@ impl Decode for CreateWebhook {
 /// An endpoint as clients see it (never its secret).
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct WebhookView {
-    pub webhook_id: String,
+    pub webhook_id: WebhookId,
     pub url: String,
     pub events: Vec<String>,
     pub description: Option<String>,

@@ -99,6 +99,11 @@ uuid_id!(
     /// template.
     ScheduleId
 );
+uuid_id!(
+    /// A webhook endpoint: names its cursor, outbox rows and delivery log,
+    /// and binds its sealed secret.
+    WebhookId
+);
 
 impl TaskId {
     /// A client-minted id must already be canonical: lowercase and hyphenated.

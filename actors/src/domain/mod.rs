@@ -23,6 +23,6 @@ pub mod usage;
 pub mod watch;
 pub mod webhooks;
 
-pub use ids::{KeyId, OrgId, ScheduleId, TaskId, ID_TEXT_LEN, UUID_PATTERN};
+pub use ids::{KeyId, OrgId, ScheduleId, TaskId, WebhookId, ID_TEXT_LEN, UUID_PATTERN};
 pub use status::TaskStatus;
 pub use task::*;

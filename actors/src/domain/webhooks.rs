@@ -9,7 +9,7 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::TaskStatus;
+use super::{TaskStatus, WebhookId};
 
 /// What an event says happened.
 // The one vocabulary of the event log, the event stream, webhooks and the
@@ -160,7 +160,7 @@ pub fn event_types(
 /// in the outbox and to answer a listing. Its secret stays in the store.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
-    pub webhook_id: String,
+    pub webhook_id: WebhookId,
     pub url: String,
     pub subscription: Subscription,
     pub description: Option<String>,
@@ -268,7 +268,7 @@ pub struct Transition {
 /// on every attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxEvent {
-    pub webhook_id: String,
+    pub webhook_id: WebhookId,
     /// The `webhook-id` of the first of `types` (see [`message_id`]).
     pub event_id: String,
     pub types: EventSet,

@@ -207,7 +207,7 @@ impl Engine {
         for slot in self.inner.store.webhook_secrets_not_under(current).await? {
             let (org, webhook, _, sealed) = &slot;
             let Some(new) = ring
-                .reseal_webhook_secret(*org, webhook, sealed)
+                .reseal_webhook_secret(*org, *webhook, sealed)
                 .map_err(|e| {
                     EngineError::Internal(format!(
                         "a webhook secret of org {org} does not open: {e}"

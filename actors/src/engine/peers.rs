@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::Engine;
 use crate::api::{FeedbackFiled, SendFeedback, Timestamp};
 use crate::cluster::Placement;
-use crate::domain::{OrgId, TaskId};
+use crate::domain::{OrgId, TaskId, WebhookId};
 use crate::error::EngineError;
 
 /// An operation for the node that owns `org`.
@@ -25,7 +25,7 @@ pub enum PeerOp {
     /// A blocked member's keys in one org.
     RevokeMemberKeys { org: OrgId, email: String },
     /// A webhook endpoint that answered 410 or ran out of retries.
-    DisableWebhook { org: OrgId, webhook: String },
+    DisableWebhook { org: OrgId, webhook: WebhookId },
     /// Feedback, as a task of the feedback org (`org`), from a member of
     /// another org.
     FileFeedback {
@@ -144,7 +144,7 @@ impl Engine {
                 Ok(PeerAnswer::default())
             }
             PeerOp::DisableWebhook { org, webhook } => {
-                self.disable_webhook_here(org, &webhook).await?;
+                self.disable_webhook_here(org, webhook).await?;
                 Ok(PeerAnswer::default())
             }
             PeerOp::FileFeedback {

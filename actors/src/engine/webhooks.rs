@@ -14,7 +14,7 @@ use crate::api::{
 use crate::domain::account::Caller;
 use crate::domain::addresses::classify;
 use crate::domain::webhooks::Endpoint;
-use crate::domain::OrgId;
+use crate::domain::{OrgId, WebhookId};
 use crate::error::{EngineError, ValidationError};
 use crate::org::{OrgMsg, WebhookMsg};
 use crate::store::DeliveryRecord;
@@ -26,7 +26,7 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(super) fn view(e: &Endpoint) -> WebhookView {
     WebhookView {
-        webhook_id: e.webhook_id.clone(),
+        webhook_id: e.webhook_id,
         url: e.url.clone(),
         events: e.subscription.names().to_vec(),
         description: e.description.clone(),
@@ -46,6 +46,12 @@ fn delivery_view(d: DeliveryRecord) -> DeliveryView {
         at: Timestamp(d.at),
         next_attempt_at: d.next_attempt_at.map(Timestamp),
     }
+}
+
+/// The endpoint a path names: text that is no id names none of the org's.
+fn webhook_id(text: &str) -> Result<WebhookId, EngineError> {
+    text.parse()
+        .map_err(|_| EngineError::NotFound("webhook not found".into()))
 }
 
 fn refused_url(message: impl AsRef<str>) -> EngineError {
@@ -132,9 +138,10 @@ impl Engine {
     }
 
     pub async fn delete_webhook(&self, caller: &Caller, webhook: &str) -> Result<(), EngineError> {
+        let webhook = webhook_id(webhook)?;
         self.webhook_request(caller, |reply| WebhookMsg::Delete {
             caller: caller.clone(),
-            webhook: webhook.to_owned(),
+            webhook,
             reply,
         })
         .await
@@ -145,11 +152,12 @@ impl Engine {
         caller: &Caller,
         webhook: &str,
     ) -> Result<WebhookSecret, EngineError> {
+        let webhook = webhook_id(webhook)?;
         let _wrap = self.inner.wraps.enter();
         let secret = self
             .webhook_request(caller, |reply| WebhookMsg::RotateSecret {
                 caller: caller.clone(),
-                webhook: webhook.to_owned(),
+                webhook,
                 reply,
             })
             .await?;
@@ -161,10 +169,11 @@ impl Engine {
         caller: &Caller,
         webhook: &str,
     ) -> Result<WebhookTestQueued, EngineError> {
+        let webhook = webhook_id(webhook)?;
         let event_id = self
             .webhook_request(caller, |reply| WebhookMsg::Test {
                 caller: caller.clone(),
-                webhook: webhook.to_owned(),
+                webhook,
                 reply,
             })
             .await?;
@@ -176,9 +185,10 @@ impl Engine {
         caller: &Caller,
         webhook: &str,
     ) -> Result<DeliveryList, EngineError> {
+        let webhook = webhook_id(webhook)?;
         self.webhook_request(caller, |reply| WebhookMsg::Find {
             caller: caller.clone(),
-            webhook: webhook.to_owned(),
+            webhook,
             reply,
         })
         .await?;
@@ -198,13 +208,10 @@ impl Engine {
     pub(super) async fn disable_webhook_here(
         &self,
         org: OrgId,
-        webhook: &str,
+        webhook: WebhookId,
     ) -> Result<(), EngineError> {
         self.request(org, |reply| {
-            OrgMsg::Webhook(WebhookMsg::Disable {
-                webhook: webhook.to_owned(),
-                reply,
-            })
+            OrgMsg::Webhook(WebhookMsg::Disable { webhook, reply })
         })
         .await
     }

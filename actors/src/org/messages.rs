@@ -22,7 +22,7 @@ use crate::domain::retention::Referrer;
 use crate::domain::schedule::ScheduleRecord;
 use crate::domain::usage::RequestKind;
 use crate::domain::webhooks::Endpoint;
-use crate::domain::{KeyId, Lease, ScheduleId, StoredTask, TaskHeader, TaskId};
+use crate::domain::{KeyId, Lease, ScheduleId, StoredTask, TaskHeader, TaskId, WebhookId};
 use crate::error::EngineError;
 use crate::writer::Commit;
 
@@ -306,7 +306,7 @@ pub enum WebhookMsg {
     /// Answers whether the caller may see the org's endpoint `webhook`.
     Find {
         caller: Caller,
-        webhook: String,
+        webhook: WebhookId,
         reply: Reply<()>,
     },
     /// Answers the endpoint and its secret, shown once.
@@ -317,23 +317,26 @@ pub enum WebhookMsg {
     },
     Delete {
         caller: Caller,
-        webhook: String,
+        webhook: WebhookId,
         reply: Reply<()>,
     },
     /// Answers the new secret.
     RotateSecret {
         caller: Caller,
-        webhook: String,
+        webhook: WebhookId,
         reply: Reply<String>,
     },
     /// Queues a test event; answers its id.
     Test {
         caller: Caller,
-        webhook: String,
+        webhook: WebhookId,
         reply: Reply<String>,
     },
     /// The delivery worker's: no more deliveries to the endpoint.
-    Disable { webhook: String, reply: Reply<()> },
+    Disable {
+        webhook: WebhookId,
+        reply: Reply<()>,
+    },
 }
 
 #[derive(Debug, Clone)]

@@ -13,6 +13,7 @@ use crate::domain::account::{Caller, LimitKey};
 use crate::domain::webhooks::{
     secret_text, Endpoint, EventSet, EventType, OutboxEvent, Subscription,
 };
+use crate::domain::WebhookId;
 use crate::error::{EngineError, LimitKind, ValidationError};
 use crate::store::WriteOp;
 
@@ -28,7 +29,7 @@ fn not_found() -> EngineError {
 }
 
 impl OrgState {
-    fn webhook(&self, id: &str) -> Result<&Endpoint, EngineError> {
+    fn webhook(&self, id: WebhookId) -> Result<&Endpoint, EngineError> {
         self.webhooks
             .iter()
             .find(|w| w.webhook_id == id)
@@ -51,7 +52,7 @@ impl OrgActor {
                 webhook,
                 reply,
             } => self.serve_now(state, reply, read, |s, _| {
-                self.find_webhook(s, &caller, &webhook)
+                self.find_webhook(s, &caller, webhook)
             }),
             WebhookMsg::Create {
                 caller,
@@ -65,24 +66,24 @@ impl OrgActor {
                 webhook,
                 reply,
             } => self.serve_now(state, reply, write, |s, w| {
-                self.delete_webhook(s, w, &caller, &webhook)
+                self.delete_webhook(s, w, &caller, webhook)
             }),
             WebhookMsg::RotateSecret {
                 caller,
                 webhook,
                 reply,
             } => self.serve_now(state, reply, write, |s, w| {
-                self.rotate_webhook_secret(s, w, &caller, &webhook)
+                self.rotate_webhook_secret(s, w, &caller, webhook)
             }),
             WebhookMsg::Test {
                 caller,
                 webhook,
                 reply,
             } => self.serve_now(state, reply, write, |s, w| {
-                self.test_webhook(s, w, &caller, &webhook)
+                self.test_webhook(s, w, &caller, webhook)
             }),
             WebhookMsg::Disable { webhook, reply } => self.serve_now(state, reply, None, |s, w| {
-                self.disable_webhook(s, w, &webhook);
+                self.disable_webhook(s, w, webhook);
                 Ok(())
             }),
         }
@@ -124,7 +125,7 @@ impl OrgActor {
         &self,
         state: &OrgState,
         caller: &Caller,
-        id: &str,
+        id: WebhookId,
     ) -> Result<(), EngineError> {
         state.require_admin(caller)?;
         state.webhook(id).map(|_| ())
@@ -153,7 +154,7 @@ impl OrgActor {
         let subscription = Subscription::parse(&names)
             .map_err(|e| EngineError::Invalid(ValidationError::field("events", e)))?;
         let endpoint = Endpoint {
-            webhook_id: uuid::Uuid::now_v7().to_string(),
+            webhook_id: WebhookId::new_v7(),
             url: request.url,
             subscription,
             description: request.description,
@@ -163,7 +164,7 @@ impl OrgActor {
         let secret = new_webhook_secret();
         let sealed = self.deps.directory.keyring().current().seal_webhook_secret(
             state.org,
-            &endpoint.webhook_id,
+            endpoint.webhook_id,
             &secret,
         );
         work.accounts.push(WriteOp::InsertWebhook {
@@ -179,12 +180,12 @@ impl OrgActor {
         state: &mut OrgState,
         work: &mut Work,
         caller: &Caller,
-        id: &str,
+        id: WebhookId,
     ) -> Result<(), EngineError> {
         state.require_admin(caller)?;
         state.webhook(id)?;
         state.webhooks.retain(|w| w.webhook_id != id);
-        work.accounts.push(WriteOp::DeleteWebhook(id.to_owned()));
+        work.accounts.push(WriteOp::DeleteWebhook(id));
         Ok(())
     }
 
@@ -194,7 +195,7 @@ impl OrgActor {
         state: &mut OrgState,
         work: &mut Work,
         caller: &Caller,
-        id: &str,
+        id: WebhookId,
     ) -> Result<String, EngineError> {
         state.require_admin(caller)?;
         state.webhook(id)?;
@@ -206,7 +207,7 @@ impl OrgActor {
             .current()
             .seal_webhook_secret(state.org, id, &secret);
         work.accounts.push(WriteOp::RotateWebhookSecret {
-            webhook_id: id.to_owned(),
+            webhook_id: id,
             secret: sealed,
             previous_until: self.now() + ROTATION_OVERLAP_MS,
         });
@@ -219,7 +220,7 @@ impl OrgActor {
         state: &mut OrgState,
         work: &mut Work,
         caller: &Caller,
-        id: &str,
+        id: WebhookId,
     ) -> Result<String, EngineError> {
         state.require_admin(caller)?;
         if !state.webhook(id)?.active {
@@ -229,7 +230,7 @@ impl OrgActor {
         let mut types = EventSet::default();
         types.insert(EventType::Test);
         work.outbox.push(OutboxEvent {
-            webhook_id: id.to_owned(),
+            webhook_id: id,
             event_id: event_id.clone(),
             types,
             task_key: event_id.clone(),
@@ -241,11 +242,11 @@ impl OrgActor {
 
     /// The delivery worker's: the endpoint answered 410 or an event ran out
     /// of retries. Nothing more is sent to it; a deleted one stays deleted.
-    pub(super) fn disable_webhook(&self, state: &mut OrgState, work: &mut Work, id: &str) {
+    pub(super) fn disable_webhook(&self, state: &mut OrgState, work: &mut Work, id: WebhookId) {
         if let Some(w) = state.webhooks.iter_mut().find(|w| w.webhook_id == id) {
             if w.active {
                 w.active = false;
-                work.accounts.push(WriteOp::DisableWebhook(id.to_owned()));
+                work.accounts.push(WriteOp::DisableWebhook(id));
             }
         }
     }

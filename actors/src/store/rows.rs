@@ -11,7 +11,7 @@ use crate::domain::admin::{Membership, Tag, Team};
 use crate::domain::retry::RetryPolicy;
 use crate::domain::usage::Usage;
 use crate::domain::{
-    Lease, OrgId, Scheduled, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus,
+    Lease, OrgId, Scheduled, StoredEvent, StoredTask, TaskHeader, TaskId, TaskStatus, WebhookId,
 };
 
 /// The header columns of `tasks`, as `HEADER_COLUMNS` selects them.
@@ -188,7 +188,12 @@ pub(super) fn org_id(s: &str) -> Result<OrgId, StoreError> {
     s.parse().map_err(|_| corrupt(format_args!("org id {s}")))
 }
 
-fn status(s: &str) -> Result<TaskStatus, StoreError> {
+pub(super) fn webhook_id(s: &str) -> Result<WebhookId, StoreError> {
+    s.parse()
+        .map_err(|_| corrupt(format_args!("webhook id {s}")))
+}
+
+pub(super) fn status(s: &str) -> Result<TaskStatus, StoreError> {
     TaskStatus::parse(s).ok_or_else(|| corrupt(format_args!("status {s}")))
 }
 

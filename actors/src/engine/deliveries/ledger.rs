@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+use crate::domain::WebhookId;
+
 /// Entries and rows held at once, all endpoints together: what bounds the
 /// worker's memory.
 pub(super) const MAX_TAKEN: usize = 512;
@@ -21,10 +23,10 @@ pub(super) const PER_ENDPOINT: usize = 8;
 
 #[derive(Default)]
 struct State {
-    logs: HashSet<String>,
+    logs: HashSet<WebhookId>,
     rows: HashSet<i64>,
     entries: usize,
-    streams: HashMap<String, usize>,
+    streams: HashMap<WebhookId, usize>,
 }
 
 /// The worker's ledger, shared by its loop and its turns.
@@ -38,7 +40,7 @@ pub(super) struct Ledger {
 /// What one turn took: given back when dropped.
 pub(super) struct Taken {
     ledger: Arc<Ledger>,
-    webhook: String,
+    webhook: WebhookId,
     log: bool,
     rows: Vec<i64>,
     entries: usize,
@@ -87,14 +89,14 @@ impl Ledger {
 
     /// Endpoints not to look at now: their log is in a turn, or they have
     /// no request to spare.
-    pub(super) fn busy_endpoints(&self) -> Vec<String> {
+    pub(super) fn busy_endpoints(&self) -> Vec<WebhookId> {
         let state = self.lock();
         let full = state
             .streams
             .iter()
             .filter(|(_, n)| **n >= PER_ENDPOINT)
-            .map(|(w, _)| w.clone());
-        state.logs.iter().cloned().chain(full).collect()
+            .map(|(w, _)| *w);
+        state.logs.iter().copied().chain(full).collect()
     }
 
     /// Rows in delivery.
@@ -103,8 +105,8 @@ impl Ledger {
     }
 
     /// Requests the endpoint can take now.
-    pub(super) fn free_streams(&self, webhook: &str) -> usize {
-        PER_ENDPOINT.saturating_sub(self.lock().streams.get(webhook).copied().unwrap_or(0))
+    pub(super) fn free_streams(&self, webhook: WebhookId) -> usize {
+        PER_ENDPOINT.saturating_sub(self.lock().streams.get(&webhook).copied().unwrap_or(0))
     }
 
     /// Takes the endpoint's log for a turn of `entries` entries over up to
@@ -112,22 +114,22 @@ impl Ledger {
     /// has no request to spare.
     pub(super) fn take_log(
         self: &Arc<Self>,
-        webhook: &str,
+        webhook: WebhookId,
         entries: usize,
         streams: usize,
     ) -> Option<Taken> {
         let mut state = self.lock();
-        let free = PER_ENDPOINT.saturating_sub(state.streams.get(webhook).copied().unwrap_or(0));
-        if free == 0 || state.logs.contains(webhook) {
+        let free = PER_ENDPOINT.saturating_sub(state.streams.get(&webhook).copied().unwrap_or(0));
+        if free == 0 || state.logs.contains(&webhook) {
             return None;
         }
         let streams = streams.clamp(1, free);
-        state.logs.insert(webhook.to_owned());
+        state.logs.insert(webhook);
         state.entries += entries;
-        *state.streams.entry(webhook.to_owned()).or_default() += streams;
+        *state.streams.entry(webhook).or_default() += streams;
         Some(Taken {
             ledger: self.clone(),
-            webhook: webhook.to_owned(),
+            webhook,
             log: true,
             rows: Vec::new(),
             entries,
@@ -137,18 +139,18 @@ impl Ledger {
 
     /// Takes rows of one endpoint for one request; `None` if it has none
     /// to spare or a row is taken already.
-    pub(super) fn take_rows(self: &Arc<Self>, webhook: &str, rows: Vec<i64>) -> Option<Taken> {
+    pub(super) fn take_rows(self: &Arc<Self>, webhook: WebhookId, rows: Vec<i64>) -> Option<Taken> {
         let mut state = self.lock();
-        let used = state.streams.get(webhook).copied().unwrap_or(0);
+        let used = state.streams.get(&webhook).copied().unwrap_or(0);
         if used >= PER_ENDPOINT || rows.iter().any(|id| state.rows.contains(id)) {
             return None;
         }
         state.rows.extend(rows.iter().copied());
         state.entries += rows.len();
-        *state.streams.entry(webhook.to_owned()).or_default() += 1;
+        *state.streams.entry(webhook).or_default() += 1;
         Some(Taken {
             ledger: self.clone(),
-            webhook: webhook.to_owned(),
+            webhook,
             log: false,
             entries: rows.len(),
             rows,
@@ -169,20 +171,21 @@ mod tests {
     #[test]
     fn what_a_turn_took_comes_back_however_it_ends() {
         let ledger = Arc::new(Ledger::default());
-        let turn = ledger.take_log("wh", 10, 3).unwrap();
+        let wh = WebhookId::new_v7();
+        let turn = ledger.take_log(wh, 10, 3).unwrap();
         assert_eq!(turn.streams(), 3);
         assert!(
-            ledger.take_log("wh", 1, 1).is_none(),
+            ledger.take_log(wh, 1, 1).is_none(),
             "one turn at a log at a time"
         );
         assert_eq!(ledger.room(), MAX_TAKEN - 10);
-        assert_eq!(ledger.busy_endpoints(), ["wh"]);
-        let rows = ledger.take_rows("wh", vec![1, 2]).unwrap();
+        assert_eq!(ledger.busy_endpoints(), [wh]);
+        let rows = ledger.take_rows(wh, vec![1, 2]).unwrap();
         assert!(
-            ledger.take_rows("wh", vec![2]).is_none(),
+            ledger.take_rows(wh, vec![2]).is_none(),
             "a row is taken once"
         );
-        assert_eq!(ledger.free_streams("wh"), PER_ENDPOINT - 4);
+        assert_eq!(ledger.free_streams(wh), PER_ENDPOINT - 4);
 
         // A turn that panics gives back what it took as it unwinds.
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
@@ -190,29 +193,30 @@ mod tests {
             panic!("a send went wrong");
         }));
         assert!(panicked.is_err());
-        assert!(ledger.take_log("wh", 1, 1).is_some());
+        assert!(ledger.take_log(wh, 1, 1).is_some());
         drop(rows);
         assert_eq!(ledger.room(), MAX_TAKEN);
         assert!(ledger.rows().is_empty());
         assert!(ledger.busy_endpoints().is_empty());
-        assert_eq!(ledger.free_streams("wh"), PER_ENDPOINT);
+        assert_eq!(ledger.free_streams(wh), PER_ENDPOINT);
     }
 
     #[test]
     fn an_endpoint_never_gets_more_requests_than_its_share() {
         let ledger = Arc::new(Ledger::default());
+        let (wh, other) = (WebhookId::new_v7(), WebhookId::new_v7());
         let taken: Vec<Taken> = (0..PER_ENDPOINT as i64)
-            .map(|i| ledger.take_rows("wh", vec![i]).unwrap())
+            .map(|i| ledger.take_rows(wh, vec![i]).unwrap())
             .collect();
-        assert!(ledger.take_rows("wh", vec![99]).is_none());
-        assert!(ledger.take_log("wh", 1, 1).is_none());
-        assert_eq!(ledger.busy_endpoints(), ["wh"]);
+        assert!(ledger.take_rows(wh, vec![99]).is_none());
+        assert!(ledger.take_log(wh, 1, 1).is_none());
+        assert_eq!(ledger.busy_endpoints(), [wh]);
         // Another endpoint is not held back.
         assert_eq!(
-            ledger.take_log("other", 5, 20).unwrap().streams(),
+            ledger.take_log(other, 5, 20).unwrap().streams(),
             PER_ENDPOINT
         );
         drop(taken);
-        assert_eq!(ledger.free_streams("wh"), PER_ENDPOINT);
+        assert_eq!(ledger.free_streams(wh), PER_ENDPOINT);
     }
 }

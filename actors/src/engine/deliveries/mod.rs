@@ -51,7 +51,7 @@ use std::time::Duration;
 use super::writer_load::{Pacer, Pacing};
 use super::{Engine, PeerOp};
 use crate::background::Background;
-use crate::domain::OrgId;
+use crate::domain::{OrgId, WebhookId};
 use crate::error::EngineError;
 use crate::store::{
     AfterAttempt, DueLog, DueRow, LoggedEvent, Settled, Store, StoreError, StoreOptions, Target,
@@ -306,9 +306,7 @@ impl Worker {
         if due.is_empty() {
             return Ok(Vec::new());
         }
-        let asked: Vec<_> = (due.iter())
-            .map(|d| (d.org_id, d.webhook_id.as_str()))
-            .collect();
+        let asked: Vec<_> = due.iter().map(|d| (d.org_id, d.webhook_id)).collect();
         let mut targets = self.read(self.store.webhook_targets(&asked).await)?;
         Ok(due
             .into_iter()
@@ -327,11 +325,11 @@ impl Worker {
         let turn = LogTurn::new(log.cursor, events, &target.subscription);
         let streams = self
             .ledger
-            .free_streams(&log.webhook_id)
+            .free_streams(log.webhook_id)
             .min(turn.entries.len());
         let taken = self
             .ledger
-            .take_log(&log.webhook_id, turn.entries.len(), streams)?;
+            .take_log(log.webhook_id, turn.entries.len(), streams)?;
         Some(Planned {
             stream: Stream {
                 org: log.org_id,
@@ -349,13 +347,13 @@ impl Worker {
     async fn waiting_tasks(
         &self,
         planned: &[Planned],
-    ) -> Result<HashMap<String, HashSet<String>>, EngineError> {
-        let asked: Vec<(&str, Vec<&str>)> = planned
+    ) -> Result<HashMap<WebhookId, HashSet<String>>, EngineError> {
+        let asked: Vec<(WebhookId, Vec<&str>)> = planned
             .iter()
             .filter(|p| !p.turn.entries.is_empty())
             .map(|p| {
                 let tasks = p.turn.entries.iter().map(|e| e.task_key.as_str());
-                (p.stream.webhook.as_str(), tasks.collect())
+                (p.stream.webhook, tasks.collect())
             })
             .collect();
         if asked.is_empty() {
@@ -400,13 +398,13 @@ impl Worker {
         }
         let (stream, turn, _) = &*shared;
         let settled = Settled {
-            webhook_id: stream.webhook.clone(),
+            webhook_id: stream.webhook,
             turn: turn.settled(done.rows),
             log: newest(done.log, crate::store::LOG_KEPT as usize),
         };
         self.settle(org, settled).await;
         if done.disable {
-            self.disable(org, &stream.webhook).await;
+            self.disable(org, stream.webhook).await;
         }
         drop(taken);
     }
@@ -424,27 +422,19 @@ impl Worker {
                 .take_due_rows(now, room as i64, room as i64, &skip, HOLD_MS)
                 .await,
         )?;
-        let mut by_endpoint: HashMap<String, Vec<DueRow>> = HashMap::new();
+        let mut by_endpoint: HashMap<(OrgId, WebhookId), Vec<DueRow>> = HashMap::new();
         for row in due {
             by_endpoint
-                .entry(row.webhook_id.clone())
+                .entry((row.org_id, row.webhook_id))
                 .or_default()
                 .push(row);
         }
-        let by_endpoint: Vec<(OrgId, String, Vec<DueRow>)> = (by_endpoint.into_iter())
-            .filter_map(|(webhook, rows)| {
-                let org = rows.first()?.org_id.parse().ok()?;
-                Some((org, webhook, rows))
-            })
-            .collect();
-        let asked: Vec<_> = (by_endpoint.iter())
-            .map(|(org, webhook, _)| (*org, webhook.as_str()))
-            .collect();
+        let asked: Vec<_> = by_endpoint.keys().copied().collect();
         let mut targets = self.read(self.store.webhook_targets(&asked).await)?;
         let mut started = 0;
-        for (org, webhook, rows) in by_endpoint {
+        for ((org, webhook), rows) in by_endpoint {
             let target = targets.remove(&webhook);
-            let streams = self.ledger.free_streams(&webhook).min(rows.len());
+            let streams = self.ledger.free_streams(webhook).min(rows.len());
             let mut split: Vec<Vec<DueRow>> = vec![Vec::new(); streams];
             for (i, row) in rows.into_iter().enumerate() {
                 if streams > 0 {
@@ -453,13 +443,13 @@ impl Worker {
             }
             for rows in split {
                 let ids = rows.iter().map(|r| r.outbox_id).collect();
-                let Some(taken) = self.ledger.take_rows(&webhook, ids) else {
+                let Some(taken) = self.ledger.take_rows(webhook, ids) else {
                     continue;
                 };
                 started += rows.len();
                 let stream = RowStream {
                     org,
-                    webhook: webhook.clone(),
+                    webhook,
                     target: target.clone(),
                     deadline: self.deadline(),
                 };
@@ -489,27 +479,18 @@ impl Worker {
                 after,
                 log,
                 disable: gone,
-            } = match (target.as_ref().filter(|t| t.active), Entry::row(&row)) {
-                (Some(target), Some(entry)) => self.deliver(org, &webhook, target, &entry).await,
+            } = match target.as_ref().filter(|t| t.active) {
+                Some(target) => self.deliver(org, webhook, target, &Entry::row(&row)).await,
                 // The endpoint is gone or disabled: the row goes with it.
-                (None, _) => Delivered {
+                None => Delivered {
                     after: AfterAttempt::Done,
                     log: Vec::new(),
                     disable: false,
                 },
-                (Some(_), None) => {
-                    tracing::warn!(org_id = %org, outbox_id = row.outbox_id,
-                        "an outbox row names an unknown event type or status: dropped");
-                    Delivered {
-                        after: AfterAttempt::Done,
-                        log: Vec::new(),
-                        disable: false,
-                    }
-                }
             };
             disable = gone;
             let settled = Settled {
-                webhook_id: webhook.clone(),
+                webhook_id: webhook,
                 turn: Turn::Row {
                     outbox_id: row.outbox_id,
                     after,
@@ -519,18 +500,15 @@ impl Worker {
             self.settle(org, settled).await;
         }
         if disable {
-            self.disable(org, &webhook).await;
+            self.disable(org, webhook).await;
         }
         drop(taken);
     }
 
     /// Tells the org's owner that the endpoint is to get nothing more.
-    async fn disable(&self, org: OrgId, webhook: &str) {
+    async fn disable(&self, org: OrgId, webhook: WebhookId) {
         tracing::info!(org_id = %org, webhook_id = %webhook, "webhook disabled");
-        let op = PeerOp::DisableWebhook {
-            org,
-            webhook: webhook.to_owned(),
-        };
+        let op = PeerOp::DisableWebhook { org, webhook };
         let engine = self.engine.clone();
         // On the server's runtime: it may start the org's actor.
         let done = self.main.spawn(async move { engine.on_owner(op).await });
@@ -566,7 +544,7 @@ impl Worker {
 /// A stream of rows' endpoint (`None` once it is deleted).
 struct RowStream {
     org: OrgId,
-    webhook: String,
+    webhook: WebhookId,
     target: Option<Target>,
     deadline: Option<i64>,
 }

@@ -10,7 +10,7 @@ use crate::api::EventBody;
 use crate::domain::webhooks::{
     log_message_id, message_id, next_attempt, signature_header, EventSet, EventType, Transition,
 };
-use crate::domain::{OrgId, TaskStatus};
+use crate::domain::{OrgId, WebhookId};
 use crate::store::{AfterAttempt, DeliveryRecord, DueRow, LoggedEvent, NewRow, Target};
 use crate::webhook_sender::{Delivery, Sent};
 
@@ -47,28 +47,17 @@ impl Entry {
         }
     }
 
-    /// An outbox row; `None` if it names an unknown type or status.
-    pub(super) fn row(row: &DueRow) -> Option<Self> {
-        let change = match &row.to_status {
-            None => None,
-            Some(to) => Some(Transition {
-                from_status: match &row.from_status {
-                    Some(s) => Some(TaskStatus::parse(s)?),
-                    None => None,
-                },
-                to_status: TaskStatus::parse(to)?,
-                agent_id: row.agent_id.clone().unwrap_or_default(),
-            }),
-        };
-        Some(Entry {
+    /// An outbox row.
+    pub(super) fn row(row: &DueRow) -> Self {
+        Entry {
             event_id: row.event_id.clone(),
-            types: EventSet::parse(&row.types).ok()?,
-            sent: usize::try_from(row.sent).ok()?,
+            types: row.types,
+            sent: row.sent,
             attempts: row.attempts,
             task_key: row.task_key.clone(),
-            change,
+            change: row.transition.clone(),
             created_at: row.created_at,
-        })
+        }
     }
 
     /// The outbox row this entry becomes, due at `at`.
@@ -93,7 +82,7 @@ impl Entry {
     /// A delivery's body: the event's type and time and the ids and
     /// statuses of the change, never the task's content. Written from the
     /// entry alone, so every attempt sends the same bytes.
-    pub(super) fn body(&self, org: OrgId, webhook_id: &str, event: EventType) -> String {
+    pub(super) fn body(&self, org: OrgId, webhook_id: WebhookId, event: EventType) -> String {
         match &self.change {
             None => EventBody::test(org, webhook_id, self.created_at),
             Some(change) => {
@@ -118,7 +107,7 @@ impl Worker {
     pub(super) async fn deliver(
         &self,
         org: OrgId,
-        webhook_id: &str,
+        webhook_id: WebhookId,
         target: &Target,
         entry: &Entry,
     ) -> Delivered {
@@ -205,7 +194,7 @@ impl Worker {
     fn sign(
         &self,
         org: OrgId,
-        webhook_id: &str,
+        webhook_id: WebhookId,
         target: &Target,
         event_id: &str,
         body: &str,
@@ -239,6 +228,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::domain::TaskStatus;
 
     const TASK: &str = "0190a0c2-7f3e-7c1a-9b2d-3e4f5a6b7c8d";
 
@@ -258,13 +248,13 @@ mod tests {
 
     #[test]
     fn bodies_carry_ids_and_statuses_and_a_test_event_its_endpoint() {
-        let org = OrgId::new_v7();
+        let (org, webhook) = (OrgId::new_v7(), WebhookId::new_v7());
         let mut types = EventSet::default();
         types.insert(EventType::Claimed);
         let entry = Entry::logged(&logged(), types);
         assert_eq!(entry.event_id, "evt_42");
         let change: serde_json::Value =
-            serde_json::from_str(&entry.body(org, "wh", EventType::Claimed)).unwrap();
+            serde_json::from_str(&entry.body(org, webhook, EventType::Claimed)).unwrap();
         assert_eq!(
             change,
             json!({"type": "task.claimed", "timestamp": "1970-01-01T00:00:00.000Z",
@@ -277,10 +267,10 @@ mod tests {
             ..entry
         };
         let ping: serde_json::Value =
-            serde_json::from_str(&ping.body(org, "wh", EventType::Test)).unwrap();
+            serde_json::from_str(&ping.body(org, webhook, EventType::Test)).unwrap();
         assert_eq!(
             ping["data"],
-            json!({"org_id": org.to_string(), "webhook_id": "wh"})
+            json!({"org_id": org.to_string(), "webhook_id": webhook.to_string()})
         );
     }
 
@@ -299,18 +289,20 @@ mod tests {
         assert_eq!((row.sent, row.attempts, row.next_attempt_at), (1, 2, 77));
         let due = DueRow {
             outbox_id: 9,
-            org_id: "org".into(),
-            webhook_id: "wh".into(),
+            org_id: OrgId::new_v7(),
+            webhook_id: WebhookId::new_v7(),
             event_id: row.event_id,
-            types: row.types,
-            sent: row.sent,
+            types: EventSet::parse(&row.types).unwrap(),
+            sent: usize::try_from(row.sent).unwrap(),
             task_key: row.task_key,
-            from_status: row.from_status,
-            to_status: row.to_status,
-            agent_id: row.agent_id,
+            transition: Some(Transition {
+                from_status: row.from_status.as_deref().and_then(TaskStatus::parse),
+                to_status: TaskStatus::parse(row.to_status.as_deref().unwrap()).unwrap(),
+                agent_id: row.agent_id.unwrap(),
+            }),
             created_at: row.created_at,
             attempts: row.attempts,
         };
-        assert_eq!(Entry::row(&due), Some(entry));
+        assert_eq!(Entry::row(&due), entry);
     }
 }

@@ -16,7 +16,7 @@ use super::ledger::Taken;
 use super::send::{Delivered, Entry};
 use super::Worker;
 use crate::domain::webhooks::{EventSet, Subscription};
-use crate::domain::OrgId;
+use crate::domain::{OrgId, WebhookId};
 use crate::store::{AfterAttempt, DeliveryRecord, LoggedEvent, NewRow, Target, Turn};
 
 /// The events a turn read: the entries the endpoint takes, in log order,
@@ -85,7 +85,7 @@ pub(super) struct Planned {
 /// A turn's endpoint, and until when it may send (PostgreSQL).
 pub(super) struct Stream {
     pub org: OrgId,
-    pub webhook: String,
+    pub webhook: WebhookId,
     pub target: Target,
     pub deadline: Option<i64>,
 }
@@ -147,7 +147,7 @@ impl Worker {
                 log,
                 disable,
             } = self
-                .deliver(stream.org, &stream.webhook, &stream.target, entry)
+                .deliver(stream.org, stream.webhook, &stream.target, entry)
                 .await;
             out.log.extend(log);
             stop |= disable;

@@ -178,13 +178,14 @@ macro_rules! account_statements {
                             .await?;
                     }
                     WriteOp::InsertWebhook { endpoint: e, secret } => {
+                        let webhook = e.webhook_id.to_string();
                         sqlx::query(
                             "INSERT INTO webhooks (org_id, webhook_id, url, events, description, \
                              secret, secret_key_id, active, created_at) \
                              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                         )
                         .bind(&org)
-                        .bind(&e.webhook_id)
+                        .bind(&webhook)
                         .bind(&e.url)
                         .bind(serde_json::to_string(e.subscription.names()).unwrap_or_default())
                         .bind(&e.description)
@@ -203,7 +204,7 @@ macro_rules! account_statements {
                              WHERE org_id = $1), 0), 0)",
                         )
                         .bind(&org)
-                        .bind(&e.webhook_id)
+                        .bind(&webhook)
                         .execute($exec)
                         .await?;
                     }
@@ -217,7 +218,7 @@ macro_rules! account_statements {
                                  VALUES ($1, $2, $3, $4, 0, $5, $6, $7, $8, $9, 0, $9)",
                             )
                             .bind(&org)
-                            .bind(&e.webhook_id)
+                            .bind(e.webhook_id.to_string())
                             .bind(&e.event_id)
                             .bind(e.types.text())
                             .bind(&e.task_key)
@@ -241,7 +242,7 @@ macro_rules! account_statements {
                              secret = $4, secret_key_id = $5 WHERE org_id = $1 AND webhook_id = $2",
                         )
                         .bind(&org)
-                        .bind(webhook_id)
+                        .bind(webhook_id.to_string())
                         .bind(previous_until)
                         .bind(&secret.bytes)
                         .bind(&secret.master_key_id)
@@ -249,6 +250,7 @@ macro_rules! account_statements {
                         .await?;
                     }
                     WriteOp::DisableWebhook(webhook_id) | WriteOp::DeleteWebhook(webhook_id) => {
+                        let webhook = webhook_id.to_string();
                         let endpoint = if matches!(op, WriteOp::DeleteWebhook(_)) {
                             "DELETE FROM webhooks WHERE org_id = $1 AND webhook_id = $2"
                         } else {
@@ -256,7 +258,7 @@ macro_rules! account_statements {
                         };
                         sqlx::query(endpoint)
                             .bind(&org)
-                            .bind(webhook_id)
+                            .bind(&webhook)
                             .execute($exec)
                             .await?;
                         for pending in [
@@ -265,7 +267,7 @@ macro_rules! account_statements {
                         ] {
                             sqlx::query(pending)
                                 .bind(&org)
-                                .bind(webhook_id)
+                                .bind(&webhook)
                                 .execute($exec)
                                 .await?;
                         }
@@ -274,7 +276,7 @@ macro_rules! account_statements {
                                 "DELETE FROM webhook_deliveries WHERE org_id = $1 AND webhook_id = $2",
                             )
                             .bind(&org)
-                            .bind(webhook_id)
+                            .bind(&webhook)
                             .execute($exec)
                             .await?;
                         }

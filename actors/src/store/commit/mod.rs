@@ -22,7 +22,7 @@ use crate::domain::schedule::ScheduleRecord;
 use crate::domain::usage::Usage;
 use crate::domain::webhooks::{Endpoint, OutboxEvent};
 use crate::domain::{
-    ContentField, KeyId, OrgId, ScheduleId, StoredEvent, StoredTask, TaskHeader, TaskId,
+    ContentField, KeyId, OrgId, ScheduleId, StoredEvent, StoredTask, TaskHeader, TaskId, WebhookId,
 };
 
 mod accounts;
@@ -92,15 +92,15 @@ pub enum WriteOp {
     /// A new secret; the current one becomes the previous, which signs
     /// until `previous_until`.
     RotateWebhookSecret {
-        webhook_id: String,
+        webhook_id: WebhookId,
         secret: SealedSecret,
         previous_until: i64,
     },
     /// No more deliveries: the endpoint stays, inactive, and its pending
     /// events go.
-    DisableWebhook(String),
+    DisableWebhook(WebhookId),
     /// The endpoint, its pending events and its delivery log go.
-    DeleteWebhook(String),
+    DeleteWebhook(WebhookId),
     /// A schedule as it now stands (new, changed, or fired).
     UpsertSchedule(Box<ScheduleRecord>),
     DeleteSchedule(ScheduleId),

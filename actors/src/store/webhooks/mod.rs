@@ -16,14 +16,16 @@ use sqlx::FromRow;
 use super::{Arg, Result, Store, StoreError};
 use crate::crypto::SealedSecret;
 use crate::domain::webhooks::{Endpoint, Subscription};
-use crate::domain::OrgId;
+use crate::domain::{OrgId, WebhookId};
 
+mod due;
 mod outbox;
 #[cfg(test)]
 mod tests;
 
+pub use due::{DueLog, DueRow};
 pub(super) use outbox::{settle_in, SettleArgs};
-pub use outbox::{AfterAttempt, DueLog, DueRow, NewRow, Settled, Turn, LOG_KEPT};
+pub use outbox::{AfterAttempt, NewRow, Settled, Turn, LOG_KEPT};
 
 /// An endpoint's `events` column: the names it subscribed to.
 fn subscription(events: &str) -> Result<Subscription> {
@@ -47,8 +49,8 @@ impl TryFrom<EndpointRow> for Endpoint {
 
     fn try_from(r: EndpointRow) -> Result<Self> {
         Ok(Endpoint {
+            webhook_id: super::rows::webhook_id(&r.webhook_id)?,
             subscription: subscription(&r.events)?,
-            webhook_id: r.webhook_id,
             url: r.url,
             description: r.description,
             active: r.active != 0,
@@ -82,6 +84,40 @@ struct TargetRow {
     previous_until: Option<i64>,
 }
 
+impl TryFrom<TargetRow> for ((OrgId, WebhookId), Target) {
+    type Error = StoreError;
+
+    fn try_from(r: TargetRow) -> Result<Self> {
+        let org = super::rows::org_id(&r.org_id)?;
+        let endpoint = (org, super::rows::webhook_id(&r.webhook_id)?);
+        let previous = match (
+            r.previous_secret,
+            r.previous_secret_key_id,
+            r.previous_until,
+        ) {
+            (Some(bytes), Some(master_key_id), Some(until)) => Some((
+                SealedSecret {
+                    master_key_id,
+                    bytes,
+                },
+                until,
+            )),
+            _ => None,
+        };
+        let target = Target {
+            subscription: subscription(&r.events)?,
+            url: r.url,
+            active: r.active != 0,
+            secret: SealedSecret {
+                master_key_id: r.secret_key_id,
+                bytes: r.secret,
+            },
+            previous,
+        };
+        Ok((endpoint, target))
+    }
+}
+
 /// One delivery attempt in the log.
 #[derive(Debug, Clone, FromRow)]
 pub struct DeliveryRecord {
@@ -100,7 +136,7 @@ pub struct DeliveryRecord {
 
 /// A stored secret that a rotation may have to re-seal: the endpoint, and
 /// whether it is the previous secret.
-pub type SecretSlot = (OrgId, String, bool, SealedSecret);
+pub type SecretSlot = (OrgId, WebhookId, bool, SealedSecret);
 
 #[derive(FromRow)]
 struct SecretRow {
@@ -125,21 +161,21 @@ impl Store {
     }
 
     /// An endpoint's address and secrets; `None` once it is deleted.
-    pub async fn webhook_target(&self, org: OrgId, webhook: &str) -> Result<Option<Target>> {
+    pub async fn webhook_target(&self, org: OrgId, webhook: WebhookId) -> Result<Option<Target>> {
         Ok(self
             .webhook_targets(&[(org, webhook)])
             .await?
-            .remove(webhook))
+            .remove(&webhook))
     }
 
     /// The addresses and secrets of those of the endpoints (each of its
     /// org) that are not deleted, by endpoint, in one read.
     pub async fn webhook_targets(
         &self,
-        endpoints: &[(OrgId, &str)],
-    ) -> Result<HashMap<String, Target>> {
-        let orgs: Vec<String> = endpoints.iter().map(|(o, _)| o.to_string()).collect();
-        let ids: Vec<&str> = endpoints.iter().map(|(_, w)| *w).collect();
+        endpoints: &[(OrgId, WebhookId)],
+    ) -> Result<HashMap<WebhookId, Target>> {
+        let orgs: Vec<OrgId> = endpoints.iter().map(|(o, _)| *o).collect();
+        let ids: Vec<WebhookId> = endpoints.iter().map(|(_, w)| *w).collect();
         let orgs = serde_json::to_string(&orgs).expect("ids serialize");
         let ids = serde_json::to_string(&ids).expect("ids serialize");
         let rows: Vec<TargetRow> = self
@@ -154,47 +190,21 @@ impl Store {
                 vec![Arg::Text(orgs), Arg::Text(ids)],
             )
             .await?;
-        let asked = |org: &str, webhook: &str| {
-            endpoints
-                .iter()
-                .any(|(o, w)| *w == webhook && o.to_string() == org)
-        };
-        rows.into_iter()
-            .filter(|r| asked(&r.org_id, &r.webhook_id))
-            .map(|r| {
-                let target = Target {
-                    subscription: subscription(&r.events)?,
-                    url: r.url,
-                    active: r.active != 0,
-                    secret: SealedSecret {
-                        master_key_id: r.secret_key_id,
-                        bytes: r.secret,
-                    },
-                    previous: match (
-                        r.previous_secret,
-                        r.previous_secret_key_id,
-                        r.previous_until,
-                    ) {
-                        (Some(bytes), Some(master_key_id), Some(until)) => Some((
-                            SealedSecret {
-                                master_key_id,
-                                bytes,
-                            },
-                            until,
-                        )),
-                        _ => None,
-                    },
-                };
-                Ok((r.webhook_id, target))
-            })
-            .collect()
+        let mut targets = HashMap::new();
+        for r in rows {
+            let (endpoint, target) = r.try_into()?;
+            if endpoints.contains(&endpoint) {
+                targets.insert(endpoint.1, target);
+            }
+        }
+        Ok(targets)
     }
 
     /// The endpoint's latest `limit` attempts, newest first.
     pub async fn webhook_deliveries(
         &self,
         org: OrgId,
-        webhook: &str,
+        webhook: WebhookId,
         limit: i64,
     ) -> Result<Vec<DeliveryRecord>> {
         self.fetch_all(
@@ -203,7 +213,7 @@ impl Store {
              ORDER BY at DESC, delivery_id DESC LIMIT $3",
             vec![
                 Arg::Text(org.to_string()),
-                Arg::Text(webhook.to_owned()),
+                Arg::Text(webhook.to_string()),
                 Arg::Int(limit),
             ],
         )
@@ -236,11 +246,12 @@ impl Store {
         rows.into_iter()
             .map(|r| {
                 let org = super::rows::org_id(&r.org_id)?;
+                let webhook = super::rows::webhook_id(&r.webhook_id)?;
                 let sealed = SealedSecret {
                     master_key_id: r.key_id,
                     bytes: r.bytes,
                 };
-                Ok((org, r.webhook_id, r.previous != 0, sealed))
+                Ok((org, webhook, r.previous != 0, sealed))
             })
             .collect()
     }
@@ -263,7 +274,7 @@ impl Store {
         let done = on_pool!(self, pool => {
             sqlx::query(sql)
                 .bind(org.to_string())
-                .bind(webhook)
+                .bind(webhook.to_string())
                 .bind(&old.bytes)
                 .bind(&new.bytes)
                 .bind(&new.master_key_id)

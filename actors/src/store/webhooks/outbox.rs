@@ -17,11 +17,11 @@
 use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
-use sqlx::FromRow;
 
-use super::super::{Arg, Result, Store};
+use super::super::{rows, Arg, Result, Store};
+use super::due::{DueLog, DueLogRow, DueRow, DueRowColumns};
 use super::DeliveryRecord;
-use crate::domain::OrgId;
+use crate::domain::{OrgId, WebhookId};
 
 /// Attempts the delivery log keeps per endpoint, newest first: what
 /// `GET /webhooks/{id}/deliveries` shows.
@@ -30,44 +30,6 @@ pub const LOG_KEPT: i64 = 100;
 /// Milliseconds since the epoch on PostgreSQL's clock: the one clock the
 /// nodes of a cluster share.
 const PG_NOW_MS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
-
-/// An endpoint whose org has events after its cursor, as a worker takes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DueLog {
-    pub webhook_id: String,
-    pub org_id: OrgId,
-    /// The last event of the org the endpoint has been through.
-    pub cursor: i64,
-}
-
-#[derive(FromRow)]
-struct DueLogRow {
-    webhook_id: String,
-    org_id: String,
-    cursor: i64,
-}
-
-/// An outbox row that is due, as a worker reads it.
-#[derive(Debug, Clone, FromRow)]
-pub struct DueRow {
-    pub outbox_id: i64,
-    pub org_id: String,
-    pub webhook_id: String,
-    /// The `webhook-id` of the first of `types`.
-    pub event_id: String,
-    /// `EventSet::text`.
-    pub types: String,
-    /// How many of `types` were delivered.
-    pub sent: i64,
-    pub task_key: String,
-    pub from_status: Option<String>,
-    /// `None` for `webhook.test`.
-    pub to_status: Option<String>,
-    pub agent_id: Option<String>,
-    pub created_at: i64,
-    /// Failed attempts at the `sent`-th type.
-    pub attempts: i64,
-}
 
 /// An outbox row a turn at an endpoint's log leaves: an event that failed,
 /// that waits behind its task's earlier event, or that the turn did not
@@ -101,7 +63,7 @@ pub enum AfterAttempt {
 /// attempts it made (at most [`LOG_KEPT`], the newest).
 #[derive(Debug, Clone)]
 pub struct Settled {
-    pub webhook_id: String,
+    pub webhook_id: WebhookId,
     pub turn: Turn,
     pub log: Vec<DeliveryRecord>,
 }
@@ -126,7 +88,7 @@ pub enum Turn {
 struct LogArg<'a> {
     delivery_id: &'a str,
     org_id: String,
-    webhook_id: &'a str,
+    webhook_id: WebhookId,
     event_id: &'a str,
     #[serde(rename = "type")]
     event_type: &'a str,
@@ -149,7 +111,7 @@ struct RetryArg {
 #[derive(Serialize)]
 struct RowArg<'a> {
     org_id: String,
-    webhook_id: &'a str,
+    webhook_id: WebhookId,
     /// Where the cursor of the turn that made it was: the row is written
     /// only if it is still there.
     cursor: i64,
@@ -158,8 +120,8 @@ struct RowArg<'a> {
 }
 
 #[derive(Serialize)]
-struct MoveArg<'a> {
-    webhook_id: &'a str,
+struct MoveArg {
+    webhook_id: WebhookId,
     from: i64,
     through: i64,
 }
@@ -190,7 +152,7 @@ impl SettleArgs {
                 log.push(LogArg {
                     delivery_id: &d.delivery_id,
                     org_id: org.to_string(),
-                    webhook_id: &s.webhook_id,
+                    webhook_id: s.webhook_id,
                     event_id: &d.event_id,
                     event_type: &d.event_type,
                     attempt: d.attempt,
@@ -201,8 +163,8 @@ impl SettleArgs {
                     next_attempt_at: d.next_attempt_at,
                 });
             }
-            if !s.log.is_empty() && !trim.contains(&s.webhook_id.as_str()) {
-                trim.push(s.webhook_id.as_str());
+            if !s.log.is_empty() && !trim.contains(&s.webhook_id) {
+                trim.push(s.webhook_id);
             }
             match &s.turn {
                 Turn::Row {
@@ -224,13 +186,13 @@ impl SettleArgs {
                     rows: later,
                 } => {
                     moves.push(MoveArg {
-                        webhook_id: &s.webhook_id,
+                        webhook_id: s.webhook_id,
                         from: *from,
                         through: *through,
                     });
                     rows.extend(later.iter().map(|row| RowArg {
                         org_id: org.to_string(),
-                        webhook_id: &s.webhook_id,
+                        webhook_id: s.webhook_id,
                         cursor: *from,
                         row,
                     }));
@@ -276,7 +238,7 @@ impl Store {
     pub async fn take_due_logs(
         &self,
         limit: i64,
-        skip: &[String],
+        skip: &[WebhookId],
         hold_ms: i64,
     ) -> Result<Vec<DueLog>> {
         let skip = serde_json::to_string(skip).expect("ids serialize");
@@ -303,16 +265,8 @@ impl Store {
         if matches!(self, Store::Postgres(..)) {
             args.push(Arg::Int(hold_ms));
         }
-        let rows: Vec<DueLogRow> = self.fetch_all(&sql, args).await?;
-        rows.into_iter()
-            .map(|r| {
-                Ok(DueLog {
-                    org_id: super::super::rows::org_id(&r.org_id)?,
-                    webhook_id: r.webhook_id,
-                    cursor: r.cursor,
-                })
-            })
-            .collect()
+        let due: Vec<DueLogRow> = self.fetch_all(&sql, args).await?;
+        super::super::records(due)
     }
 
     /// Up to `limit` rows due at `now` and not in `skip`, at most
@@ -349,7 +303,7 @@ impl Store {
              WHERE place <= $3 ORDER BY next_attempt_at, outbox_id LIMIT $2",
             skipped = listed_ints(self, 4)
         );
-        let due: Vec<DueRow> = self
+        let due: Vec<DueRowColumns> = self
             .fetch_all(
                 &sql,
                 vec![
@@ -360,6 +314,7 @@ impl Store {
                 ],
             )
             .await?;
+        let due: Vec<DueRow> = super::super::records(due)?;
         let Store::Postgres(pool, _) = self else {
             return Ok(due);
         };
@@ -394,7 +349,7 @@ impl Store {
         &self,
         now: i64,
         skip_rows: &[i64],
-        skip_endpoints: &[String],
+        skip_endpoints: &[WebhookId],
     ) -> Result<Option<i64>> {
         let heads = format!(
             "FROM webhook_outbox o WHERE o.outbox_id NOT IN ({rows}) \
@@ -434,15 +389,15 @@ impl Store {
     /// endpoint; one read for all.
     pub async fn waiting_webhook_tasks(
         &self,
-        asked: &[(&str, Vec<&str>)],
-    ) -> Result<HashMap<String, HashSet<String>>> {
+        asked: &[(WebhookId, Vec<&str>)],
+    ) -> Result<HashMap<WebhookId, HashSet<String>>> {
         let sql = format!(
             "SELECT DISTINCT webhook_id, task_key FROM webhook_outbox \
              WHERE webhook_id IN ({}) AND task_key IN ({})",
             listed(self, 1),
             listed(self, 2)
         );
-        let webhooks: Vec<&str> = asked.iter().map(|(w, _)| *w).collect();
+        let webhooks: Vec<WebhookId> = asked.iter().map(|(w, _)| *w).collect();
         let tasks: Vec<&str> = asked.iter().flat_map(|(_, t)| t.iter().copied()).collect();
         let webhooks = serde_json::to_string(&webhooks).expect("ids serialize");
         let tasks = serde_json::to_string(&tasks).expect("keys serialize");
@@ -454,8 +409,9 @@ impl Store {
                 .fetch_all(pool)
                 .await?
         });
-        let mut waiting: HashMap<String, HashSet<String>> = HashMap::new();
+        let mut waiting: HashMap<WebhookId, HashSet<String>> = HashMap::new();
         for (webhook, task) in found {
+            let webhook = rows::webhook_id(&webhook)?;
             let of_it = asked
                 .iter()
                 .any(|(w, t)| *w == webhook && t.contains(&task.as_str()));
@@ -495,7 +451,7 @@ pub(in crate::store) async fn settle_in(
                 "UPDATE webhook_cursors SET event_id = $3, held_until = 0 \
                  WHERE webhook_id = $1 AND event_id = $2",
             )
-            .bind(&s.webhook_id)
+            .bind(s.webhook_id.to_string())
             .bind(from)
             .bind(through)
             .execute(&mut **tx)

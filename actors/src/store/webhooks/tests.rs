@@ -8,19 +8,19 @@ use std::collections::HashSet;
 use uuid::Uuid;
 
 use crate::crypto::SealedSecret;
-use crate::domain::webhooks::{Endpoint, EventSet, OutboxEvent, Subscription};
-use crate::domain::{OrgId, StoredEvent, TaskId, TaskStatus};
+use crate::domain::webhooks::{Endpoint, EventSet, OutboxEvent, Subscription, Transition};
+use crate::domain::{OrgId, StoredEvent, TaskId, TaskStatus, WebhookId};
 use crate::store::tests::{
     commit_ops, header, store_written_before, task, ScratchDatabase, TempDb,
 };
 use crate::store::{
-    AfterAttempt, DeliveryRecord, NewRow, Settled, Store, StoreOptions, Turn, WriteOp,
+    AfterAttempt, DeliveryRecord, NewRow, Settled, Store, StoreError, StoreOptions, Turn, WriteOp,
 };
 
-fn endpoint(webhook: &str) -> WriteOp {
+fn endpoint(webhook: WebhookId) -> WriteOp {
     WriteOp::InsertWebhook {
         endpoint: Endpoint {
-            webhook_id: webhook.to_owned(),
+            webhook_id: webhook,
             url: "http://127.0.0.1:9/hook".into(),
             subscription: Subscription::parse(&["*".into()]).unwrap(),
             description: None,
@@ -57,8 +57,9 @@ async fn settle(store: &Store, org: OrgId, settled: Settled) {
 }
 
 /// The endpoint's outbox rows, by count.
-async fn rows_of(store: &Store, webhook: &str) -> i64 {
+async fn rows_of(store: &Store, webhook: WebhookId) -> i64 {
     let sql = "SELECT COUNT(*) FROM webhook_outbox WHERE webhook_id = $1";
+    let webhook = webhook.to_string();
     match store {
         Store::Sqlite(pool) => sqlx::query_scalar(sql).bind(webhook).fetch_one(pool).await,
         Store::Postgres(pool, _) => sqlx::query_scalar(sql).bind(webhook).fetch_one(pool).await,
@@ -108,7 +109,7 @@ async fn log_turns_and_rows_settle(store: &Store) {
         header(TaskStatus::Pending, 1),
         header(TaskStatus::Pending, 2),
     );
-    let webhook = format!("wh_{}", Uuid::now_v7().simple());
+    let webhook = WebhookId::new_v7();
     commit_ops(
         store,
         org,
@@ -121,7 +122,7 @@ async fn log_turns_and_rows_settle(store: &Store) {
         ],
     )
     .await;
-    commit_ops(store, org, vec![endpoint(&webhook)]).await;
+    commit_ops(store, org, vec![endpoint(webhook)]).await;
     let before = store.org_events_after(org, 0, 10).await.unwrap();
     assert_eq!(before.len(), 2);
     assert!(
@@ -165,10 +166,7 @@ async fn log_turns_and_rows_settle(store: &Store) {
     .await;
     let due = store.take_due_logs(10, &[], 60_000).await.unwrap();
     assert_eq!(due.len(), 1);
-    assert_eq!(
-        (due[0].webhook_id.as_str(), due[0].org_id),
-        (webhook.as_str(), org)
-    );
+    assert_eq!((due[0].webhook_id, due[0].org_id), (webhook, org));
     let cursor = due[0].cursor;
     assert_eq!(cursor, before[1].event_id);
     match store {
@@ -223,7 +221,7 @@ async fn log_turns_and_rows_settle(store: &Store) {
         store,
         org,
         Settled {
-            webhook_id: webhook.clone(),
+            webhook_id: webhook,
             turn: turn.clone(),
             log,
         },
@@ -240,12 +238,12 @@ async fn log_turns_and_rows_settle(store: &Store) {
     let keys = [a.task_id.to_string(), b.task_id.to_string()];
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
     let waiting = store
-        .waiting_webhook_tasks(&[(webhook.as_str(), keys.clone()), ("other", keys)])
+        .waiting_webhook_tasks(&[(webhook, keys.clone()), (WebhookId::new_v7(), keys)])
         .await
         .unwrap();
     assert_eq!(
         waiting.into_iter().collect::<Vec<_>>(),
-        [(webhook.clone(), HashSet::from([a.task_id.to_string()]))]
+        [(webhook, HashSet::from([a.task_id.to_string()]))]
     );
     assert_eq!(
         store.next_delivery_in(100, &[], &[]).await.unwrap(),
@@ -267,14 +265,14 @@ async fn log_turns_and_rows_settle(store: &Store) {
         store,
         org,
         Settled {
-            webhook_id: webhook.clone(),
+            webhook_id: webhook,
             turn,
             log: Vec::new(),
         },
     )
     .await;
     assert_eq!(
-        rows_of(store, &webhook).await,
+        rows_of(store, webhook).await,
         2,
         "a stale turn writes nothing"
     );
@@ -289,7 +287,10 @@ async fn log_turns_and_rows_settle(store: &Store) {
         (due[0].sent, due[0].attempts, due[0].created_at),
         (1, 1, 10)
     );
-    assert_eq!(due[0].to_status.as_deref(), Some("in_progress"));
+    assert_eq!(
+        due[0].transition.as_ref().map(|t| t.to_status),
+        Some(TaskStatus::InProgress)
+    );
     if matches!(store, Store::Postgres(..)) {
         assert!(
             store
@@ -305,7 +306,7 @@ async fn log_turns_and_rows_settle(store: &Store) {
         .await
         .unwrap()
         .is_empty());
-    let logged = store.webhook_deliveries(org, &webhook, 10).await.unwrap();
+    let logged = store.webhook_deliveries(org, webhook, 10).await.unwrap();
     assert_eq!(logged.len(), 2);
     assert!(logged.iter().any(|d| d.event_id == claim_id
         && d.status_code == Some(500)
@@ -316,7 +317,7 @@ async fn log_turns_and_rows_settle(store: &Store) {
         store,
         org,
         Settled {
-            webhook_id: webhook.clone(),
+            webhook_id: webhook,
             turn: Turn::Row {
                 outbox_id: due[0].outbox_id,
                 after: AfterAttempt::Done,
@@ -339,7 +340,7 @@ async fn log_turns_and_rows_settle(store: &Store) {
         store,
         org,
         Settled {
-            webhook_id: webhook.clone(),
+            webhook_id: webhook,
             turn: Turn::Row {
                 outbox_id: next[0].outbox_id,
                 after: AfterAttempt::Retry {
@@ -376,7 +377,7 @@ async fn log_turns_and_rows_settle(store: &Store) {
             store,
             org,
             Settled {
-                webhook_id: webhook.clone(),
+                webhook_id: webhook,
                 turn: Turn::Row {
                     outbox_id: -1,
                     after: AfterAttempt::Done,
@@ -386,10 +387,7 @@ async fn log_turns_and_rows_settle(store: &Store) {
         )
         .await;
     }
-    let kept = store
-        .webhook_deliveries(org, &webhook, 1_000)
-        .await
-        .unwrap();
+    let kept = store.webhook_deliveries(org, webhook, 1_000).await.unwrap();
     assert_eq!(kept.len(), 100);
     assert_eq!(kept.first().map(|d| d.at), Some(2_079));
     assert_eq!(kept.last().map(|d| d.at), Some(1_060));
@@ -398,7 +396,7 @@ async fn log_turns_and_rows_settle(store: &Store) {
     let mut types = EventSet::default();
     types.insert(crate::domain::webhooks::EventType::Test);
     let ping = OutboxEvent {
-        webhook_id: webhook.clone(),
+        webhook_id: webhook,
         event_id: format!("evt_{}", Uuid::now_v7().simple()),
         types,
         task_key: "ping".into(),
@@ -411,10 +409,10 @@ async fn log_turns_and_rows_settle(store: &Store) {
         .await
         .unwrap();
     assert!(due.iter().any(|r| r.event_id == ping.event_id
-        && r.types == "webhook.test"
-        && r.to_status.is_none()));
+        && r.types.text() == "webhook.test"
+        && r.transition.is_none()));
 
-    commit_ops(store, org, vec![WriteOp::DeleteWebhook(webhook.clone())]).await;
+    commit_ops(store, org, vec![WriteOp::DeleteWebhook(webhook)]).await;
     commit_ops(
         store,
         org,
@@ -427,7 +425,7 @@ async fn log_turns_and_rows_settle(store: &Store) {
     )
     .await;
     assert!(store.take_due_logs(10, &[], 0).await.unwrap().is_empty());
-    assert_eq!(rows_of(store, &webhook).await, 0);
+    assert_eq!(rows_of(store, webhook).await, 0);
 }
 
 #[tokio::test]
@@ -462,13 +460,14 @@ async fn packs_become_rows_and_endpoints_get_cursors() {
     let path = TempDb::new();
     let org = OrgId::new_v7().to_string();
     let task_key = TaskId::new_v7().to_string();
+    let (on, off) = (WebhookId::new_v7(), WebhookId::new_v7().to_string());
     let webhook = "INSERT INTO webhooks (org_id, webhook_id, url, events, secret, \
         secret_key_id, active, created_at) VALUES ($1, $2, 'http://x.test/h', '[\"*\"]', \
         X'00', 'k', CAST($3 AS INTEGER), 1)";
     let event = "INSERT INTO task_events (event_id, org_id, task_id, to_status, agent_id, at) \
         VALUES (CAST($1 AS INTEGER), $2, $3, 'pending', 'bot', 1)";
     let row = "INSERT INTO webhook_outbox (org_id, webhook_id, event_id, types, sent, task_key, \
-        created_at, attempts, next_attempt_at) VALUES ($1, 'wh', 'evt_old', 'task.created', 0, \
+        created_at, attempts, next_attempt_at) VALUES ($1, $3, 'evt_old', 'task.created', 0, \
         $2, 1, 1, 2)";
     let entry = |id: &str, to: &str| {
         serde_json::json!([id, "task.status_changed", task_key, "pending", to, "bot", 5])
@@ -479,17 +478,17 @@ async fn packs_become_rows_and_endpoints_get_cursors() {
         entry("evt_b", "completed"),
     ]);
     let pack = "INSERT INTO webhook_outbox_packs (org_id, webhook_id, entries, start, \
-        held_until) VALUES ($1, 'wh', $2, 1, 0)";
+        held_until) VALUES ($1, $3, $2, 1, 0)";
     let store = store_written_before(
         &path,
         23,
         &[
-            (webhook, vec![org.clone(), "wh".into(), "1".into()]),
-            (webhook, vec![org.clone(), "off".into(), "0".into()]),
+            (webhook, vec![org.clone(), on.to_string(), "1".into()]),
+            (webhook, vec![org.clone(), off, "0".into()]),
             (event, vec!["7".into(), org.clone(), task_key.clone()]),
             (event, vec!["9".into(), org.clone(), task_key.clone()]),
-            (row, vec![org.clone(), task_key.clone()]),
-            (pack, vec![org.clone(), entries.to_string()]),
+            (row, vec![org.clone(), task_key.clone(), on.to_string()]),
+            (pack, vec![org.clone(), entries.to_string(), on.to_string()]),
         ],
     )
     .await;
@@ -510,7 +509,7 @@ async fn packs_become_rows_and_endpoints_get_cursors() {
     .await;
     let due = store.take_due_logs(10, &[], 60_000).await.unwrap();
     assert_eq!(due.len(), 1, "the disabled endpoint has no cursor");
-    assert_eq!((due[0].webhook_id.as_str(), due[0].cursor), ("wh", 9));
+    assert_eq!((due[0].webhook_id, due[0].cursor), (on, 9));
     let mut order = Vec::new();
     let mut taken = Vec::new();
     loop {
@@ -519,14 +518,15 @@ async fn packs_become_rows_and_endpoints_get_cursors() {
             .await
             .unwrap();
         let Some(first) = rows.first() else { break };
-        order.push((first.event_id.clone(), first.to_status.clone()));
+        let to = first.transition.as_ref().map(|t| t.to_status);
+        order.push((first.event_id.clone(), to));
         taken.push(first.outbox_id);
         // Only the task's first row is due: settle it to see the next.
         commit_ops(
             &store,
             org_id,
             vec![WriteOp::SettleDeliveries(vec![Settled {
-                webhook_id: "wh".into(),
+                webhook_id: on,
                 turn: Turn::Row {
                     outbox_id: first.outbox_id,
                     after: AfterAttempt::Done,
@@ -540,8 +540,8 @@ async fn packs_become_rows_and_endpoints_get_cursors() {
         order,
         [
             ("evt_old".to_owned(), None),
-            ("evt_a".to_owned(), Some("in_progress".to_owned())),
-            ("evt_b".to_owned(), Some("completed".to_owned())),
+            ("evt_a".to_owned(), Some(TaskStatus::InProgress)),
+            ("evt_b".to_owned(), Some(TaskStatus::Completed)),
         ]
     );
     store.close().await;
@@ -555,14 +555,15 @@ async fn outbox_rows_survive_the_per_change_migration() {
     let path = TempDb::new();
     let org = OrgId::new_v7().to_string();
     let task = TaskId::new_v7().to_string();
+    let webhook = WebhookId::new_v7();
     let insert = "INSERT INTO webhook_outbox (org_id, webhook_id, event_id, type, task_key, \
-        body, created_at, attempts, next_attempt_at) VALUES ($1, 'wh', $2, $3, $4, $5, 7, \
+        body, created_at, attempts, next_attempt_at) VALUES ($1, $7, $2, $3, $4, $5, 7, \
         CAST($6 AS INTEGER), 9)";
     let change = serde_json::json!({"type": "task.claimed", "timestamp": "x", "data": {
         "org_id": org, "task_id": task, "from_status": "pending",
         "to_status": "in_progress", "agent_id": "bot"}});
     let test = serde_json::json!({"type": "webhook.test", "timestamp": "x",
-        "data": {"org_id": org, "webhook_id": "wh"}});
+        "data": {"org_id": org, "webhook_id": webhook}});
     let store = store_written_before(
         &path,
         20,
@@ -576,6 +577,7 @@ async fn outbox_rows_survive_the_per_change_migration() {
                     task.clone(),
                     change.to_string(),
                     "2".into(),
+                    webhook.to_string(),
                 ],
             ),
             (
@@ -587,6 +589,7 @@ async fn outbox_rows_survive_the_per_change_migration() {
                     "evt_2".into(),
                     test.to_string(),
                     "0".into(),
+                    webhook.to_string(),
                 ],
             ),
         ],
@@ -595,17 +598,54 @@ async fn outbox_rows_survive_the_per_change_migration() {
     let due = store.take_due_rows(100, 10, 10, &[], 60_000).await.unwrap();
     assert_eq!(due.len(), 2);
     let claim = due.iter().find(|e| e.event_id == "evt_1").unwrap();
-    assert_eq!(claim.types, "task.claimed");
+    assert_eq!(claim.webhook_id, webhook);
+    assert_eq!(claim.types.text(), "task.claimed");
     assert_eq!((claim.sent, claim.attempts, claim.created_at), (0, 2, 7));
     assert_eq!(claim.task_key, task);
-    assert_eq!(claim.from_status.as_deref(), Some("pending"));
-    assert_eq!(claim.to_status.as_deref(), Some("in_progress"));
-    assert_eq!(claim.agent_id.as_deref(), Some("bot"));
-    let ping = due.iter().find(|e| e.event_id == "evt_2").unwrap();
-    assert_eq!(ping.types, "webhook.test");
     assert_eq!(
-        (ping.to_status.as_deref(), ping.agent_id.as_deref()),
-        (None, None)
+        claim.transition,
+        Some(Transition {
+            from_status: Some(TaskStatus::Pending),
+            to_status: TaskStatus::InProgress,
+            agent_id: "bot".into(),
+        })
     );
+    let ping = due.iter().find(|e| e.event_id == "evt_2").unwrap();
+    assert_eq!(ping.types.text(), "webhook.test");
+    assert_eq!(ping.transition, None, "a test event has no status");
+    store.close().await;
+}
+
+/// A due outbox row whose webhook id does not read is an error naming the
+/// row, not a row passed over: it stays in the outbox.
+#[tokio::test]
+async fn a_due_row_whose_webhook_id_does_not_read_is_corrupt() {
+    let path = TempDb::new();
+    let store = path.store().await;
+    let Store::Sqlite(pool) = &store else {
+        unreachable!("a scratch SQLite store")
+    };
+    let outbox_id: i64 = sqlx::query_scalar(
+        "INSERT INTO webhook_outbox (org_id, webhook_id, event_id, types, sent, task_key, \
+         created_at, attempts, next_attempt_at) VALUES ($1, 'wh', 'evt_1', 'webhook.test', 0, \
+         'evt_1', 1, 0, 1) RETURNING outbox_id",
+    )
+    .bind(OrgId::new_v7().to_string())
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let read = store.take_due_rows(100, 10, 10, &[], 60_000).await;
+    let Err(StoreError::Corrupt(what)) = read else {
+        panic!("a corrupt row read as {read:?}");
+    };
+    assert_eq!(
+        what,
+        format!("webhook outbox row {outbox_id}: webhook id wh")
+    );
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM webhook_outbox")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 1);
     store.close().await;
 }
