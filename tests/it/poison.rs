@@ -140,7 +140,10 @@ backend_tests!(
             .create_task(&key, json!({ "title": "one attempt", "max_attempts": 1 }))
             .await;
         let claimed = srv
-            .claim(&key, json!({ "lease_seconds": 2, "include_context": false }))
+            .claim(
+                &key,
+                json!({ "lease_seconds": 2, "include_context": false }),
+            )
             .await
             .expect("the task");
         let renewal = json!({ "task_id": id, "lease_id": str_field(&claimed, "lease_id") });

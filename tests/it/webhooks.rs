@@ -229,11 +229,15 @@ backend_tests!(
         // Once the first delivery has settled and the worker has looked
         // once more, a whole spell passes without a read; a worker that
         // polled would read in every one.
-        let before = eventually(WAIT, "a spell in which the idle worker reads nothing", || async {
-            let before = delivery_reads(&srv).await;
-            idle().await;
-            (delivery_reads(&srv).await == before).then_some(before)
-        })
+        let before = eventually(
+            WAIT,
+            "a spell in which the idle worker reads nothing",
+            || async {
+                let before = delivery_reads(&srv).await;
+                idle().await;
+                (delivery_reads(&srv).await == before).then_some(before)
+            },
+        )
         .await;
         let second = srv.new_task(key, "second").await;
         rx.until("idle", "the second creation, woken by its commit", |got| {

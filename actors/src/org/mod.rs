@@ -330,7 +330,9 @@ impl Actor for OrgActor {
             } => match self.begin(state, write) {
                 Err(e) => {
                     if e.is_write_limit() {
-                        state.refused.note(&state.open, &request.updates, self.now());
+                        state
+                            .refused
+                            .note(&state.open, &request.updates, self.now());
                     }
                     let _ = reply.send(Outcome {
                         result: Err(e),
