@@ -150,6 +150,10 @@ pub struct ServeArgs {
     /// unspecified addresses (`1`); refused otherwise.
     #[arg(long, env = "TASKQ_WEBHOOKS_ALLOW_PRIVATE", default_value = "0")]
     pub webhooks_allow_private: String,
+    /// What the limits of an org made by `POST /admin/orgs` start as: its
+    /// tier's numbers (`tier`), or no rate or volume limit (`unlimited`).
+    #[arg(long, env = "TASKQ_NEW_ORG_LIMITS", default_value = "tier")]
+    pub new_org_limits: String,
 }
 
 fn chat_model(args: &ServeArgs) -> anyhow::Result<Option<Arc<dyn ChatModel>>> {
@@ -378,6 +382,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         "0" | "false" | "" => false,
         other => bail!("TASKQ_WEBHOOKS_ALLOW_PRIVATE must be 1 or 0, not {other}"),
     };
+    config.new_org_limits = args
+        .new_org_limits
+        .parse()
+        .map_err(|e| anyhow::anyhow!("TASKQ_NEW_ORG_LIMITS {e}"))?;
     config.webhook_sender = Some(Arc::new(HttpWebhookSender::new(
         config.webhooks_allow_private,
     )?));

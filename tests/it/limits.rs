@@ -523,3 +523,57 @@ backend_tests!(
         );
     }
 );
+
+#[tokio::test]
+async fn an_operator_can_make_new_orgs_start_without_rate_or_volume_limits() {
+    let srv = TestServer::builder(Backend::Sqlite)
+        .env("TASKQ_NEW_ORG_LIMITS", "unlimited")
+        .start()
+        .await;
+    let org = create_limited_org(&srv, "dev").await;
+    let limits = effective_limits(&srv, &org).await;
+    for lifted in [
+        "writes_per_minute",
+        "reads_per_minute",
+        "requests_per_month",
+        "tasks_per_month",
+    ] {
+        assert!(limits[lifted].is_null(), "{lifted}: {limits}");
+    }
+    assert!(
+        limits["tags"].is_number(),
+        "the tier's counts stay: {limits}"
+    );
+    // Past the dev tier's 30 writes a minute, nothing is refused.
+    for _ in 0..DEV_WRITES + 5 {
+        let reply = Call::create_one().send(&srv, &org.owner_key).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
+    }
+    // The operator's overrides still apply on top.
+    srv.set_limits(&org, json!({ "writes_per_minute": 3 }))
+        .await;
+    assert_eq!(effective_limits(&srv, &org).await["writes_per_minute"], 3);
+}
+
+#[tokio::test]
+async fn a_new_org_limits_setting_that_is_neither_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_taskq"))
+        .arg("serve")
+        .env("TASKQ_NEW_ORG_LIMITS", "none")
+        .env("TASKQ_DATA_DIR", dir.path())
+        .env("TASKQ_LISTEN", "127.0.0.1:0")
+        .env(
+            "TASKQ_DATABASE_URL",
+            format!("sqlite://{}", dir.path().join("t.db").display()),
+        )
+        .output()
+        .await
+        .expect("run taskq serve");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("TASKQ_NEW_ORG_LIMITS") && stderr.contains("unlimited"),
+        "{stderr}"
+    );
+}

@@ -2,9 +2,11 @@
 //!
 //! Months are calendar months in UTC; every counter resets at 00:00 UTC on
 //! the first. The rate buckets' state rides along so it can be stored with
-//! the counters.
+//! the counters. What a new org's limits start as is the operator's.
 
 use chrono::{Datelike, TimeZone, Utc};
+
+use super::account::{LimitKey, LimitOverrides};
 
 /// How a request counts against the per-minute limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,9 +77,69 @@ impl Usage {
     }
 }
 
+/// What a new org's limits start as: the operator's choice
+/// (`TASKQ_NEW_ORG_LIMITS`) for a server of their own, where nobody is
+/// billed by tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NewOrgLimits {
+    /// Its tier's numbers (CONTRACT §2).
+    #[default]
+    Tier,
+    /// No rate or volume limit: writes and reads a minute, requests and
+    /// tasks a month lifted, as `PATCH /admin/orgs` with them `null` would;
+    /// the tier's counts (tags, teams, plans, webhooks, schedules) stay.
+    Unlimited,
+}
+
+impl NewOrgLimits {
+    /// The overrides a new org is stored with.
+    pub fn overrides(self) -> LimitOverrides {
+        match self {
+            NewOrgLimits::Tier => LimitOverrides::new(),
+            NewOrgLimits::Unlimited => [
+                LimitKey::WritesPerMinute,
+                LimitKey::ReadsPerMinute,
+                LimitKey::RequestsPerMonth,
+                LimitKey::TasksPerMonth,
+            ]
+            .into_iter()
+            .map(|key| (key, None))
+            .collect(),
+        }
+    }
+}
+
+impl std::str::FromStr for NewOrgLimits {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "tier" => Ok(NewOrgLimits::Tier),
+            "unlimited" => Ok(NewOrgLimits::Unlimited),
+            other => Err(format!("must be tier or unlimited, not {other:?}")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_operator_may_start_new_orgs_without_rate_or_volume_limits() {
+        let lifted = "unlimited".parse::<NewOrgLimits>().unwrap().overrides();
+        for key in [
+            LimitKey::WritesPerMinute,
+            LimitKey::ReadsPerMinute,
+            LimitKey::RequestsPerMonth,
+            LimitKey::TasksPerMonth,
+        ] {
+            assert_eq!(lifted.get(&key), Some(&None), "{key:?}");
+        }
+        assert_eq!(lifted.len(), 4, "the tier's counts stay: {lifted:?}");
+        assert!(NewOrgLimits::Tier.overrides().is_empty());
+        assert!("none".parse::<NewOrgLimits>().is_err());
+    }
 
     fn ms(y: i32, m: u32, d: u32, h: u32) -> i64 {
         Utc.with_ymd_and_hms(y, m, d, h, 0, 0)

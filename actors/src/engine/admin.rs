@@ -38,7 +38,7 @@ impl Engine {
             encryption: request.encryption,
             seats: request.seats,
             suspended: false,
-            limit_overrides: Default::default(),
+            limit_overrides: self.inner.new_org_limits.overrides(),
             wrapped_dek: (request.encryption == Encryption::Managed)
                 .then(|| self.keyring().current().new_wrapped_dek(org_id)),
             idp_enrolled: false,

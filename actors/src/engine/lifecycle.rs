@@ -76,6 +76,8 @@ pub struct EngineConfig {
     /// Webhook URLs may lead to loopback, private, link-local or
     /// unspecified addresses (`TASKQ_WEBHOOKS_ALLOW_PRIVATE`).
     pub webhooks_allow_private: bool,
+    /// What a new org's limits start as (`TASKQ_NEW_ORG_LIMITS`).
+    pub new_org_limits: crate::domain::usage::NewOrgLimits,
     /// Test hook: a master-key rotation stops for good after moving this
     /// many wraps, so a test can kill the process in the middle.
     #[cfg(feature = "test-hooks")]
@@ -109,6 +111,7 @@ impl EngineConfig {
             cluster: None,
             webhook_sender: None,
             webhooks_allow_private: false,
+            new_org_limits: Default::default(),
             #[cfg(feature = "test-hooks")]
             rewrap_pause_after: None,
         }
@@ -298,6 +301,7 @@ impl Engine {
                 feedback: OnceLock::new(),
                 wraps: Default::default(),
                 webhooks_allow_private: config.webhooks_allow_private,
+                new_org_limits: config.new_org_limits,
                 local_node: Arc::new((
                     cluster.as_ref().map_or_else(
                         || uuid::Uuid::now_v7().to_string(),

@@ -130,6 +130,7 @@ struct Inner {
     wraps: wraps::Wraps,
     /// Webhook URLs may lead to any address (tests, private networks).
     webhooks_allow_private: bool,
+    new_org_limits: crate::domain::usage::NewOrgLimits,
     /// This node's place among several on one PostgreSQL.
     cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The heartbeat's thread and what acts on it (several nodes).
