@@ -8,7 +8,9 @@
 //! §12): every task completed exactly once by 16 workers, a worker killed
 //! with `kill -9` losing its task to another within the lease, SIGTERM
 //! finishing or releasing what runs, a rate-limited org and a cluster whose
-//! owner dies answering 429 and 503 while the workers finish everything.
+//! owner dies answering 429 and 503 while the workers finish everything, a
+//! fleet on the dev tier's write limit slowing down, saying so and failing
+//! nothing.
 //! And each library installed from its folder as the guide says, into an
 //! app of a user's outside the repository, whose worker script imports it
 //! by its package name and completes a task.
@@ -35,6 +37,9 @@ const PYTHON_ENV: &str = "TASKQ_TEST_CLIENTS_PYTHON";
 const NODE_ENV: &str = "TASKQ_TEST_CLIENTS_NODE";
 
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// How a worker's `error` event reporting a per-minute limit begins.
+const LIMIT_REPORT: &str = "rate limited: ";
 
 #[derive(Clone)]
 struct Runtimes {
@@ -171,8 +176,24 @@ impl WorkerProcess {
             .collect()
     }
 
-    /// The errors the worker reported (its `error` events), with their task.
+    /// The errors the worker reported (its `error` events), with their
+    /// task; an episode of a per-minute limit is a report, not an error.
     fn errors(&self) -> Vec<String> {
+        self.error_events()
+            .into_iter()
+            .filter(|e| !e.contains(LIMIT_REPORT))
+            .collect()
+    }
+
+    /// The worker's reports of the org's per-minute limits (`error` events).
+    fn limit_reports(&self) -> Vec<String> {
+        self.error_events()
+            .into_iter()
+            .filter(|e| e.contains(LIMIT_REPORT))
+            .collect()
+    }
+
+    fn error_events(&self) -> Vec<String> {
         self.events
             .lock()
             .unwrap()
@@ -793,6 +814,80 @@ async fn workers_of_a_rate_limited_org_wait_out_the_429s_and_finish() {
     completed_once(&workers, &created);
     let refused_workers = org_refusals(&srv, &org).await - refusals_before;
     assert!(refused_workers > 0, "the workers met no 429");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(all(taskq_test_env = "clients_python", taskq_test_env = "clients_node")),
+    ignore = "needs TASKQ_TEST_CLIENTS_PYTHON and TASKQ_TEST_CLIENTS_NODE (the client libraries' runtimes)"
+)]
+async fn a_fleet_under_the_dev_tier_s_write_limit_slows_down_says_so_and_fails_nothing() {
+    let runtimes = runtimes();
+    let _turn = TURN.lock().await;
+    let srv = TestServer::start(Backend::Sqlite).await;
+    // The org as the README makes it: the dev tier's 30 writes a minute.
+    let org = crate::common::limits::create_limited_org(&srv, "dev").await;
+    let key = &org.owner_key;
+    let mut created = create_many(&srv, key, 54, json!({ "metadata": { "sleep_ms": 1000 } })).await;
+    let retried = json!({
+        "metadata": { "sleep_ms": 1000, "fail_once": true },
+        "retry": { "max_retries": 1, "backoff_seconds": 1 },
+    });
+    created.extend(create_many(&srv, key, 6, retried).await);
+    let mut workers = Vec::new();
+    for lang in BOTH {
+        for _ in 0..3 {
+            let mut spec = WorkerSpec::new(&srv.base_url, key);
+            spec.concurrency = 4;
+            spec.lease_seconds = 30;
+            workers.push(WorkerProcess::start(&runtimes, lang, &spec).await);
+        }
+    }
+    // Looked at every two seconds: the org's reads are limited too.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while srv.list_all(key, "status=completed").await.len() < created.len() {
+        assert!(
+            Instant::now() < deadline,
+            "the fleet did not finish in 300 s"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    for worker in &mut workers {
+        worker.stop_cleanly().await;
+    }
+    completed_once(&workers, &created);
+    let counts = statuses(&srv, key).await;
+    assert_eq!(counts, HashMap::from([("completed".to_string(), 60)]));
+    // The workers said why they slowed down, once an episode, and every
+    // line of theirs about a task names it.
+    let said = "rate limited: write, 30/min on the dev tier; claims paused for";
+    let logs: Vec<String> = workers.iter().map(WorkerProcess::log).collect();
+    assert!(
+        logs.iter().any(|log| log.contains(said)),
+        "no worker logged the limit:\n{}",
+        logs.join("\n---\n")
+    );
+    for lang in BOTH {
+        let reports: Vec<String> = workers
+            .iter()
+            .filter(|w| w.lang == lang)
+            .flat_map(WorkerProcess::limit_reports)
+            .collect();
+        assert!(
+            reports.iter().any(|r| r.contains(said)),
+            "no {lang:?} worker reported the limit as an error event: {reports:?}"
+        );
+    }
+    for log in &logs {
+        for line in log.lines().filter(|l| l.contains("lease lost")) {
+            assert!(
+                created
+                    .iter()
+                    .any(|id| line.contains(&format!("task {id}"))),
+                "a line about a task that names none: {line}"
+            );
+        }
+    }
 }
 
 /// Requests of the org refused by a limit, from the operator's figures.

@@ -4,7 +4,8 @@ prints one JSON line per worker event on stdout, `{"kind": "ready"}` first.
 
 Each task's handler sleeps `sleep_ms` from the task's metadata (default
 WORKER_SLEEP_MS, 0) and completes it with `{"by": WORKER_NAME}`; a task
-whose metadata has `"fail": true` raises. Stops on SIGTERM or SIGINT and
+whose metadata has `"fail": true` raises, and `"fail_once": true` raises on
+its first try (before a retry). Stops on SIGTERM or SIGINT and
 exits 0.
 """
 
@@ -36,6 +37,8 @@ async def handler(task: dict) -> dict:
     metadata = task.get("metadata") or {}
     if metadata.get("fail"):
         raise RuntimeError("asked to fail")
+    if metadata.get("fail_once") and task.get("retries") == 0:
+        raise RuntimeError("asked to fail once")
     await asyncio.sleep(int(metadata.get("sleep_ms", default_sleep)) / 1000)
     return {"by": name}
 

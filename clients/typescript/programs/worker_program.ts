@@ -5,7 +5,8 @@
 //
 // Each task's handler sleeps `sleep_ms` from the task's metadata (default
 // WORKER_SLEEP_MS, 0) and completes it with `{by: WORKER_NAME}`; a task
-// whose metadata has `fail: true` throws. Stops on SIGTERM or SIGINT and
+// whose metadata has `fail: true` throws, and `fail_once: true` throws on
+// its first try (before a retry). Stops on SIGTERM or SIGINT and
 // exits 0.
 
 import { Client, Worker, type WorkerEvent } from "../src/index.js";
@@ -36,8 +37,9 @@ const worker = new Worker({
     error: (message, fields) => console.error(JSON.stringify({ level: "error", message, ...fields })),
   },
   handler: async (task, job) => {
-    const metadata = (task.metadata ?? {}) as { sleep_ms?: number; fail?: boolean };
+    const metadata = (task.metadata ?? {}) as { sleep_ms?: number; fail?: boolean; fail_once?: boolean };
     if (metadata.fail) throw new Error("asked to fail");
+    if (metadata.fail_once && task.retries === 0) throw new Error("asked to fail once");
     const ms = metadata.sleep_ms ?? defaultSleep;
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(resolve, ms);

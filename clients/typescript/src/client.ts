@@ -89,16 +89,29 @@ export function answerFromExisting(body: CreateTasks, found: GetAnswer): CreateA
   return { created: results.length, results };
 }
 
+/** Told of each refusal by a per-minute limit: the operation, the body, the wait. */
+export type LimitListener = (operationId: string, body: { error: string; [key: string]: unknown }, waitMs: number) => void;
+
 export class Client extends Operations {
   readonly options: Readonly<ClientOptions>;
   private readonly fetcher: typeof fetch;
   private readonly route: Route;
+  private readonly limitListeners = new Set<LimitListener>();
 
   constructor(options: ClientOptions) {
     super();
     this.options = { ...options };
     this.fetcher = options.fetch ?? ((input, init) => fetch(input, init));
     this.route = new Route(options.baseUrl);
+  }
+
+  /** Calls `listener(operationId, body, waitMs)` each time a call is
+   * refused by a per-minute limit (429 with `Retry-After`) and will be sent
+   * again after `waitMs`; `body` is the refusal's (`limit_type`, `limit`,
+   * `tier`). Answers a function that stops it. */
+  onRateLimited(listener: LimitListener): () => void {
+    this.limitListeners.add(listener);
+    return () => this.limitListeners.delete(listener);
   }
 
   /** POST /tasks: create 1 to 25 tasks, each with a client-minted id. */
@@ -201,7 +214,12 @@ export class Client extends Operations {
         if (wait !== undefined && allows(wait)) {
           // A 503 may come from a node that lost the org while the call was under way there.
           inDoubt = inDoubt || response.status !== 429;
-          await response.body?.cancel();
+          if (response.status === 429) {
+            const refused = await errorBody(response);
+            for (const listener of [...this.limitListeners]) listener(operation.id, refused, wait);
+          } else {
+            await response.body?.cancel();
+          }
           await sleep(wait, options?.signal);
           continue;
         }

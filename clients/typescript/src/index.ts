@@ -6,7 +6,7 @@
 //   const client = new Client({ baseUrl: "http://127.0.0.1:8080", apiKey });
 //   await new Worker({ client, handler: async (task) => ({ summary: task.title }), concurrency: 8 }).run();
 
-export { Client, type WaitOptions, type WaitUntilDoneOptions } from "./client.js";
+export { Client, type LimitListener, type WaitOptions, type WaitUntilDoneOptions } from "./client.js";
 export type { EventsOptions, StreamBody, StreamEvent } from "./watch.js";
 export { ApiError, InDoubt, UsageError, type CallOptions, type ClientOptions } from "./transport.js";
 export { Done, Fail, RELEASE_NOTE } from "./outcome.js";

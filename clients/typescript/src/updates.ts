@@ -8,6 +8,10 @@
 // cannot sink the rest. A call whose connection broke is sent again: every
 // item carries its `lease_id`, so a repeat either applies as the first
 // would have or answers `lease lost`.
+//
+// Items that finish a task (completions, failures, releases) leave before
+// renewals: when the org's write limit lets few calls through, the work
+// done lands first, and the renewals that wait meanwhile go together.
 
 import type { UpdateItem } from "./outcome.js";
 import type { components } from "./schema.js";
@@ -23,6 +27,11 @@ interface Pending {
   item: UpdateItem;
   resolve: (result: UpdateResult) => void;
   reject: (error: unknown) => void;
+}
+
+/** 0 for an item that finishes a task, 1 for a renewal (no status). */
+function rank(item: UpdateItem): number {
+  return item.status === undefined ? 1 : 0;
 }
 
 export class Updates {
@@ -54,6 +63,8 @@ export class Updates {
   }
 
   private pump(): void {
+    // A stable sort: finishing items first, each kind in the order sent.
+    this.queue.sort((a, b) => rank(a.item) - rank(b.item));
     while (this.sending < SENDERS && this.queue.length > 0) {
       const batch = this.queue.splice(0, BATCH);
       this.sending += 1;

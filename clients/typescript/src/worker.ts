@@ -14,6 +14,14 @@
 // - On SIGTERM, SIGINT (Node) or `stop()` the worker stops claiming, gives
 //   running handlers `graceSeconds` to finish, then aborts the rest and
 //   gives their tasks back to `pending` with the note `released by worker`.
+// - Under the org's per-minute limits (429 with `Retry-After`) the worker
+//   slows down and says so: it stops claiming until the limit lets calls
+//   through again, sends what finishes its tasks before renewals
+//   (updates.ts), renews all its leases in one call rather than one call
+//   each, and logs one line an episode (`rate limited: write, 30/min on the
+//   dev tier; claims paused for 12 s; 4 tasks held`) with an `error` event
+//   for `onEvent`. A lease that runs out meanwhile uses no attempt on the
+//   server.
 
 import type { Client } from "./client.js";
 import { completion, failure, release, renewal, withoutOutput, type UpdateItem } from "./outcome.js";
@@ -74,6 +82,58 @@ export const jsonLogger: Logger = {
 };
 
 const LOST = new Set(["lease lost", "task not found"]);
+/** Refusals this far apart are one episode, logged once. */
+const EPISODE_GAP_MS = 30_000;
+/** After a limit's pause, how much longer claims wait than the worker's
+ * other calls, so that what it holds goes first. */
+const THROTTLE_MARGIN_MS = 1_000;
+
+/** What the org's per-minute limits have said: until when claims wait,
+ * and whether a refusal opens a new episode. */
+export class Throttle {
+  until = 0;
+  last = Number.NEGATIVE_INFINITY;
+
+  /** Notes a refusal heard at `now` whose call goes again after `waitMs`;
+   * answers whether it opens an episode. */
+  refused(waitMs: number, now: number): boolean {
+    const fresh = now - this.last > EPISODE_GAP_MS;
+    this.last = now;
+    this.until = Math.max(this.until, now + waitMs);
+    return fresh;
+  }
+
+  /** How long claims wait from `now`, in milliseconds. */
+  pause(now: number): number {
+    return Math.max(0, this.until - now);
+  }
+
+  recent(now: number, withinMs: number): boolean {
+    return now - this.last <= withinMs;
+  }
+}
+
+/** A signal that aborts with the first of two (`AbortSignal.any` is not in Node 18). */
+function either(a: AbortSignal, b: AbortSignal): AbortSignal {
+  if (a.aborted) return a;
+  if (b.aborted) return b;
+  const both = new AbortController();
+  const abort = (event: Event): void => both.abort((event.target as AbortSignal).reason);
+  a.addEventListener("abort", abort, { once: true });
+  b.addEventListener("abort", abort, { once: true });
+  return both.signal;
+}
+
+/** The episode's line: which limit, its number and tier, the pause. */
+export function describeLimit(body: Record<string, unknown>, pausedMs: number, held: number): string {
+  const kind = typeof body["limit_type"] === "string" ? body["limit_type"] : "request";
+  const window = typeof body["window_seconds"] === "number" ? body["window_seconds"] : 60;
+  const per = window === 60 ? "min" : `${window}s`;
+  const number = typeof body["limit"] === "number" ? `, ${body["limit"]}/${per}` : "";
+  const tier = typeof body["tier"] === "string" ? ` on the ${body["tier"]} tier` : "";
+  const heldText = `${held} task${held === 1 ? "" : "s"} held`;
+  return `rate limited: ${kind}${number}${tier}; claims paused for ${Math.round(pausedMs / 1000)} s; ${heldText}`;
+}
 
 interface Job {
   task: ClaimedTask;
@@ -81,6 +141,8 @@ interface Job {
   renewed: number;
   controller: AbortController;
   state: "running" | "finishing" | "lost" | "released";
+  /** A renewal of this job's lease is under way. */
+  renewing: boolean;
   settled: Promise<void>;
   /** Resolves when the job's handler is given up on (lost or released). */
   abandon: () => void;
@@ -107,6 +169,9 @@ export class Worker {
   private readonly stopController = new AbortController();
   private slotFreed: (() => void) | undefined;
   private readonly updates: Updates;
+  private readonly throttle = new Throttle();
+  /** Aborts the claim under way when the limit refused it. */
+  private claimRefused: AbortController | undefined;
 
   constructor(options: WorkerOptions) {
     this.options = options;
@@ -133,6 +198,9 @@ export class Worker {
     const onSignal = (): void => this.stop();
     proc?.once("SIGTERM", onSignal);
     proc?.once("SIGINT", onSignal);
+    const stopListening = this.options.client.onRateLimited((operationId, body, waitMs) =>
+      this.rateLimited(operationId, body, waitMs),
+    );
     const renewals = this.renewLoop();
     this.log.info("worker started", { concurrency: this.concurrency, lease_seconds: this.leaseSeconds, tags: this.options.tags });
     try {
@@ -140,6 +208,7 @@ export class Worker {
     } finally {
       await this.drain();
       await renewals;
+      stopListening();
       proc?.removeListener("SIGTERM", onSignal);
       proc?.removeListener("SIGINT", onSignal);
       this.log.info("worker stopped");
@@ -157,6 +226,18 @@ export class Worker {
     } catch (hookError) {
       this.log.error("the onEvent hook threw", { error: String(hookError) });
     }
+  }
+
+  private rateLimited(operationId: string, body: Record<string, unknown>, waitMs: number): void {
+    const now = Date.now();
+    if (this.throttle.refused(waitMs, now)) {
+      const line = describeLimit(body, this.throttle.pause(now), this.jobs.size);
+      this.log.warn(line, { limit_type: body["limit_type"], limit: body["limit"], tier: body["tier"] });
+      this.emit("error", undefined, undefined, line);
+    }
+    // The claim under way was refused, so nothing of it was written: it is
+    // given up rather than sent again when the limit allows.
+    if (operationId === "claim_task") this.claimRefused?.abort(new Error("rate limited"));
   }
 
   // ---------------------------------------------------------------- claims
@@ -180,11 +261,20 @@ export class Worker {
         include_context: this.options.includeContext ?? true,
       };
       if (this.options.tags?.length) body.tags = this.options.tags;
+      const pause = this.throttle.pause(Date.now());
+      if (pause > 0) {
+        // Claims wait for the limit; what the worker holds goes first.
+        await sleep(pause + THROTTLE_MARGIN_MS, stop).catch(() => undefined);
+        continue;
+      }
+      const refused = new AbortController();
+      this.claimRefused = refused;
       let answer: components["schemas"]["ClaimAnswer"];
       try {
-        answer = await this.options.client.claim_task(body, { signal: stop });
+        answer = await this.options.client.claim_task(body, { signal: either(stop, refused.signal) });
       } catch (error) {
         if (stop.aborted) break;
+        if (refused.signal.aborted) continue;
         if (error instanceof UsageError) throw error;
         failures += 1;
         const pause = Math.min(30_000, 500 * 2 ** Math.min(failures, 6));
@@ -213,11 +303,12 @@ export class Worker {
       renewed: now,
       controller: new AbortController(),
       state: "running",
+      renewing: false,
       settled: Promise.resolve(),
       abandon,
     };
     this.jobs.set(task.task_id, job);
-    this.log.info("task claimed", { task_id: task.task_id, lease_id: task.lease_id });
+    this.log.info(`task ${task.task_id} claimed`, { task_id: task.task_id, lease_id: task.lease_id });
     this.emit("claimed", job);
     job.settled = this.work(job, abandoned).finally(() => {
       this.jobs.delete(task.task_id);
@@ -253,23 +344,23 @@ export class Worker {
         result = await this.updates.send(item);
       }
     } catch (error) {
-      this.log.error("could not finish a task", { task_id: taskId, error: String(error) });
+      this.log.error(`task ${taskId}: could not finish it: ${String(error)}`, { task_id: taskId, error: String(error) });
       this.emit("error", job, undefined, String(error));
       return;
     }
     if (!("error" in result)) {
-      this.log.info(`task ${item.status}`, { task_id: taskId, seconds });
+      this.log.info(`task ${taskId} ${item.status}`, { task_id: taskId, seconds });
       this.emit(item.status === "completed" ? "completed" : "failed", job, seconds);
     } else if (LOST.has(result.error) && (await this.landed(item))) {
       // A repeat of an update whose first attempt landed (its answer was
       // lost, or a node died after its commit) hears `lease lost`.
-      this.log.info(`task ${item.status}`, { task_id: taskId, seconds });
+      this.log.info(`task ${taskId} ${item.status}`, { task_id: taskId, seconds });
       this.emit(item.status === "completed" ? "completed" : "failed", job, seconds);
     } else if (LOST.has(result.error)) {
-      this.log.warn("lease lost before the task was finished", { task_id: taskId });
+      this.log.warn(`task ${taskId}: lease lost before it was finished`, { task_id: taskId });
       this.emit("lease_lost", job, seconds);
     } else {
-      this.log.error("the server refused to finish a task", { task_id: taskId, error: result.error });
+      this.log.error(`task ${taskId}: the server refused to finish it: ${result.error}`, { task_id: taskId, error: result.error });
       this.emit("error", job, undefined, result.error);
     }
   }
@@ -289,21 +380,29 @@ export class Worker {
     job.state = "lost";
     job.controller.abort(new Error("lease lost"));
     job.abandon();
-    this.log.warn("lease lost; handler aborted", { task_id: job.task.task_id });
+    this.log.warn(`task ${job.task.task_id}: lease lost; handler aborted`, { task_id: job.task.task_id });
     this.emit("lease_lost", job);
   }
 
   // -------------------------------------------------------------- renewals
 
+  /** Renews each lease every third of `leaseSeconds` (every half while
+   * the org's limits have refused calls within a lease), and when one is
+   * due renews with it every lease past half its interval: one call renews
+   * them all, not one call each. */
   private async renewLoop(): Promise<void> {
-    const interval = (this.leaseSeconds * 1000) / 3;
+    const leaseMs = this.leaseSeconds * 1000;
     const stop = this.stopController.signal;
     while (!stop.aborted) {
-      await sleep(Math.min(interval, 1000), stop).catch(() => undefined);
+      await sleep(Math.min(leaseMs / 3, 1000), stop).catch(() => undefined);
       const now = Date.now();
-      for (const job of this.jobs.values()) {
-        if (job.state === "running" && now - job.renewed >= interval) {
+      const interval = leaseMs / (this.throttle.recent(now, leaseMs) ? 2 : 3);
+      const running = [...this.jobs.values()].filter((j) => j.state === "running" && !j.renewing);
+      if (!running.some((j) => now - j.renewed >= interval)) continue;
+      for (const job of running) {
+        if (now - job.renewed >= interval / 2) {
           job.renewed = now;
+          job.renewing = true;
           void this.renew(job);
         }
       }
@@ -311,12 +410,15 @@ export class Worker {
   }
 
   private async renew(job: Job): Promise<void> {
+    const taskId = job.task.task_id;
     try {
-      const result = await this.updates.send(renewal(job.task.task_id, job.task.lease_id));
+      const result = await this.updates.send(renewal(taskId, job.task.lease_id));
       if ("error" in result && LOST.has(result.error)) this.lose(job);
       else if (!("error" in result)) this.emit("renewed", job);
     } catch (error) {
-      this.log.warn("lease renewal failed", { task_id: job.task.task_id, error: String(error) });
+      this.log.warn(`task ${taskId}: lease renewal failed: ${String(error)}`, { task_id: taskId, error: String(error) });
+    } finally {
+      job.renewing = false;
     }
   }
 
@@ -341,10 +443,13 @@ export class Worker {
     results.forEach((result, i) => {
       const job = left[i] as Job;
       if (result.status === "rejected") {
-        this.log.error("could not release a task", { task_id: job.task.task_id, error: String(result.reason) });
+        this.log.error(`task ${job.task.task_id}: could not release it: ${String(result.reason)}`, {
+          task_id: job.task.task_id,
+          error: String(result.reason),
+        });
         this.emit("error", job, undefined, String(result.reason));
       } else {
-        this.log.info("task released", { task_id: job.task.task_id });
+        this.log.info(`task ${job.task.task_id} released`, { task_id: job.task.task_id });
         this.emit("released", job);
       }
     });

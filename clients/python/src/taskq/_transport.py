@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -272,6 +272,8 @@ def transport_failure(
 
 Body = Any
 Query = Optional[Mapping[str, Any]]
+#: Told of each refusal by a per-minute limit: the operation, the body, the wait.
+LimitListener = Callable[[str, Dict[str, Any], float], None]
 
 
 class SyncTransport:
@@ -377,10 +379,26 @@ class AsyncTransport:
             wait = retry_delay(response.status_code, response.headers)
             if wait is not None and attempts.allows(wait):
                 attempts.in_doubt = attempts.in_doubt or response.status_code != 429
+                if response.status_code == 429:
+                    await response.aread()
+                    self._heard_limit(operation.id, error_body(response), wait)
                 await response.aclose()
                 await asyncio.sleep(wait)
                 continue
             return await self._answer(operation, response, body, attempts)
+
+    def on_rate_limited(self, listener: LimitListener) -> Callable[[], None]:
+        """Calls `listener(operation_id, body, wait)` each time a call is
+        refused by a per-minute limit (429 with `Retry-After`) and will be
+        sent again after `wait` seconds; `body` is the refusal's
+        (`limit_type`, `limit`, `tier`). Answers a function that stops it."""
+        listeners = self.__dict__.setdefault("_limit_listeners", [])
+        listeners.append(listener)
+        return lambda: listeners.remove(listener)
+
+    def _heard_limit(self, operation_id: str, body: Dict[str, Any], wait: float) -> None:
+        for listener in list(self.__dict__.get("_limit_listeners", ())):
+            listener(operation_id, body, wait)
 
     async def _answer(
         self, operation: Operation, response: httpx.Response, body: Body, attempts: Attempts

@@ -16,6 +16,13 @@ The rules (CONTRACT §12):
 - On SIGTERM, SIGINT or `stop()` the worker stops claiming, gives running
   handlers `grace_seconds` to finish, then cancels the rest and gives their
   tasks back to `pending` with the note `released by worker`.
+- Under the org's per-minute limits (429 with `Retry-After`) the worker
+  slows down and says so: it stops claiming until the limit lets calls
+  through again, sends what finishes its tasks before renewals (`Updates`),
+  renews all its leases in one call rather than one call each, and logs
+  one line an episode (`rate limited: write, 30/min on the dev tier; claims
+  paused for 12 s; 4 tasks held`) with an `error` event for `on_event`. A
+  lease that runs out meanwhile uses no attempt on the server.
 
 Everything runs on one asyncio loop: the claim loop, the renewals, and the
 writes, which `Updates` sends in batches. Async handlers run on that loop;
@@ -55,6 +62,9 @@ _current: contextvars.ContextVar[Job] = contextvars.ContextVar("taskq_job")
 logger = logging.getLogger("taskq.worker")
 
 MAX_WAIT_SECONDS = 30
+#: After a limit's pause, how much longer claims wait than the worker's
+#: other calls, so that what it holds goes first.
+THROTTLE_MARGIN = 1.0
 #: What a claim may fail with and still be tried again; anything else (a
 #: client used wrongly) ends `run()`.
 RETRIED = (ApiError, InDoubt, httpx.HTTPError, OSError)
@@ -63,6 +73,46 @@ LOST = ("lease lost", "task not found")
 
 class LeaseLost(Exception):
     """Raised by `Job.raise_if_cancelled` once the job's lease is gone."""
+
+
+#: Refusals this far apart are one episode, logged once.
+EPISODE_GAP = 30.0
+
+
+class Throttle:
+    """What the org's per-minute limits have said: until when claims wait,
+    and whether the refusal heard opens a new episode."""
+
+    def __init__(self) -> None:
+        self.until = 0.0
+        self.last = float("-inf")
+
+    def refused(self, wait: float, now: float) -> bool:
+        """Notes a refusal heard at `now` whose call goes again after
+        `wait`; answers whether it opens an episode."""
+        new = now - self.last > EPISODE_GAP
+        self.last = now
+        self.until = max(self.until, now + wait)
+        return new
+
+    def pause(self, now: float) -> float:
+        """How long claims wait from `now`."""
+        return max(0.0, self.until - now)
+
+    def recent(self, now: float, within: float) -> bool:
+        return now - self.last <= within
+
+
+def describe_limit(body: Dict[str, Any], paused: float, held: int) -> str:
+    """The episode's line: which limit, its number and tier, the pause."""
+    kind = body.get("limit_type", "request")
+    limit = body.get("limit")
+    window = body.get("window_seconds", 60)
+    per = "min" if window == 60 else f"{window}s"
+    number = f", {limit}/{per}" if limit is not None else ""
+    tier = f" on the {body['tier']} tier" if body.get("tier") else ""
+    held_text = f"{held} task{'s' if held != 1 else ''} held"
+    return f"rate limited: {kind}{number}{tier}; claims paused for {round(paused)} s; {held_text}"
 
 
 @dataclass
@@ -89,6 +139,8 @@ class Job:
     #: running, finishing (its update is under way), lost or released.
     state: str = "running"
     handler: Optional[asyncio.Future[Any]] = None
+    #: A renewal of this job's lease is under way.
+    renewing: bool = False
 
     @property
     def task_id(self) -> str:
@@ -160,6 +212,8 @@ class Worker:
         self._stop: Optional[asyncio.Event] = None
         self._stop_asked = False
         self._slot_freed: Optional[asyncio.Event] = None
+        self._throttle = Throttle()
+        self._throttled: Optional[asyncio.Event] = None
 
     # ------------------------------------------------------------ running
 
@@ -185,6 +239,8 @@ class Worker:
         signals = self._install_signals()
         client, owned = self._async_client()
         self._client = client
+        self._throttled = asyncio.Event()
+        stop_listening = client.on_rate_limited(self._rate_limited)
         updates = Updates(client)
         self._updates = updates
         renewer = asyncio.ensure_future(self._renew_loop(updates))
@@ -199,6 +255,7 @@ class Worker:
             renewer.cancel()
             await asyncio.gather(renewer, return_exceptions=True)
             await updates.close()
+            stop_listening()
             if owned:
                 await client.aclose()
             for signum in signals:
@@ -232,6 +289,17 @@ class Worker:
         except Exception:  # noqa: BLE001 - a metrics hook must not stop the work
             logger.exception("the on_event hook raised")
 
+    def _rate_limited(self, operation_id: str, body: Dict[str, Any], wait: float) -> None:
+        now = time.monotonic()
+        if self._throttle.refused(wait, now):
+            line = describe_limit(body, self._throttle.pause(now), len(self._jobs))
+            logger.warning(line)
+            self._emit("error", error=line)
+        if operation_id == "claim_task" and self._throttled is not None:
+            # The claim under way was refused, so nothing of it was written:
+            # it is given up rather than sent again when the limit allows.
+            self._throttled.set()
+
     # ------------------------------------------------------------ claims
 
     async def _claim_loop(self, client: AsyncClient) -> None:
@@ -251,9 +319,26 @@ class Worker:
             }
             if self.tags:
                 body["tags"] = self.tags
+            pause = self._throttle.pause(time.monotonic())
+            if pause > 0:
+                # Claims wait for the limit; what the worker holds goes first.
+                await self._until_stop(asyncio.sleep(pause + THROTTLE_MARGIN))
+                continue
+            assert self._throttled is not None
+            self._throttled.clear()
             claim = asyncio.ensure_future(client.claim_task(body))  # type: ignore[arg-type]
-            if not await self._until_stop(claim):
+            refused = asyncio.ensure_future(self._throttled.wait())
+            if not await self._until_stop(asyncio.wait({claim, refused}, return_when=asyncio.FIRST_COMPLETED)):
+                refused.cancel()
+                claim.cancel()
+                await asyncio.gather(claim, return_exceptions=True)
                 break
+            refused.cancel()
+            if not claim.done():
+                # Refused by a limit (nothing written): the next claim waits.
+                claim.cancel()
+                await asyncio.gather(claim, return_exceptions=True)
+                continue
             try:
                 answer: Any = claim.result()
             except RETRIED as error:
@@ -287,7 +372,7 @@ class Worker:
     def _start(self, task: models.ClaimedTask) -> None:
         job = Job(task)
         self._jobs[job.task_id] = job
-        logger.info("task claimed", extra={"task_id": job.task_id, "lease_id": job.lease_id})
+        logger.info(f"task {job.task_id} claimed", extra={"task_id": job.task_id, "lease_id": job.lease_id})
         self._emit("claimed", job)
         asyncio.ensure_future(self._work(job))
 
@@ -358,25 +443,25 @@ class Worker:
                 item = without_output(item, error.error)
                 result = await self._updates.send(item)
         except Exception as error:  # noqa: BLE001 - logged; the lease runs out
-            logger.error("could not finish a task", extra={"task_id": job.task_id, "error": repr(error)})
+            logger.error(f"task {job.task_id}: could not finish it: {error!r}", extra={"task_id": job.task_id, "error": repr(error)})
             self._emit("error", job, error=repr(error))
             return
         problem = result.get("error")
         if problem is None:
             kind = str(item["status"])
-            logger.info(f"task {kind}", extra={"task_id": job.task_id, "seconds": round(seconds, 3)})
+            logger.info(f"task {job.task_id} {kind}", extra={"task_id": job.task_id, "seconds": round(seconds, 3)})
             self._emit(kind, job, seconds)
         elif problem in LOST and await self._landed(item):
             # A repeat of an update whose first attempt landed (its answer
             # was lost, or a node died after its commit) hears `lease lost`.
             kind = str(item["status"])
-            logger.info(f"task {kind}", extra={"task_id": job.task_id, "seconds": round(seconds, 3)})
+            logger.info(f"task {job.task_id} {kind}", extra={"task_id": job.task_id, "seconds": round(seconds, 3)})
             self._emit(kind, job, seconds)
         elif problem in LOST:
-            logger.warning("lease lost before the task was finished", extra={"task_id": job.task_id})
+            logger.warning(f"task {job.task_id}: lease lost before it was finished", extra={"task_id": job.task_id})
             self._emit("lease_lost", job, seconds)
         else:
-            logger.error("the server refused to finish a task", extra={"task_id": job.task_id, "error": problem})
+            logger.error(f"task {job.task_id}: the server refused to finish it: {problem}", extra={"task_id": job.task_id, "error": problem})
             self._emit("error", job, error=str(problem))
 
     async def _landed(self, item: Dict[str, Any]) -> bool:
@@ -394,27 +479,37 @@ class Worker:
         job.cancelled.set()
         if job.handler is not None:
             job.handler.cancel()
-        logger.warning("lease lost; handler cancelled", extra={"task_id": job.task_id})
+        logger.warning(f"task {job.task_id}: lease lost; handler cancelled", extra={"task_id": job.task_id})
         self._emit("lease_lost", job)
 
     # ----------------------------------------------------------- renewals
 
     async def _renew_loop(self, updates: Updates) -> None:
-        interval = self.lease_seconds / 3
+        """Renews each lease every third of `lease_seconds` (every half
+        while the org's limits have refused calls within a lease), and
+        when one is due renews with it every lease past half its interval:
+        one call renews them all, not one call each."""
         while True:
-            await asyncio.sleep(min(interval, 1.0))
+            await asyncio.sleep(min(self.lease_seconds / 3, 1.0))
             now = time.monotonic()
-            due = [j for j in self._jobs.values() if j.state == "running" and now - j.renewed >= interval]
-            for job in due:
-                job.renewed = now
-                asyncio.ensure_future(self._renew(job, updates))
+            interval = self.lease_seconds / (2 if self._throttle.recent(now, self.lease_seconds) else 3)
+            running = [j for j in self._jobs.values() if j.state == "running" and not j.renewing]
+            if not any(now - j.renewed >= interval for j in running):
+                continue
+            for job in running:
+                if now - job.renewed >= interval / 2:
+                    job.renewed = now
+                    job.renewing = True
+                    asyncio.ensure_future(self._renew(job, updates))
 
     async def _renew(self, job: Job, updates: Updates) -> None:
         try:
             result = await updates.send(renewal(job.task_id, job.lease_id))
         except Exception as error:  # noqa: BLE001 - the next renewal tries again
-            logger.warning("lease renewal failed", extra={"task_id": job.task_id, "error": repr(error)})
+            job.renewing = False
+            logger.warning(f"task {job.task_id}: lease renewal failed: {error!r}", extra={"task_id": job.task_id, "error": repr(error)})
             return
+        job.renewing = False
         if result.get("error") in LOST:
             self._lose(job)
         elif result.get("error") is None:
@@ -440,10 +535,10 @@ class Worker:
         )
         for job, result in zip(left, results):
             if isinstance(result, BaseException):
-                logger.error("could not release a task", extra={"task_id": job.task_id, "error": repr(result)})
+                logger.error(f"task {job.task_id}: could not release it: {result!r}", extra={"task_id": job.task_id, "error": repr(result)})
                 self._emit("error", job, error=repr(result))
             else:
-                logger.info("task released", extra={"task_id": job.task_id})
+                logger.info(f"task {job.task_id} released", extra={"task_id": job.task_id})
                 self._emit("released", job)
         # Updates under way finish before the writes stop.
         for _ in range(100):
