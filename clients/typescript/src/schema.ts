@@ -1862,6 +1862,8 @@ export type components = {
             task_id: string;
             field: string;
         } | {
+            hint: string;
+        } | {
             /** Format: int64 */
             plan_calls_remaining: number | null;
         } | unknown;
@@ -2714,6 +2716,7 @@ export type components = {
         };
         /** @description An endpoint as clients see it (never its secret). */
         WebhookView: {
+            /** Format: uuid */
             webhook_id: string;
             url: string;
             events: string[];
@@ -2728,6 +2731,7 @@ export type components = {
         };
         /** @description `POST /webhooks`: the endpoint and its secret, shown only here. */
         WebhookCreated: {
+            /** Format: uuid */
             webhook_id: string;
             url: string;
             events: string[];
@@ -3333,6 +3337,7 @@ export type components = {
         /** @description The endpoint a `webhook.test` event was sent to. */
         WebhookPing: {
             org_id: string;
+            /** Format: uuid */
             webhook_id: string;
         };
     };

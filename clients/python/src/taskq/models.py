@@ -187,10 +187,15 @@ class ErrorBody4(TypedDict):
 
 class ErrorBody5(TypedDict):
     error: str
-    plan_calls_remaining: Optional[int]
+    hint: str
 
 
 class ErrorBody6(TypedDict):
+    error: str
+    plan_calls_remaining: Optional[int]
+
+
+class ErrorBody7(TypedDict):
     error: str
 
 
@@ -769,7 +774,7 @@ class Recompute(TypedDict):
     reports: NotRequired[Optional[List[ReportKind]]]
 
 
-class ErrorBody7(LimitDetail):
+class ErrorBody8(LimitDetail):
     error: str
 
 
@@ -777,10 +782,11 @@ ErrorBody: TypeAlias = Union[
     ErrorBody1,
     ErrorBody2,
     ErrorBody3,
-    ErrorBody7,
+    ErrorBody8,
     ErrorBody4,
     ErrorBody5,
     ErrorBody6,
+    ErrorBody7,
 ]
 
 
