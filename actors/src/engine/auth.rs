@@ -80,8 +80,8 @@ impl Engine {
     /// Resolves an `X-Api-Key` value to its caller.
     pub async fn authenticate(&self, api_key: Option<&str>) -> Result<Caller, EngineError> {
         let key = api_key
-            .ok_or(EngineError::MissingApiKey)
-            .and_then(|k| parse_api_key(k).ok_or(EngineError::InvalidApiKey))?;
+            .and_then(parse_api_key)
+            .ok_or(EngineError::InvalidApiKey)?;
         let entry = self.key_entry(key.key_id).await?;
         let secret = crate::crypto::secret_matches(key.secret, &entry.key.secret_hash);
         // A key whose org part was changed is refused as a wrong secret is.
