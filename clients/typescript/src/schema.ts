@@ -1862,8 +1862,6 @@ export type components = {
             task_id: string;
             field: string;
         } | {
-            hint: string;
-        } | {
             /** Format: int64 */
             plan_calls_remaining: number | null;
         } | unknown;

@@ -187,15 +187,10 @@ class ErrorBody4(TypedDict):
 
 class ErrorBody5(TypedDict):
     error: str
-    hint: str
-
-
-class ErrorBody6(TypedDict):
-    error: str
     plan_calls_remaining: Optional[int]
 
 
-class ErrorBody7(TypedDict):
+class ErrorBody6(TypedDict):
     error: str
 
 
@@ -774,7 +769,7 @@ class Recompute(TypedDict):
     reports: NotRequired[Optional[List[ReportKind]]]
 
 
-class ErrorBody8(LimitDetail):
+class ErrorBody7(LimitDetail):
     error: str
 
 
@@ -782,11 +777,10 @@ ErrorBody: TypeAlias = Union[
     ErrorBody1,
     ErrorBody2,
     ErrorBody3,
-    ErrorBody8,
+    ErrorBody7,
     ErrorBody4,
     ErrorBody5,
     ErrorBody6,
-    ErrorBody7,
 ]
 
 
