@@ -23,6 +23,7 @@ mod dependencies;
 mod encryption;
 mod events;
 mod feedback;
+mod first_run;
 mod hardening;
 mod idp;
 mod lifecycle;

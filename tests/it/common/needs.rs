@@ -9,7 +9,7 @@
 // Nothing but the standard library: the build scripts include it too.
 
 /// (cfg value, environment variable).
-const NEEDS: [(&str, &str); 10] = [
+const NEEDS: [(&str, &str); 11] = [
     ("postgres", "TASKQ_TEST_POSTGRES_URL"),
     ("mcp_python", "TASKQ_TEST_MCP_PYTHON"),
     ("webhooks_python", "TASKQ_TEST_WEBHOOKS_PYTHON"),
@@ -20,6 +20,7 @@ const NEEDS: [(&str, &str); 10] = [
     ("model", "TASKQ_TEST_EMBEDDINGS_MODEL_DIR"),
     ("clients_python", "TASKQ_TEST_CLIENTS_PYTHON"),
     ("clients_node", "TASKQ_TEST_CLIENTS_NODE"),
+    ("jq", "TASKQ_TEST_JQ"),
 ];
 
 /// Emits, for a build script, the `taskq_test_env` cfg of each need
