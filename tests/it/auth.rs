@@ -635,21 +635,7 @@ async fn a_trusted_proxy_names_the_client_whose_guesses_count() {
 /// item, rather than trusting nothing (or everything) in silence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_trusted_proxy_list_is_refused_at_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_taskq"))
-        .arg("serve")
-        .env("TASKQ_TRUSTED_PROXIES", "10.0.0.0/8, proxy.internal")
-        .env("TASKQ_DATA_DIR", dir.path())
-        .env("TASKQ_LISTEN", "127.0.0.1:0")
-        .env(
-            "TASKQ_DATABASE_URL",
-            format!("sqlite://{}", dir.path().join("t.db").display()),
-        )
-        .output()
-        .await
-        .expect("run taskq serve");
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = refused_at_start(&[("TASKQ_TRUSTED_PROXIES", "10.0.0.0/8, proxy.internal")]).await;
     assert!(
         stderr.contains("proxy.internal") && stderr.contains("TASKQ_TRUSTED_PROXIES"),
         "{stderr}"

@@ -557,21 +557,7 @@ async fn an_operator_can_make_new_orgs_start_without_rate_or_volume_limits() {
 
 #[tokio::test]
 async fn a_new_org_limits_setting_that_is_neither_is_refused_at_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_taskq"))
-        .arg("serve")
-        .env("TASKQ_NEW_ORG_LIMITS", "none")
-        .env("TASKQ_DATA_DIR", dir.path())
-        .env("TASKQ_LISTEN", "127.0.0.1:0")
-        .env(
-            "TASKQ_DATABASE_URL",
-            format!("sqlite://{}", dir.path().join("t.db").display()),
-        )
-        .output()
-        .await
-        .expect("run taskq serve");
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = refused_at_start(&[("TASKQ_NEW_ORG_LIMITS", "none")]).await;
     assert!(
         stderr.contains("TASKQ_NEW_ORG_LIMITS") && stderr.contains("unlimited"),
         "{stderr}"

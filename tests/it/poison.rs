@@ -18,6 +18,11 @@ async fn let_lease_expire(srv: &TestServer, key: &str, id: &str) -> Value {
         .await
         .expect("a pending task");
     assert_eq!(claimed["task_id"], id, "{claimed}");
+    lease_ran_out(srv, key, id).await
+}
+
+/// The task once its lease has run out (it is no longer `in_progress`).
+async fn lease_ran_out(srv: &TestServer, key: &str, id: &str) -> Value {
     eventually(Duration::from_secs(15), "the lease to run out", || async {
         let task = srv.get_task(key, id).await;
         (task["status"] != "in_progress").then_some(task)
@@ -154,11 +159,7 @@ backend_tests!(
 
         // Its holder was alive and trying: back to pending, no attempt
         // used, where a lease that ran out on its own fails this task.
-        let task = eventually(Duration::from_secs(15), "the lease to run out", || async {
-            let task = srv.get_task(&key, &id).await;
-            (task["status"] != "in_progress").then_some(task)
-        })
-        .await;
+        let task = lease_ran_out(&srv, &key, &id).await;
         assert_eq!(task["status"], "pending", "{task}");
         assert_eq!(task["attempts"], 0, "{task}");
         assert_eq!(

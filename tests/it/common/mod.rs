@@ -34,7 +34,10 @@ pub use proxy::Proxy;
 pub use reqwest::StatusCode;
 pub use serde_json::{json, Value};
 #[allow(unused_imports)]
-pub use server::{postgres_addr, Backend, Builder, Db, PostgresDatabase, TestServer, POSTGRES_ENV};
+pub use server::{
+    postgres_addr, refused_at_start, Backend, Builder, Db, PostgresDatabase, TestServer,
+    POSTGRES_ENV,
+};
 
 /// A client for the server's HTML pages that shows redirects and cookies
 /// as they come (it follows no redirect and keeps no cookie).

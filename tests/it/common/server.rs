@@ -554,3 +554,24 @@ pub enum Db {
     Sqlite(sqlx::SqliteConnection),
     Postgres(sqlx::PgConnection),
 }
+
+/// Starts `taskq serve` on a fresh SQLite file with `env` and expects it to
+/// refuse to start; answers what it wrote on stderr.
+pub async fn refused_at_start(env: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_taskq"))
+        .arg("serve")
+        .envs(env.iter().copied())
+        .env("TASKQ_DATA_DIR", dir.path())
+        .env("TASKQ_LISTEN", "127.0.0.1:0")
+        .env(
+            "TASKQ_DATABASE_URL",
+            format!("sqlite://{}", dir.path().join("t.db").display()),
+        )
+        .output()
+        .await
+        .expect("run taskq serve");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "the server started: {stderr}");
+    stderr
+}
