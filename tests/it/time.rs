@@ -720,7 +720,8 @@ backend_tests!(
     a_schedule_every_minute_creates_one_task_per_tick,
     |srv| async move {
         let org = srv.create_org("dev").await;
-        let key = &org.owner_key;
+        let (_, planner) = srv.new_key(&org.owner_key, "planner").await;
+        let key = &planner;
         let schedule = create_schedule(
             &srv,
             key,
@@ -745,6 +746,12 @@ backend_tests!(
             assert_eq!(task["priority"], 1);
             assert_eq!(task["metadata"], json!({"source": "cron"}));
             assert_eq!(task["status"], "pending");
+            // Its creation is the key's that made the schedule, as every
+            // other event names a key.
+            let created = srv.get_task(key, str_field(task, "task_id").as_str()).await;
+            let events = history(&created);
+            assert_eq!(events[0]["to_status"], "pending", "{created}");
+            assert_eq!(events[0]["agent_id"], "planner", "{created}");
         }
         // Ticks fired again (the clock moved within the minute) make nothing.
         advance_clock(&srv, 5).await;

@@ -155,6 +155,7 @@ impl OrgActor {
             last_run_at: None,
             last_error: None,
             created_by: caller.email.clone(),
+            created_by_key: Some(caller.key_name.clone()),
             created_at: self.now(),
         };
         record.rearm(record.created_at);
@@ -265,7 +266,10 @@ impl OrgActor {
         let caller = Caller {
             org_id: state.org,
             principal: Principal::Schedule(id),
-            key_name: creator.email.clone(),
+            key_name: schedule
+                .created_by_key
+                .clone()
+                .unwrap_or_else(|| creator.email.clone()),
             email: creator.email.clone(),
             role: creator.role,
         };

@@ -20,6 +20,7 @@ struct ScheduleRow {
     last_run_at: Option<i64>,
     last_error: Option<String>,
     created_by: String,
+    created_by_key: Option<String>,
     created_at: i64,
 }
 
@@ -43,6 +44,7 @@ impl TryFrom<ScheduleRow> for ScheduleRecord {
             last_run_at: r.last_run_at,
             last_error: r.last_error,
             created_by: r.created_by,
+            created_by_key: r.created_by_key,
             created_at: r.created_at,
         })
     }
@@ -54,7 +56,7 @@ impl Store {
         let rows: Vec<ScheduleRow> = self
             .org_rows(
                 "SELECT schedule_id, name, cron, timezone, task, active, next_run_at, \
-                 last_run_at, last_error, created_by, created_at FROM schedules \
+                 last_run_at, last_error, created_by, created_by_key, created_at FROM schedules \
                  WHERE org_id = $1 ORDER BY created_at, schedule_id",
                 org,
             )

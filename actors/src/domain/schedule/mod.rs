@@ -367,6 +367,9 @@ pub struct ScheduleRecord {
     pub last_error: Option<String>,
     /// The member whose rights its tasks are created with.
     pub created_by: String,
+    /// The name of the key that created it, which its ticks' events name;
+    /// `None` for a schedule made before it was kept (the email stands in).
+    pub created_by_key: Option<String>,
     pub created_at: i64,
 }
 

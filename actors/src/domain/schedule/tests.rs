@@ -399,6 +399,7 @@ fn a_record_fires_its_latest_due_tick_once_and_rearms() {
         last_run_at: None,
         last_error: None,
         created_by: "a@b.c".into(),
+        created_by_key: Some("owner".into()),
         created_at: 0,
     };
     s.rearm(30_000);

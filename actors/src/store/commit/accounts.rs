@@ -285,7 +285,8 @@ macro_rules! account_statements {
                         sqlx::query(
                             "INSERT INTO schedules (org_id, schedule_id, name, cron, timezone, \
                              task, active, next_run_at, last_run_at, last_error, created_by, \
-                             created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                             created_by_key, created_at) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
                              ON CONFLICT (org_id, schedule_id) DO UPDATE SET cron = excluded.cron, \
                              timezone = excluded.timezone, task = excluded.task, \
                              active = excluded.active, next_run_at = excluded.next_run_at, \
@@ -302,6 +303,7 @@ macro_rules! account_statements {
                         .bind(s.last_run_at)
                         .bind(&s.last_error)
                         .bind(&s.created_by)
+                        .bind(&s.created_by_key)
                         .bind(s.created_at)
                         .execute($exec)
                         .await?;
