@@ -378,8 +378,25 @@ backend_tests!(stale_lease_id_is_fenced, |srv| async move {
         )
         .await;
     assert_eq!(error, "lease lost");
+    // The lease is checked before the item's fields: without the note a
+    // completion needs, a stale lease still answers that the lease is lost.
+    let error = srv
+        .update_item_error(
+            &slow,
+            json!({ "task_id": id, "lease_id": stale, "status": "completed" }),
+        )
+        .await;
+    assert_eq!(error, "lease lost");
     let after = srv.get_task(&org.owner_key, &id).await;
     assert_eq!(after, before, "a fenced update changed the task");
+    let (status, body) = srv
+        .post(
+            &fast,
+            "/tasks/update",
+            json!({ "updates": [{ "task_id": id, "lease_id": current, "status": "completed" }] }),
+        )
+        .await;
+    assert_bad_request(status, &body, "updates[0].note");
     assert_eq!(after["assignee"], "fast-agent");
 
     // The current holder's lease id works; items without one keep SPEC behaviour.

@@ -228,6 +228,16 @@ impl OrgActor {
     ) -> Result<(), ValidationError> {
         for (i, u) in items.iter().enumerate() {
             let id = u.task_id;
+            if is_fenced_out(state, work, u) {
+                continue; // it fails with `lease lost` and changes nothing
+            }
+            // The schema requires it of items without a lease.
+            if u.status.is_some_and(|s| s.needs_note()) && u.note.is_none() {
+                return Err(ValidationError::field(
+                    format!("updates[{i}].note"),
+                    "is required",
+                ));
+            }
             if let Some(tags) = &u.tags {
                 state.check_vocabulary(&format!("updates[{i}].tags"), tags)?;
             }
@@ -345,10 +355,8 @@ impl OrgActor {
         let Some(current) = work.header(state, id).cloned() else {
             return failed(ItemError::TaskNotFound);
         };
-        if let Some(lease_id) = u.lease_id {
-            if current.lease.map(|l| l.lease_id) != Some(lease_id) {
-                return failed(ItemError::LeaseLost);
-            }
+        if is_fenced_out(state, work, u) {
+            return failed(ItemError::LeaseLost);
         }
         let mut h = current.clone();
         if let Some(p) = u.priority {
@@ -555,4 +563,13 @@ fn reaches(state: &OrgState, from: TaskId, to: TaskId) -> bool {
         }
     }
     false
+}
+
+/// Whether the item carries a lease that is no longer the task's current
+/// one (CONTRACT §3 fencing).
+fn is_fenced_out(state: &OrgState, work: &Work, u: &TaskUpdate) -> bool {
+    u.lease_id.is_some_and(|lease_id| {
+        work.header(state, u.task_id)
+            .is_some_and(|h| h.lease.map(|l| l.lease_id) != Some(lease_id))
+    })
 }
