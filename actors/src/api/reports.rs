@@ -28,6 +28,10 @@ pub struct Signal {
 /// The most task ids a signal lists.
 pub const SIGNAL_TOP: usize = 20;
 
+/// The days insights look back over; an org younger than that is looked
+/// at over the days it has existed (`Insights::window_days`).
+pub const INSIGHTS_WINDOW_DAYS: u32 = 30;
+
 /// Work finished in the window.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 pub struct Throughput {

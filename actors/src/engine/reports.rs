@@ -352,7 +352,7 @@ impl Engine {
         let now = self.inner.clock.now_ms();
         let since = now - i64::from(insights::WINDOW_DAYS) * compute::DAY_MS;
         let histories = self.stored(self.inner.store.task_histories(org, since).await)?;
-        let figures = insights::insights(&histories, now);
+        let figures = insights::insights(&histories, now, entry.record.created_at);
         let mut grounding = Grounding {
             similar_tasks: Vec::new(),
             cycle_time_days: insights::median_cycle_ms(&histories, now)

@@ -1,5 +1,8 @@
 //! Insights: an org's flow over the last thirty days, computed from task
 //! histories alone, so the same histories always give the same report.
+//! An org younger than that has no history before its creation: its window
+//! is the days it has existed (`window_days`), and its daily figures are
+//! averaged over those, not over thirty days of which most never were.
 //!
 //! Every figure is defined here precisely, because docs/guide/reports.md quotes these
 //! definitions and an operator reading a report must be able to check it:
@@ -30,7 +33,7 @@ const HOUR_MS: i64 = 60 * 60 * 1000;
 const DAY_MS: i64 = 24 * HOUR_MS;
 
 /// The window covers `[now - WINDOW_DAYS days, now]`.
-pub const WINDOW_DAYS: u32 = 30;
+pub const WINDOW_DAYS: u32 = crate::api::INSIGHTS_WINDOW_DAYS;
 /// A task is stuck past this many median cycle times.
 pub const STUCK_FACTOR: i64 = 3;
 /// The stuck threshold is never shorter than an hour.
@@ -50,6 +53,15 @@ const SYSTEM: &str = "system";
 /// The first instant of the window ending at `now`.
 pub fn window_start(now: i64) -> i64 {
     now - i64::from(WINDOW_DAYS) * DAY_MS
+}
+
+/// The days of the window ending at `now` that an org created at
+/// `org_created_at` has existed: each day begun counts, at least 1 and at
+/// most [`WINDOW_DAYS`].
+pub fn window_days(org_created_at: i64, now: i64) -> u32 {
+    let existed = (now - org_created_at).max(0);
+    let begun = (existed + DAY_MS - 1) / DAY_MS;
+    u32::try_from(begun).map_or(WINDOW_DAYS, |days| days.clamp(1, WINDOW_DAYS))
 }
 
 fn in_window(at: i64, now: i64) -> bool {
@@ -106,9 +118,10 @@ fn round_to(x: f64, decimals: i32) -> f64 {
     (x * scale).round() / scale
 }
 
-/// Milliseconds as hours, to two decimals.
+/// Milliseconds as hours, to four decimals (0.36 s), so that cycles of
+/// seconds still read as what they were.
 fn hours(ms: f64) -> f64 {
-    round_to(ms / HOUR_MS as f64, 2)
+    round_to(ms / HOUR_MS as f64, 4)
 }
 
 /// The median cycle time of the tasks completed in the window.
@@ -180,8 +193,9 @@ pub fn churning(tasks: &[TaskHistory]) -> Signal {
     signal(found.into_iter().map(|(_, _, id)| id).collect())
 }
 
-/// The tasks completed and failed in the window.
-pub fn throughput(tasks: &[TaskHistory], now: i64) -> Throughput {
+/// The tasks completed and failed in the window, and those completed per
+/// day of its `days` (see [`window_days`]).
+pub fn throughput(tasks: &[TaskHistory], now: i64, days: u32) -> Throughput {
     let count = |status| {
         tasks
             .iter()
@@ -197,7 +211,7 @@ pub fn throughput(tasks: &[TaskHistory], now: i64) -> Throughput {
             .iter()
             .filter(|t| t.retries > 0 && t.updated_at >= start)
             .count() as u64,
-        per_day: round_to(completed as f64 / f64::from(WINDOW_DAYS), 2),
+        per_day: round_to(completed as f64 / f64::from(days.max(1)), 2),
     }
 }
 
@@ -333,17 +347,19 @@ pub fn agents(tasks: &[TaskHistory], now: i64) -> Vec<AgentStats> {
     stats
 }
 
-/// The insights report for the window ending at `now`. Failure clusters
-/// are computed separately, so they are left out.
-pub fn insights(tasks: &[TaskHistory], now: i64) -> Insights {
+/// The insights report for the window ending at `now` of an org created
+/// at `org_created_at`. Failure clusters are computed separately, so they
+/// are left out.
+pub fn insights(tasks: &[TaskHistory], now: i64, org_created_at: i64) -> Insights {
     let threshold = stuck_threshold_ms(median_cycle_ms(tasks, now));
+    let days = window_days(org_created_at, now);
     Insights {
         available: true,
         computed_at: Timestamp(now),
-        window_days: WINDOW_DAYS,
+        window_days: days,
         stuck: stuck(tasks, now, threshold),
         churning: churning(tasks),
-        throughput: throughput(tasks, now),
+        throughput: throughput(tasks, now, days),
         cycle_times: cycle_times(tasks, now),
         failure_rates: failure_rates(tasks, now),
         agents: agents(tasks, now),

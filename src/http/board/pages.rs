@@ -177,7 +177,10 @@ pub struct Agents {
 
 pub struct InsightsView {
     pub computed_at: String,
+    /// The days the figures cover: the last thirty, or those since the
+    /// org was created when it is younger.
     pub window_days: u32,
+    pub since_created: bool,
     pub completed: u64,
     pub failed: u64,
     pub per_day: String,

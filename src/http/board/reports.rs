@@ -6,7 +6,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use taskq_actors::api::{
-    Headline, Insights as InsightsReport, InsightsAnswer, StandupAnswer, StandupReport, Unavailable,
+    Headline, Insights as InsightsReport, InsightsAnswer, StandupAnswer, StandupReport,
+    Unavailable, INSIGHTS_WINDOW_DAYS,
 };
 use taskq_actors::{EngineError, ErrorCode};
 
@@ -138,6 +139,7 @@ fn insights_view(v: &InsightsReport) -> InsightsView {
     InsightsView {
         computed_at: v.computed_at.to_string(),
         window_days: v.window_days,
+        since_created: v.window_days < INSIGHTS_WINDOW_DAYS,
         completed: v.throughput.completed,
         failed: v.throughput.failed,
         per_day: format!("{:.1}", v.throughput.per_day),

@@ -180,7 +180,7 @@ impl Reporter {
         for kind in &kinds {
             match kind {
                 ReportKind::Insights => {
-                    let report = insights::insights(&histories, now);
+                    let report = insights::insights(&histories, now, entry.record.created_at);
                     written.add(
                         &entry,
                         ReportKey::single(ReportKind::Insights.as_str()),

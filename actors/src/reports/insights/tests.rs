@@ -111,7 +111,7 @@ fn cycle_times_run_from_the_first_claim_or_the_creation() {
             count: 5,
             p50_hours: Some(3.0),
             p90_hours: Some(10.0),
-            mean_hours: Some(4.13),
+            mean_hours: Some(4.1333),
         }
     );
     assert_eq!(median_cycle_ms(&tasks, NOW), Some(3 * H));
@@ -235,7 +235,7 @@ fn throughput_and_failure_rates_count_what_finished_in_the_window() {
         task(16, day(3)).tagged(&["deploy"]),
     ];
     assert_eq!(
-        throughput(&tasks, NOW),
+        throughput(&tasks, NOW, WINDOW_DAYS),
         Throughput {
             completed: 7,
             failed: 6,
@@ -284,7 +284,7 @@ fn the_window_holds_both_its_edges() {
         finished(5, Failed, start - 2 * H, start - 1).tagged(&["x"]),
     ];
     assert_eq!(
-        throughput(&tasks, NOW),
+        throughput(&tasks, NOW, WINDOW_DAYS),
         Throughput {
             completed: 2,
             failed: 1,
@@ -363,7 +363,7 @@ fn insights_use_the_median_for_the_stuck_threshold() {
         // Three medians are three hours: four hours in progress is stuck.
         task(3, NOW - 5 * H).to(InProgress, "bot", NOW - 4 * H),
     ];
-    let report = insights(&tasks, NOW);
+    let report = insights(&tasks, NOW, NOW - 40 * DAY_MS);
     assert!(report.available);
     assert_eq!(report.computed_at, Timestamp(NOW));
     assert_eq!(report.window_days, 30);
@@ -381,5 +381,43 @@ fn insights_use_the_median_for_the_stuck_threshold() {
     assert_eq!(report.agents[0].claimed, 3);
     assert_eq!(report.failure_clusters, None);
     // Without the completed task there is no median: a day's threshold.
-    assert_eq!(insights(&tasks[1..], NOW).stuck.count, 0);
+    assert_eq!(insights(&tasks[1..], NOW, 0).stuck.count, 0);
+}
+
+#[test]
+fn a_young_orgs_window_is_the_days_it_has_existed() {
+    assert_eq!(window_days(NOW - 3 * H, NOW), 1);
+    assert_eq!(window_days(NOW, NOW), 1);
+    assert_eq!(window_days(NOW + H, NOW), 1, "a clock behind the store's");
+    assert_eq!(window_days(NOW - DAY_MS, NOW), 1);
+    assert_eq!(window_days(NOW - DAY_MS - 1, NOW), 2);
+    assert_eq!(window_days(NOW - 30 * DAY_MS, NOW), 30);
+    assert_eq!(window_days(NOW - 400 * DAY_MS, NOW), WINDOW_DAYS);
+    assert_eq!(window_days(i64::MIN / 2, NOW), WINDOW_DAYS);
+}
+
+#[test]
+fn a_young_orgs_completions_are_averaged_over_its_days_not_thirty() {
+    // Created 30 hours ago: its second day. Seven completed.
+    let created = NOW - 30 * H;
+    let tasks: Vec<_> = (0..7u128)
+        .map(|n| finished(n, Completed, created + H, NOW - H))
+        .collect();
+    let report = insights(&tasks, NOW, created);
+    assert_eq!(report.window_days, 2);
+    assert_eq!(report.throughput.completed, 7);
+    assert_eq!(report.throughput.per_day, 3.5);
+    // An org older than the window: thirty days, as before.
+    let report = insights(&tasks, NOW, NOW - 90 * DAY_MS);
+    assert_eq!(report.window_days, 30);
+    assert_eq!(report.throughput.per_day, 0.23);
+}
+
+#[test]
+fn cycles_of_seconds_keep_their_seconds() {
+    // Twenty seconds: 0.0056 hours, not 0.0.
+    let tasks = vec![finished(1, Completed, NOW - 20_000, NOW)];
+    let cycles = cycle_times(&tasks, NOW);
+    assert_eq!(cycles.p50_hours, Some(0.0056));
+    assert_eq!(cycles.mean_hours, Some(0.0056));
 }
