@@ -13,6 +13,7 @@
 //! unset), and a screenshot of each view.
 
 mod chromium;
+mod figures;
 
 use crate::common::sse::{SseEvent, SseItem, SseStream};
 use crate::common::*;

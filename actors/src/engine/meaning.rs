@@ -57,6 +57,24 @@ impl Engine {
         })
     }
 
+    /// Why `POST /tasks/search` would answer `unavailable` for the
+    /// caller's org, if it would: its content is the client's (BYOK), or
+    /// the server has no embedder. Reads the org's cached record only, and
+    /// is not counted, so a page may ask it before offering a search.
+    pub async fn search_unavailable(
+        &self,
+        caller: &Caller,
+    ) -> Result<Option<Unavailable>, EngineError> {
+        if let Some(unavailable) = self.unreadable_content(caller).await? {
+            return Ok(Some(unavailable));
+        }
+        Ok(self
+            .inner
+            .meaning
+            .is_none()
+            .then(|| Unavailable::because("not_configured")))
+    }
+
     /// `POST /tasks/search`.
     pub async fn search_tasks(
         &self,
@@ -64,7 +82,7 @@ impl Engine {
         request: SearchTasks,
     ) -> Result<SearchAnswer, EngineError> {
         self.admit(caller, RequestKind::Read).await?;
-        if let Some(unavailable) = self.unreadable_content(caller).await? {
+        if let Some(unavailable) = self.search_unavailable(caller).await? {
             return Ok(SearchAnswer::Unavailable(unavailable));
         }
         let Some(meaning) = &self.inner.meaning else {

@@ -120,6 +120,9 @@ pub struct Tasks {
     pub statuses: Vec<(TaskStatus, &'static str)>,
     pub priorities: [u8; 5],
     pub open_create: bool,
+    /// Whether the org's tasks can be searched by meaning (an embedder,
+    /// and content the server can read): else no search box is offered.
+    pub search_offered: bool,
     pub search: Option<Search>,
     pub columns: Vec<Column>,
     pub shown: usize,

@@ -92,22 +92,28 @@ pub async fn board(
     let caller = &session.caller;
     let listed = listed(&state, caller, list, lists::wanted(&headers)).await?;
     let cards = listed.cards.clone();
-    let search = if filters.q.is_empty() {
-        None
-    } else {
-        let request = json!({ "query": filters.q, "limit": FOUND });
-        Some(
-            match call(&state, caller, SEARCH_TASKS, Input::Body(request)).await? {
-                SearchAnswer::Results { results } => Search {
-                    unavailable: None,
-                    found: results.iter().map(Found::from).collect(),
+    let search_off = state.engine.search_unavailable(caller).await?;
+    let search = match (filters.q.is_empty(), &search_off) {
+        (true, _) => None,
+        (false, Some(why)) => Some(Search {
+            unavailable: Some(why.reason.clone().into_owned()),
+            found: Vec::new(),
+        }),
+        (false, None) => {
+            let request = json!({ "query": filters.q, "limit": FOUND });
+            Some(
+                match call(&state, caller, SEARCH_TASKS, Input::Body(request)).await? {
+                    SearchAnswer::Results { results } => Search {
+                        unavailable: None,
+                        found: results.iter().map(Found::from).collect(),
+                    },
+                    SearchAnswer::Unavailable(why) => Search {
+                        unavailable: Some(why.reason.into_owned()),
+                        found: Vec::new(),
+                    },
                 },
-                SearchAnswer::Unavailable(why) => Search {
-                    unavailable: Some(why.reason.into_owned()),
-                    found: Vec::new(),
-                },
-            },
-        )
+            )
+        }
     };
     let next_page = listed
         .next_cursor
@@ -125,6 +131,7 @@ pub async fn board(
             statuses: pages::status_options(),
             priorities: PRIORITIES,
             open_create: cards.is_empty(),
+            search_offered: search_off.is_none(),
             search,
             shown: cards.len(),
             columns: model::columns(cards, state.engine.org_open_counts(caller.org_id)),
