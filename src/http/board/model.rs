@@ -102,13 +102,36 @@ impl From<&ListedTask> for Card {
     }
 }
 
-/// A board column: one status and its cards.
+/// A board column: one status and its cards, and what its count counts.
 pub struct Column {
     pub status: TaskStatus,
     pub label: &'static str,
     pub cards: Vec<Card>,
-    /// The org's open tasks of the status, when it is an open one.
+    /// The org's tasks of the status, when that is what the column has
+    /// under the page's filters: an open status, filtered by status at
+    /// most (the org's actor counts those; finished ones it does not keep).
     pub total: Option<usize>,
+    /// Whether the cards are all the column has under the page's filters,
+    /// so that their number is its total.
+    pub whole: bool,
+}
+
+impl Column {
+    /// Whether it shows as many cards as its total (when that is known).
+    pub fn all_shown(&self) -> bool {
+        self.total.is_none_or(|total| total == self.cards.len())
+    }
+}
+
+/// What a page's list covers, for its columns' counts.
+pub struct Scope {
+    /// The statuses the page is filtered to (none: every status).
+    pub statuses: Vec<String>,
+    /// Whether a filter other than the status narrows the list (then the
+    /// org's counts are not the columns').
+    pub narrowed: bool,
+    /// Whether the page holds the whole list: the first page, and no next.
+    pub whole: bool,
 }
 
 /// The org's open tasks of a status, from the counts its actor publishes.
@@ -124,16 +147,28 @@ pub fn total(counts: &StatusCounts, status: TaskStatus) -> Option<usize> {
 }
 
 /// Cards grouped by status, in the list's order (open work first); every
-/// status has a column, empty or not, with the org's total of the open
-/// ones when the counts are known.
-pub fn columns(cards: Vec<Card>, counts: Option<StatusCounts>) -> Vec<Column> {
+/// status has a column, empty or not. A column's total is the org's count
+/// when that counts what the column has (see [`Column::total`]); else its
+/// cards are its total when the page holds all it has: the whole list, or
+/// a status the page's filter leaves out. Otherwise its total is unknown:
+/// it counts the cards on this page.
+pub fn columns(cards: Vec<Card>, counts: Option<StatusCounts>, scope: &Scope) -> Vec<Column> {
     let mut columns: Vec<Column> = TaskStatus::ALL
         .into_iter()
-        .map(|status| Column {
-            status,
-            label: status_label(status),
-            cards: Vec::new(),
-            total: counts.as_ref().and_then(|c| total(c, status)),
+        .map(|status| {
+            let listed =
+                scope.statuses.is_empty() || scope.statuses.iter().any(|s| s == status.as_str());
+            let total = counts
+                .as_ref()
+                .filter(|_| listed && !scope.narrowed)
+                .and_then(|c| total(c, status));
+            Column {
+                status,
+                label: status_label(status),
+                cards: Vec::new(),
+                total,
+                whole: scope.whole || !listed,
+            }
         })
         .collect();
     for card in cards {
@@ -300,7 +335,12 @@ mod tests {
             pending: 7,
             ..StatusCounts::default()
         };
-        let columns = columns(cards, Some(counts));
+        let everything = Scope {
+            statuses: Vec::new(),
+            narrowed: false,
+            whole: false,
+        };
+        let columns = columns(cards, Some(counts), &everything);
         assert_eq!(columns[0].total, Some(7));
         assert_eq!(columns[4].total, Some(0));
         assert_eq!(columns[TaskStatus::ALL.len() - 1].total, None);
@@ -311,5 +351,50 @@ mod tests {
         assert_eq!(columns[0].cards[1].title, r#"{"__service_enc__":{}}"#);
         assert_eq!(columns[4].status, TaskStatus::Blocked);
         assert_eq!(columns[4].cards[0].id, a);
+    }
+
+    fn columns_of(statuses: &[&str], narrowed: bool, whole: bool) -> Vec<Column> {
+        let counts = StatusCounts {
+            pending: 40,
+            in_progress: 2,
+            ..StatusCounts::default()
+        };
+        let card = lean(
+            "00000000-0000-7000-8000-00000000000a",
+            "A".into(),
+            TaskStatus::Completed,
+        );
+        let scope = Scope {
+            statuses: statuses.iter().map(|s| (*s).to_owned()).collect(),
+            narrowed,
+            whole,
+        };
+        columns(vec![Card::from(&card)], Some(counts), &scope)
+    }
+
+    fn of(columns: &[Column], status: TaskStatus) -> (Option<usize>, bool) {
+        let c = columns.iter().find(|c| c.status == status).unwrap();
+        (c.total, c.whole)
+    }
+
+    #[test]
+    fn a_columns_count_is_its_total_only_when_it_is_known() {
+        // A page of a longer list: open columns have the org's counts,
+        // finished ones only what this page shows.
+        let page = columns_of(&[], false, false);
+        assert_eq!(of(&page, TaskStatus::Pending), (Some(40), false));
+        assert_eq!(of(&page, TaskStatus::Completed), (None, false));
+        // The whole list: every column's cards are all it has.
+        let all = columns_of(&[], false, true);
+        assert_eq!(of(&all, TaskStatus::Completed), (None, true));
+        assert_eq!(of(&all, TaskStatus::Pending), (Some(40), true));
+        // Filtered by tag: the org's counts are not the column's.
+        let tagged = columns_of(&[], true, false);
+        assert_eq!(of(&tagged, TaskStatus::Pending), (None, false));
+        // Filtered by status: the statuses left out have none.
+        let pending = columns_of(&["pending"], false, false);
+        assert_eq!(of(&pending, TaskStatus::Pending), (Some(40), false));
+        assert_eq!(of(&pending, TaskStatus::InProgress), (None, true));
+        assert_eq!(of(&pending, TaskStatus::Completed), (None, true));
     }
 }

@@ -15,7 +15,7 @@ use super::super::extract::query_pairs;
 use super::calls::{call, Input, CREATE_TASKS, GET_TASKS, LIST_TASKS, SEARCH_TASKS, UPDATE_TASKS};
 use super::forms::{self, Form};
 use super::lists::{self, Listed};
-use super::model::{self, Card, Found, Task};
+use super::model::{self, Card, Found, Scope, Task};
 use super::pages::{self, Filters, Search, TaskPage, Tasks, PRIORITIES};
 use super::svg::{Graph, GraphTask, NODE_H, NODE_W};
 use super::{chrome, see_other, signed_in, writer, AppState, BoardError};
@@ -120,6 +120,14 @@ pub async fn board(
         .as_deref()
         .map(|c| format!("/board/tasks?{link}cursor={}", enc(c)));
     let first_page = (!cursor.is_empty()).then(|| format!("/board/tasks?{link}"));
+    let scope = Scope {
+        statuses: forms::list(&filters.status),
+        narrowed: !(filters.tags.is_empty()
+            && filters.assignee.is_empty()
+            && filters.priority_max.is_empty()),
+        whole: cursor.is_empty() && listed.next_cursor.is_none(),
+    };
+    let counts = state.engine.org_open_counts(caller.org_id);
     let chrome = chrome(&state, &session, "tasks");
     let nonce = chrome.nonce.clone();
     Ok(pages::page(
@@ -134,7 +142,7 @@ pub async fn board(
             search_offered: search_off.is_none(),
             search,
             shown: cards.len(),
-            columns: model::columns(cards, state.engine.org_open_counts(caller.org_id)),
+            columns: model::columns(cards, counts, &scope),
             first_page,
             next_page,
         },

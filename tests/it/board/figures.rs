@@ -9,6 +9,128 @@ use super::{get, sign_in};
 use crate::common::*;
 use crate::search::stub::Stub;
 
+/// The text a reader sees of the element that starts at the first `open`
+/// of `body`: its tags dropped, and whatever is `hidden` left out.
+fn seen(body: &str, open: &str) -> String {
+    let start = body
+        .find(open)
+        .unwrap_or_else(|| panic!("no {open} in {body}"));
+    let mut text = String::new();
+    // For each open element, whether it (or one around it) is hidden.
+    let mut hidden: Vec<bool> = Vec::new();
+    let mut rest = &body[start..];
+    while let Some(lt) = rest.find('<') {
+        if !hidden.last().copied().unwrap_or(false) {
+            text.push_str(&rest[..lt]);
+        }
+        let gt = lt + rest[lt..].find('>').expect("a closed tag");
+        let tag = &rest[lt + 1..gt];
+        if tag.starts_with('/') {
+            hidden.pop();
+            if hidden.is_empty() {
+                break;
+            }
+        } else {
+            let within = hidden.last().copied().unwrap_or(false);
+            let attrs: Vec<&str> = tag.split_whitespace().collect();
+            hidden.push(within || attrs.contains(&"hidden"));
+        }
+        rest = &rest[gt + 1..];
+    }
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn column(body: &str, status: &str) -> String {
+    seen(body, &format!("<h2 id=\"col-{status}\""))
+}
+
+/// Creates `n` tasks of `title`, 25 a call; their ids.
+async fn tasks(srv: &TestServer, key: &str, title: &str, n: usize) -> Vec<String> {
+    let mut made = Vec::with_capacity(n);
+    while made.len() < n {
+        let batch = (n - made.len()).min(25);
+        let items: Vec<Value> = (0..batch).map(|_| json!({ "title": title })).collect();
+        made.extend(ids(&srv.create_tasks(key, Value::Array(items)).await));
+    }
+    made
+}
+
+/// Claims as many tasks as `done` holds (25 a claim), which are those
+/// when they are all the org's pending ones, and completes them.
+async fn complete(srv: &TestServer, key: &str, done: &[String]) {
+    for chunk in done.chunks(25) {
+        let (status, claimed) = srv
+            .post(key, "/tasks/claim", json!({ "count": chunk.len() }))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{claimed}");
+        let claimed: Vec<Value> = claimed["tasks"].as_array().cloned().unwrap_or_default();
+        let items: Vec<Value> = ids(&claimed)
+            .into_iter()
+            .map(|id| json!({ "task_id": id, "status": "completed", "note": "done" }))
+            .collect();
+        let (status, body) = srv.update(key, Value::Array(items)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+}
+
+backend_tests!(
+    a_columns_count_says_whether_it_is_the_total,
+    |srv| async move {
+        let org = srv.create_org("dev").await;
+        let key = &org.owner_key;
+        // 205 completed and 5 pending: the first page of 200 holds the 5
+        // pending tasks (open work first) and 195 of the completed ones.
+        let done = tasks(&srv, key, "Done", 205).await;
+        complete(&srv, key, &done).await;
+        tasks(&srv, key, "Waiting", 5).await;
+        let cookie = sign_in(&srv, key).await;
+
+        let first = get(&srv, "/board/tasks", Some(&cookie)).await;
+        assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+        assert_eq!(column(&first.body, "pending"), "Pending 5");
+        assert_eq!(
+            column(&first.body, "completed"),
+            "Completed 195 on this page",
+            "the page's completed tasks are not all the org's"
+        );
+        assert_eq!(column(&first.body, "failed"), "Failed 0 on this page");
+
+        // The next page: no pending task of the org's five, the rest of
+        // the completed ones.
+        let next = first
+            .body
+            .split("id=\"next-page\"")
+            .next()
+            .and_then(|before| before.rsplit("href=\"").next())
+            .and_then(|href| href.split('"').next())
+            .expect("a next page")
+            .replace("&#38;", "&")
+            .replace("&amp;", "&");
+        let second = get(&srv, &next, Some(&cookie)).await;
+        assert_eq!(second.status, StatusCode::OK, "{}", second.body);
+        assert_eq!(column(&second.body, "pending"), "Pending 0 shown of 5");
+        assert_eq!(
+            column(&second.body, "completed"),
+            "Completed 10 on this page"
+        );
+
+        // Filtered to the pending: the org's count is the column's, and
+        // the statuses left out have none.
+        let pending = get(&srv, "/board/tasks?status=pending", Some(&cookie)).await;
+        assert_eq!(column(&pending.body, "pending"), "Pending 5");
+        assert_eq!(column(&pending.body, "completed"), "Completed 0");
+
+        // A tag narrows the list below what the org's counts count: a
+        // whole list's columns are their own totals.
+        srv.create_tags(key, json!([{ "name": "ops" }])).await;
+        srv.create_task(key, json!({ "title": "Tagged", "tags": ["ops"] }))
+            .await;
+        let tagged = get(&srv, "/board/tasks?tags=ops", Some(&cookie)).await;
+        assert_eq!(column(&tagged.body, "pending"), "Pending 1");
+        assert_eq!(column(&tagged.body, "completed"), "Completed 0");
+    }
+);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_search_box_is_offered_only_where_search_works() {
     // No embedder: no box, and a search asked anyway says why.

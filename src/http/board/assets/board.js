@@ -105,6 +105,18 @@
       var count = cols[i].querySelector(".count");
       if (count) count.textContent = String(cols[i].querySelectorAll(".card").length);
     }
+    showTotals();
+  }
+
+  // A column's total ("3 shown of 40") is shown while its cards are fewer.
+  function showTotals() {
+    var cols = document.querySelectorAll("#live .col");
+    for (var i = 0; i < cols.length; i++) {
+      var count = cols[i].querySelector(".count");
+      var total = cols[i].querySelector(".total");
+      var n = cols[i].querySelector("[data-count]");
+      if (count && total && n) total.hidden = count.textContent === n.textContent;
+    }
   }
 
   function showCounts(counts) {
@@ -113,6 +125,7 @@
       var n = counts[shown[i].dataset.count];
       if (typeof n === "number") shown[i].textContent = String(n);
     }
+    showTotals();
   }
 
   // The changed cards, fetched with the page's filters: each put in its
