@@ -61,7 +61,7 @@ fn card(detail: &TaskDetail, now: i64) -> Card {
     card.run_at = task
         .run_at
         .filter(|at| at.0 > now && task.status == taskq_actors::domain::TaskStatus::Pending)
-        .map(|at| at.to_string());
+        .map(super::times::When::utc);
     card
 }
 

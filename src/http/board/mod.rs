@@ -19,10 +19,10 @@
 //! `csrf` the forms' tokens, `calls` every read and write through the
 //! table, `forms` forms as the API's requests, `model` answers as what the
 //! pages show, `tasks` and `reports` the views, `svg` the graph's and
-//! charts' geometry, `live` the stream and the mark, `cards` the changed
-//! cards, `lists` a page's list shared by the org's boards, `pages` and
-//! `templates/` the askama pages, `assets/` the inline stylesheet and
-//! script.
+//! charts' geometry, `times` times and durations as people read them,
+//! `live` the stream and the mark, `cards` the changed cards, `lists` a
+//! page's list shared by the org's boards, `pages` and `templates/` the
+//! askama pages, `assets/` the inline stylesheet and script.
 
 mod access;
 mod calls;
@@ -38,6 +38,7 @@ mod schedules;
 mod session;
 mod svg;
 mod tasks;
+mod times;
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};

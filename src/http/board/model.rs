@@ -12,6 +12,8 @@ use taskq_actors::api::{
 use taskq_actors::domain::open::StatusCounts;
 use taskq_actors::domain::{TaskId, TaskStatus};
 
+use super::times::When;
+
 /// A status as people read it.
 pub fn status_label(status: TaskStatus) -> &'static str {
     match status {
@@ -54,9 +56,9 @@ pub struct Card {
     pub tags: Vec<String>,
     pub blocked_by: Vec<String>,
     /// When its lease runs out, for a whole task that is leased.
-    pub lease_expires_at: Option<String>,
+    pub lease_expires_at: Option<When>,
     /// When a waiting task may be claimed.
-    pub run_at: Option<String>,
+    pub run_at: Option<When>,
 }
 
 impl From<&TaskSummary> for Card {
@@ -70,7 +72,7 @@ impl From<&TaskSummary> for Card {
             tags: t.tags.clone(),
             blocked_by: ids(&t.blocked_by),
             lease_expires_at: None,
-            run_at: t.run_at.map(|at| at.to_string()),
+            run_at: t.run_at.map(When::utc),
         }
     }
 }
@@ -85,7 +87,7 @@ impl From<&TaskView> for Card {
             assignee: t.assignee.clone(),
             tags: t.tags.clone(),
             blocked_by: ids(&t.blocked_by),
-            lease_expires_at: t.lease.map(|l| l.lease_expires_at.to_string()),
+            lease_expires_at: t.lease.map(|l| When::utc(l.lease_expires_at)),
             // A whole task carries its run_at when past too; the board's
             // columns are lean items, which carry it only while it waits.
             run_at: None,
@@ -181,7 +183,7 @@ pub fn columns(cards: Vec<Card>, counts: Option<StatusCounts>, scope: &Scope) ->
 
 /// One state event of a task's history.
 pub struct Event {
-    pub at: String,
+    pub at: When,
     pub from: Option<TaskStatus>,
     pub to: TaskStatus,
     pub agent: String,
@@ -191,7 +193,7 @@ pub struct Event {
 impl From<&TaskEvent> for Event {
     fn from(e: &TaskEvent) -> Event {
         Event {
-            at: e.timestamp.to_string(),
+            at: When::utc(e.timestamp),
             from: e.from_status,
             to: e.to_status,
             agent: e.agent_id.clone(),
@@ -212,18 +214,18 @@ pub struct Task {
     pub metadata: String,
     pub output: Option<String>,
     pub parent: Option<String>,
-    pub created_at: String,
-    pub updated_at: String,
+    pub created_at: When,
+    pub updated_at: When,
     pub attempts: u8,
     pub max_attempts: u8,
-    pub lease_expires_at: Option<String>,
+    pub lease_expires_at: Option<When>,
     /// When it may be claimed, if it was given a time.
-    pub run_at: Option<String>,
+    pub run_at: Option<When>,
     /// Its retry policy, as the page says it, and the retries so far.
     pub retry: Option<String>,
     pub retries: u8,
     /// The schedule whose tick created it, and that tick's time.
-    pub schedule: Option<(String, String)>,
+    pub schedule: Option<(String, When)>,
     /// The blockers and their statuses.
     pub dependencies: Vec<(String, TaskStatus)>,
     /// Oldest first; a task asked for alone always has it.
@@ -244,12 +246,12 @@ impl From<&TaskDetail> for Task {
             metadata: pretty(&t.metadata),
             output: t.output.as_ref().map(pretty),
             parent: t.parent_task_id.map(|p| p.to_string()),
-            created_at: t.created_at.to_string(),
-            updated_at: t.updated_at.to_string(),
+            created_at: When::utc(t.created_at),
+            updated_at: When::utc(t.updated_at),
             attempts: t.attempts,
             max_attempts: t.max_attempts,
-            lease_expires_at: t.lease.map(|l| l.lease_expires_at.to_string()),
-            run_at: t.run_at.map(|at| at.to_string()),
+            lease_expires_at: t.lease.map(|l| When::utc(l.lease_expires_at)),
+            run_at: t.run_at.map(When::utc),
             retry: t.retry.map(|r| {
                 format!(
                     "up to {} retries, {} s doubling to at most {} s",
@@ -260,7 +262,7 @@ impl From<&TaskDetail> for Task {
             schedule: t
                 .schedule_id
                 .zip(t.scheduled_for)
-                .map(|(id, at)| (id.to_string(), at.to_string())),
+                .map(|(id, at)| (id.to_string(), When::utc(at))),
             dependencies: detail
                 .dependencies
                 .iter()

@@ -15,6 +15,7 @@ use taskq_actors::domain::TaskStatus;
 
 use super::model::{Column, Found, Task};
 use super::svg::{BarChart, Graph};
+use super::times::When;
 
 /// The priorities a form offers.
 pub const PRIORITIES: [u8; 5] = [1, 2, 3, 4, 5];
@@ -158,7 +159,7 @@ pub struct Lease {
     pub id: String,
     pub title: String,
     pub priority: u8,
-    pub expires: Option<String>,
+    pub expires: Option<When>,
 }
 
 /// An agent (a key name or a member) and the leases it holds.
@@ -175,11 +176,11 @@ pub struct Agents {
     pub capped: bool,
     pub scan: usize,
     /// Name, created, active.
-    pub keys: Vec<(String, String, &'static str)>,
+    pub keys: Vec<(String, When, &'static str)>,
 }
 
 pub struct InsightsView {
-    pub computed_at: String,
+    pub computed_at: When,
     /// The days the figures cover: the last thirty, or those since the
     /// org was created when it is younger.
     pub window_days: u32,

@@ -19,6 +19,7 @@ use super::forms::{self, Form};
 use super::model::Card;
 use super::pages::{self, Agents, Holder, Insights, InsightsView, Lease, Org, StandupView};
 use super::svg::BarChart;
+use super::times::When;
 use super::{chrome, see_other, signed_in, writer, AppState, BoardError};
 
 /// Leased tasks looked through for the agents page.
@@ -72,7 +73,7 @@ pub async fn agents(
         .await?
         .keys
         .into_iter()
-        .map(|k| (k.name, k.created_at.to_string(), yes_no(k.active)))
+        .map(|k| (k.name, When::utc(k.created_at), yes_no(k.active)))
         .collect();
     let chrome = chrome(&state, &session, "agents");
     let nonce = chrome.nonce.clone();
@@ -137,7 +138,7 @@ fn insights_view(v: &InsightsReport) -> InsightsView {
         .map(|r| (r.tag.clone(), r.rate * 100.0))
         .collect();
     InsightsView {
-        computed_at: v.computed_at.to_string(),
+        computed_at: When::utc(v.computed_at),
         window_days: v.window_days,
         since_created: v.window_days < INSIGHTS_WINDOW_DAYS,
         completed: v.throughput.completed,

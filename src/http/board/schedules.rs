@@ -18,6 +18,7 @@ use super::calls::{
 };
 use super::forms::{self, Form};
 use super::pages::{self, Chrome};
+use super::times::When;
 use super::{chrome, see_other, signed_in, writer, AppState, BoardError};
 
 /// One schedule as the page shows it.
@@ -28,8 +29,9 @@ pub struct Row {
     pub timezone: String,
     pub title: String,
     pub active: bool,
-    pub next_run_at: Option<String>,
-    pub last_run_at: Option<String>,
+    /// In the schedule's own zone.
+    pub next_run_at: Option<When>,
+    pub last_run_at: Option<When>,
     pub last_error: Option<String>,
 }
 
@@ -39,11 +41,11 @@ impl From<ScheduleView> for Row {
             id: s.schedule_id.to_string(),
             name: s.name,
             cron: s.cron,
-            timezone: s.timezone,
             title: s.task["title"].as_str().unwrap_or_default().to_owned(),
             active: s.active,
-            next_run_at: s.next_run_at.map(|at| at.to_string()),
-            last_run_at: s.last_run_at.map(|at| at.to_string()),
+            next_run_at: s.next_run_at.map(|at| When::in_zone(at, &s.timezone)),
+            last_run_at: s.last_run_at.map(|at| When::in_zone(at, &s.timezone)),
+            timezone: s.timezone,
             last_error: s.last_error,
         }
     }

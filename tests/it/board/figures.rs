@@ -131,6 +131,52 @@ backend_tests!(
     }
 );
 
+/// The `<time>` of the instant `iso` on a page, as the server writes it.
+fn time_of(body: &str, iso: &str) -> String {
+    let open = format!("<time datetime=\"{iso}\" title=\"{iso}\"");
+    let start = body
+        .find(&open)
+        .unwrap_or_else(|| panic!("no <time> of {iso} with its exact title in {body}"));
+    let end = start + body[start..].find("</time>").unwrap() + "</time>".len();
+    body[start..end].to_owned()
+}
+
+backend_tests!(
+    times_read_as_wall_clock_times_and_a_schedules_in_its_zone,
+    |srv| async move {
+        let org = srv.create_org("pro").await;
+        let key = &org.owner_key;
+        let cookie = sign_in(&srv, key).await;
+        let task = srv.new_task(key, "Timed").await;
+        let created = str_field(&srv.get_task(key, &task).await, "created_at");
+        let page = get(&srv, &format!("/board/tasks/{task}"), Some(&cookie)).await;
+        let shown = time_of(&page.body, &created);
+        let minute = format!("{} {} UTC", &created[..10], &created[11..16]);
+        assert!(shown.ends_with(&format!(">{minute}</time>")), "{shown}");
+
+        // At 03:00 in Berlin, shown at 03:00 there, whatever the offset.
+        let (status, schedule) = srv
+            .post(
+                key,
+                "/schedules",
+                json!({ "name": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Berlin",
+                        "task": { "title": "Nightly" } }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{schedule}");
+        let next = str_field(&schedule, "next_run_at");
+        let page = get(&srv, "/board/schedules", Some(&cookie)).await;
+        let shown = time_of(&page.body, &next);
+        assert!(shown.contains("data-zone=\"Europe/Berlin\""), "{shown}");
+        let day = &next[..10];
+        assert!(
+            shown.ends_with(&format!(">{day} 03:00 CET</time>"))
+                || shown.ends_with(&format!(">{day} 03:00 CEST</time>")),
+            "{shown}"
+        );
+    }
+);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_search_box_is_offered_only_where_search_works() {
     // No embedder: no box, and a search asked anyway says why.

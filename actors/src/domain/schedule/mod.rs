@@ -113,6 +113,14 @@ impl Zone {
     pub fn name(&self) -> &str {
         self.0.name()
     }
+
+    /// The wall-clock time in the zone at `at_ms`, to the minute, with the
+    /// zone's abbreviation for that instant (`2026-12-08 03:00 CET`): how
+    /// the schedule's own people read its ticks.
+    pub fn wall_clock(&self, at_ms: i64) -> Option<String> {
+        let local = DateTime::from_timestamp_millis(at_ms)?.with_timezone(&self.0);
+        Some(local.format("%Y-%m-%d %H:%M %Z").to_string())
+    }
 }
 
 /// The first tick strictly after `after_ms` (milliseconds since the Unix

@@ -152,6 +152,30 @@ fn zones_are_iana_names() {
 }
 
 #[test]
+fn a_tick_reads_on_its_zones_wall_clock_winter_and_summer() {
+    let berlin = zone("Europe/Berlin");
+    let winter = ms("2026-12-08T02:00:00Z");
+    assert_eq!(
+        berlin.wall_clock(winter).as_deref(),
+        Some("2026-12-08 03:00 CET")
+    );
+    let summer = ms("2026-07-08T02:00:00Z");
+    assert_eq!(
+        berlin.wall_clock(summer).as_deref(),
+        Some("2026-07-08 04:00 CEST")
+    );
+    assert_eq!(
+        Zone::utc().wall_clock(winter).as_deref(),
+        Some("2026-12-08 02:00 UTC")
+    );
+    let new_york = zone("America/New_York");
+    assert_eq!(
+        new_york.wall_clock(winter).as_deref(),
+        Some("2026-12-07 21:00 EST")
+    );
+}
+
+#[test]
 fn steps_lists_and_ranges_pick_their_minutes() {
     assert_ticks(
         "

@@ -13,6 +13,52 @@
 // change mark every POLL_MS, as before. Fetched markup is parsed as inert
 // HTML (DOMParser runs no script; the server escaped every field);
 // nothing is ever built from strings here.
+//
+// Times: every <time> arrives with its exact instant in `datetime` and
+// `title` and, as its text, the UTC wall-clock time (or, with `data-zone`,
+// the time in that zone, which is kept). Here each is written in the
+// reader's own zone with how far off it is ("in 3 h", "5 min ago"), again
+// for every <time> a fetch puts on the page, and the distances are kept
+// current each half minute.
+(function () {
+  "use strict";
+  var local = window.Intl && Intl.DateTimeFormat ? new Intl.DateTimeFormat(undefined, {
+    year: "numeric", month: "short", day: "numeric",
+    hour: "2-digit", minute: "2-digit", timeZoneName: "short"
+  }) : null;
+
+  function distance(ms) {
+    var s = Math.abs(ms) / 1000;
+    var text;
+    if (s < 45) return "now";
+    if (s < 45 * 60) text = Math.max(1, Math.round(s / 60)) + " min";
+    else if (s < 22 * 3600) text = Math.round(s / 3600) + " h";
+    else text = Math.round(s / 86400) + " d";
+    return ms > 0 ? "in " + text : text + " ago";
+  }
+
+  function show() {
+    var times = document.querySelectorAll("time[datetime]");
+    var now = Date.now();
+    for (var i = 0; i < times.length; i++) {
+      var t = times[i];
+      var at = Date.parse(t.getAttribute("datetime"));
+      if (isNaN(at)) continue;
+      if (!t.dataset.text) {
+        t.dataset.text = t.dataset.zone || !local ? t.textContent : local.format(at);
+      }
+      var text = t.dataset.text + " (" + distance(at - now) + ")";
+      if (t.textContent !== text) t.textContent = text;
+    }
+  }
+
+  show();
+  setInterval(show, 30000);
+  if (window.MutationObserver) {
+    new MutationObserver(show).observe(document.body, { childList: true, subtree: true });
+  }
+})();
+
 (function () {
   "use strict";
   var body = document.body;
