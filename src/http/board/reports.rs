@@ -19,7 +19,7 @@ use super::forms::{self, Form};
 use super::model::Card;
 use super::pages::{self, Agents, Holder, Insights, InsightsView, Lease, Org, StandupView};
 use super::svg::BarChart;
-use super::times::When;
+use super::times::{self, When};
 use super::{chrome, see_other, signed_in, writer, AppState, BoardError};
 
 /// Leased tasks looked through for the agents page.
@@ -124,14 +124,19 @@ impl<T> Shown<T> {
 fn insights_view(v: &InsightsReport) -> InsightsView {
     let cycle = &v.cycle_times;
     // Without a completed task there is no cycle time to draw.
-    let cycle_bars: Vec<(String, f64)> = [
+    let cycle_hours: Vec<(&str, f64)> = [
         ("p50", cycle.p50_hours),
         ("p90", cycle.p90_hours),
         ("mean", cycle.mean_hours),
     ]
     .into_iter()
-    .filter_map(|(label, hours)| Some((label.to_owned(), hours?)))
+    .filter_map(|(label, hours)| Some((label, hours?)))
     .collect();
+    let unit = times::unit_for(cycle_hours.iter().map(|(_, h)| *h).fold(0.0, f64::max));
+    let cycle_bars: Vec<(String, f64)> = cycle_hours
+        .into_iter()
+        .map(|(label, hours)| (label.to_owned(), hours * unit.per_hour))
+        .collect();
     let rates: Vec<(String, f64)> = v
         .failure_rates
         .iter()
@@ -148,11 +153,17 @@ fn insights_view(v: &InsightsReport) -> InsightsView {
         churning: v.churning.count,
         charts: vec![
             BarChart::new(
-                "Cycle time (hours): median, 90th percentile, mean",
+                &format!("Cycle time ({}): median, 90th percentile, mean", unit.name),
                 &cycle_bars,
-                |h| format!("{h:.1}"),
+                times::figure,
             ),
-            BarChart::new("Failure rate by tag (%)", &rates, |p| format!("{p:.0}%")),
+            BarChart::new("Failure rate by tag (%)", &rates, |p| format!("{p:.0}%")).when_empty(
+                if v.throughput.completed + v.throughput.failed == 0 {
+                    "No data yet"
+                } else {
+                    "No task failed in the window"
+                },
+            ),
         ],
     }
 }

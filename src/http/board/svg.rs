@@ -119,9 +119,12 @@ pub struct Bar {
     pub cx: u32,
 }
 
-/// A bar chart: one bar per (label, value), scaled to the largest.
+/// A bar chart: one bar per (label, value), scaled to the largest; a
+/// chart without a bar says so instead of drawing an empty frame.
 pub struct BarChart {
     pub title: String,
+    /// What the chart says when it has no bar.
+    pub empty: &'static str,
     pub width: u32,
     pub height: u32,
     /// The baseline's height from the top.
@@ -161,10 +164,19 @@ impl BarChart {
             .collect::<Vec<_>>();
         BarChart {
             title: title.to_owned(),
+            empty: "No data yet",
             width: (BAR_GAP + data.len() as u32 * (BAR_W + BAR_GAP)).max(240),
             height: base + 24,
             base,
             bars,
+        }
+    }
+
+    /// Says `text` when it has no bar.
+    pub fn when_empty(self, text: &'static str) -> BarChart {
+        BarChart {
+            empty: text,
+            ..self
         }
     }
 }

@@ -10,6 +10,9 @@
 //! zone with how far off it is ("in 3 h"). A schedule's ticks are shown in
 //! the schedule's own zone instead, since that is the zone its pattern
 //! speaks of.
+//!
+//! A chart of durations takes its unit from its largest value: short cycles
+//! drawn in hours all read 0.0.
 
 use taskq_actors::api::Timestamp;
 use taskq_actors::domain::schedule::Zone;
@@ -52,6 +55,55 @@ impl When {
     }
 }
 
+/// The unit a chart of durations is drawn in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Unit {
+    pub name: &'static str,
+    /// How many of the unit make an hour.
+    pub per_hour: f64,
+}
+
+const SECONDS: Unit = Unit {
+    name: "seconds",
+    per_hour: 3600.0,
+};
+const MINUTES: Unit = Unit {
+    name: "minutes",
+    per_hour: 60.0,
+};
+const HOURS: Unit = Unit {
+    name: "hours",
+    per_hour: 1.0,
+};
+const DAYS: Unit = Unit {
+    name: "days",
+    per_hour: 1.0 / 24.0,
+};
+
+/// The unit of a chart whose largest duration is `largest_hours`:
+/// seconds below a minute, minutes below an hour, hours below two days,
+/// else days.
+pub fn unit_for(largest_hours: f64) -> Unit {
+    if largest_hours < 1.0 / 60.0 {
+        SECONDS
+    } else if largest_hours < 1.0 {
+        MINUTES
+    } else if largest_hours < 48.0 {
+        HOURS
+    } else {
+        DAYS
+    }
+}
+
+/// A figure as a bar's label: one decimal below 10, whole above.
+pub fn figure(value: f64) -> String {
+    if value < 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.0}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,5 +126,18 @@ mod tests {
         assert_eq!(at.iso, "2026-12-08T02:00:00.000Z");
         assert_eq!(at.zone.as_deref(), Some("Europe/Berlin"));
         assert_eq!(When::in_zone(TICK, "Mars/Base"), When::utc(TICK));
+    }
+
+    #[test]
+    fn a_charts_unit_follows_its_largest_duration() {
+        assert_eq!(unit_for(12.0 / 3600.0), SECONDS);
+        assert_eq!(unit_for(1.0 / 60.0), MINUTES);
+        assert_eq!(unit_for(0.5), MINUTES);
+        assert_eq!(unit_for(1.0), HOURS);
+        assert_eq!(unit_for(47.9), HOURS);
+        assert_eq!(unit_for(48.0), DAYS);
+        assert_eq!(0.5 * unit_for(0.5).per_hour, 30.0);
+        assert_eq!(figure(12.0 / 3600.0 * SECONDS.per_hour), "12");
+        assert_eq!(figure(1.24), "1.2");
     }
 }

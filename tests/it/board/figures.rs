@@ -8,6 +8,7 @@
 use super::{get, sign_in};
 use crate::common::*;
 use crate::search::stub::Stub;
+use reqwest::Method;
 
 /// The text a reader sees of the element that starts at the first `open`
 /// of `body`: its tags dropped, and whatever is `hidden` left out.
@@ -128,6 +129,92 @@ backend_tests!(
         let tagged = get(&srv, "/board/tasks?tags=ops", Some(&cookie)).await;
         assert_eq!(column(&tagged.body, "pending"), "Pending 1");
         assert_eq!(column(&tagged.body, "completed"), "Completed 0");
+    }
+);
+
+/// Computes the org's insights now.
+async fn recompute(srv: &TestServer, org: &Org) {
+    let (status, body) = srv
+        .admin(
+            Method::POST,
+            &format!("/admin/orgs/{}/recompute", org.org_id),
+            Some(json!({ "reports": ["insights"] })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+backend_tests!(
+    insights_average_over_the_days_the_org_has_existed_in_a_fitting_unit,
+    |srv| async move {
+        // An org with nothing done yet: its charts say so.
+        let empty = srv.create_org("pro").await;
+        recompute(&srv, &empty).await;
+        let cookie = sign_in(&srv, &empty.owner_key).await;
+        let page = get(&srv, "/board/insights", Some(&cookie)).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        let insights = page.body.split("id=\"h-standup\"").next().unwrap();
+        assert_eq!(insights.matches("No data yet").count(), 2, "{insights}");
+        assert!(!insights.contains("<svg"), "an empty frame: {insights}");
+        assert!(
+            insights.contains("0 completed, 0 failed (0.0 a day)"),
+            "{insights}"
+        );
+
+        // Three tasks done in 30 seconds each, on the org's first day;
+        // a day later its insights are over its two days.
+        let org = srv.create_org("pro").await;
+        let key = &org.owner_key;
+        let made = tasks(&srv, key, "Quick", 3).await;
+        let (status, claimed) = srv.post(key, "/tasks/claim", json!({ "count": 3 })).await;
+        assert_eq!(status, StatusCode::OK, "{claimed}");
+        advance_clock(&srv, 30).await;
+        let items: Vec<Value> = made
+            .iter()
+            .map(|id| json!({ "task_id": id, "status": "completed", "note": "done" }))
+            .collect();
+        let (status, body) = srv.update(key, Value::Array(items)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        recompute(&srv, &org).await;
+        let cookie = sign_in(&srv, key).await;
+        let page = get(&srv, "/board/insights", Some(&cookie)).await;
+        assert!(
+            page.body
+                .contains("over the org's first day: 3 completed, 0 failed (3.0 a day)"),
+            "{}",
+            page.body
+        );
+        // The cycles drawn in seconds, not as 0.0 hours (30, and what the
+        // requests took).
+        assert!(
+            page.body.contains("Cycle time (seconds): median"),
+            "{}",
+            page.body
+        );
+        let bars: Vec<&str> = page
+            .body
+            .split("class=\"value\">")
+            .skip(1)
+            .take(3)
+            .map(|v| v.split('<').next().unwrap())
+            .collect();
+        assert!(
+            bars.len() == 3 && bars.iter().all(|v| *v == "30" || *v == "31"),
+            "{bars:?}"
+        );
+        assert!(page.body.contains("No task failed in the window"));
+
+        advance_clock(&srv, 24 * 3600).await;
+        recompute(&srv, &org).await;
+        let cookie = sign_in(&srv, key).await;
+        let page = get(&srv, "/board/insights", Some(&cookie)).await;
+        assert!(
+            page.body.contains(
+                "over the 2 days since the org was created: 3 completed, 0 failed (1.5 a day)"
+            ),
+            "{}",
+            page.body
+        );
     }
 );
 
