@@ -5,6 +5,8 @@
 //! as wall-clock times (a schedule's in its own zone) with the exact
 //! instant kept, and the search box is offered only where search works.
 
+use std::time::Duration;
+
 use super::{get, sign_in};
 use crate::common::*;
 use crate::search::stub::Stub;
@@ -263,6 +265,55 @@ backend_tests!(
         );
     }
 );
+
+backend_tests!(attempts_and_retries_say_what_they_count, |srv| async move {
+    let org = srv.create_org("dev").await;
+    let key = &org.owner_key;
+    let id = srv
+        .create_task(
+            key,
+            json!({ "title": "Flaky", "max_attempts": 3, "retry": { "max_retries": 2 } }),
+        )
+        .await;
+    let cookie = sign_in(&srv, key).await;
+    let attempts = |body: &str| seen(body, "<span id=\"task-attempts\"");
+    let retries = |body: &str| seen(body, "<dd id=\"task-retries\"");
+
+    // A lease that runs out uses an attempt.
+    srv.claim(key, json!({ "lease_seconds": 1 }))
+        .await
+        .expect("the task");
+    eventually(Duration::from_secs(15), "the lease to run out", || async {
+        let task = srv.get_task(key, &id).await;
+        (task["status"] == "pending").then_some(())
+    })
+    .await;
+    let page = get(&srv, &format!("/board/tasks/{id}"), Some(&cookie)).await;
+    assert_eq!(
+        attempts(&page.body),
+        "Attempts 1 of 3 (leases that ran out since it was created or last retried; at 3 it fails)"
+    );
+    assert!(retries(&page.body).starts_with("0 so far; up to 2 retries"));
+
+    // A failure its policy retries: one retry, the attempts start again.
+    srv.claim(key, json!({})).await.expect("the task again");
+    srv.update_ok(
+        key,
+        json!({ "task_id": id, "status": "failed", "note": "boom" }),
+    )
+    .await;
+    let page = get(&srv, &format!("/board/tasks/{id}"), Some(&cookie)).await;
+    assert!(
+        attempts(&page.body).starts_with("Attempts 0 of 3 "),
+        "{}",
+        page.body
+    );
+    assert_eq!(
+        retries(&page.body),
+        "1 so far; up to 2 retries, 30 s doubling to at most 3600 s \
+             (a retry is a failure its policy sent back to wait; it starts the attempts again)"
+    );
+});
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_search_box_is_offered_only_where_search_works() {
