@@ -387,6 +387,15 @@ backend_tests!(stale_lease_id_is_fenced, |srv| async move {
         )
         .await;
     assert_eq!(error, "lease lost");
+    // A task that does not exist is not found, with or without the note.
+    let unknown = uuid::Uuid::now_v7().to_string();
+    let error = srv
+        .update_item_error(
+            &slow,
+            json!({ "task_id": unknown, "lease_id": stale, "status": "completed" }),
+        )
+        .await;
+    assert_eq!(error, "task not found");
     let after = srv.get_task(&org.owner_key, &id).await;
     assert_eq!(after, before, "a fenced update changed the task");
     let (status, body) = srv

@@ -50,7 +50,7 @@ pub struct UpdateTasks {
     "if" = {
         "properties": { "status": { "enum": ["completed", "failed", "canceled"] } },
         "required": ["status"],
-        "not": { "required": ["lease_id"] },
+        "not": { "properties": { "lease_id": { "type": "string" } }, "required": ["lease_id"] },
     },
     "then" = {
         "properties": { "note": { "not": { "type": "null" } } },
@@ -70,7 +70,9 @@ pub struct TaskUpdate {
     #[serde(default, deserialize_with = "super::double_option")]
     #[schemars(schema_with = "nullable_description_schema")]
     pub description: Option<Option<Text>>,
-    /// Required when the status is completed, failed or canceled.
+    /// Required when the status is completed, failed or canceled; on an
+    /// item with a `lease_id`, once the lease is known current (a stale
+    /// lease answers `lease lost` first).
     #[serde(default)]
     #[schemars(schema_with = "note_schema")]
     pub note: Option<Text>,

@@ -231,8 +231,10 @@ impl OrgActor {
             if is_fenced_out(state, work, u) {
                 continue; // it fails with `lease lost` and changes nothing
             }
-            // The schema requires it of items without a lease.
-            if u.status.is_some_and(|s| s.needs_note()) && u.note.is_none() {
+            // The schema requires it of items without a lease; an unknown
+            // task's item fails as `task not found`.
+            let known = work.header(state, id).is_some();
+            if known && u.status.is_some_and(|s| s.needs_note()) && u.note.is_none() {
                 return Err(ValidationError::field(
                     format!("updates[{i}].note"),
                     "is required",

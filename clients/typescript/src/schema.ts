@@ -1429,7 +1429,9 @@ export type components = {
              */
             description?: string | Record<string, never> | null;
             /**
-             * @description Required when the status is completed, failed or canceled.
+             * @description Required when the status is completed, failed or canceled; on an
+             *     item with a `lease_id`, once the lease is known current (a stale
+             *     lease answers `lease lost` first).
              * @default null
              */
             note?: string | Record<string, never> | null;
