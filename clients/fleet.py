@@ -88,6 +88,9 @@ def run(url: str, args: argparse.Namespace) -> None:
         workers.append(worker)
     while open_tasks(url, org_id) != 0:
         time.sleep(1)
+        for i, worker in enumerate(workers):
+            if worker.poll() is not None:
+                raise SystemExit(f"worker-{i} exited with {worker.returncode}:\n{''.join(logs[i])}")
     elapsed = time.monotonic() - began
     for worker in workers:
         worker.send_signal(signal.SIGTERM)
